@@ -1,0 +1,147 @@
+#include "server/coordinator/registry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+namespace {
+
+absl::Status ValidateRegistration(const WorkerRegistration& request) {
+  if (request.name.empty()) {
+    return absl::InvalidArgumentError("worker name must not be empty");
+  }
+  if (request.address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", request.name, " must give the address it serves on"));
+  }
+  if (request.devices.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", request.name, " registers no devices"));
+  }
+  for (const Device& device : request.devices) {
+    absl::Status valid = ValidateDevice(device);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", request.name, ": ", valid.message()));
+    }
+  }
+  absl::Status unique = CheckNoDuplicates(request.devices);
+  if (!unique.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", request.name, ": ", unique.message()));
+  }
+  // The coordinator cannot know how many GPUs a worker has; the worker checks
+  // its indices before registering.
+  DeviceSupport support;
+  support.cuda_built = request.cuda_support;
+  for (const Device& device : request.devices) {
+    absl::Status supported = CheckDeviceSupported(device, support);
+    if (!supported.ok()) return supported;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Registry::Registry(Clock* clock, absl::Duration lease_timeout)
+    : clock_(clock), lease_timeout_(lease_timeout) {}
+
+absl::StatusOr<RegisterResult> Registry::Register(
+    const WorkerRegistration& request) {
+  absl::Status valid = ValidateRegistration(request);
+  if (!valid.ok()) return valid;
+
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  RegisterResult result;
+  auto by_name = id_by_name_.find(request.name);
+  if (by_name != id_by_name_.end()) {
+    WorkerRecord& existing = workers_.at(by_name->second);
+    if (existing.registration.incarnation == request.incarnation) {
+      existing.registration = request;
+      existing.renewed_at = now;
+      result.worker_id = existing.id;
+      result.retried = true;
+      return result;
+    }
+    workers_.erase(existing.id);
+    id_by_name_.erase(by_name);
+    result.replaced = true;
+  }
+  WorkerRecord record;
+  record.id = next_id_++;
+  record.registration = request;
+  record.registered_at = now;
+  record.renewed_at = now;
+  id_by_name_[request.name] = record.id;
+  result.worker_id = record.id;
+  workers_.emplace(record.id, std::move(record));
+  return result;
+}
+
+absl::Status Registry::FindLocked(uint64_t id, uint64_t incarnation) const {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown worker id ", id, "; register again"));
+  }
+  if (it->second.registration.incarnation != incarnation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker id ", id, " belongs to incarnation ",
+        it->second.registration.incarnation, ", not ", incarnation));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Registry::Renew(uint64_t id, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  absl::Status found = FindLocked(id, incarnation);
+  if (!found.ok()) return found;
+  workers_.at(id).renewed_at = clock_->Now();
+  return absl::OkStatus();
+}
+
+absl::Status Registry::Deregister(uint64_t id, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  absl::Status found = FindLocked(id, incarnation);
+  if (!found.ok()) return found;
+  id_by_name_.erase(workers_.at(id).registration.name);
+  workers_.erase(id);
+  return absl::OkStatus();
+}
+
+std::vector<WorkerRecord> Registry::EvictExpired() {
+  std::vector<WorkerRecord> evicted;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.renewed_at > lease_timeout_) {
+      id_by_name_.erase(it->second.registration.name);
+      evicted.push_back(std::move(it->second));
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return evicted;
+}
+
+std::vector<WorkerRecord> Registry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerRecord> records;
+  records.reserve(workers_.size());
+  for (const auto& [id, record] : workers_) records.push_back(record);
+  return records;
+}
+
+absl::Time Registry::NextExpiry() const {
+  absl::MutexLock lock(&mu_);
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [id, record] : workers_) {
+    next = std::min(next, record.renewed_at + lease_timeout_);
+  }
+  return next;
+}
+
+}  // namespace chorus

@@ -1,0 +1,106 @@
+// Registry: the coordinator's record of live workers and their devices.
+//
+// A worker registers with a name, an incarnation (new each time its process
+// starts) and its devices, and gets a worker id and a lease. Registering
+// again with the same name and incarnation is a retry and returns the same
+// id; a new incarnation under the same name replaces the old entry. A worker
+// whose lease is not renewed within the lease timeout is evicted by
+// EvictExpired().
+//
+// Lifecycle: created by the coordinator at start, destroyed at shutdown.
+// Thread safety: every method is thread-safe. The clock is not owned and must
+// outlive the registry.
+#ifndef CHORUS_SERVER_COORDINATOR_REGISTRY_H_
+#define CHORUS_SERVER_COORDINATOR_REGISTRY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/common/clock.h"
+#include "server/common/device.h"
+
+namespace chorus {
+
+struct WorkerRegistration {
+  std::string name;
+  std::string host;
+  // Where the worker serves its peers, "host:port".
+  std::string address;
+  uint64_t incarnation = 0;
+  std::vector<Device> devices;
+  bool cuda_support = false;
+};
+
+struct WorkerRecord {
+  uint64_t id = 0;
+  WorkerRegistration registration;
+  absl::Time registered_at;
+  absl::Time renewed_at;
+};
+
+struct RegisterResult {
+  uint64_t worker_id = 0;
+  // True when a different incarnation under the same name was replaced.
+  bool replaced = false;
+  // True when this was a retry of a registration already recorded.
+  bool retried = false;
+};
+
+class Registry {
+ public:
+  // `clock` is not owned.
+  Registry(Clock* clock, absl::Duration lease_timeout);
+
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Records a worker. Returns INVALID_ARGUMENT for an empty name or address,
+  // no devices, a malformed device or a device listed twice; UNIMPLEMENTED
+  // (the device refusal message) for a device that cannot take part in
+  // distributed operations. On error the registry is unchanged.
+  absl::StatusOr<RegisterResult> Register(const WorkerRegistration& request);
+
+  // Renews the lease of worker `id`. Returns NOT_FOUND when no such worker is
+  // registered (evicted, replaced or never seen) and FAILED_PRECONDITION when
+  // the incarnation does not match.
+  absl::Status Renew(uint64_t id, uint64_t incarnation);
+
+  // Removes worker `id`. Returns NOT_FOUND or FAILED_PRECONDITION as Renew.
+  absl::Status Deregister(uint64_t id, uint64_t incarnation);
+
+  // Removes every worker whose lease expired and returns them.
+  std::vector<WorkerRecord> EvictExpired();
+
+  // Returns the registered workers ordered by id.
+  std::vector<WorkerRecord> List() const;
+
+  // Returns the earliest time a lease can expire, or InfiniteFuture() when
+  // no worker is registered.
+  absl::Time NextExpiry() const;
+
+  absl::Duration lease_timeout() const { return lease_timeout_; }
+
+ private:
+  absl::Status FindLocked(uint64_t id, uint64_t incarnation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;  // not owned
+  const absl::Duration lease_timeout_;
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::btree_map<uint64_t, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint64_t> id_by_name_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COORDINATOR_REGISTRY_H_

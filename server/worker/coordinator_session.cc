@@ -1,0 +1,192 @@
+#include "server/worker/coordinator_session.h"
+
+#include <glog/logging.h>
+#include <grpcpp/client_context.h>
+
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/time/clock.h"
+#include "server/common/device_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/common/net.h"
+
+namespace chorus {
+namespace {
+
+uint64_t NewIncarnation() {
+  absl::BitGen gen;
+  return absl::Uniform<uint64_t>(gen, 1, UINT64_MAX);
+}
+
+// Codes that mean "the coordinator could not be reached or did not answer in
+// time": worth trying again.
+bool IsTransient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsResourceExhausted(status) || absl::IsAborted(status);
+}
+
+}  // namespace
+
+CoordinatorSession::CoordinatorSession(SessionOptions options)
+    : options_(std::move(options)),
+      incarnation_(NewIncarnation()),
+      stub_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator))) {}
+
+CoordinatorSession::~CoordinatorSession() { Shutdown(); }
+
+uint64_t CoordinatorSession::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+absl::Status CoordinatorSession::RegisterOnce() {
+  v1::RegisterWorkerRequest request;
+  request.set_name(options_.name);
+  request.set_host(options_.host);
+  request.set_address(options_.address);
+  request.set_incarnation(incarnation_);
+  request.set_cuda_support(options_.cuda_support);
+  for (const Device& device : options_.devices) {
+    *request.add_devices() = DeviceToProto(device);
+  }
+  v1::RegisterWorkerResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+  absl::Status status =
+      FromGrpcStatus(stub_->RegisterWorker(&context, request, &response));
+  if (!status.ok()) return status;
+  absl::MutexLock lock(&mu_);
+  worker_id_ = response.worker_id();
+  heartbeat_interval_ = absl::Milliseconds(
+      std::max<int64_t>(1, response.heartbeat_interval_ms()));
+  LOG(INFO) << "registered with " << options_.coordinator << " as worker "
+            << worker_id_ << " \"" << options_.name << "\" incarnation "
+            << incarnation_ << "; heartbeat every " << heartbeat_interval_;
+  return absl::OkStatus();
+}
+
+bool CoordinatorSession::WaitForStopUntil(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(&stop_requested_), deadline);
+  return stop_requested_;
+}
+
+absl::Status CoordinatorSession::Start() {
+  const absl::Time give_up =
+      options_.register_timeout == absl::InfiniteDuration()
+          ? absl::InfiniteFuture()
+          : absl::Now() + options_.register_timeout;
+  absl::Status last;
+  bool warned = false;
+  while (true) {
+    last = RegisterOnce();
+    if (last.ok()) break;
+    if (!IsTransient(last)) return last;
+    if (!warned) {
+      LOG(WARNING) << "cannot reach coordinator " << options_.coordinator
+                   << " (" << last << "); retrying";
+      warned = true;
+    }
+    const absl::Time next = absl::Now() + options_.retry_interval;
+    if (next > give_up) {
+      return absl::DeadlineExceededError(
+          "could not register with coordinator " + options_.coordinator +
+          " within --register_timeout: " + last.ToString());
+    }
+    if (WaitForStopUntil(next)) {
+      return absl::CancelledError("stopped before registering");
+    }
+  }
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  return absl::OkStatus();
+}
+
+void CoordinatorSession::HeartbeatLoop() {
+  bool coordinator_lost = false;
+  while (true) {
+    absl::Duration interval;
+    uint64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      interval = heartbeat_interval_;
+      id = worker_id_;
+    }
+    // While the coordinator is unreachable, try at the retry pace so the
+    // worker is back in the registry soon after the coordinator returns.
+    if (coordinator_lost)
+      interval = std::min(interval, options_.retry_interval);
+    if (WaitForStopUntil(absl::Now() + interval)) return;
+
+    v1::HeartbeatRequest request;
+    request.set_worker_id(id);
+    request.set_incarnation(incarnation_);
+    v1::HeartbeatResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+    absl::Status status =
+        FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+    if (status.ok()) {
+      if (coordinator_lost) {
+        LOG(INFO) << "coordinator " << options_.coordinator
+                  << " reachable again";
+      }
+      coordinator_lost = false;
+      continue;
+    }
+    if (absl::IsNotFound(status) || absl::IsFailedPrecondition(status)) {
+      // The coordinator forgot us: it restarted, or evicted us.
+      LOG(WARNING) << "coordinator does not know this worker (" << status
+                   << "); registering again";
+      absl::Status registered = RegisterOnce();
+      coordinator_lost = !registered.ok();
+      if (!registered.ok()) {
+        LOG(ERROR) << "registering again failed: " << registered;
+      }
+      continue;
+    }
+    if (!coordinator_lost) {
+      LOG(WARNING) << "heartbeat to " << options_.coordinator
+                   << " failed: " << status;
+    }
+    coordinator_lost = true;
+  }
+}
+
+void CoordinatorSession::RequestStop() {
+  absl::MutexLock lock(&mu_);
+  stop_requested_ = true;
+}
+
+void CoordinatorSession::WaitForStopRequest() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stop_requested_));
+}
+
+void CoordinatorSession::Shutdown() {
+  RequestStop();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    id = worker_id_;
+  }
+  if (id == 0) return;
+  v1::DeregisterRequest request;
+  request.set_worker_id(id);
+  request.set_incarnation(incarnation_);
+  v1::DeregisterResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+  absl::Status status =
+      FromGrpcStatus(stub_->Deregister(&context, request, &response));
+  if (status.ok()) {
+    LOG(INFO) << "deregistered worker " << id;
+  } else {
+    LOG(WARNING) << "deregistering worker " << id << " failed: " << status;
+  }
+}
+
+}  // namespace chorus

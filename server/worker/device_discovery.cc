@@ -1,0 +1,45 @@
+#include "server/worker/device_discovery.h"
+
+#include <unistd.h>
+
+#include "server/worker/cuda_probe.h"
+
+namespace chorus {
+
+DiscoveredDevices DiscoverDevices() {
+  DiscoveredDevices discovered;
+  Device cpu;
+  cpu.kind = DeviceKind::kCpu;
+  cpu.model = "cpu";
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    cpu.memory_bytes = static_cast<uint64_t>(pages) * page_size;
+  }
+  discovered.devices.push_back(cpu);
+
+  CudaProbeResult cuda = ProbeCuda();
+  discovered.support.cuda_built = cuda.built_with_cuda;
+  discovered.support.cuda_device_count = static_cast<int>(cuda.gpus.size());
+  discovered.support.cuda_unavailable_reason = cuda.unavailable_reason;
+  for (Device& gpu : cuda.gpus) discovered.devices.push_back(std::move(gpu));
+  return discovered;
+}
+
+absl::StatusOr<std::vector<Device>> SelectDevices(
+    const std::vector<Device>& requested, const DiscoveredDevices& discovered) {
+  if (requested.empty()) return discovered.devices;
+  std::vector<Device> selected;
+  for (const Device& want : requested) {
+    absl::Status supported = CheckDeviceSupported(want, discovered.support);
+    if (!supported.ok()) return supported;
+    Device device = want;
+    for (const Device& have : discovered.devices) {
+      if (SameDevice(have, want)) device = have;
+    }
+    selected.push_back(device);
+  }
+  return selected;
+}
+
+}  // namespace chorus
