@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Starts a demo Chorus cluster on 127.0.0.1 (a coordinator and two workers),
+# shows the workers registered with their devices, then stops it cleanly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/build.sh
+bin="${CHORUS_BUILD_DIR:-build}"
+coordinator_bin="$bin/server/coordinator/chorus-coordinator"
+worker_bin="$bin/server/worker/chorus-worker"
+chorusctl="$bin/client/chorusctl"
+
+run_dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+# Waits up to 30 s for a daemon to write its port file.
+wait_port() {
+  local file=$1 pid=$2
+  for _ in $(seq 300); do
+    [ -s "$file" ] && { cat "$file"; return 0; }
+    kill -0 "$pid" 2>/dev/null || { echo "daemon exited; log:" >&2; cat "$run_dir"/*.log >&2; return 1; }
+    sleep 0.1
+  done
+  echo "timed out waiting for $file" >&2
+  return 1
+}
+
+"$coordinator_bin" --listen=127.0.0.1:0 --port_file="$run_dir/coordinator.port" \
+  2>"$run_dir/coordinator.log" &
+pids+=($!)
+port=$(wait_port "$run_dir/coordinator.port" "${pids[0]}")
+coordinator="127.0.0.1:$port"
+echo "coordinator listening on $coordinator"
+
+for name in demo-worker-0 demo-worker-1; do
+  "$worker_bin" --coordinator="$coordinator" --name="$name" --listen=127.0.0.1:0 \
+    --port_file="$run_dir/$name.port" 2>"$run_dir/$name.log" &
+  pids+=($!)
+  wait_port "$run_dir/$name.port" "${pids[-1]}" >/dev/null
+done
+
+echo
+echo "\$ chorusctl --coordinator=$coordinator workers"
+"$chorusctl" --coordinator="$coordinator" workers
+echo
+echo "A worker asking for a device without distributed support is refused:"
+echo "\$ chorus-worker --coordinator=$coordinator --devices=cpu,vulkan:0"
+status=0
+"$worker_bin" --coordinator="$coordinator" --listen=127.0.0.1:0 --devices=cpu,vulkan:0 \
+  2>"$run_dir/refused.log" || status=$?
+grep '^chorus-worker:' "$run_dir/refused.log" || true
+echo "(exit code $status)"
