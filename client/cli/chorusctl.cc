@@ -1,31 +1,76 @@
 // chorusctl: the command line client of a Chorus cluster.
 
+#include <glog/logging.h>
+#include <unistd.h>
+
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "chorus/admin_client.h"
+#include "chorus/communicator.h"
+#include "client/cli/values.h"
 #include "server/common/device_proto.h"
+#include "server/common/rank_list.h"
+#include "server/worker/worker_runtime.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "Deadline of each call.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
+          "Deadline of each call; a join or collective that not every rank "
+          "reaches by then fails with DEADLINE_EXCEEDED naming the missing "
+          "ranks.");
+ABSL_FLAG(std::string, worker, "",
+          "Run collectives through the worker daemon whose local API is at "
+          "this host:port. Empty: chorusctl joins as a worker of its own, "
+          "registered with --coordinator.");
+ABSL_FLAG(std::string, group, "", "Group to join (collective commands).");
+ABSL_FLAG(int32_t, world, 1, "Number of ranks in the group.");
+ABSL_FLAG(int32_t, rank, 0, "This rank, 0 .. world-1.");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Element type: f16 bf16 f32 f64 i8 u8 i32 i64 u32 u64.");
+ABSL_FLAG(std::string, op, "sum", "Reduce op: sum prod min max avg.");
+ABSL_FLAG(int32_t, root, 0, "Root rank of reduce, broadcast, gather, scatter.");
+ABSL_FLAG(int64_t, count, -1,
+          "Elements per rank block; default: derived from the values given "
+          "(needed off the root of broadcast and scatter).");
+ABSL_FLAG(std::string, algorithm, "auto",
+          "Force a plan: auto, inline, recursive_doubling, ring.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Device this rank's data lives on, e.g. cpu or cuda:0.");
 
 namespace {
 
 constexpr char kUsage[] =
     "chorusctl: inspect and use a Chorus cluster.\n"
-    "Usage: chorusctl [--coordinator=HOST:PORT] [--timeout=10s] COMMAND\n"
+    "Usage: chorusctl [flags] COMMAND [VALUES...]\n"
     "Commands:\n"
-    "  workers   list registered workers: id, name, host, address,\n"
-    "            incarnation, lease age and devices";
+    "  workers      list registered workers: id, name, host, address,\n"
+    "               incarnation, lease age and devices\n"
+    "  groups       list groups: epoch, completed collectives, members, and\n"
+    "               the ranks a pending collective is waiting for\n"
+    "  stalls       list only the collectives that are waiting for ranks\n"
+    "  allreduce reduce broadcast allgather reducescatter gather scatter\n"
+    "  alltoall barrier\n"
+    "               join --group as --rank of --world and run the collective\n"
+    "               on VALUES (this rank's input); print this rank's output\n"
+    "Example: chorusctl --coordinator=127.0.0.1:7000 --group=g --world=2 \\\n"
+    "           --rank=0 --op=sum --dtype=f32 allreduce 1 2 3";
+
+int Fail(const absl::Status& status) {
+  std::cerr << "chorusctl: " << status << std::endl;
+  return 1;
+}
 
 std::string Devices(const chorus::v1::WorkerInfo& worker) {
   return absl::StrJoin(
@@ -37,10 +82,7 @@ std::string Devices(const chorus::v1::WorkerInfo& worker) {
 int ListWorkers(const chorus::AdminClient& client) {
   absl::StatusOr<std::vector<chorus::v1::WorkerInfo>> workers =
       client.ListWorkers();
-  if (!workers.ok()) {
-    std::cerr << "chorusctl: " << workers.status() << std::endl;
-    return 1;
-  }
+  if (!workers.ok()) return Fail(workers.status());
   std::cout << absl::StrFormat("%-4s %-24s %-16s %-22s %-20s %-9s %s\n", "ID",
                                "NAME", "HOST", "ADDRESS", "INCARNATION",
                                "LEASE_AGE", "DEVICES");
@@ -55,19 +97,173 @@ int ListWorkers(const chorus::AdminClient& client) {
   return 0;
 }
 
+int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
+  absl::StatusOr<std::vector<chorus::v1::GroupInfo>> groups =
+      client.ListGroups();
+  if (!groups.ok()) return Fail(groups.status());
+  int shown = 0;
+  for (const chorus::v1::GroupInfo& g : *groups) {
+    if (stalls_only && g.pending_sequence() == 0) continue;
+    ++shown;
+    std::cout << "group " << g.name() << ": world " << g.world_size()
+              << ", epoch " << g.epoch() << ", " << g.completed()
+              << " collectives done";
+    if (g.pending_sequence() != 0) {
+      std::vector<int> missing(g.missing_ranks().begin(),
+                               g.missing_ranks().end());
+      std::cout << "; #" << g.pending_sequence() << " waiting "
+                << g.pending_ms() << "ms for " << chorus::FormatRanks(missing);
+    }
+    std::cout << "\n";
+    if (stalls_only) continue;
+    for (const chorus::v1::GroupMember& m : g.members()) {
+      std::cout << "  rank " << m.rank() << ": worker " << m.worker_id()
+                << " \"" << m.worker_name() << "\" at " << m.address() << " "
+                << chorus::CanonicalName(chorus::DeviceFromProto(m.device()))
+                << "\n";
+    }
+  }
+  std::cout << shown << (stalls_only ? " stalled group" : " group")
+            << (shown == 1 ? "" : "s") << std::endl;
+  return 0;
+}
+
+// Derives the per-rank block count from the number of values given.
+absl::StatusOr<uint64_t> BlockCount(const chorus::CollectiveSpec& spec,
+                                    int world, int rank, size_t values) {
+  if (absl::GetFlag(FLAGS_count) >= 0) return absl::GetFlag(FLAGS_count);
+  switch (spec.kind) {
+    case chorus::CollectiveKind::kReduceScatter:
+    case chorus::CollectiveKind::kAllToAll:
+    case chorus::CollectiveKind::kScatter:
+      if (spec.kind == chorus::CollectiveKind::kScatter && rank != spec.root) {
+        return absl::InvalidArgumentError("scatter off the root needs --count");
+      }
+      if (values % world != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            CollectiveKindName(spec.kind), " needs world x count values; got ",
+            values, " for world ", world));
+      }
+      return values / world;
+    case chorus::CollectiveKind::kBroadcast:
+      if (rank != spec.root) {
+        return absl::InvalidArgumentError(
+            "broadcast off the root needs --count");
+      }
+      return values;
+    default:
+      return values;
+  }
+}
+
+int RunCollective(chorus::CollectiveKind kind,
+                  const std::vector<std::string>& values) {
+  const std::string group = absl::GetFlag(FLAGS_group);
+  const int world = absl::GetFlag(FLAGS_world);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  if (group.empty())
+    return Fail(absl::InvalidArgumentError("--group is needed"));
+
+  chorus::CollectiveSpec spec;
+  spec.kind = kind;
+  spec.root = absl::GetFlag(FLAGS_root);
+  if (kind != chorus::CollectiveKind::kBarrier) {
+    absl::StatusOr<chorus::DType> dtype =
+        chorus::ParseDType(absl::GetFlag(FLAGS_dtype));
+    if (!dtype.ok()) return Fail(dtype.status());
+    spec.dtype = *dtype;
+    if (chorus::KindReduces(kind)) {
+      absl::StatusOr<chorus::ReduceOp> op =
+          chorus::ParseReduceOp(absl::GetFlag(FLAGS_op));
+      if (!op.ok()) return Fail(op.status());
+      spec.op = *op;
+    }
+    absl::StatusOr<uint64_t> count =
+        BlockCount(spec, world, rank, values.size());
+    if (!count.ok()) return Fail(count.status());
+    spec.count = *count;
+  }
+  absl::StatusOr<std::string> input = chorus::EncodeValues(spec.dtype, values);
+  if (!input.ok()) return Fail(input.status());
+  absl::StatusOr<chorus::Algorithm> algorithm =
+      chorus::ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
+  if (!algorithm.ok()) return Fail(algorithm.status());
+  absl::StatusOr<chorus::Device> device =
+      chorus::ParseDeviceSpec(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(device.status());
+
+  chorus::JoinOptions join;
+  join.device = *device;
+  join.timeout = absl::GetFlag(FLAGS_timeout);
+  std::unique_ptr<chorus::WorkerRuntime> runtime;
+  absl::StatusOr<std::unique_ptr<chorus::Communicator>> communicator;
+  if (const std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
+    communicator = chorus::Communicator::JoinThroughDaemon(worker, group, world,
+                                                           rank, join);
+  } else {
+    chorus::RuntimeOptions options;
+    options.coordinator = absl::GetFlag(FLAGS_coordinator);
+    options.name = absl::StrCat("chorusctl-", getpid(), "-", group, "-", rank);
+    options.devices = {*device};
+    if (device->kind != chorus::DeviceKind::kCpu) {
+      options.devices.insert(options.devices.begin(),
+                             chorus::JoinOptions::CpuDevice());
+    }
+    options.register_timeout = absl::GetFlag(FLAGS_timeout);
+    absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> started =
+        chorus::WorkerRuntime::Start(options);
+    if (!started.ok()) return Fail(started.status());
+    runtime = *std::move(started);
+    communicator = chorus::Communicator::JoinEmbedded(runtime.get(), group,
+                                                      world, rank, join);
+  }
+  if (!communicator.ok()) return Fail(communicator.status());
+
+  chorus::CallOptions call;
+  call.algorithm = *algorithm;
+  call.timeout = absl::GetFlag(FLAGS_timeout);
+  std::string output;
+  absl::StatusOr<chorus::CallResult> result =
+      (*communicator)->Run(spec, *input, &output, call);
+  if (!result.ok()) return Fail(result.status());
+  std::cerr << "chorusctl: " << chorus::DescribeSpec(spec) << " #"
+            << result->sequence << " of group " << group << " epoch "
+            << (*communicator)->epoch() << " ran "
+            << chorus::AlgorithmName(result->algorithm) << std::endl;
+  std::cout << absl::StrJoin(chorus::DecodeValues(spec.dtype, output), " ")
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "chorusctl.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2) {
+  // Only warnings and errors of the embedded worker reach the terminal.
+  FLAGS_logtostderr = true;
+  FLAGS_minloglevel = google::GLOG_WARNING;
+  google::InitGoogleLogging(argv[0]);
+  if (args.size() < 2) {
     std::cerr << kUsage << std::endl;
     return 2;
   }
   const std::string command = args[1];
+  std::vector<std::string> values(args.begin() + 2, args.end());
   std::unique_ptr<chorus::AdminClient> client = chorus::AdminClient::Connect(
       absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_timeout));
   if (command == "workers") return ListWorkers(*client);
+  if (command == "groups") return ListGroups(*client, false);
+  if (command == "stalls") return ListGroups(*client, true);
+  absl::StatusOr<chorus::CollectiveKind> kind =
+      chorus::ParseCollectiveKind(command);
+  if (kind.ok()) return RunCollective(*kind, values);
   std::cerr << "chorusctl: unknown command \"" << command << "\"\n"
             << kUsage << std::endl;
   return 2;

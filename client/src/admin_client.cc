@@ -30,4 +30,15 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> AdminClient::ListWorkers() const {
                                      response.workers().end());
 }
 
+absl::StatusOr<std::vector<v1::GroupInfo>> AdminClient::ListGroups() const {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(timeout_));
+  v1::ListGroupsResponse response;
+  absl::Status status = FromGrpcStatus(
+      stub_->ListGroups(&context, v1::ListGroupsRequest(), &response));
+  if (!status.ok()) return status;
+  return std::vector<v1::GroupInfo>(response.groups().begin(),
+                                    response.groups().end());
+}
+
 }  // namespace chorus

@@ -10,6 +10,8 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
@@ -27,6 +29,13 @@ sigset_t TerminationSignals() {
 
 void InitDaemon(int argc, char** argv, absl::string_view usage) {
   absl::SetProgramUsageMessage(usage);
+  // --help lists the flags defined in the daemons' *_main.cc files.
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "_main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
   absl::ParseCommandLine(argc, argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -60,6 +61,11 @@ absl::Status UnsupportedDeviceError(const Device& device,
       absl::StrCat(kUnsupportedDevicePrefix, CanonicalName(device));
   if (!reason.empty()) absl::StrAppend(&message, ": ", reason);
   return absl::UnimplementedError(message);
+}
+
+bool IsDeviceRefusal(const absl::Status& status) {
+  return absl::IsUnimplemented(status) &&
+         absl::StartsWith(status.message(), kUnsupportedDevicePrefix);
 }
 
 absl::Status ValidateDevice(const Device& device) {

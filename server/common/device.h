@@ -58,6 +58,9 @@ inline constexpr absl::string_view kUnsupportedDevicePrefix =
 absl::Status UnsupportedDeviceError(const Device& device,
                                     absl::string_view reason = "");
 
+// True when `status` is a refusal made by UnsupportedDeviceError.
+bool IsDeviceRefusal(const absl::Status& status);
+
 // Checks the shape of a device: a known kind, a non-negative index, CPU at
 // index 0, other_kind set exactly when kind is kOther. Returns OK or
 // INVALID_ARGUMENT.

@@ -2,6 +2,9 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -10,8 +13,9 @@
 #include "server/common/daemon.h"
 #include "server/common/device.h"
 #include "server/common/net.h"
+#include "server/common/wakeup_loop.h"
 #include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/lease_sweeper.h"
+#include "server/coordinator/group_table.h"
 #include "server/coordinator/registry.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000",
@@ -21,6 +25,18 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(5),
           "A worker that sends no heartbeat for this long is evicted. "
           "Workers heartbeat every quarter of it.");
+ABSL_FLAG(uint64_t, inline_max_bytes, 64 << 10,
+          "Collectives whose payload is at most this many bytes ride with "
+          "the call and are computed by the coordinator (one round trip).");
+ABSL_FLAG(uint64_t, recursive_doubling_max_bytes, 1 << 20,
+          "All-reduces up to this size use recursive doubling between the "
+          "workers; larger ones a chunked ring.");
+ABSL_FLAG(uint64_t, chunk_bytes, 1 << 20,
+          "Bytes per data-plane chunk in the plans.");
+ABSL_FLAG(int32_t, max_world_size, 4096, "Largest group a join may ask for.");
+ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
+          "The longest a join or collective may wait for its peers; also the "
+          "deadline of calls whose client set none.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -36,11 +52,50 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  chorus::Registry registry(chorus::RealClock::Get(), lease);
-  chorus::CoordinatorService service(&registry, chorus::RealClock::Get());
-  chorus::LeaseSweeper sweeper(&registry, [](const chorus::WorkerRecord& r) {
-    LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
-                 << "\": no heartbeat within the lease";
+  chorus::Clock* clock = chorus::RealClock::Get();
+  chorus::Registry registry(clock, lease);
+  chorus::GroupTableOptions group_options;
+  group_options.max_world_size = absl::GetFlag(FLAGS_max_world_size);
+  group_options.planner.inline_max_bytes =
+      absl::GetFlag(FLAGS_inline_max_bytes);
+  group_options.planner.recursive_doubling_max_bytes =
+      absl::GetFlag(FLAGS_recursive_doubling_max_bytes);
+  group_options.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  chorus::GroupTable groups(clock, &registry, group_options);
+
+  // Ends joins and collectives at their deadlines. `planned` is when the loop
+  // will next look; a call with an earlier deadline pokes it. While the loop
+  // computes, `planned` reads kComputing and every new call pokes.
+  constexpr int64_t kComputing = INT64_MIN;
+  std::atomic<int64_t> planned{kComputing};
+  chorus::WakeupLoop deadlines([&groups, &planned] {
+    planned.store(kComputing);
+    groups.ExpireDeadlines();
+    const absl::Time next = groups.NextDeadline();
+    planned.store(next == absl::InfiniteFuture() ? INT64_MAX
+                                                 : absl::ToUnixNanos(next));
+    return next;
+  });
+  chorus::CoordinatorServiceOptions service_options;
+  service_options.max_wait = absl::GetFlag(FLAGS_max_wait);
+  chorus::CoordinatorService service(
+      &registry, &groups, clock, service_options,
+      [&deadlines, &planned](absl::Time deadline) {
+        const int64_t at = planned.load();
+        if (at == kComputing || absl::ToUnixNanos(deadline) < at) {
+          deadlines.Poke();
+        }
+      });
+  // Evicts workers as their leases expire: wakes just after the earliest
+  // lease can expire, and at least once a lease period (a worker registered
+  // meanwhile expires no earlier than that).
+  chorus::WakeupLoop sweeper([&registry] {
+    for (const chorus::WorkerRecord& r : registry.EvictExpired()) {
+      LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
+                   << "\": no heartbeat within the lease";
+    }
+    return std::min(registry.NextExpiry() + absl::Milliseconds(1),
+                    absl::Now() + registry.lease_timeout());
   });
 
   chorus::ServerOptions options;
@@ -52,6 +107,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   sweeper.Start();
+  deadlines.Start();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
             << " (port " << server->port << "), lease " << lease;
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
@@ -64,9 +120,13 @@ int main(int argc, char** argv) {
 
   const int signal = chorus::WaitForTerminationSignal();
   LOG(INFO) << "signal " << signal << ": shutting down";
+  groups.AbortAll(absl::UnavailableError(
+      "the coordinator is shutting down; join the group again once it is "
+      "back"));
   server->server->Shutdown(
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
   sweeper.Stop();
+  deadlines.Stop();
   LOG(INFO) << "chorus-coordinator stopped";
   return 0;
 }

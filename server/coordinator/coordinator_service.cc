@@ -2,7 +2,9 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_join.h"
 #include "server/common/device_proto.h"
@@ -24,10 +26,43 @@ std::string DeviceNames(const std::vector<Device>& devices) {
   });
 }
 
+v1::GroupMember MemberToProto(const GroupMember& member) {
+  v1::GroupMember proto;
+  proto.set_rank(member.rank);
+  proto.set_worker_id(member.worker_id);
+  proto.set_worker_name(member.worker_name);
+  proto.set_host(member.host);
+  proto.set_address(member.address);
+  *proto.mutable_device() = DeviceToProto(member.device);
+  return proto;
+}
+
 }  // namespace
 
-CoordinatorService::CoordinatorService(Registry* registry, Clock* clock)
-    : registry_(registry), clock_(clock) {}
+CoordinatorService::CoordinatorService(
+    Registry* registry, GroupTable* groups, Clock* clock,
+    CoordinatorServiceOptions options,
+    std::function<void(absl::Time)> deadline_added)
+    : registry_(registry),
+      groups_(groups),
+      clock_(clock),
+      options_(options),
+      deadline_added_(std::move(deadline_added)) {}
+
+absl::Time CoordinatorService::CoreDeadline(
+    const grpc::CallbackServerContext& context) const {
+  const absl::Time now = clock_->Now();
+  absl::Time deadline = now + options_.max_wait;
+  const auto client = context.deadline();
+  if (client != std::chrono::system_clock::time_point::max()) {
+    deadline = std::min(deadline, absl::FromChrono(client));
+  }
+  // Answer a little before the client gives up: a tenth of the time left,
+  // between 5 ms and 250 ms.
+  const absl::Duration margin = std::clamp(
+      (deadline - now) / 10, absl::Milliseconds(5), absl::Milliseconds(250));
+  return deadline - margin;
+}
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     grpc::CallbackServerContext* context,
@@ -99,6 +134,94 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
     info->set_lease_age_ms(absl::ToInt64Milliseconds(now - record.renewed_at));
     for (const Device& device : record.registration.devices) {
       *info->add_devices() = DeviceToProto(device);
+    }
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
+    grpc::CallbackServerContext* context, const v1::JoinGroupRequest* request,
+    v1::JoinGroupResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  JoinRequest join;
+  join.group = request->group();
+  join.world_size = request->world_size();
+  join.rank = request->rank();
+  join.worker_id = request->worker_id();
+  join.device = DeviceFromProto(request->device());
+  join.deadline = CoreDeadline(*context);
+  const absl::Time deadline = join.deadline;
+  const uint64_t inline_max = groups_->options().planner.inline_max_bytes;
+  groups_->Join(std::move(join), [reactor, response,
+                                  inline_max](absl::StatusOr<GroupView> view) {
+    if (view.ok()) {
+      response->set_group(view->name);
+      response->set_epoch(view->epoch);
+      response->set_inline_max_bytes(inline_max);
+      for (const GroupMember& m : view->members) {
+        *response->add_members() = MemberToProto(m);
+      }
+    }
+    reactor->Finish(ToGrpcStatus(view.status()));
+  });
+  deadline_added_(deadline);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Collective(
+    grpc::CallbackServerContext* context, const v1::CollectiveRequest* request,
+    v1::CollectiveResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  CollectiveCall call;
+  call.group = request->group();
+  call.epoch = request->epoch();
+  call.rank = request->rank();
+  call.sequence = request->sequence();
+  call.spec.kind = static_cast<CollectiveKind>(request->kind());
+  call.spec.dtype = static_cast<DType>(request->dtype());
+  call.spec.count = request->count();
+  call.spec.op = static_cast<ReduceOp>(request->op());
+  call.spec.root = request->root();
+  call.algorithm = static_cast<Algorithm>(request->algorithm());
+  if (request->has_device()) call.device = DeviceFromProto(request->device());
+  call.has_data = request->has_inline_data();
+  call.data = request->inline_data();
+  call.deadline = CoreDeadline(*context);
+  const absl::Time deadline = call.deadline;
+  groups_->Collective(
+      std::move(call),
+      [reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
+        if (outcome.ok()) {
+          response->set_sequence(outcome->sequence);
+          response->mutable_plan()->set_algorithm(
+              static_cast<v1::Algorithm>(outcome->plan.algorithm));
+          response->mutable_plan()->set_chunk_bytes(outcome->plan.chunk_bytes);
+          response->set_inline_result(std::move(outcome->data));
+        }
+        reactor->Finish(ToGrpcStatus(outcome.status()));
+      });
+  deadline_added_(deadline);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
+    grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
+    v1::ListGroupsResponse* response) {
+  const absl::Time now = clock_->Now();
+  for (const GroupSummary& summary : groups_->List()) {
+    v1::GroupInfo* info = response->add_groups();
+    info->set_name(summary.view.name);
+    info->set_world_size(summary.view.world_size);
+    info->set_epoch(summary.view.epoch);
+    info->set_completed(summary.completed);
+    for (const GroupMember& m : summary.view.members) {
+      *info->add_members() = MemberToProto(m);
+    }
+    if (summary.pending_sequence != 0) {
+      info->set_pending_sequence(summary.pending_sequence);
+      for (int rank : summary.missing_ranks) info->add_missing_ranks(rank);
+      info->set_pending_ms(
+          absl::ToInt64Milliseconds(now - summary.pending_since));
     }
   }
   return Finish(context, absl::OkStatus());

@@ -1,23 +1,43 @@
 // CoordinatorService: the gRPC adapter of the coordinator. It turns
-// chorus.v1.Coordinator requests into calls on the core (Registry) and the
-// core's absl::Status into grpc::Status; it holds no logic of its own.
+// chorus.v1.Coordinator requests into calls on the core (Registry,
+// GroupTable) and the core's absl::Status into grpc::Status; it holds no
+// logic of its own. Calls that wait (JoinGroup, Collective) complete from the
+// core's callbacks; no thread blocks per waiting call.
+//
+// The core ends a waiting call slightly before the client's deadline, so the
+// client receives the descriptive DEADLINE_EXCEEDED (naming the missing
+// ranks) rather than its own bare one.
 //
 // Lifecycle: owned by the coordinator's main, registered with its server,
 // destroyed after the server shut down. Thread safety: all methods may run
-// concurrently on gRPC's callback threads. The registry is not owned.
+// concurrently on gRPC's callback threads. Pointers are not owned.
 #ifndef CHORUS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
 #define CHORUS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include <functional>
+
+#include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/common/clock.h"
+#include "server/coordinator/group_table.h"
 #include "server/coordinator/registry.h"
 
 namespace chorus {
 
+struct CoordinatorServiceOptions {
+  // Deadline of a waiting call whose client set none, and the most any
+  // call may wait.
+  absl::Duration max_wait = absl::Minutes(10);
+};
+
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // Neither argument is owned.
-  CoordinatorService(Registry* registry, Clock* clock);
+  // None of the pointers is owned. `deadline_added` runs (without locks)
+  // whenever a waiting call with deadline `t` was added, so the owner can
+  // make sure GroupTable::ExpireDeadlines runs by then.
+  CoordinatorService(Registry* registry, GroupTable* groups, Clock* clock,
+                     CoordinatorServiceOptions options,
+                     std::function<void(absl::Time)> deadline_added);
 
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* context,
@@ -34,10 +54,27 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListWorkersRequest* request,
       v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
+                                      const v1::JoinGroupRequest* request,
+                                      v1::JoinGroupResponse* response) override;
+  grpc::ServerUnaryReactor* Collective(
+      grpc::CallbackServerContext* context,
+      const v1::CollectiveRequest* request,
+      v1::CollectiveResponse* response) override;
+  grpc::ServerUnaryReactor* ListGroups(
+      grpc::CallbackServerContext* context,
+      const v1::ListGroupsRequest* request,
+      v1::ListGroupsResponse* response) override;
 
  private:
+  // The time the core should end a call from `context`.
+  absl::Time CoreDeadline(const grpc::CallbackServerContext& context) const;
+
   Registry* const registry_;  // not owned
+  GroupTable* const groups_;  // not owned
   Clock* const clock_;        // not owned
+  const CoordinatorServiceOptions options_;
+  const std::function<void(absl::Time)> deadline_added_;
 };
 
 }  // namespace chorus

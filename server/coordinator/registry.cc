@@ -127,6 +127,28 @@ std::vector<WorkerRecord> Registry::EvictExpired() {
   return evicted;
 }
 
+absl::StatusOr<WorkerRecord> Registry::ResolveMember(
+    uint64_t id, const Device& device) const {
+  absl::Status valid = ValidateDevice(device);
+  if (!valid.ok()) return valid;
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
+  }
+  const WorkerRegistration& registration = it->second.registration;
+  DeviceSupport support;
+  support.cuda_built = registration.cuda_support;
+  absl::Status supported = CheckDeviceSupported(device, support);
+  if (!supported.ok()) return supported;
+  for (const Device& have : registration.devices) {
+    if (SameDevice(have, device)) return it->second;
+  }
+  return UnsupportedDeviceError(
+      device,
+      absl::StrCat("worker \"", registration.name, "\" did not register it"));
+}
+
 std::vector<WorkerRecord> Registry::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerRecord> records;

@@ -79,6 +79,14 @@ class Registry {
   // Removes every worker whose lease expired and returns them.
   std::vector<WorkerRecord> EvictExpired();
 
+  // Checks that worker `id` is registered and may use `device` in a group:
+  // the device must be one the worker registered. Returns the worker's
+  // record; NOT_FOUND for an unknown worker; UNIMPLEMENTED (the device
+  // refusal message) for a device without distributed support or one the
+  // worker did not register.
+  absl::StatusOr<WorkerRecord> ResolveMember(uint64_t id,
+                                             const Device& device) const;
+
   // Returns the registered workers ordered by id.
   std::vector<WorkerRecord> List() const;
 

@@ -17,8 +17,8 @@
 #include "server/common/daemon.h"
 #include "server/common/device.h"
 #include "server/common/net.h"
-#include "server/worker/coordinator_session.h"
-#include "server/worker/device_discovery.h"
+#include "server/worker/local_api_service.h"
+#include "server/worker/worker_runtime.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
@@ -46,20 +46,6 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::InfiniteDuration(),
 
 namespace {
 
-std::string Hostname() {
-  char buffer[256] = {};
-  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
-  return buffer;
-}
-
-std::string AdvertisedAddress(const std::string& listen, int port) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-    host = Hostname();
-  }
-  return absl::StrCat(host, ":", port);
-}
-
 int Fail(const absl::Status& status, absl::string_view what) {
   std::cerr << "chorus-worker: " << what << ": " << status << std::endl;
   return 1;
@@ -71,71 +57,61 @@ int main(int argc, char** argv) {
   chorus::InitDaemon(
       argc, argv,
       "chorus-worker: registers this host's devices with a Chorus "
-      "coordinator, keeps its lease and serves its peers.\n"
+      "coordinator, keeps its lease, serves its peers and the local API "
+      "applications issue collectives through.\n"
       "Usage: chorus-worker --coordinator=HOST:PORT [--devices=cpu,cuda:0] "
       "[--name=NAME] [--listen=HOST:PORT] [--port_file=PATH]");
 
-  std::vector<chorus::Device> requested;
+  chorus::RuntimeOptions options;
   if (const std::string spec = absl::GetFlag(FLAGS_devices); !spec.empty()) {
     absl::StatusOr<std::vector<chorus::Device>> parsed =
         chorus::ParseDeviceList(spec);
     if (!parsed.ok()) return Fail(parsed.status(), "bad --devices");
-    requested = *std::move(parsed);
+    options.devices = *std::move(parsed);
   }
-  const chorus::DiscoveredDevices discovered = chorus::DiscoverDevices();
-  absl::StatusOr<std::vector<chorus::Device>> devices =
-      chorus::SelectDevices(requested, discovered);
-  if (!devices.ok()) return Fail(devices.status(), "device refused");
-
-  chorus::ServerOptions server_options;
-  server_options.listen_address = absl::GetFlag(FLAGS_listen);
-  absl::StatusOr<chorus::StartedServer> server =
-      chorus::StartServer(server_options);
-  if (!server.ok()) return Fail(server.status(), "cannot serve");
-
-  chorus::SessionOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  options.address = absl::GetFlag(FLAGS_advertise_address);
-  if (options.address.empty()) {
-    options.address =
-        AdvertisedAddress(server_options.listen_address, server->port);
-  }
-  options.host = Hostname();
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   options.name = absl::GetFlag(FLAGS_name);
-  if (options.name.empty()) options.name = options.address;
-  options.devices = *devices;
-  options.cuda_support = discovered.support.cuda_built;
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
-  chorus::CoordinatorSession session(options);
+  chorus::LocalApiService local_api;
+  options.extra_services = {&local_api};
 
-  // The signal thread only asks the session to stop; main does the rest.
-  std::thread([&session] {
+  absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> created =
+      chorus::WorkerRuntime::Create(options);
+  if (!created.ok()) {
+    return Fail(created.status(), chorus::IsDeviceRefusal(created.status())
+                                      ? "device refused"
+                                      : "cannot start");
+  }
+  chorus::WorkerRuntime& runtime = **created;
+
+  // The signal thread only asks the runtime to stop; main does the rest.
+  std::thread([&runtime] {
     const int signal = chorus::WaitForTerminationSignal();
     LOG(INFO) << "signal " << signal << ": shutting down";
-    session.RequestStop();
+    runtime.RequestStop();
   }).detach();
 
-  LOG(INFO) << "chorus-worker \"" << options.name << "\" serving on "
-            << options.address << " with devices "
-            << absl::StrJoin(options.devices, ",",
+  LOG(INFO) << "chorus-worker serving on " << runtime.address()
+            << " with devices "
+            << absl::StrJoin(runtime.devices(), ",",
                              [](std::string* out, const chorus::Device& d) {
                                out->append(chorus::CanonicalName(d));
                              });
-  absl::Status started = session.Start();
-  if (absl::IsCancelled(started)) {
-    server->server->Shutdown(chorus::DeadlineAfter(absl::Seconds(1)));
-    return 0;
-  }
-  if (!started.ok()) return Fail(started, "registration refused");
+  absl::Status registered = runtime.Register();
+  if (absl::IsCancelled(registered)) return 0;
+  if (!registered.ok()) return Fail(registered, "registration refused");
+  local_api.Bind(&runtime);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    absl::Status written = chorus::WritePortFile(path, server->port);
+    absl::Status written = chorus::WritePortFile(path, runtime.port());
     if (!written.ok()) return Fail(written, "cannot write --port_file");
   }
 
-  session.WaitForStopRequest();
-  session.Shutdown();
-  server->server->Shutdown(chorus::DeadlineAfter(absl::Seconds(2)));
+  runtime.WaitForStopRequest();
+  runtime.Shutdown();
+  local_api.Drain();
   LOG(INFO) << "chorus-worker stopped";
   return 0;
 }

@@ -1,5 +1,5 @@
 // AdminClient: inspects a Chorus cluster through its coordinator (registered
-// workers and their devices).
+// workers and their devices, groups and their pending collectives).
 //
 // Lifecycle: Connect() returns a client bound to one coordinator address; the
 // connection is made lazily and re-made after failures.
@@ -26,6 +26,10 @@ class AdminClient {
   // Returns the registered workers ordered by id, or the call's status
   // (UNAVAILABLE when the coordinator cannot be reached, DEADLINE_EXCEEDED).
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers() const;
+
+  // Returns the formed groups ordered by name, each with its members and the
+  // collective it is waiting on, if any; codes as ListWorkers().
+  absl::StatusOr<std::vector<v1::GroupInfo>> ListGroups() const;
 
  private:
   AdminClient(std::unique_ptr<v1::Coordinator::Stub> stub,

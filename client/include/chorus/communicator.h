@@ -1,0 +1,160 @@
+// Communicator: one rank of a Chorus group, as an application sees it. Join
+// a group (through a worker daemon's local API, or through a WorkerRuntime
+// embedded in this process), then run collectives on host buffers, blocking
+// or asynchronously. Both paths share the same code below this API.
+//
+// Collectives are numbered in the order this rank issues them (Run() or
+// RunAsync()); the n-th call of each rank is matched with the n-th of the
+// others, so every rank must issue the same collectives in the same order.
+//
+// Lifecycle: Join*() returns a communicator of a formed group; destroying it
+// waits for its asynchronous calls.
+// Thread safety: all methods are thread-safe; calls issued from several
+// threads are numbered in the order they enter Run()/RunAsync().
+#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_H_
+#define CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/common/collective.h"
+#include "server/common/device.h"
+
+namespace chorus {
+
+class WorkerRuntime;
+
+struct JoinOptions {
+  // The device this rank reduces on.
+  Device device = CpuDevice();
+  absl::Duration timeout = absl::Minutes(1);
+
+  static Device CpuDevice() {
+    Device d;
+    d.kind = DeviceKind::kCpu;
+    return d;
+  }
+};
+
+struct CallOptions {
+  // Forces a plan; kUnspecified lets the coordinator choose.
+  Algorithm algorithm = Algorithm::kUnspecified;
+  absl::Duration timeout = absl::Minutes(1);
+  // The device this call's buffers live on; the rank's device when unset.
+  std::optional<Device> device;
+};
+
+struct CallResult {
+  uint64_t sequence = 0;
+  // The plan the coordinator chose.
+  Algorithm algorithm = Algorithm::kUnspecified;
+};
+
+// An asynchronous collective. Wait() blocks until it ended.
+class CollectiveHandle {
+ public:
+  explicit CollectiveHandle(std::future<absl::StatusOr<CallResult>> future)
+      : future_(std::move(future)) {}
+  // Returns the call's result (see Communicator::Run); once only.
+  absl::StatusOr<CallResult> Wait() { return future_.get(); }
+  // True when Wait() would not block.
+  bool Ready() const {
+    return future_.wait_for(std::chrono::seconds(0)) ==
+           std::future_status::ready;
+  }
+
+ private:
+  std::future<absl::StatusOr<CallResult>> future_;
+};
+
+class Communicator {
+ public:
+  // Joins `group` as `rank` of `world_size` through the worker daemon at
+  // `worker_address`. Returns once every rank joined; codes: INVALID_ARGUMENT
+  // (bad world size or rank), UNIMPLEMENTED (device refused),
+  // DEADLINE_EXCEEDED naming the ranks that did not join, UNAVAILABLE.
+  static absl::StatusOr<std::unique_ptr<Communicator>> JoinThroughDaemon(
+      const std::string& worker_address, const std::string& group,
+      int world_size, int rank, const JoinOptions& options = {});
+
+  // Same, with `runtime` (not owned; must outlive the communicator) as this
+  // process's worker.
+  static absl::StatusOr<std::unique_ptr<Communicator>> JoinEmbedded(
+      WorkerRuntime* runtime, const std::string& group, int world_size,
+      int rank, const JoinOptions& options = {});
+
+  // Waits for this communicator's asynchronous calls to end. Subclasses
+  // call WaitForAsyncCalls() first in their destructors.
+  virtual ~Communicator();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  uint64_t epoch() const { return epoch_; }
+  const std::string& group() const { return group_; }
+
+  // Runs one collective on `input` (sized as CollectiveSpec's comment says)
+  // and writes this rank's output. Returns INVALID_ARGUMENT for a malformed
+  // spec or input size (nothing is sent then) or a mismatch between ranks
+  // (the message says what each rank asked for); UNIMPLEMENTED when this
+  // rank's device cannot take part; FAILED_PRECONDITION when another rank's
+  // cannot; DEADLINE_EXCEEDED naming the ranks that did not arrive.
+  absl::StatusOr<CallResult> Run(const CollectiveSpec& spec,
+                                 absl::string_view input, std::string* output,
+                                 const CallOptions& options = {});
+
+  // Issues the collective now (it takes the next sequence number) and runs
+  // it in the background. `output` must stay valid until Wait() returned.
+  CollectiveHandle RunAsync(const CollectiveSpec& spec, std::string input,
+                            std::string* output,
+                            const CallOptions& options = {});
+
+  // Typed conveniences over Run() for arithmetic element types.
+  template <typename T>
+  absl::Status AllReduce(const std::vector<T>& input, std::vector<T>* output,
+                         ReduceOp op, const CallOptions& options = {});
+  absl::Status Barrier(const CallOptions& options = {});
+
+ protected:
+  Communicator(std::string group, int world_size, int rank, uint64_t epoch)
+      : group_(std::move(group)),
+        world_size_(world_size),
+        rank_(rank),
+        epoch_(epoch) {}
+
+  void WaitForAsyncCalls();
+
+  // Runs the `sequence`-th collective; implemented per path.
+  virtual absl::StatusOr<CallResult> RunSequenced(
+      uint64_t sequence, const CollectiveSpec& spec, absl::string_view input,
+      std::string* output, const CallOptions& options) = 0;
+
+ private:
+  uint64_t NextSequence();
+
+  const std::string group_;
+  const int world_size_;
+  const int rank_;
+  const uint64_t epoch_;
+  absl::Mutex mu_;
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Returns the DType of a C++ element type (float -> kF32, ...).
+template <typename T>
+constexpr DType DTypeOf();
+
+}  // namespace chorus
+
+#include "chorus/communicator_inl.h"
+
+#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_H_

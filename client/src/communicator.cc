@@ -1,0 +1,191 @@
+#include "chorus/communicator.h"
+
+#include <grpcpp/client_context.h>
+
+#include <utility>
+
+#include "chorus/v1/worker.grpc.pb.h"
+#include "server/common/device_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/common/net.h"
+#include "server/worker/worker_runtime.h"
+
+namespace chorus {
+namespace {
+
+// Runs collectives through a worker daemon's local API.
+class DaemonCommunicator final : public Communicator {
+ public:
+  DaemonCommunicator(std::unique_ptr<v1::WorkerLocal::Stub> stub,
+                     std::string group, int world_size, int rank,
+                     uint64_t epoch)
+      : Communicator(std::move(group), world_size, rank, epoch),
+        stub_(std::move(stub)) {}
+  ~DaemonCommunicator() override { WaitForAsyncCalls(); }
+
+ protected:
+  absl::StatusOr<CallResult> RunSequenced(uint64_t sequence,
+                                          const CollectiveSpec& spec,
+                                          absl::string_view input,
+                                          std::string* output,
+                                          const CallOptions& options) override {
+    v1::LocalCollectiveRequest request;
+    request.set_group(group());
+    request.set_rank(rank());
+    request.set_epoch(epoch());
+    request.set_sequence(sequence);
+    request.set_kind(static_cast<v1::CollectiveKind>(spec.kind));
+    request.set_dtype(static_cast<v1::DType>(spec.dtype));
+    request.set_count(spec.count);
+    request.set_op(static_cast<v1::ReduceOp>(spec.op));
+    request.set_root(spec.root);
+    request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
+    request.set_data(input.data(), input.size());
+    if (options.device.has_value()) {
+      *request.mutable_device() = DeviceToProto(*options.device);
+    }
+    v1::LocalCollectiveResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options.timeout));
+    absl::Status status =
+        FromGrpcStatus(stub_->Collective(&context, request, &response));
+    if (!status.ok()) return status;
+    *output = std::move(*response.mutable_data());
+    CallResult result;
+    result.sequence = response.sequence();
+    result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
+    return result;
+  }
+
+ private:
+  std::unique_ptr<v1::WorkerLocal::Stub> stub_;
+};
+
+// Runs collectives on a WorkerRuntime in this process.
+class EmbeddedCommunicator final : public Communicator {
+ public:
+  EmbeddedCommunicator(WorkerRuntime* runtime, Membership membership)
+      : Communicator(membership.group, membership.world_size, membership.rank,
+                     membership.epoch),
+        runtime_(runtime),
+        membership_(std::move(membership)) {}
+  ~EmbeddedCommunicator() override { WaitForAsyncCalls(); }
+
+ protected:
+  absl::StatusOr<CallResult> RunSequenced(uint64_t sequence,
+                                          const CollectiveSpec& spec,
+                                          absl::string_view input,
+                                          std::string* output,
+                                          const CallOptions& options) override {
+    RunOptions run;
+    run.algorithm = options.algorithm;
+    run.timeout = options.timeout;
+    run.device = options.device;
+    absl::StatusOr<RunResult> ran =
+        runtime_->Run(membership_, sequence, spec, input, output, run);
+    if (!ran.ok()) return ran.status();
+    CallResult result;
+    result.sequence = ran->sequence;
+    result.algorithm = ran->algorithm;
+    return result;
+  }
+
+ private:
+  WorkerRuntime* const runtime_;  // not owned
+  const Membership membership_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
+    const std::string& worker_address, const std::string& group, int world_size,
+    int rank, const JoinOptions& options) {
+  auto stub = v1::WorkerLocal::NewStub(MakeChannel(worker_address));
+  v1::LocalJoinRequest request;
+  request.set_group(group);
+  request.set_world_size(world_size);
+  request.set_rank(rank);
+  *request.mutable_device() = DeviceToProto(options.device);
+  v1::LocalJoinResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options.timeout));
+  absl::Status status =
+      FromGrpcStatus(stub->JoinGroup(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::unique_ptr<Communicator>(new DaemonCommunicator(
+      std::move(stub), group, world_size, rank, response.epoch()));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
+    WorkerRuntime* runtime, const std::string& group, int world_size, int rank,
+    const JoinOptions& options) {
+  absl::StatusOr<Membership> membership =
+      runtime->Join(group, world_size, rank, options.device, options.timeout);
+  if (!membership.ok()) return membership.status();
+  return std::unique_ptr<Communicator>(
+      new EmbeddedCommunicator(runtime, *std::move(membership)));
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::WaitForAsyncCalls() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* in_flight) { return *in_flight == 0; }, &in_flight_));
+}
+
+uint64_t Communicator::NextSequence() {
+  absl::MutexLock lock(&mu_);
+  return next_sequence_++;
+}
+
+absl::StatusOr<CallResult> Communicator::Run(const CollectiveSpec& spec,
+                                             absl::string_view input,
+                                             std::string* output,
+                                             const CallOptions& options) {
+  // Refuse bad input before it takes a sequence number.
+  absl::Status valid = ValidateSpec(spec, world_size_);
+  if (valid.ok()) {
+    valid = CheckInputSize(spec, world_size_, rank_, input.size());
+  }
+  if (!valid.ok()) return valid;
+  return RunSequenced(NextSequence(), spec, input, output, options);
+}
+
+CollectiveHandle Communicator::RunAsync(const CollectiveSpec& spec,
+                                        std::string input, std::string* output,
+                                        const CallOptions& options) {
+  absl::Status valid = ValidateSpec(spec, world_size_);
+  if (valid.ok()) {
+    valid = CheckInputSize(spec, world_size_, rank_, input.size());
+  }
+  if (!valid.ok()) {
+    std::promise<absl::StatusOr<CallResult>> failed;
+    failed.set_value(valid);
+    return CollectiveHandle(failed.get_future());
+  }
+  uint64_t sequence;
+  {
+    absl::MutexLock lock(&mu_);
+    sequence = next_sequence_++;
+    ++in_flight_;
+  }
+  return CollectiveHandle(std::async(
+      std::launch::async,
+      [this, sequence, spec, input = std::move(input), output, options] {
+        absl::StatusOr<CallResult> result =
+            RunSequenced(sequence, spec, input, output, options);
+        absl::MutexLock lock(&mu_);
+        --in_flight_;
+        return result;
+      }));
+}
+
+absl::Status Communicator::Barrier(const CallOptions& options) {
+  CollectiveSpec spec;
+  spec.kind = CollectiveKind::kBarrier;
+  std::string unused;
+  return Run(spec, "", &unused, options).status();
+}
+
+}  // namespace chorus

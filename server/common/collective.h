@@ -1,0 +1,117 @@
+// CollectiveSpec: what one rank asks of one collective call — kind, element
+// type, element count, reduce op and root — with the buffer sizes each kind
+// implies and the one-line description used in every mismatch message
+// ("all_reduce f32[1024] sum").
+//
+// `count` is always the number of elements in one rank's block:
+//   all_reduce, reduce, broadcast: every buffer holds count elements;
+//   all_gather, gather: input count, output world*count (gather: root only);
+//   reduce_scatter: input world*count, output count;
+//   scatter: root input world*count, output count;
+//   all_to_all: input and output world*count (block i goes to rank i);
+//   barrier: no data, count 0.
+// Inputs a rank does not need (broadcast or scatter off the root) may be
+// empty.
+//
+// Plain values; pure functions; thread-safe.
+#ifndef CHORUS_SERVER_COMMON_COLLECTIVE_H_
+#define CHORUS_SERVER_COMMON_COLLECTIVE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/reduce/dtype.h"
+
+namespace chorus {
+
+// Mirrors chorus.v1.CollectiveKind.
+enum class CollectiveKind : int {
+  kUnspecified = 0,
+  kAllReduce = 1,
+  kReduce = 2,
+  kBroadcast = 3,
+  kAllGather = 4,
+  kReduceScatter = 5,
+  kGather = 6,
+  kScatter = 7,
+  kAllToAll = 8,
+  kBarrier = 9,
+};
+
+// Mirrors chorus.v1.Algorithm.
+enum class Algorithm : int {
+  kUnspecified = 0,
+  kInline = 1,
+  kRecursiveDoubling = 2,
+  kTree = 3,
+  kRing = 4,
+};
+
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::kUnspecified;
+  DType dtype = DType::kUnspecified;
+  uint64_t count = 0;
+  // Only for kinds that reduce.
+  ReduceOp op = ReduceOp::kUnspecified;
+  // Only for kinds with a root.
+  int32_t root = 0;
+};
+
+// Returns "all_reduce", "reduce", ...; "unknown" for values outside the enum.
+absl::string_view CollectiveKindName(CollectiveKind kind);
+// Parses a name as CollectiveKindName writes it (also without underscores,
+// e.g. "allreduce"). Returns INVALID_ARGUMENT otherwise.
+absl::StatusOr<CollectiveKind> ParseCollectiveKind(absl::string_view name);
+
+// Returns "inline", "recursive_doubling", "tree", "ring"; "auto" for
+// kUnspecified.
+absl::string_view AlgorithmName(Algorithm algorithm);
+// Parses an AlgorithmName ("auto" gives kUnspecified). INVALID_ARGUMENT
+// otherwise.
+absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
+
+bool KindReduces(CollectiveKind kind);
+bool KindHasRoot(CollectiveKind kind);
+
+// Largest element count a spec may carry; keeps every byte size below 2^62.
+inline constexpr uint64_t kMaxCount = uint64_t{1} << 40;
+
+// Checks a spec on its own for a group of `world_size` ranks: known kind,
+// dtype and op (op only where the kind reduces), root in range, count not
+// over kMaxCount (0 for barrier). Returns OK or INVALID_ARGUMENT.
+absl::Status ValidateSpec(const CollectiveSpec& spec, int world_size);
+
+// Describes the spec as mismatch messages print it, e.g.
+// "all_reduce f32[1024] sum", "broadcast i32[7] root 1", "barrier".
+std::string DescribeSpec(const CollectiveSpec& spec);
+
+// True when two ranks' specs agree on every field the kind uses.
+bool SpecsAgree(const CollectiveSpec& a, const CollectiveSpec& b);
+
+// Bytes of rank `rank`'s input and output buffers (see the table above).
+// ExpectedInputBytes is what the rank must supply; inputs that may be empty
+// return true from InputMayBeEmpty.
+uint64_t InputBytes(const CollectiveSpec& spec, int world_size, int rank);
+uint64_t OutputBytes(const CollectiveSpec& spec, int world_size, int rank);
+bool InputMayBeEmpty(const CollectiveSpec& spec, int rank);
+
+// The size the planner decides by, the same on every rank of a matching
+// call: the largest buffer any rank passes or receives.
+uint64_t PayloadBytes(const CollectiveSpec& spec, int world_size);
+
+// Whether a rank attaches its data to the call so the coordinator can run it
+// inline: when the inline algorithm is forced, or with no algorithm forced
+// and PayloadBytes() at most `inline_max_bytes`. Barrier never carries data.
+bool CarriesInlineData(const CollectiveSpec& spec, int world_size,
+                       Algorithm forced, uint64_t inline_max_bytes);
+
+// Checks `bytes` against InputBytes. Returns INVALID_ARGUMENT naming both.
+absl::Status CheckInputSize(const CollectiveSpec& spec, int world_size,
+                            int rank, uint64_t bytes);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COMMON_COLLECTIVE_H_

@@ -1,0 +1,23 @@
+// Wording for sets of ranks in status messages: "rank 2", "ranks 2, 3",
+// "ranks 0-511, 513", and per-rank accounts that fold identical entries
+// ("ranks 0-2: all_reduce f32[1024] sum; rank 3: all_reduce f32[2048] sum").
+//
+// Pure functions; thread-safe.
+#ifndef CHORUS_SERVER_COMMON_RANK_LIST_H_
+#define CHORUS_SERVER_COMMON_RANK_LIST_H_
+
+#include <string>
+#include <vector>
+
+namespace chorus {
+
+// `ranks` ascending. Runs of three or more consecutive ranks become ranges.
+std::string FormatRanks(const std::vector<int>& ranks);
+
+// `by_rank[r]` is what rank r did. Ranks with the same entry are listed
+// together, in order of each entry's first rank.
+std::string DescribeByRank(const std::vector<std::string>& by_rank);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COMMON_RANK_LIST_H_

@@ -1,0 +1,488 @@
+#include "server/coordinator/group_table.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/rank_list.h"
+#include "server/coordinator/inline_executor.h"
+
+namespace chorus {
+namespace {
+
+std::string CallName(const std::string& group, uint64_t sequence,
+                     const CollectiveSpec& spec) {
+  return absl::StrCat(CollectiveKindName(spec.kind), " #", sequence,
+                      " of group ", group);
+}
+
+}  // namespace
+
+GroupTable::GroupTable(Clock* clock, Registry* registry,
+                       GroupTableOptions options)
+    : clock_(clock), registry_(registry), options_(std::move(options)) {}
+
+GroupTable::~GroupTable() = default;
+
+absl::Status GroupTable::ValidateJoinLocked(const JoinRequest& request) const {
+  if (request.group.empty()) {
+    return absl::InvalidArgumentError("group name must not be empty");
+  }
+  if (request.world_size <= 0 || request.world_size > options_.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "world size ", request.world_size, " of group ", request.group,
+        " is out of range [1, ", options_.max_world_size, "]"));
+  }
+  if (request.rank < 0 || request.rank >= request.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank, " is out of range for group ",
+                     request.group, " of world size ", request.world_size));
+  }
+  auto forming = forming_.find(request.group);
+  if (forming != forming_.end()) {
+    const Formation& formation = forming->second;
+    if (formation.world_size != request.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group ", request.group, " is forming with world size ",
+                       formation.world_size, "; rank ", request.rank,
+                       " asked for ", request.world_size));
+    }
+    const std::optional<PendingJoin>& slot = formation.slots[request.rank];
+    if (slot.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", request.rank, " of group ", request.group,
+          " was already joined by worker \"", slot->member.worker_name,
+          "\" (id ", slot->member.worker_id, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GroupTable::Join(JoinRequest request, JoinCallback done) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status valid = ValidateJoinLocked(request);
+    absl::StatusOr<WorkerRecord> worker =
+        valid.ok() ? registry_->ResolveMember(request.worker_id, request.device)
+                   : absl::StatusOr<WorkerRecord>(valid);
+    if (!worker.ok()) {
+      completions.push_back(
+          [done = std::move(done), status = worker.status()] { done(status); });
+    } else {
+      GroupMember member;
+      member.rank = request.rank;
+      member.worker_id = worker->id;
+      member.worker_name = worker->registration.name;
+      member.host = worker->registration.host;
+      member.address = worker->registration.address;
+      member.device = request.device;
+      for (const Device& d : worker->registration.devices) {
+        if (SameDevice(d, request.device)) member.device = d;
+      }
+      Formation& formation = forming_[request.group];
+      if (formation.slots.empty()) {
+        formation.world_size = request.world_size;
+        formation.slots.resize(request.world_size);
+      }
+      const int rank = request.rank;
+      formation.slots[rank] =
+          PendingJoin{std::move(request), std::move(member), std::move(done)};
+      if (++formation.joined == formation.world_size) {
+        const std::string name = formation.slots[rank]->request.group;
+        Formation complete = std::move(formation);
+        forming_.erase(name);
+        FormGroupLocked(name, std::move(complete), &completions);
+      }
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
+                                 Completions* completions) {
+  GroupView view;
+  view.name = name;
+  view.epoch = ++epochs_[name];
+  view.world_size = formation.world_size;
+  for (std::optional<PendingJoin>& slot : formation.slots) {
+    view.members.push_back(slot->member);
+  }
+  auto old = groups_.find(name);
+  if (old != groups_.end()) {
+    const absl::Status reformed = absl::AbortedError(
+        absl::StrCat("group ", name, " was formed again at epoch ", view.epoch,
+                     "; call again with the new epoch"));
+    for (auto& [sequence, match] : old->second.pending) {
+      for (std::optional<ArrivedCall>& arrived : match.calls) {
+        if (!arrived) continue;
+        completions->push_back(
+            [done = std::move(arrived->done), reformed] { done(reformed); });
+      }
+    }
+    groups_.erase(old);
+  }
+  Group& group = groups_[name];
+  group.view = view;
+  group.next_sequence.assign(view.world_size, 1);
+  for (std::optional<PendingJoin>& slot : formation.slots) {
+    completions->push_back(
+        [done = std::move(slot->done), view] { done(view); });
+  }
+}
+
+absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
+                                            Group** out) {
+  auto it = groups_.find(call.group);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown group \"", call.group, "\"; join it first"));
+  }
+  Group& group = it->second;
+  if (call.epoch != group.view.epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stale epoch ", call.epoch, " for group ", call.group,
+                     ", which is at epoch ", group.view.epoch, "; join again"));
+  }
+  const int world = group.view.world_size;
+  if (call.rank < 0 || call.rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", call.rank, " is out of range for group ",
+                     call.group, " of world size ", world));
+  }
+  const uint64_t expected = group.next_sequence[call.rank];
+  if (call.sequence == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", call.rank, " of group ", call.group,
+                     " sent sequence 0; sequences start at 1"));
+  }
+  if (call.sequence > expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", call.rank, " of group ", call.group, " sent sequence ",
+        call.sequence, " from the future; expected ", expected));
+  }
+  if (call.sequence < expected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", call.rank, " of group ", call.group, " already called #",
+        call.sequence, "; the next is #", expected));
+  }
+  absl::Status spec = ValidateSpec(call.spec, world);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", call.rank, " of group ", call.group, ": ", spec.message()));
+  }
+  const int algorithm = static_cast<int>(call.algorithm);
+  if (algorithm < static_cast<int>(Algorithm::kUnspecified) ||
+      algorithm > static_cast<int>(Algorithm::kRing)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", call.rank, " of group ", call.group,
+                     ": unknown algorithm ", algorithm));
+  }
+  if (call.device.has_value()) {
+    absl::Status device = ValidateDevice(*call.device);
+    if (!device.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", call.rank,
+                                                     " of group ", call.group,
+                                                     ": ", device.message()));
+    }
+  }
+  if (absl::StatusOr<Plan> plan =
+          ChoosePlan(call.spec, world, call.algorithm, options_.planner);
+      !plan.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", call.rank, " of group ", call.group, ": ",
+                     plan.status().message()));
+  }
+  if (call.has_data) {
+    absl::Status size =
+        CheckInputSize(call.spec, world, call.rank, call.data.size());
+    if (!size.ok()) return size;
+  } else if (!call.data.empty()) {
+    return absl::InvalidArgumentError("data given without has_data");
+  }
+  *out = &group;
+  return absl::OkStatus();
+}
+
+void GroupTable::Collective(CollectiveCall call, CollectiveCallback done) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    Group* group = nullptr;
+    absl::Status valid = ValidateCallLocked(call, &group);
+    if (!valid.ok()) {
+      completions.push_back([done = std::move(done), valid] { done(valid); });
+    } else {
+      const uint64_t sequence = call.sequence;
+      const int rank = call.rank;
+      group->next_sequence[rank] = sequence + 1;
+      auto failed = group->failed.find(sequence);
+      if (failed != group->failed.end()) {
+        // The match already ended without this rank.
+        completions.push_back([done = std::move(done),
+                               status = failed->second] { done(status); });
+        PruneFailedLocked(*group);
+      } else {
+        Match& match = group->pending[sequence];
+        if (match.calls.empty()) {
+          match.calls.resize(group->view.world_size);
+          match.first_arrival = clock_->Now();
+        }
+        match.calls[rank] = ArrivedCall{std::move(call), std::move(done)};
+        if (++match.arrived == group->view.world_size) {
+          DecideLocked(*group, sequence, &completions);
+        }
+      }
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+void GroupTable::DecideLocked(Group& group, uint64_t sequence,
+                              Completions* completions) {
+  Match match = std::move(group.pending.at(sequence));
+  group.pending.erase(sequence);
+  ++group.completed;
+  const int world = group.view.world_size;
+  const std::string& name = group.view.name;
+  const CollectiveSpec& first = match.calls[0]->call.spec;
+
+  // 1. Devices: a refused rank gets its refusal, every other rank a status
+  // naming it.
+  std::vector<absl::Status> refusals(world);
+  std::vector<std::string> refused;
+  for (int rank = 0; rank < world; ++rank) {
+    const CollectiveCall& call = match.calls[rank]->call;
+    if (!call.device.has_value()) continue;
+    absl::StatusOr<WorkerRecord> worker = registry_->ResolveMember(
+        group.view.members[rank].worker_id, *call.device);
+    if (!worker.ok()) {
+      refusals[rank] = worker.status();
+      refused.push_back(
+          absl::StrCat("rank ", rank, ": ", worker.status().message()));
+    }
+  }
+  if (!refused.empty()) {
+    const absl::Status others = absl::FailedPreconditionError(
+        absl::StrCat(CallName(name, sequence, first),
+                     " cannot run: ", absl::StrJoin(refused, "; ")));
+    for (int rank = 0; rank < world; ++rank) {
+      absl::Status status = refusals[rank].ok() ? others : refusals[rank];
+      completions->push_back([done = std::move(match.calls[rank]->done),
+                              status] { done(status); });
+    }
+    return;
+  }
+
+  // 2. Agreement on the spec and on a forced algorithm.
+  bool agree = true;
+  for (int rank = 1; rank < world; ++rank) {
+    const CollectiveCall& call = match.calls[rank]->call;
+    agree = agree && SpecsAgree(first, call.spec) &&
+            call.algorithm == match.calls[0]->call.algorithm;
+  }
+  absl::StatusOr<Plan> plan =
+      agree ? ChoosePlan(first, world, match.calls[0]->call.algorithm,
+                         options_.planner)
+            : absl::StatusOr<Plan>(absl::UnknownError(""));
+  if (!agree) {
+    std::vector<std::string> asked(world);
+    for (int rank = 0; rank < world; ++rank) {
+      const CollectiveCall& call = match.calls[rank]->call;
+      asked[rank] = DescribeSpec(call.spec);
+      if (call.algorithm != Algorithm::kUnspecified) {
+        absl::StrAppend(&asked[rank], " algorithm ",
+                        AlgorithmName(call.algorithm));
+      }
+    }
+    plan = absl::InvalidArgumentError(
+        absl::StrCat("collective #", sequence, " of group ", name,
+                     " does not match across ranks: ", DescribeByRank(asked)));
+  }
+
+  // 3. Inline plans run here.
+  std::vector<std::string> outputs(world);
+  if (plan.ok() && plan->algorithm == Algorithm::kInline &&
+      first.kind != CollectiveKind::kBarrier) {
+    std::vector<const std::string*> inputs(world);
+    std::vector<int> without_data;
+    for (int rank = 0; rank < world; ++rank) {
+      const CollectiveCall& call = match.calls[rank]->call;
+      inputs[rank] = &call.data;
+      if (!call.has_data) without_data.push_back(rank);
+    }
+    if (!without_data.empty()) {
+      plan = absl::InvalidArgumentError(
+          absl::StrCat(CallName(name, sequence, first), " runs inline, but ",
+                       FormatRanks(without_data), " sent no data"));
+    } else {
+      absl::StatusOr<std::vector<std::string>> ran =
+          RunInline(first, world, inputs);
+      if (ran.ok()) {
+        outputs = *std::move(ran);
+      } else {
+        plan = ran.status();
+      }
+    }
+  }
+
+  for (int rank = 0; rank < world; ++rank) {
+    absl::StatusOr<CollectiveOutcome> outcome =
+        plan.ok() ? absl::StatusOr<CollectiveOutcome>(CollectiveOutcome{
+                        sequence, *plan, std::move(outputs[rank])})
+                  : absl::StatusOr<CollectiveOutcome>(plan.status());
+    completions->push_back(
+        [done = std::move(match.calls[rank]->done),
+         outcome = std::move(outcome)]() mutable { done(std::move(outcome)); });
+  }
+}
+
+void GroupTable::FailMatchLocked(Group& group, uint64_t sequence, Match& match,
+                                 const absl::Status& status,
+                                 Completions* completions) {
+  for (std::optional<ArrivedCall>& arrived : match.calls) {
+    if (!arrived) continue;
+    completions->push_back(
+        [done = std::move(arrived->done), status] { done(status); });
+  }
+  group.failed[sequence] = status;
+  ++group.completed;
+  PruneFailedLocked(group);
+}
+
+void GroupTable::PruneFailedLocked(Group& group) {
+  const uint64_t slowest =
+      *std::min_element(group.next_sequence.begin(), group.next_sequence.end());
+  while (!group.failed.empty() && group.failed.begin()->first < slowest) {
+    group.failed.erase(group.failed.begin());
+  }
+}
+
+void GroupTable::ExpireDeadlines() {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    // Joins: a rank whose deadline passed leaves the formation.
+    for (auto it = forming_.begin(); it != forming_.end();) {
+      Formation& formation = it->second;
+      std::vector<int> missing;
+      for (int rank = 0; rank < formation.world_size; ++rank) {
+        if (!formation.slots[rank]) missing.push_back(rank);
+      }
+      for (std::optional<PendingJoin>& slot : formation.slots) {
+        if (!slot || slot->request.deadline > now) continue;
+        const absl::Status status = absl::DeadlineExceededError(
+            absl::StrCat(FormatRanks(missing), " of group ", it->first,
+                         " did not join within the deadline (world size ",
+                         formation.world_size, ")"));
+        completions.push_back(
+            [done = std::move(slot->done), status] { done(status); });
+        slot.reset();
+        --formation.joined;
+      }
+      if (formation.joined == 0) {
+        forming_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    // Matches: the first deadline to pass ends the match for every rank.
+    for (auto& [name, group] : groups_) {
+      for (auto it = group.pending.begin(); it != group.pending.end();) {
+        Match& match = it->second;
+        bool expired = false;
+        std::vector<int> missing;
+        const CollectiveSpec* spec = nullptr;
+        for (int rank = 0; rank < group.view.world_size; ++rank) {
+          if (!match.calls[rank]) {
+            missing.push_back(rank);
+            continue;
+          }
+          spec = &match.calls[rank]->call.spec;
+          expired = expired || match.calls[rank]->call.deadline <= now;
+        }
+        if (!expired) {
+          ++it;
+          continue;
+        }
+        const absl::Status status = absl::DeadlineExceededError(
+            absl::StrCat(FormatRanks(missing), " of group ", name,
+                         " did not reach ", CollectiveKindName(spec->kind),
+                         " #", it->first, " within the deadline"));
+        const uint64_t sequence = it->first;
+        Match expired_match = std::move(match);
+        it = group.pending.erase(it);
+        FailMatchLocked(group, sequence, expired_match, status, &completions);
+      }
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+void GroupTable::AbortAll(const absl::Status& status) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, formation] : forming_) {
+      for (std::optional<PendingJoin>& slot : formation.slots) {
+        if (!slot) continue;
+        completions.push_back(
+            [done = std::move(slot->done), status] { done(status); });
+      }
+    }
+    forming_.clear();
+    for (auto& [name, group] : groups_) {
+      for (auto& [sequence, match] : group.pending) {
+        for (std::optional<ArrivedCall>& arrived : match.calls) {
+          if (!arrived) continue;
+          completions.push_back(
+              [done = std::move(arrived->done), status] { done(status); });
+        }
+      }
+    }
+    groups_.clear();
+  }
+  for (auto& complete : completions) complete();
+}
+
+absl::Time GroupTable::NextDeadline() const {
+  absl::MutexLock lock(&mu_);
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [name, formation] : forming_) {
+    for (const std::optional<PendingJoin>& slot : formation.slots) {
+      if (slot) next = std::min(next, slot->request.deadline);
+    }
+  }
+  for (const auto& [name, group] : groups_) {
+    for (const auto& [sequence, match] : group.pending) {
+      for (const std::optional<ArrivedCall>& arrived : match.calls) {
+        if (arrived) next = std::min(next, arrived->call.deadline);
+      }
+    }
+  }
+  return next;
+}
+
+std::vector<GroupSummary> GroupTable::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<GroupSummary> out;
+  for (const auto& [name, group] : groups_) {
+    GroupSummary summary;
+    summary.view = group.view;
+    summary.completed = group.completed;
+    if (!group.pending.empty()) {
+      const auto& [sequence, match] = *group.pending.begin();
+      summary.pending_sequence = sequence;
+      summary.pending_since = match.first_arrival;
+      for (int rank = 0; rank < group.view.world_size; ++rank) {
+        if (!match.calls[rank]) summary.missing_ranks.push_back(rank);
+      }
+    }
+    out.push_back(std::move(summary));
+  }
+  return out;
+}
+
+}  // namespace chorus

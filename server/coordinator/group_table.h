@@ -1,0 +1,213 @@
+// GroupTable: the coordinator's groups (communicators) and the matching of
+// their collective calls.
+//
+// Groups form by rendezvous: every rank calls Join(name, world_size, rank)
+// and all of them complete once the last rank joined, with the member list
+// and a new epoch. Every rank then numbers its collectives 1, 2, 3, ...; the
+// n-th call of each rank is matched with the n-th call of the others. When
+// all ranks arrived, one verdict goes to every rank: refused (a device
+// without distributed support), mismatched (with what each rank asked for),
+// or a plan — with the results already computed when the plan is inline.
+// A call whose deadline passes first ends the match for every rank that
+// arrived, with DEADLINE_EXCEEDED naming the ranks that did not.
+//
+// Bad input (unknown group, stale epoch, rank or sequence out of range,
+// malformed spec, wrong data size) is refused at once and changes nothing.
+//
+// Lifecycle: owned by the coordinator; ExpireDeadlines() must be called at
+// NextDeadline() (the coordinator runs it on a WakeupLoop).
+// Thread safety: every method is thread-safe. Callbacks run on the calling
+// thread after the table's lock is released, never under it. The clock and
+// registry are not owned and must outlive the table.
+#ifndef CHORUS_SERVER_COORDINATOR_GROUP_TABLE_H_
+#define CHORUS_SERVER_COORDINATOR_GROUP_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/common/clock.h"
+#include "server/common/collective.h"
+#include "server/common/device.h"
+#include "server/coordinator/planner.h"
+#include "server/coordinator/registry.h"
+
+namespace chorus {
+
+struct GroupMember {
+  int rank = 0;
+  uint64_t worker_id = 0;
+  std::string worker_name;
+  std::string host;
+  // Where the member's worker serves its peers.
+  std::string address;
+  Device device;
+};
+
+struct GroupView {
+  std::string name;
+  uint64_t epoch = 0;
+  int world_size = 0;
+  std::vector<GroupMember> members;
+};
+
+struct JoinRequest {
+  std::string group;
+  int world_size = 0;
+  int rank = 0;
+  uint64_t worker_id = 0;
+  Device device;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct CollectiveCall {
+  std::string group;
+  uint64_t epoch = 0;
+  int rank = 0;
+  // 1 for the rank's first call on the group, then 2, 3, ...
+  uint64_t sequence = 0;
+  CollectiveSpec spec;
+  // The device the rank's buffers live on; the member's device when unset.
+  std::optional<Device> device;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  // The rank's input, when it rides with the call (CarriesInlineData).
+  bool has_data = false;
+  std::string data;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct CollectiveOutcome {
+  uint64_t sequence = 0;
+  Plan plan;
+  // The rank's output under the inline plan.
+  std::string data;
+};
+
+struct GroupSummary {
+  GroupView view;
+  // Collectives that ended (with a result or a failure verdict).
+  uint64_t completed = 0;
+  // For the oldest pending collective, if any: its sequence and the ranks
+  // that have not called it yet.
+  uint64_t pending_sequence = 0;
+  std::vector<int> missing_ranks;
+  absl::Time pending_since;
+};
+
+struct GroupTableOptions {
+  int max_world_size = 4096;
+  PlannerOptions planner;
+};
+
+class GroupTable {
+ public:
+  using JoinCallback = std::function<void(absl::StatusOr<GroupView>)>;
+  using CollectiveCallback =
+      std::function<void(absl::StatusOr<CollectiveOutcome>)>;
+
+  // Neither pointer is owned.
+  GroupTable(Clock* clock, Registry* registry, GroupTableOptions options);
+  ~GroupTable();
+
+  GroupTable(const GroupTable&) = delete;
+  GroupTable& operator=(const GroupTable&) = delete;
+
+  // Joins `request.rank` to the group. `done` runs once: with the view when
+  // every rank joined; INVALID_ARGUMENT for a world size of 0 or over the
+  // maximum, a rank out of range, a rank already taken, or a world size
+  // other than the one the group is forming with; NOT_FOUND for an unknown
+  // worker; UNIMPLEMENTED for a device without distributed support;
+  // DEADLINE_EXCEEDED naming the ranks that did not join in time.
+  void Join(JoinRequest request, JoinCallback done);
+
+  // Adds a rank's call to its match. `done` runs once with the verdict (see
+  // the class comment): the outcome; INVALID_ARGUMENT for bad input or a
+  // mismatch; NOT_FOUND for an unknown group; FAILED_PRECONDITION for a
+  // stale epoch, a sequence already used, or when another rank was refused;
+  // UNIMPLEMENTED for this rank's unsupported device; DEADLINE_EXCEEDED;
+  // ABORTED when the group was formed again meanwhile.
+  void Collective(CollectiveCall call, CollectiveCallback done);
+
+  // Ends every pending join and collective with `status` and forgets every
+  // group (used when the coordinator shuts down).
+  void AbortAll(const absl::Status& status);
+
+  // Ends every join and match whose deadline passed.
+  void ExpireDeadlines();
+
+  // Returns the earliest pending deadline, or InfiniteFuture().
+  absl::Time NextDeadline() const;
+
+  // Returns every formed group, ordered by name.
+  std::vector<GroupSummary> List() const;
+
+  const GroupTableOptions& options() const { return options_; }
+
+ private:
+  struct PendingJoin {
+    JoinRequest request;
+    GroupMember member;
+    JoinCallback done;
+  };
+  struct Formation {
+    int world_size = 0;
+    std::vector<std::optional<PendingJoin>> slots;
+    int joined = 0;
+  };
+  struct ArrivedCall {
+    CollectiveCall call;
+    CollectiveCallback done;
+  };
+  struct Match {
+    std::vector<std::optional<ArrivedCall>> calls;
+    int arrived = 0;
+    absl::Time first_arrival;
+  };
+  struct Group {
+    GroupView view;
+    // Next sequence each rank may call.
+    std::vector<uint64_t> next_sequence;
+    std::map<uint64_t, Match> pending;
+    // Verdicts of failed matches that some rank has not reached yet.
+    std::map<uint64_t, absl::Status> failed;
+    uint64_t completed = 0;
+  };
+  using Completions = std::vector<std::function<void()>>;
+
+  absl::Status ValidateJoinLocked(const JoinRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FormGroupLocked(const std::string& name, Formation formation,
+                       Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ValidateCallLocked(const CollectiveCall& call, Group** group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DecideLocked(Group& group, uint64_t sequence, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailMatchLocked(Group& group, uint64_t sequence, Match& match,
+                       const absl::Status& status, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PruneFailedLocked(Group& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;        // not owned
+  Registry* const registry_;  // not owned
+  const GroupTableOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Formation> forming_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  // Last epoch handed out per group name; survives re-formation.
+  absl::flat_hash_map<std::string, uint64_t> epochs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COORDINATOR_GROUP_TABLE_H_

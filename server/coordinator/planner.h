@@ -1,0 +1,40 @@
+// Planner: chooses how a matched collective runs — inline through the
+// coordinator for small payloads, recursive doubling for medium all-reduces,
+// a chunked ring for large ones — so every rank follows the same plan.
+//
+// Pure functions; thread-safe.
+#ifndef CHORUS_SERVER_COORDINATOR_PLANNER_H_
+#define CHORUS_SERVER_COORDINATOR_PLANNER_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "server/common/collective.h"
+
+namespace chorus {
+
+struct PlannerOptions {
+  // Payloads up to this size ride with the call (one round trip).
+  uint64_t inline_max_bytes = 64 << 10;
+  // All-reduces up to this size use recursive doubling; larger ones a ring.
+  uint64_t recursive_doubling_max_bytes = 1 << 20;
+  // Bytes per data-plane chunk.
+  uint64_t chunk_bytes = 1 << 20;
+};
+
+struct Plan {
+  Algorithm algorithm = Algorithm::kUnspecified;
+  uint64_t chunk_bytes = 0;
+};
+
+// Returns the plan for `spec` in a group of `world_size` ranks. `forced`
+// (kUnspecified to let the planner choose) wins where it applies: inline and
+// ring for every kind, recursive doubling for all-reduce. Returns
+// INVALID_ARGUMENT for a forced algorithm the kind cannot use.
+absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
+                                Algorithm forced,
+                                const PlannerOptions& options);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COORDINATOR_PLANNER_H_

@@ -1,0 +1,49 @@
+// The data-plane algorithms a worker runs for a plan: the chunked ring
+// (every collective kind) and recursive doubling (all-reduce). Each rank of
+// a collective runs the same function with its own input; messages go
+// through a CollectiveLink. Results are identical on every rank: every
+// reduced element is combined in one order, then copied.
+//
+// Stateless functions; each call uses only its arguments.
+#ifndef CHORUS_SERVER_WORKER_ALGORITHMS_ALGORITHM_H_
+#define CHORUS_SERVER_WORKER_ALGORITHMS_ALGORITHM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "server/common/collective.h"
+#include "server/worker/dataplane/collective_link.h"
+
+namespace chorus {
+
+struct AlgorithmArgs {
+  CollectiveSpec spec;
+  // Largest message the algorithm sends, in bytes (rounded down to whole
+  // elements, at least one element).
+  uint64_t chunk_bytes = 1 << 20;
+  // This rank's input, InputBytes() long (off-root inputs of broadcast and
+  // scatter may be empty).
+  absl::string_view input;
+  // Receives this rank's output, OutputBytes() long.
+  std::string* output = nullptr;
+  // Not owned.
+  CollectiveLink* link = nullptr;
+};
+
+// Runs any collective kind except barrier with ring-style schedules:
+// reduce-scatter + all-gather rings for all_reduce, a ring for all_gather
+// and reduce_scatter, a pipelined chain for broadcast, reduce-scatter then
+// gather for reduce, direct sends for gather and scatter, shifted pairwise
+// exchange for all_to_all. Returns the link's errors, or INVALID_ARGUMENT.
+absl::Status RunRing(const AlgorithmArgs& args);
+
+// Runs all_reduce by recursive doubling (any world size: the ranks beyond
+// the largest power of two fold into a partner first). Returns the link's
+// errors, or INVALID_ARGUMENT for another kind.
+absl::Status RunRecursiveDoubling(const AlgorithmArgs& args);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_ALGORITHMS_ALGORITHM_H_

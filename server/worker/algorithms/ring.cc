@@ -1,0 +1,299 @@
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/reduce/cpu/cpu_reduce.h"
+#include "server/worker/algorithms/algorithm.h"
+#include "server/worker/algorithms/chunked.h"
+
+namespace chorus {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+struct Ring {
+  const AlgorithmArgs& args;
+  int rank;
+  int world;
+  int next;
+  int prev;
+  uint64_t element;
+  uint64_t chunk;
+};
+
+Ring MakeRing(const AlgorithmArgs& args) {
+  const int rank = args.link->rank();
+  const int world = args.link->world_size();
+  const uint64_t element = DTypeSize(args.spec.dtype);
+  return Ring{args,
+              rank,
+              world,
+              Mod(rank + 1, world),
+              Mod(rank - 1, world),
+              element,
+              ElementChunkBytes(args.chunk_bytes, element)};
+}
+
+// Reduces `data` into buffer[range].
+absl::Status ReduceChunk(const CollectiveSpec& spec, std::string& buffer,
+                         const Range& range, const std::string& data,
+                         uint64_t element) {
+  return cpu_reduce::ReduceInto(spec.op, spec.dtype,
+                                buffer.data() + range.offset, data.data(),
+                                range.size / element);
+}
+
+absl::Status Finalize(const CollectiveSpec& spec, std::string& buffer,
+                      const Range& range, uint64_t element, int world) {
+  if (spec.op != ReduceOp::kAvg) return absl::OkStatus();
+  return cpu_reduce::FinalizeAvg(spec.dtype, buffer.data() + range.offset,
+                                 range.size / element, world);
+}
+
+// Reduce-scatter ring over `buffer` split into `block(i)`: afterwards rank r
+// holds the full reduction of block r. At step s rank r sends block r-s-1
+// and reduces block r-s-2 received from its predecessor into its own.
+template <typename BlockFn>
+absl::Status ReduceScatterRing(const Ring& ring, std::string& buffer,
+                               BlockFn block) {
+  for (int s = 0; s + 1 < ring.world; ++s) {
+    const Range send = block(Mod(ring.rank - s - 1, ring.world));
+    const Range recv = block(Mod(ring.rank - s - 2, ring.world));
+    absl::Status status = Exchange(
+        *ring.args.link, ring.next, buffer.data(), send, ring.prev, recv,
+        ring.chunk, [&](const Range& piece, const std::string& data) {
+          return ReduceChunk(ring.args.spec, buffer, piece, data, ring.element);
+        });
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+// All-gather ring: rank r starts with block r; at step s it sends block r-s
+// and stores block r-s-1 from its predecessor.
+template <typename BlockFn>
+absl::Status AllGatherRing(const Ring& ring, std::string& buffer,
+                           BlockFn block) {
+  for (int s = 0; s + 1 < ring.world; ++s) {
+    const Range send = block(Mod(ring.rank - s, ring.world));
+    const Range recv = block(Mod(ring.rank - s - 1, ring.world));
+    absl::Status status = Exchange(
+        *ring.args.link, ring.next, buffer.data(), send, ring.prev, recv,
+        ring.chunk, [&](const Range& piece, const std::string& data) {
+          std::memcpy(buffer.data() + piece.offset, data.data(), piece.size);
+          return absl::OkStatus();
+        });
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllReduce(const Ring& ring) {
+  const CollectiveSpec& spec = ring.args.spec;
+  std::string& out = *ring.args.output;
+  out.assign(ring.args.input.data(), ring.args.input.size());
+  auto block = [&](int i) {
+    return SplitRange(spec.count, ring.element, ring.world, i);
+  };
+  absl::Status status = ReduceScatterRing(ring, out, block);
+  if (status.ok()) {
+    status = Finalize(spec, out, block(ring.rank), ring.element, ring.world);
+  }
+  if (status.ok()) status = AllGatherRing(ring, out, block);
+  return status;
+}
+
+absl::Status ReduceScatter(const Ring& ring) {
+  const CollectiveSpec& spec = ring.args.spec;
+  std::string work(ring.args.input.data(), ring.args.input.size());
+  const uint64_t block_bytes = spec.count * ring.element;
+  auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
+  absl::Status status = ReduceScatterRing(ring, work, block);
+  if (status.ok()) {
+    status = Finalize(spec, work, block(ring.rank), ring.element, ring.world);
+  }
+  if (status.ok())
+    *ring.args.output = work.substr(ring.rank * block_bytes, block_bytes);
+  return status;
+}
+
+absl::Status AllGather(const Ring& ring) {
+  const uint64_t block_bytes = ring.args.spec.count * ring.element;
+  std::string& out = *ring.args.output;
+  out.assign(block_bytes * ring.world, '\0');
+  std::memcpy(out.data() + ring.rank * block_bytes, ring.args.input.data(),
+              block_bytes);
+  auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
+  return AllGatherRing(ring, out, block);
+}
+
+absl::Status Broadcast(const Ring& ring) {
+  const int root = ring.args.spec.root;
+  const uint64_t bytes = ring.args.spec.count * ring.element;
+  std::string& out = *ring.args.output;
+  const int position = Mod(ring.rank - root, ring.world);
+  if (position == 0) {
+    out.assign(ring.args.input.data(), bytes);
+  } else {
+    out.assign(bytes, '\0');
+  }
+  // A chain root -> root+1 -> ... : receive a chunk, pass it on.
+  const Range all{0, bytes};
+  const int from = position == 0 ? -1 : ring.prev;
+  const int to = position == ring.world - 1 ? -1 : ring.next;
+  for (uint64_t c = 0; c < ChunkCount(bytes, ring.chunk); ++c) {
+    const Range piece = ChunkOf(all, ring.chunk, c);
+    if (from >= 0) {
+      absl::StatusOr<std::string> data = ring.args.link->Recv(from);
+      if (!data.ok()) return data.status();
+      if (data->size() != piece.size) {
+        return absl::InternalError("broadcast chunk of the wrong size");
+      }
+      std::memcpy(out.data() + piece.offset, data->data(), piece.size);
+    }
+    if (to >= 0) {
+      absl::Status sent = ring.args.link->Send(
+          to, absl::string_view(out.data() + piece.offset, piece.size));
+      if (!sent.ok()) return sent;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Gathers block i of every rank's `buffer` (rank i's own block) at the root.
+template <typename BlockFn>
+absl::Status GatherBlocks(const Ring& ring, const std::string& buffer,
+                          std::string& out, BlockFn block) {
+  const int root = ring.args.spec.root;
+  if (ring.rank != root) {
+    return Exchange(*ring.args.link, root, buffer.data(), block(ring.rank), -1,
+                    Range{}, ring.chunk, nullptr);
+  }
+  const Range own = block(root);
+  std::memcpy(out.data() + own.offset, buffer.data() + own.offset, own.size);
+  for (int peer = 0; peer < ring.world; ++peer) {
+    if (peer == root) continue;
+    absl::Status status = Exchange(
+        *ring.args.link, -1, nullptr, Range{}, peer, block(peer), ring.chunk,
+        [&](const Range& piece, const std::string& data) {
+          std::memcpy(out.data() + piece.offset, data.data(), piece.size);
+          return absl::OkStatus();
+        });
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reduce(const Ring& ring) {
+  const CollectiveSpec& spec = ring.args.spec;
+  std::string work(ring.args.input.data(), ring.args.input.size());
+  auto block = [&](int i) {
+    return SplitRange(spec.count, ring.element, ring.world, i);
+  };
+  absl::Status status = ReduceScatterRing(ring, work, block);
+  if (status.ok()) {
+    status = Finalize(spec, work, block(ring.rank), ring.element, ring.world);
+  }
+  std::string& out = *ring.args.output;
+  if (ring.rank == spec.root) {
+    out.assign(work.size(), '\0');
+  } else {
+    out.clear();
+  }
+  if (status.ok()) status = GatherBlocks(ring, work, out, block);
+  return status;
+}
+
+absl::Status Gather(const Ring& ring) {
+  const uint64_t block_bytes = ring.args.spec.count * ring.element;
+  // Place this rank's input as block `rank` of a world-sized buffer so the
+  // gather reads it at the offset the root writes it to.
+  std::string staged(block_bytes * ring.world, '\0');
+  std::memcpy(staged.data() + ring.rank * block_bytes, ring.args.input.data(),
+              block_bytes);
+  std::string& out = *ring.args.output;
+  if (ring.rank == ring.args.spec.root) {
+    out.assign(block_bytes * ring.world, '\0');
+  } else {
+    out.clear();
+  }
+  auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
+  return GatherBlocks(ring, staged, out, block);
+}
+
+absl::Status Scatter(const Ring& ring) {
+  const int root = ring.args.spec.root;
+  const uint64_t block_bytes = ring.args.spec.count * ring.element;
+  std::string& out = *ring.args.output;
+  if (ring.rank != root) {
+    out.assign(block_bytes, '\0');
+    return Exchange(
+        *ring.args.link, -1, nullptr, Range{}, root, Range{0, block_bytes},
+        ring.chunk, [&](const Range& piece, const std::string& data) {
+          std::memcpy(out.data() + piece.offset, data.data(), piece.size);
+          return absl::OkStatus();
+        });
+  }
+  const char* input = ring.args.input.data();
+  out.assign(input + root * block_bytes, block_bytes);
+  for (int peer = 0; peer < ring.world; ++peer) {
+    if (peer == root) continue;
+    absl::Status status = Exchange(*ring.args.link, peer, input,
+                                   Range{peer * block_bytes, block_bytes}, -1,
+                                   Range{}, ring.chunk, nullptr);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllToAll(const Ring& ring) {
+  const uint64_t block_bytes = ring.args.spec.count * ring.element;
+  std::string& out = *ring.args.output;
+  out.assign(block_bytes * ring.world, '\0');
+  const char* input = ring.args.input.data();
+  std::memcpy(out.data() + ring.rank * block_bytes,
+              input + ring.rank * block_bytes, block_bytes);
+  // Step k: send my block for rank+k, receive rank-k's block for me.
+  for (int k = 1; k < ring.world; ++k) {
+    const int to = Mod(ring.rank + k, ring.world);
+    const int from = Mod(ring.rank - k, ring.world);
+    absl::Status status = Exchange(
+        *ring.args.link, to, input, Range{to * block_bytes, block_bytes}, from,
+        Range{from * block_bytes, block_bytes}, ring.chunk,
+        [&](const Range& piece, const std::string& data) {
+          std::memcpy(out.data() + piece.offset, data.data(), piece.size);
+          return absl::OkStatus();
+        });
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunRing(const AlgorithmArgs& args) {
+  const Ring ring = MakeRing(args);
+  switch (args.spec.kind) {
+    case CollectiveKind::kAllReduce:
+      return AllReduce(ring);
+    case CollectiveKind::kReduceScatter:
+      return ReduceScatter(ring);
+    case CollectiveKind::kAllGather:
+      return AllGather(ring);
+    case CollectiveKind::kBroadcast:
+      return Broadcast(ring);
+    case CollectiveKind::kReduce:
+      return Reduce(ring);
+    case CollectiveKind::kGather:
+      return Gather(ring);
+    case CollectiveKind::kScatter:
+      return Scatter(ring);
+    case CollectiveKind::kAllToAll:
+      return AllToAll(ring);
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no ring schedule for ", CollectiveKindName(args.spec.kind)));
+  }
+}
+
+}  // namespace chorus

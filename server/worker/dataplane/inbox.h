@@ -1,0 +1,91 @@
+// Inbox: where a worker's peer streams deliver data-plane messages, keyed by
+// (group, epoch, sequence, from rank, to rank, tag), until the rank they are
+// for takes them.
+//
+// Flow control: each sending stream may hold at most `stream_limit_bytes`
+// untaken bytes here (one message is always accepted). Deliver() reports
+// when a stream is over its limit; the stream then stops reading (gRPC's own
+// flow control then holds the sender back) until the callback it passed runs.
+//
+// Lifecycle: one per worker runtime, outliving its peer service.
+// Thread safety: all methods are thread-safe; callbacks run without the
+// inbox's lock held.
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_INBOX_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_INBOX_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace chorus {
+
+struct MessageKey {
+  std::string group;
+  uint64_t epoch = 0;
+  uint64_t sequence = 0;
+  int from_rank = 0;
+  int to_rank = 0;
+  uint32_t tag = 0;
+
+  std::string ToString() const;
+};
+
+class Inbox {
+ public:
+  explicit Inbox(uint64_t stream_limit_bytes = 64 << 20);
+
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+
+  // Identifies one sending stream for flow control.
+  using StreamId = uint64_t;
+  StreamId NewStream();
+  // Forgets a closed stream; its untaken messages stay deliverable.
+  void CloseStream(StreamId stream);
+
+  // Stores a message. Returns true when the stream may keep reading; false
+  // when it is over its limit, in which case `resume` runs once the rank
+  // took enough of its messages. Returns true and drops the message if the
+  // key's group epoch was aborted.
+  bool Deliver(StreamId stream, const MessageKey& key, std::string data,
+               std::function<void()> resume);
+
+  // Waits for the message `key` and returns it. Returns DEADLINE_EXCEEDED
+  // naming the sender when `deadline` passes, or the status given to
+  // Abort() for the key's group and epoch.
+  absl::StatusOr<std::string> Take(const MessageKey& key, absl::Time deadline);
+
+  // Ends every Take() on `group` at `epoch` (and later ones) with `status`
+  // and drops its stored messages.
+  void Abort(const std::string& group, uint64_t epoch,
+             const absl::Status& status);
+
+ private:
+  struct Stored {
+    std::string data;
+    StreamId stream = 0;
+  };
+  struct StreamState {
+    uint64_t bytes = 0;
+    std::function<void()> resume;
+  };
+
+  const uint64_t stream_limit_bytes_;
+  absl::Mutex mu_;
+  StreamId next_stream_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<std::string, Stored> messages_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<StreamId, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  // "group/epoch" -> why it was aborted.
+  absl::flat_hash_map<std::string, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_INBOX_H_

@@ -1,0 +1,205 @@
+#include "server/worker/worker_runtime.h"
+
+#include <glog/logging.h>
+#include <grpcpp/client_context.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/device_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/worker/algorithms/algorithm.h"
+#include "server/worker/dataplane/collective_link.h"
+
+namespace chorus {
+namespace {
+
+std::string Hostname() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
+  return buffer;
+}
+
+std::string AdvertisedAddress(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    host = Hostname();
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Start(
+    RuntimeOptions options) {
+  absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
+      Create(std::move(options));
+  if (!runtime.ok()) return runtime.status();
+  absl::Status registered = (*runtime)->Register();
+  if (!registered.ok()) return registered;
+  return runtime;
+}
+
+absl::Status WorkerRuntime::Register() { return session_->Start(); }
+
+absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
+    RuntimeOptions options) {
+  std::unique_ptr<WorkerRuntime> runtime(new WorkerRuntime());
+  const DiscoveredDevices discovered = DiscoverDevices();
+  absl::StatusOr<std::vector<Device>> devices =
+      SelectDevices(options.devices, discovered);
+  if (!devices.ok()) return devices.status();
+  runtime->devices_ = *std::move(devices);
+  runtime->support_ = discovered.support;
+
+  runtime->peer_service_ = std::make_unique<PeerService>(&runtime->inbox_);
+  ServerOptions server_options;
+  server_options.listen_address = options.listen;
+  server_options.services = options.extra_services;
+  server_options.services.push_back(runtime->peer_service_.get());
+  absl::StatusOr<StartedServer> server = StartServer(server_options);
+  if (!server.ok()) return server.status();
+  runtime->server_ = std::move(server->server);
+  runtime->port_ = server->port;
+  runtime->address_ = options.advertise_address.empty()
+                          ? AdvertisedAddress(options.listen, server->port)
+                          : options.advertise_address;
+
+  SessionOptions session;
+  session.coordinator = options.coordinator;
+  session.address = runtime->address_;
+  session.host = Hostname();
+  session.name = options.name.empty() ? runtime->address_ : options.name;
+  session.devices = runtime->devices_;
+  session.cuda_support = discovered.support.cuda_built;
+  session.rpc_timeout = options.rpc_timeout;
+  session.register_timeout = options.register_timeout;
+  runtime->session_ = std::make_unique<CoordinatorSession>(session);
+  runtime->coordinator_ =
+      v1::Coordinator::NewStub(MakeChannel(options.coordinator));
+  runtime->options_ = std::move(options);
+  return runtime;
+}
+
+WorkerRuntime::~WorkerRuntime() { Shutdown(); }
+
+void WorkerRuntime::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (session_ != nullptr) session_->Shutdown();
+  pool_.Shutdown();
+  if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
+}
+
+absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
+                                               int world_size, int rank,
+                                               const Device& device,
+                                               absl::Duration timeout) {
+  v1::JoinGroupRequest request;
+  request.set_group(group);
+  request.set_world_size(world_size);
+  request.set_rank(rank);
+  request.set_worker_id(session_->worker_id());
+  *request.mutable_device() = DeviceToProto(device);
+  v1::JoinGroupResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(timeout));
+  absl::Status status =
+      FromGrpcStatus(coordinator_->JoinGroup(&context, request, &response));
+  if (!status.ok()) return status;
+  Membership membership;
+  membership.group = group;
+  membership.epoch = response.epoch();
+  membership.rank = rank;
+  membership.world_size = world_size;
+  membership.device = device;
+  membership.inline_max_bytes = response.inline_max_bytes();
+  for (const v1::GroupMember& member : response.members()) {
+    membership.addresses.push_back(member.address());
+    membership.devices.push_back(DeviceFromProto(member.device()));
+  }
+  if (static_cast<int>(membership.addresses.size()) != world_size) {
+    return absl::InternalError("the coordinator returned a partial group");
+  }
+  return membership;
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::Run(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    absl::string_view input, std::string* output, const RunOptions& options) {
+  const int world = membership.world_size;
+  absl::Status valid = ValidateSpec(spec, world);
+  if (valid.ok()) {
+    valid = CheckInputSize(spec, world, membership.rank, input.size());
+  }
+  if (!valid.ok()) return valid;
+  const absl::Time deadline = absl::Now() + options.timeout;
+
+  v1::CollectiveRequest request;
+  request.set_group(membership.group);
+  request.set_epoch(membership.epoch);
+  request.set_rank(membership.rank);
+  request.set_sequence(sequence);
+  request.set_kind(static_cast<v1::CollectiveKind>(spec.kind));
+  request.set_dtype(static_cast<v1::DType>(spec.dtype));
+  request.set_count(spec.count);
+  request.set_op(static_cast<v1::ReduceOp>(spec.op));
+  request.set_root(spec.root);
+  request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
+  if (options.device.has_value()) {
+    *request.mutable_device() = DeviceToProto(*options.device);
+  }
+  if (CarriesInlineData(spec, world, options.algorithm,
+                        membership.inline_max_bytes)) {
+    request.set_has_inline_data(true);
+    request.set_inline_data(input.data(), input.size());
+  }
+  v1::CollectiveResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  absl::Status status =
+      FromGrpcStatus(coordinator_->Collective(&context, request, &response));
+  if (!status.ok()) return status;
+
+  RunResult result;
+  result.sequence = sequence;
+  result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
+  result.chunk_bytes = response.plan().chunk_bytes();
+  if (result.algorithm == Algorithm::kInline) {
+    *output = std::move(*response.mutable_inline_result());
+    return result;
+  }
+
+  LinkOptions link_options;
+  link_options.group = membership.group;
+  link_options.epoch = membership.epoch;
+  link_options.sequence = sequence;
+  link_options.rank = membership.rank;
+  link_options.addresses = membership.addresses;
+  link_options.self_address = address_;
+  link_options.deadline = deadline;
+  CollectiveLink link(std::move(link_options), &inbox_, &pool_);
+  AlgorithmArgs args;
+  args.spec = spec;
+  args.chunk_bytes = std::max<uint64_t>(1, result.chunk_bytes);
+  args.input = input;
+  args.output = output;
+  args.link = &link;
+  switch (result.algorithm) {
+    case Algorithm::kRing:
+      status = RunRing(args);
+      break;
+    case Algorithm::kRecursiveDoubling:
+      status = RunRecursiveDoubling(args);
+      break;
+    default:
+      status = absl::InternalError(absl::StrCat(
+          "the coordinator planned ", AlgorithmName(result.algorithm),
+          ", which this worker does not run"));
+  }
+  if (!status.ok()) return status;
+  return result;
+}
+
+}  // namespace chorus

@@ -1,0 +1,156 @@
+// WorkerRuntime: a Chorus worker as a library. It serves the peer data plane,
+// registers its devices with the coordinator (CoordinatorSession), joins
+// groups and runs collectives: it asks the coordinator to match each call
+// and plan it, then takes the inline result or runs the planned algorithm
+// with its peers. `chorus-worker` is a thin main around it; a program that
+// cannot afford the hop to a daemon embeds it and is a worker itself.
+//
+// Lifecycle: Start() returns a registered runtime; Shutdown() (or the
+// destructor) deregisters and stops serving.
+// Thread safety: Join() and Run() may be called concurrently from any
+// threads; each blocks its caller until its call ends.
+#ifndef CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
+#define CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "server/common/collective.h"
+#include "server/common/device.h"
+#include "server/common/net.h"
+#include "server/worker/coordinator_session.h"
+#include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_pool.h"
+#include "server/worker/dataplane/peer_service.h"
+#include "server/worker/device_discovery.h"
+
+namespace grpc {
+class Service;
+}  // namespace grpc
+
+namespace chorus {
+
+struct RuntimeOptions {
+  // Coordinator address, "host:port".
+  std::string coordinator;
+  // Where the peer data plane (and any extra services) listen.
+  std::string listen = "127.0.0.1:0";
+  // Address peers use; default: the listen host and the bound port.
+  std::string advertise_address;
+  // Stable worker name; default: the advertised address.
+  std::string name;
+  // Devices to register; empty registers every discovered device.
+  std::vector<Device> devices;
+  absl::Duration rpc_timeout = absl::Seconds(5);
+  absl::Duration register_timeout = absl::Seconds(30);
+  // Extra services served next to the data plane (not owned; must outlive
+  // the runtime), e.g. the daemon's local API.
+  std::vector<grpc::Service*> extra_services;
+};
+
+// One rank's membership in a formed group.
+struct Membership {
+  std::string group;
+  uint64_t epoch = 0;
+  int rank = 0;
+  int world_size = 0;
+  Device device;
+  // Peer address and device of every rank.
+  std::vector<std::string> addresses;
+  std::vector<Device> devices;
+  uint64_t inline_max_bytes = 0;
+};
+
+struct RunOptions {
+  Algorithm algorithm = Algorithm::kUnspecified;
+  absl::Duration timeout = absl::Minutes(1);
+  // The device the rank's buffers live on; the member's device when unset.
+  std::optional<Device> device;
+};
+
+struct RunResult {
+  uint64_t sequence = 0;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  uint64_t chunk_bytes = 0;
+};
+
+class WorkerRuntime {
+ public:
+  // Starts serving and registers. Returns UNIMPLEMENTED (the device refusal
+  // message) for a device this worker cannot serve, INVALID_ARGUMENT for a
+  // bad option, UNAVAILABLE when the address cannot be bound, and
+  // DEADLINE_EXCEEDED when the coordinator could not be reached within
+  // register_timeout.
+  static absl::StatusOr<std::unique_ptr<WorkerRuntime>> Start(
+      RuntimeOptions options);
+
+  // The two halves of Start(), for a daemon that must be able to stop while
+  // it still waits for the coordinator: Create() starts serving (codes as
+  // Start() but DEADLINE_EXCEEDED), Register() registers (codes as
+  // CoordinatorSession::Start(): CANCELLED after RequestStop()).
+  static absl::StatusOr<std::unique_ptr<WorkerRuntime>> Create(
+      RuntimeOptions options);
+  absl::Status Register();
+
+  ~WorkerRuntime();
+  WorkerRuntime(const WorkerRuntime&) = delete;
+  WorkerRuntime& operator=(const WorkerRuntime&) = delete;
+
+  // Joins `group` as `rank` on `device`; returns once every rank joined.
+  // Codes as Coordinator.JoinGroup (INVALID_ARGUMENT, NOT_FOUND,
+  // UNIMPLEMENTED, DEADLINE_EXCEEDED naming missing ranks, UNAVAILABLE).
+  absl::StatusOr<Membership> Join(const std::string& group, int world_size,
+                                  int rank, const Device& device,
+                                  absl::Duration timeout);
+
+  // Runs the `sequence`-th collective of `membership` (numbered from 1 in
+  // the order the rank issues them) on `input`, writing this rank's output.
+  // Returns INVALID_ARGUMENT for a malformed spec or input size (checked
+  // before anything is sent), or the coordinator's verdict
+  // (INVALID_ARGUMENT mismatch, UNIMPLEMENTED / FAILED_PRECONDITION refusal,
+  // DEADLINE_EXCEEDED, ABORTED), or a data-plane error.
+  absl::StatusOr<RunResult> Run(const Membership& membership, uint64_t sequence,
+                                const CollectiveSpec& spec,
+                                absl::string_view input, std::string* output,
+                                const RunOptions& options);
+
+  // Deregisters and stops serving; idempotent.
+  void Shutdown();
+
+  // Blocks until Shutdown() is requested through RequestStop().
+  void WaitForStopRequest() { session_->WaitForStopRequest(); }
+  void RequestStop() { session_->RequestStop(); }
+
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  uint64_t worker_id() const { return session_->worker_id(); }
+  const std::vector<Device>& devices() const { return devices_; }
+
+ private:
+  WorkerRuntime() = default;
+
+  RuntimeOptions options_;
+  std::vector<Device> devices_;
+  DeviceSupport support_;
+  std::string address_;
+  int port_ = 0;
+  Inbox inbox_;
+  PeerPool pool_;
+  std::unique_ptr<PeerService> peer_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CoordinatorSession> session_;
+  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  bool shut_down_ = false;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_

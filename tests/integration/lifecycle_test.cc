@@ -1,0 +1,166 @@
+// Integration tests of the daemons' lifecycle: lease expiry after a worker is
+// killed, re-registration after a coordinator restart, and orderly shutdown
+// on SIGTERM. Every test kills or signals real processes on 127.0.0.1.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/daemons.h"
+#include "tests/testing/wait.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::ElementsAre;
+
+// Generous bounds for things that should take well under a second; a loaded
+// two-core machine must not make the tests flaky.
+constexpr absl::Duration kExitTimeout = absl::Seconds(30);
+constexpr absl::Duration kReregisterTimeout = absl::Seconds(20);
+// Pause between two ListWorkers polls while watching for a change.
+constexpr absl::Duration kWatchPause = absl::Milliseconds(20);
+
+bool Listed(const std::vector<v1::WorkerInfo>& workers,
+            const std::string& name) {
+  return std::any_of(workers.begin(), workers.end(),
+                     [&](const v1::WorkerInfo& w) { return w.name() == name; });
+}
+
+TEST(LifecycleTest, Lease_WorkerKilled_EvictedWithinLeasePlusOneSecond) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator({"--lease_timeout=2s"});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::StatusOr<Daemon> doomed =
+      StartWorker(coordinator->address, {"--name=doomed", "--devices=cpu"});
+  ASSERT_TRUE(doomed.ok()) << doomed.status();
+  absl::StatusOr<Daemon> survivor =
+      StartWorker(coordinator->address, {"--name=survivor", "--devices=cpu"});
+  ASSERT_TRUE(survivor.ok()) << survivor.status();
+  auto stub = NewCoordinatorStub(coordinator->address);
+  ASSERT_THAT(ListedNamesOrEmpty(*stub), ElementsAre("doomed", "survivor"));
+
+  const absl::Time killed_at = absl::Now();
+  ASSERT_TRUE(doomed->process->Kill().ok());
+  // A failed ListWorkers call means "not observed yet", never "gone".
+  const bool evicted = WaitUntil(
+      [&] {
+        absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+            ListWorkers(*stub);
+        return workers.ok() && !Listed(*workers, "doomed");
+      },
+      absl::Seconds(30), kWatchPause);
+  const absl::Duration elapsed = absl::Now() - killed_at;
+  ASSERT_TRUE(evicted) << "still listed " << elapsed << " after SIGKILL";
+  EXPECT_LE(elapsed, absl::Seconds(3))
+      << "a 2 s lease took " << elapsed << " to expire";
+
+  absl::StatusOr<int> code = doomed->process->WaitForExit(kExitTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, ExitCodeForSignal(SIGKILL));
+  EXPECT_THAT(ListedNamesOrEmpty(*stub), ElementsAre("survivor"));
+}
+
+TEST(LifecycleTest, CoordinatorRestart_SamePort_WorkersReregisterThemselves) {
+  absl::StatusOr<Daemon> first = StartCoordinator();
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<Daemon> a =
+      StartWorker(first->address, {"--name=worker-a", "--devices=cpu"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<Daemon> b =
+      StartWorker(first->address, {"--name=worker-b", "--devices=cpu"});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto first_stub = NewCoordinatorStub(first->address);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> before = ListWorkers(*first_stub);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_THAT(WorkerNames(*before), ElementsAre("worker-a", "worker-b"));
+
+  ASSERT_TRUE(first->process->Kill().ok());
+  absl::StatusOr<int> code = first->process->WaitForExit(kExitTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+
+  absl::StatusOr<Daemon> second =
+      StartCoordinator({absl::StrCat("--listen=127.0.0.1:", first->port)});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->port, first->port);
+  auto second_stub = NewCoordinatorStub(second->address);
+  std::vector<std::string> names;
+  const bool back = WaitUntil(
+      [&] {
+        names = ListedNamesOrEmpty(*second_stub);
+        return names.size() == 2;
+      },
+      kReregisterTimeout);
+  EXPECT_TRUE(back) << "listed after " << kReregisterTimeout << ": "
+                    << ::testing::PrintToString(names);
+  EXPECT_THAT(names, ElementsAre("worker-a", "worker-b"));
+
+  // The same processes came back on their own: same incarnations.
+  absl::StatusOr<std::vector<v1::WorkerInfo>> after = ListWorkers(*second_stub);
+  ASSERT_TRUE(after.ok()) << after.status();
+  std::map<std::string, uint64_t> incarnation_before;
+  for (const v1::WorkerInfo& w : *before) {
+    incarnation_before[w.name()] = w.incarnation();
+  }
+  for (const v1::WorkerInfo& w : *after) {
+    EXPECT_EQ(w.incarnation(), incarnation_before[w.name()]) << w.name();
+  }
+  EXPECT_TRUE(a->process->IsRunning());
+  EXPECT_TRUE(b->process->IsRunning());
+}
+
+TEST(LifecycleTest, WorkerSigterm_Registered_ExitsZeroAndDeregisters) {
+  // With a 30 s lease, only deregistration can remove the worker in time.
+  absl::StatusOr<Daemon> coordinator =
+      StartCoordinator({"--lease_timeout=30s"});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::StatusOr<Daemon> leaving =
+      StartWorker(coordinator->address, {"--name=leaving", "--devices=cpu"});
+  ASSERT_TRUE(leaving.ok()) << leaving.status();
+  absl::StatusOr<Daemon> staying =
+      StartWorker(coordinator->address, {"--name=staying", "--devices=cpu"});
+  ASSERT_TRUE(staying.ok()) << staying.status();
+  auto stub = NewCoordinatorStub(coordinator->address);
+  ASSERT_THAT(ListedNamesOrEmpty(*stub), ElementsAre("leaving", "staying"));
+
+  const absl::Time signalled_at = absl::Now();
+  ASSERT_TRUE(leaving->process->Signal(SIGTERM).ok());
+  absl::StatusOr<int> code = leaving->process->WaitForExit(kExitTimeout);
+  const absl::Duration elapsed = absl::Now() - signalled_at;
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  EXPECT_LE(elapsed, absl::Seconds(10));
+
+  // The worker deregisters before it exits, so it is gone by now.
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = ListWorkers(*stub);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_THAT(WorkerNames(*workers), ElementsAre("staying"));
+}
+
+TEST(LifecycleTest, CoordinatorSigterm_WithWorker_ExitsZeroPromptly) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  // A registered worker keeps a connection open and heartbeats.
+  absl::StatusOr<Daemon> worker =
+      StartWorker(coordinator->address, {"--name=worker-a", "--devices=cpu"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+
+  const absl::Time signalled_at = absl::Now();
+  ASSERT_TRUE(coordinator->process->Signal(SIGTERM).ok());
+  absl::StatusOr<int> code = coordinator->process->WaitForExit(kExitTimeout);
+  const absl::Duration elapsed = absl::Now() - signalled_at;
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  EXPECT_LE(elapsed, absl::Seconds(10));
+}
+
+}  // namespace
+}  // namespace chorus::test

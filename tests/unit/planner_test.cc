@@ -1,0 +1,154 @@
+#include "server/coordinator/planner.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+CollectiveSpec Spec(CollectiveKind kind, uint64_t count,
+                    DType dtype = DType::kF32) {
+  CollectiveSpec spec;
+  spec.kind = kind;
+  spec.dtype = dtype;
+  spec.count = count;
+  spec.op = ReduceOp::kSum;
+  return spec;
+}
+
+CollectiveSpec AllReduceBytes(uint64_t bytes) {
+  return Spec(CollectiveKind::kAllReduce, bytes / 4);
+}
+
+Algorithm Chosen(const CollectiveSpec& spec, int world,
+                 Algorithm forced = Algorithm::kUnspecified,
+                 const PlannerOptions& options = PlannerOptions()) {
+  absl::StatusOr<Plan> plan = ChoosePlan(spec, world, forced, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? plan->algorithm : Algorithm::kUnspecified;
+}
+
+TEST(PlannerTest, ChoosePlan_Small_Inline) {
+  absl::StatusOr<Plan> plan = ChoosePlan(
+      AllReduceBytes(64), 4, Algorithm::kUnspecified, PlannerOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->algorithm, Algorithm::kInline);
+  EXPECT_EQ(plan->chunk_bytes, PlannerOptions().chunk_bytes);
+}
+
+TEST(PlannerTest, ChoosePlan_AtAndOverInlineLimit_InlineThenRecursiveDoubling) {
+  EXPECT_EQ(Chosen(AllReduceBytes(64 << 10), 4), Algorithm::kInline);
+  EXPECT_EQ(Chosen(AllReduceBytes((64 << 10) + 4), 4),
+            Algorithm::kRecursiveDoubling);
+}
+
+TEST(PlannerTest, ChoosePlan_MediumAllReduce_RecursiveDoubling) {
+  EXPECT_EQ(Chosen(AllReduceBytes(256 << 10), 8),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(Chosen(AllReduceBytes(1 << 20), 8), Algorithm::kRecursiveDoubling);
+}
+
+TEST(PlannerTest, ChoosePlan_LargeAllReduce_Ring) {
+  EXPECT_EQ(Chosen(AllReduceBytes((1 << 20) + 4), 8), Algorithm::kRing);
+  EXPECT_EQ(Chosen(AllReduceBytes(uint64_t{1} << 34), 8), Algorithm::kRing);
+}
+
+TEST(PlannerTest, ChoosePlan_MediumOtherKinds_Ring) {
+  for (CollectiveKind kind :
+       {CollectiveKind::kReduce, CollectiveKind::kBroadcast,
+        CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+        CollectiveKind::kGather, CollectiveKind::kScatter,
+        CollectiveKind::kAllToAll}) {
+    EXPECT_EQ(Chosen(Spec(kind, 64 << 10), 4), Algorithm::kRing)
+        << CollectiveKindName(kind);
+  }
+}
+
+TEST(PlannerTest, ChoosePlan_SizeOfWholeGroup_Decides) {
+  // all_gather f32[4096]: 16 KiB in, world * 16 KiB out.
+  EXPECT_EQ(Chosen(Spec(CollectiveKind::kAllGather, 4096), 4),
+            Algorithm::kInline);
+  EXPECT_EQ(Chosen(Spec(CollectiveKind::kAllGather, 4096), 5),
+            Algorithm::kRing);
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedInlineOrRing_WinsForEveryKind) {
+  for (int v = 1; v <= 8; ++v) {
+    const CollectiveKind kind = static_cast<CollectiveKind>(v);
+    EXPECT_EQ(Chosen(Spec(kind, 1 << 24), 4, Algorithm::kInline),
+              Algorithm::kInline)
+        << CollectiveKindName(kind);
+    EXPECT_EQ(Chosen(Spec(kind, 1), 4, Algorithm::kRing), Algorithm::kRing)
+        << CollectiveKindName(kind);
+  }
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedRecursiveDoublingAllReduce_Used) {
+  EXPECT_EQ(Chosen(AllReduceBytes(4), 4, Algorithm::kRecursiveDoubling),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(Chosen(AllReduceBytes(1 << 30), 4, Algorithm::kRecursiveDoubling),
+            Algorithm::kRecursiveDoubling);
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedRecursiveDoublingOtherKind_InvalidArgument) {
+  absl::StatusOr<Plan> plan =
+      ChoosePlan(Spec(CollectiveKind::kAllGather, 4), 4,
+                 Algorithm::kRecursiveDoubling, PlannerOptions());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(),
+            "recursive_doubling is available for all_reduce only, not "
+            "all_gather");
+  for (int v = 2; v <= 8; ++v) {
+    EXPECT_EQ(ChoosePlan(Spec(static_cast<CollectiveKind>(v), 4), 4,
+                         Algorithm::kRecursiveDoubling, PlannerOptions())
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument)
+        << v;
+  }
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedTreeOrUnknown_InvalidArgument) {
+  absl::StatusOr<Plan> tree =
+      ChoosePlan(AllReduceBytes(64), 4, Algorithm::kTree, PlannerOptions());
+  EXPECT_EQ(tree.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree.status().message(),
+            "algorithm tree is not available for all_reduce");
+  EXPECT_EQ(ChoosePlan(AllReduceBytes(64), 4, static_cast<Algorithm>(77),
+                       PlannerOptions())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, ChoosePlan_Barrier_InlineWhateverIsForced) {
+  CollectiveSpec barrier;
+  barrier.kind = CollectiveKind::kBarrier;
+  for (Algorithm forced :
+       {Algorithm::kUnspecified, Algorithm::kInline, Algorithm::kRing,
+        Algorithm::kRecursiveDoubling, Algorithm::kTree}) {
+    EXPECT_EQ(Chosen(barrier, 16, forced), Algorithm::kInline)
+        << AlgorithmName(forced);
+  }
+}
+
+TEST(PlannerTest, ChoosePlan_CustomOptions_ThresholdsAndChunkFollow) {
+  PlannerOptions options;
+  options.inline_max_bytes = 0;
+  options.recursive_doubling_max_bytes = 16;
+  options.chunk_bytes = 4096;
+  absl::StatusOr<Plan> plan =
+      ChoosePlan(AllReduceBytes(16), 2, Algorithm::kUnspecified, options);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->algorithm, Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(plan->chunk_bytes, 4096u);
+  EXPECT_EQ(Chosen(AllReduceBytes(20), 2, Algorithm::kUnspecified, options),
+            Algorithm::kRing);
+  // A zero-element all-reduce still fits under a zero inline limit.
+  EXPECT_EQ(Chosen(AllReduceBytes(0), 2, Algorithm::kUnspecified, options),
+            Algorithm::kInline);
+}
+
+}  // namespace
+}  // namespace chorus
