@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts a demo Chorus cluster on 127.0.0.1 (a coordinator and two workers),
-# shows the workers registered with their devices, then stops it cleanly.
+# shows the workers registered with their devices, runs collectives across
+# them through their local API, then stops everything cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +49,45 @@ done
 echo
 echo "\$ chorusctl --coordinator=$coordinator workers"
 "$chorusctl" --coordinator="$coordinator" workers
+worker_port() { cat "$run_dir/$1.port"; }
+ctl() { "$chorusctl" --coordinator="$coordinator" --timeout=30s "$@"; }
+
+# Runs one command per rank concurrently (rank r through demo-worker-r) and
+# prints each rank's output.
+run_ranks() {
+  local label=$1; shift
+  echo
+  echo "\$ chorusctl --worker=<demo-worker-R> --group=demo-$label --world=2 --rank=R $*"
+  local outs=()
+  for rank in 0 1; do
+    local values_var="values_$rank"
+    # shellcheck disable=SC2086
+    ctl --worker="127.0.0.1:$(worker_port demo-worker-$rank)" --group="demo-$label" \
+      --world=2 --rank=$rank "$@" ${!values_var} >"$run_dir/out.$rank" 2>"$run_dir/err.$rank" &
+    outs+=($!)
+  done
+  local status=0
+  for pid in "${outs[@]}"; do wait "$pid" || status=1; done
+  for rank in 0 1; do
+    echo "  rank $rank: $(cat "$run_dir/out.$rank")$(grep -h '^chorusctl:' "$run_dir/err.$rank" | sed 's/^chorusctl: /  # /')"
+  done
+  return $status
+}
+
+values_0="1 2 3 4"; values_1="10 20 30 40"
+run_ranks sum --dtype=f32 --op=sum allreduce
+run_ranks ring --dtype=i64 --op=max --algorithm=ring allreduce
+values_0="1 2"; values_1="3 4"
+run_ranks gather --dtype=i32 allgather
+echo
+echo "Ranks that disagree get one verdict on every rank:"
+values_0="1 2 3"; values_1="1 2"
+run_ranks mismatch --dtype=f32 --op=sum allreduce || true
+
+echo
+echo "\$ chorusctl groups"
+ctl groups
+
 echo
 echo "A worker asking for a device without distributed support is refused:"
 echo "\$ chorus-worker --coordinator=$coordinator --devices=cpu,vulkan:0"
