@@ -19,6 +19,8 @@ iters="${BENCH_ITERS:-20}"
 log="${build}/gpu_check.log"
 
 say() { printf 'gpu_check: %s\n' "$*"; }
+# Prints the path of the built executable named $1 under the build tree.
+find_binary() { find "${tree}" -type f -name "$1" -perm -u+x | head -n 1; }
 
 # ---- Is there a GPU? ---------------------------------------------------------
 gpu_name=""
@@ -93,8 +95,7 @@ if [ ${test_rc} -ne 0 ]; then
   printf '%s\n' "${test_out}" | tail -n 60
 elif printf '%s' "${test_out}" | grep -q '(Skipped)'; then
   # A GPU is installed but the test process could not use it: say why.
-  test_bin="${tree}/tests/gpu/gpu_reduce_test"
-  [ -x "${test_bin}" ] || test_bin="${tree}/gpu/gpu_reduce_test"
+  test_bin="$(find_binary gpu_reduce_test)"
   reason="$("${test_bin}" --gtest_filter='GpuReduceTypedTest/0.*' 2>&1 |
             grep -m1 -E 'no usable CUDA device|built without CUDA')"
   tests="SKIPPED, not run: ${reason:-see ${log}}"
@@ -105,8 +106,7 @@ fi
 tested=$(date +%s)
 
 # ---- Bandwidth benchmark ------------------------------------------------------
-bench_bin="${tree}/tests/gpu/gpu_reduce_bench"           # full project
-[ -x "${bench_bin}" ] || bench_bin="${tree}/gpu/gpu_reduce_bench"  # standalone
+bench_bin="$(find_binary gpu_reduce_bench)"
 bench_out="$(timeout 120 "${bench_bin}" --mib="${mib}" --iters="${iters}" 2>&1)"
 bench_rc=$?
 [ ${bench_rc} -eq 0 ] || bench_out="${bench_out}

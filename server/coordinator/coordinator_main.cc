@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/common/clock.h"
 #include "server/common/daemon.h"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   group_options.planner.recursive_doubling_max_bytes =
       absl::GetFlag(FLAGS_recursive_doubling_max_bytes);
   group_options.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  group_options.first_epoch = absl::ToUnixMicros(clock->Now());
   chorus::GroupTable groups(clock, &registry, group_options);
 
   // Ends joins and collectives at their deadlines. `planned` is when the loop
@@ -89,10 +91,13 @@ int main(int argc, char** argv) {
   // Evicts workers as their leases expire: wakes just after the earliest
   // lease can expire, and at least once a lease period (a worker registered
   // meanwhile expires no earlier than that).
-  chorus::WakeupLoop sweeper([&registry] {
+  chorus::WakeupLoop sweeper([&registry, &groups, lease] {
     for (const chorus::WorkerRecord& r : registry.EvictExpired()) {
       LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
                    << "\": no heartbeat within the lease";
+      groups.AbortWorker(
+          r.id, r.registration.name,
+          absl::StrCat("no heartbeat within the lease (", absl::FormatDuration(lease), ")"));
     }
     return std::min(registry.NextExpiry() + absl::Milliseconds(1),
                     absl::Now() + registry.lease_timeout());

@@ -26,6 +26,16 @@ std::string DeviceNames(const std::vector<Device>& devices) {
   });
 }
 
+v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
+                            const absl::Status& status) {
+  v1::GroupAbort proto;
+  proto.set_group(group);
+  proto.set_epoch(epoch);
+  proto.set_code(static_cast<int>(status.code()));
+  proto.set_message(std::string(status.message()));
+  return proto;
+}
+
 v1::GroupMember MemberToProto(const GroupMember& member) {
   v1::GroupMember proto;
   proto.set_rank(member.rank);
@@ -83,6 +93,10 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
                  << "\" from " << context->peer() << ": " << result.status();
     return Finish(context, result.status());
   }
+  if (result->replaced) {
+    groups_->AbortWorker(result->replaced_id, registration.name,
+                         "it restarted with a new incarnation");
+  }
   if (!result->retried) {
     LOG(INFO) << (result->replaced ? "re-registered" : "registered")
               << " worker " << result->worker_id << " \"" << registration.name
@@ -105,18 +119,29 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
       registry_->Renew(request->worker_id(), request->incarnation());
   response->set_lease_timeout_ms(
       absl::ToInt64Milliseconds(registry_->lease_timeout()));
+  if (status.ok()) {
+    uint64_t latest = 0;
+    for (const AbortNotice& notice : groups_->AbortsFor(
+             request->worker_id(), request->aborts_seen(), &latest)) {
+      *response->add_aborts() = AbortToProto(notice.group, notice.epoch,
+                                             notice.status);
+    }
+    response->set_aborts_latest(latest);
+  }
   return Finish(context, status);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Deregister(
     grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
     v1::DeregisterResponse* response) {
-  absl::Status status =
+  absl::StatusOr<WorkerRecord> record =
       registry_->Deregister(request->worker_id(), request->incarnation());
-  if (status.ok()) {
+  if (record.ok()) {
     LOG(INFO) << "deregistered worker " << request->worker_id();
+    groups_->AbortWorker(record->id, record->registration.name,
+                         "it shut down");
   }
-  return Finish(context, status);
+  return Finish(context, record.status());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
@@ -225,6 +250,42 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
     }
   }
   return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Commit(
+    grpc::CallbackServerContext* context, const v1::CommitRequest* request,
+    v1::CommitResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  CommitCall call;
+  call.group = request->group();
+  call.epoch = request->epoch();
+  call.rank = request->rank();
+  call.sequence = request->sequence();
+  call.deadline = CoreDeadline(*context);
+  const absl::Time deadline = call.deadline;
+  groups_->Commit(std::move(call), [reactor](absl::Status status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  deadline_added_(deadline);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
+    grpc::CallbackServerContext* context,
+    const v1::ReportFailureRequest* request,
+    v1::ReportFailureResponse* response) {
+  const absl::Status failure(static_cast<absl::StatusCode>(request->code()),
+                             request->message());
+  absl::Status verdict =
+      groups_->ReportFailure(request->group(), request->epoch(),
+                             request->rank(), request->sequence(), failure);
+  if (absl::IsAborted(verdict)) {
+    LOG(WARNING) << verdict;
+    *response->mutable_abort() =
+        AbortToProto(request->group(), request->epoch(), verdict);
+    verdict = absl::OkStatus();
+  }
+  return Finish(context, verdict);
 }
 
 }  // namespace chorus

@@ -65,6 +65,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListGroupsRequest* request,
       v1::ListGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* context,
+                                   const v1::CommitRequest* request,
+                                   v1::CommitResponse* response) override;
+  grpc::ServerUnaryReactor* ReportFailure(
+      grpc::CallbackServerContext* context,
+      const v1::ReportFailureRequest* request,
+      v1::ReportFailureResponse* response) override;
 
  private:
   // The time the core should end a call from `context`.

@@ -104,7 +104,8 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
                                  Completions* completions) {
   GroupView view;
   view.name = name;
-  view.epoch = ++epochs_[name];
+  auto [epoch, inserted] = epochs_.try_emplace(name, options_.first_epoch);
+  view.epoch = ++epoch->second;
   view.world_size = formation.world_size;
   for (std::optional<PendingJoin>& slot : formation.slots) {
     view.members.push_back(slot->member);
@@ -132,19 +133,28 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   }
 }
 
-absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
-                                            Group** out) {
-  auto it = groups_.find(call.group);
+absl::StatusOr<GroupTable::Group*> GroupTable::FindGroupLocked(
+    const std::string& name, uint64_t epoch) {
+  auto it = groups_.find(name);
   if (it == groups_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("unknown group \"", call.group, "\"; join it first"));
+        absl::StrCat("unknown group \"", name, "\"; join it first"));
   }
   Group& group = it->second;
-  if (call.epoch != group.view.epoch) {
+  if (epoch != group.view.epoch) {
     return absl::FailedPreconditionError(
-        absl::StrCat("stale epoch ", call.epoch, " for group ", call.group,
+        absl::StrCat("stale epoch ", epoch, " for group ", name,
                      ", which is at epoch ", group.view.epoch, "; join again"));
   }
+  if (!group.aborted.ok()) return group.aborted;
+  return &group;
+}
+
+absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
+                                            Group** out) {
+  absl::StatusOr<Group*> found = FindGroupLocked(call.group, call.epoch);
+  if (!found.ok()) return found.status();
+  Group& group = **found;
   const int world = group.view.world_size;
   if (call.rank < 0 || call.rank >= world) {
     return absl::InvalidArgumentError(
@@ -327,6 +337,11 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
     }
   }
 
+  if (plan.ok() && plan->algorithm != Algorithm::kInline) {
+    CommitMatch& commit = group.commits[sequence];
+    commit.calls.resize(world);
+    commit.done.resize(world);
+  }
   for (int rank = 0; rank < world; ++rank) {
     absl::StatusOr<CollectiveOutcome> outcome =
         plan.ok() ? absl::StatusOr<CollectiveOutcome>(CollectiveOutcome{
@@ -416,9 +431,202 @@ void GroupTable::ExpireDeadlines() {
         it = group.pending.erase(it);
         FailMatchLocked(group, sequence, expired_match, status, &completions);
       }
+      // Commits: ranks that never commit leave the outcome unknown, so the
+      // group is aborted; the ranks that did commit learn who is missing.
+      for (auto& [sequence, commit] : group.commits) {
+        std::vector<int> missing;
+        bool expired = false;
+        for (int rank = 0; rank < group.view.world_size; ++rank) {
+          if (!commit.calls[rank]) {
+            missing.push_back(rank);
+          } else {
+            expired = expired || commit.calls[rank]->deadline <= now;
+          }
+        }
+        if (!expired) continue;
+        const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+            FormatRanks(missing), " of group ", name, " did not finish #",
+            sequence, " within the deadline; the group is aborted"));
+        for (int rank = 0; rank < group.view.world_size; ++rank) {
+          if (!commit.calls[rank]) continue;
+          completions.push_back(
+              [done = std::move(commit.done[rank]), status] { done(status); });
+          commit.calls[rank].reset();
+        }
+        AbortGroupLocked(group, absl::AbortedError(status.message()),
+                         &completions);
+        break;  // commits were cleared
+      }
     }
   }
   for (auto& complete : completions) complete();
+}
+
+void GroupTable::Commit(CommitCall call, CommitCallback done) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Group*> found = FindGroupLocked(call.group, call.epoch);
+    absl::Status status = found.status();
+    CommitMatch* commit = nullptr;
+    if (found.ok()) {
+      Group& group = **found;
+      auto it = group.commits.find(call.sequence);
+      if (call.rank < 0 || call.rank >= group.view.world_size) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "rank ", call.rank, " is out of range for group ", call.group));
+      } else if (it == group.commits.end()) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "collective #", call.sequence, " of group ", call.group,
+            " has nothing to commit: it ran inline, is not decided yet, or "
+            "was committed already"));
+      } else if (it->second.calls[call.rank].has_value()) {
+        status = absl::FailedPreconditionError(
+            absl::StrCat("rank ", call.rank, " already committed #",
+                         call.sequence, " of group ", call.group));
+      } else {
+        commit = &it->second;
+      }
+      if (commit != nullptr) {
+        const int rank = call.rank;
+        commit->calls[rank] = std::move(call);
+        commit->done[rank] = std::move(done);
+        if (++commit->arrived == group.view.world_size) {
+          for (CommitCallback& waiter : commit->done) {
+            completions.push_back(
+                [waiter = std::move(waiter)] { waiter(absl::OkStatus()); });
+          }
+          group.commits.erase(it);
+        }
+      }
+    }
+    if (commit == nullptr) {
+      completions.push_back(
+          [done = std::move(done), status] { done(status); });
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+absl::Status GroupTable::ReportFailure(const std::string& group_name,
+                                       uint64_t epoch, int rank,
+                                       uint64_t sequence,
+                                       const absl::Status& failure) {
+  Completions completions;
+  absl::Status verdict;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(group_name);
+    if (it == groups_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown group \"", group_name, "\""));
+    }
+    Group& group = it->second;
+    if (group.view.epoch != epoch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("stale epoch ", epoch, " for group ", group_name));
+    }
+    AbortGroupLocked(
+        group,
+        absl::AbortedError(absl::StrCat(
+            "group ", group_name, " (epoch ", epoch, ") aborted: rank ", rank,
+            " failed collective #", sequence, ": ", failure.ToString())),
+        &completions);
+    verdict = group.aborted;
+  }
+  for (auto& complete : completions) complete();
+  return verdict;
+}
+
+void GroupTable::AbortWorker(uint64_t worker_id,
+                             const std::string& worker_name,
+                             const std::string& why) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, group] : groups_) {
+      std::vector<int> ranks;
+      for (const GroupMember& member : group.view.members) {
+        if (member.worker_id == worker_id) ranks.push_back(member.rank);
+      }
+      if (ranks.empty()) continue;
+      AbortGroupLocked(
+          group,
+          absl::AbortedError(absl::StrCat(
+              "group ", name, " (epoch ", group.view.epoch, ") aborted: ",
+              FormatRanks(ranks), " on worker \"", worker_name, "\" (id ",
+              worker_id, ") lost: ", why, "; join the group again")),
+          &completions);
+    }
+    // Joins the lost worker made can no longer be answered.
+    for (auto it = forming_.begin(); it != forming_.end();) {
+      Formation& formation = it->second;
+      for (std::optional<PendingJoin>& slot : formation.slots) {
+        if (!slot || slot->member.worker_id != worker_id) continue;
+        const absl::Status status = absl::AbortedError(absl::StrCat(
+            "worker \"", worker_name, "\" (id ", worker_id, ") lost: ", why));
+        completions.push_back(
+            [done = std::move(slot->done), status] { done(status); });
+        slot.reset();
+        --formation.joined;
+      }
+      if (formation.joined == 0) {
+        forming_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
+                                  Completions* completions) {
+  if (!group.aborted.ok()) return;
+  group.aborted = status;
+  for (auto& [sequence, match] : group.pending) {
+    for (std::optional<ArrivedCall>& arrived : match.calls) {
+      if (!arrived) continue;
+      completions->push_back(
+          [done = std::move(arrived->done), status] { done(status); });
+    }
+  }
+  group.pending.clear();
+  for (auto& [sequence, commit] : group.commits) {
+    for (int rank = 0; rank < group.view.world_size; ++rank) {
+      if (!commit.calls[rank]) continue;
+      completions->push_back(
+          [done = std::move(commit.done[rank]), status] { done(status); });
+    }
+  }
+  group.commits.clear();
+  AbortNotice notice;
+  notice.id = next_notice_++;
+  notice.group = group.view.name;
+  notice.epoch = group.view.epoch;
+  notice.status = status;
+  for (const GroupMember& member : group.view.members) {
+    notice.worker_ids.push_back(member.worker_id);
+  }
+  notices_.push_back(std::move(notice));
+  constexpr size_t kMaxNotices = 4096;
+  while (notices_.size() > kMaxNotices) notices_.pop_front();
+}
+
+std::vector<AbortNotice> GroupTable::AbortsFor(uint64_t worker_id,
+                                               uint64_t after,
+                                               uint64_t* latest) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<AbortNotice> out;
+  *latest = next_notice_ - 1;
+  for (const AbortNotice& notice : notices_) {
+    if (notice.id <= after) continue;
+    if (std::find(notice.worker_ids.begin(), notice.worker_ids.end(),
+                  worker_id) != notice.worker_ids.end()) {
+      out.push_back(notice);
+    }
+  }
+  return out;
 }
 
 void GroupTable::AbortAll(const absl::Status& status) {
@@ -434,15 +642,11 @@ void GroupTable::AbortAll(const absl::Status& status) {
     }
     forming_.clear();
     for (auto& [name, group] : groups_) {
-      for (auto& [sequence, match] : group.pending) {
-        for (std::optional<ArrivedCall>& arrived : match.calls) {
-          if (!arrived) continue;
-          completions.push_back(
-              [done = std::move(arrived->done), status] { done(status); });
-        }
-      }
+      group.aborted = absl::OkStatus();
+      AbortGroupLocked(group, status, &completions);
     }
     groups_.clear();
+    notices_.clear();
   }
   for (auto& complete : completions) complete();
 }
@@ -461,6 +665,11 @@ absl::Time GroupTable::NextDeadline() const {
         if (arrived) next = std::min(next, arrived->call.deadline);
       }
     }
+    for (const auto& [sequence, commit] : group.commits) {
+      for (const std::optional<CommitCall>& call : commit.calls) {
+        if (call) next = std::min(next, call->deadline);
+      }
+    }
   }
   return next;
 }
@@ -472,6 +681,7 @@ std::vector<GroupSummary> GroupTable::List() const {
     GroupSummary summary;
     summary.view = group.view;
     summary.completed = group.completed;
+    summary.aborted = group.aborted;
     if (!group.pending.empty()) {
       const auto& [sequence, match] = *group.pending.begin();
       summary.pending_sequence = sequence;

@@ -23,6 +23,7 @@
 #define CHORUS_SERVER_COORDINATOR_GROUP_TABLE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -92,6 +93,25 @@ struct CollectiveOutcome {
   std::string data;
 };
 
+struct CommitCall {
+  std::string group;
+  uint64_t epoch = 0;
+  int rank = 0;
+  uint64_t sequence = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+// A group epoch that was aborted, for the workers that hold its members.
+struct AbortNotice {
+  // Increases with every abort; workers ask for notices after the last id
+  // they saw.
+  uint64_t id = 0;
+  std::string group;
+  uint64_t epoch = 0;
+  absl::Status status;
+  std::vector<uint64_t> worker_ids;
+};
+
 struct GroupSummary {
   GroupView view;
   // Collectives that ended (with a result or a failure verdict).
@@ -101,10 +121,16 @@ struct GroupSummary {
   uint64_t pending_sequence = 0;
   std::vector<int> missing_ranks;
   absl::Time pending_since;
+  // Set when the group epoch was aborted; every call on it gets this.
+  absl::Status aborted;
 };
 
 struct GroupTableOptions {
   int max_world_size = 4096;
+  // Epochs of every group name start after this; the coordinator passes its
+  // start time in microseconds so a restarted coordinator never reuses an
+  // epoch workers still remember.
+  uint64_t first_epoch = 0;
   PlannerOptions planner;
 };
 
@@ -113,6 +139,7 @@ class GroupTable {
   using JoinCallback = std::function<void(absl::StatusOr<GroupView>)>;
   using CollectiveCallback =
       std::function<void(absl::StatusOr<CollectiveOutcome>)>;
+  using CommitCallback = std::function<void(absl::Status)>;
 
   // Neither pointer is owned.
   GroupTable(Clock* clock, Registry* registry, GroupTableOptions options);
@@ -136,6 +163,34 @@ class GroupTable {
   // UNIMPLEMENTED for this rank's unsupported device; DEADLINE_EXCEEDED;
   // ABORTED when the group was formed again meanwhile.
   void Collective(CollectiveCall call, CollectiveCallback done);
+
+  // Commits a collective that ran on the data plane. `done` runs once: OK
+  // when every rank committed; ABORTED when the group was aborted (a rank
+  // reported a failure, or a worker was lost); DEADLINE_EXCEEDED naming the
+  // ranks that did not commit in time (the group is then aborted);
+  // NOT_FOUND, FAILED_PRECONDITION or INVALID_ARGUMENT for bad input (a
+  // sequence that ran inline or is not decided yet, a stale epoch).
+  void Commit(CommitCall call, CommitCallback done);
+
+  // Aborts `group` at `epoch` because rank `rank` saw `failure` on the data
+  // plane during collective `sequence`. Returns the group's abort status
+  // (ABORTED; the first failure reported wins), or NOT_FOUND /
+  // FAILED_PRECONDITION for an unknown group or stale epoch.
+  absl::Status ReportFailure(const std::string& group, uint64_t epoch,
+                             int rank, uint64_t sequence,
+                             const absl::Status& failure);
+
+  // Aborts every group with a member on worker `worker_id` (evicted or shut
+  // down; `why` says which) and drops its pending joins. Every pending and
+  // later call on those group epochs gets ABORTED naming the worker and its
+  // ranks, until the group is formed again.
+  void AbortWorker(uint64_t worker_id, const std::string& worker_name,
+                   const std::string& why);
+
+  // Returns the abort notices after `after` for groups with a member on
+  // `worker_id`, and sets `latest` to the newest notice id.
+  std::vector<AbortNotice> AbortsFor(uint64_t worker_id, uint64_t after,
+                                     uint64_t* latest) const;
 
   // Ends every pending join and collective with `status` and forgets every
   // group (used when the coordinator shuts down).
@@ -172,8 +227,17 @@ class GroupTable {
     int arrived = 0;
     absl::Time first_arrival;
   };
+  struct CommitMatch {
+    std::vector<std::optional<CommitCall>> calls;
+    std::vector<CommitCallback> done;
+    int arrived = 0;
+  };
   struct Group {
     GroupView view;
+    // OK while the epoch is live; the abort status once aborted.
+    absl::Status aborted;
+    // Decided data-plane collectives waiting for their commits.
+    std::map<uint64_t, CommitMatch> commits;
     // Next sequence each rank may call.
     std::vector<uint64_t> next_sequence;
     std::map<uint64_t, Match> pending;
@@ -196,6 +260,14 @@ class GroupTable {
                        const absl::Status& status, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneFailedLocked(Group& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Aborts the group epoch with `status` (kept if it was already aborted):
+  // fails its pending matches and commits and records a notice.
+  void AbortGroupLocked(Group& group, const absl::Status& status,
+                        Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Group*> FindGroupLocked(const std::string& name,
+                                         uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;        // not owned
   Registry* const registry_;  // not owned
@@ -204,6 +276,8 @@ class GroupTable {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Formation> forming_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
+  std::deque<AbortNotice> notices_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_notice_ ABSL_GUARDED_BY(mu_) = 1;
   // Last epoch handed out per group name; survives re-formation.
   absl::flat_hash_map<std::string, uint64_t> epochs_ ABSL_GUARDED_BY(mu_);
 };

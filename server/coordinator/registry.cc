@@ -65,6 +65,7 @@ absl::StatusOr<RegisterResult> Registry::Register(
       result.retried = true;
       return result;
     }
+    result.replaced_id = existing.id;
     workers_.erase(existing.id);
     id_by_name_.erase(by_name);
     result.replaced = true;
@@ -102,13 +103,15 @@ absl::Status Registry::Renew(uint64_t id, uint64_t incarnation) {
   return absl::OkStatus();
 }
 
-absl::Status Registry::Deregister(uint64_t id, uint64_t incarnation) {
+absl::StatusOr<WorkerRecord> Registry::Deregister(uint64_t id,
+                                                  uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
   absl::Status found = FindLocked(id, incarnation);
   if (!found.ok()) return found;
-  id_by_name_.erase(workers_.at(id).registration.name);
+  WorkerRecord record = std::move(workers_.at(id));
+  id_by_name_.erase(record.registration.name);
   workers_.erase(id);
-  return absl::OkStatus();
+  return record;
 }
 
 std::vector<WorkerRecord> Registry::EvictExpired() {

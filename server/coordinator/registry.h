@@ -48,8 +48,10 @@ struct WorkerRecord {
 
 struct RegisterResult {
   uint64_t worker_id = 0;
-  // True when a different incarnation under the same name was replaced.
+  // True when a different incarnation under the same name was replaced;
+  // replaced_id is then the old entry's id.
   bool replaced = false;
+  uint64_t replaced_id = 0;
   // True when this was a retry of a registration already recorded.
   bool retried = false;
 };
@@ -73,8 +75,9 @@ class Registry {
   // the incarnation does not match.
   absl::Status Renew(uint64_t id, uint64_t incarnation);
 
-  // Removes worker `id`. Returns NOT_FOUND or FAILED_PRECONDITION as Renew.
-  absl::Status Deregister(uint64_t id, uint64_t incarnation);
+  // Removes worker `id` and returns its record. Returns NOT_FOUND or
+  // FAILED_PRECONDITION as Renew.
+  absl::StatusOr<WorkerRecord> Deregister(uint64_t id, uint64_t incarnation);
 
   // Removes every worker whose lease expired and returns them.
   std::vector<WorkerRecord> EvictExpired();

@@ -121,12 +121,22 @@ void CoordinatorSession::HeartbeatLoop() {
     v1::HeartbeatRequest request;
     request.set_worker_id(id);
     request.set_incarnation(incarnation_);
+    request.set_aborts_seen(aborts_seen_);
     v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(options_.rpc_timeout));
     absl::Status status =
         FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
     if (status.ok()) {
+      for (const v1::GroupAbort& abort : response.aborts()) {
+        if (options_.on_group_aborted) {
+          options_.on_group_aborted(
+              abort.group(), abort.epoch(),
+              absl::Status(static_cast<absl::StatusCode>(abort.code()),
+                           abort.message()));
+        }
+      }
+      aborts_seen_ = response.aborts_latest();
       if (coordinator_lost) {
         LOG(INFO) << "coordinator " << options_.coordinator
                   << " reachable again";
@@ -138,6 +148,12 @@ void CoordinatorSession::HeartbeatLoop() {
       // The coordinator forgot us: it restarted, or evicted us.
       LOG(WARNING) << "coordinator does not know this worker (" << status
                    << "); registering again";
+      aborts_seen_ = 0;
+      if (options_.on_forgotten) {
+        options_.on_forgotten(absl::UnavailableError(
+            "the coordinator restarted or lost this worker; join the group "
+            "again"));
+      }
       absl::Status registered = RegisterOnce();
       coordinator_lost = !registered.ok();
       if (!registered.ok()) {

@@ -12,6 +12,7 @@
 #define CHORUS_SERVER_WORKER_COORDINATOR_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +43,14 @@ struct SessionOptions {
   absl::Duration register_timeout = absl::InfiniteDuration();
   // Pause between attempts while the coordinator is unreachable.
   absl::Duration retry_interval = absl::Milliseconds(500);
+  // Runs on the heartbeat thread for each group epoch the coordinator
+  // aborted that has a member on this worker.
+  std::function<void(const std::string& group, uint64_t epoch,
+                     const absl::Status& status)>
+      on_group_aborted;
+  // Runs on the heartbeat thread when the coordinator no longer knows this
+  // worker (it restarted, or evicted us): every group formed before is gone.
+  std::function<void(const absl::Status& why)> on_forgotten;
 };
 
 class CoordinatorSession {
@@ -90,6 +99,8 @@ class CoordinatorSession {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  // Newest abort notice seen; only the heartbeat thread uses it.
+  uint64_t aborts_seen_ = 0;
   std::thread heartbeat_thread_;
 };
 

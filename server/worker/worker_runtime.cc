@@ -75,6 +75,15 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   session.cuda_support = discovered.support.cuda_built;
   session.rpc_timeout = options.rpc_timeout;
   session.register_timeout = options.register_timeout;
+  Inbox* inbox = &runtime->inbox_;
+  session.on_group_aborted = [inbox](const std::string& group, uint64_t epoch,
+                                     const absl::Status& status) {
+    LOG(WARNING) << status;
+    inbox->Abort(group, epoch, status);
+  };
+  session.on_forgotten = [inbox](const absl::Status& why) {
+    inbox->AbortAllSeen(why);
+  };
   runtime->session_ = std::make_unique<CoordinatorSession>(session);
   runtime->coordinator_ =
       v1::Coordinator::NewStub(MakeChannel(options.coordinator));
@@ -198,8 +207,58 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
           "the coordinator planned ", AlgorithmName(result.algorithm),
           ", which this worker does not run"));
   }
-  if (!status.ok()) return status;
+  status = status.ok() ? Commit(membership, sequence, deadline)
+                       : ReportFailure(membership, sequence, status);
+  if (!status.ok()) {
+    output->clear();
+    return status;
+  }
   return result;
+}
+
+absl::Status WorkerRuntime::Commit(const Membership& membership,
+                                   uint64_t sequence, absl::Time deadline) {
+  v1::CommitRequest request;
+  request.set_group(membership.group);
+  request.set_epoch(membership.epoch);
+  request.set_rank(membership.rank);
+  request.set_sequence(sequence);
+  v1::CommitResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  return FromGrpcStatus(coordinator_->Commit(&context, request, &response));
+}
+
+absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
+                                          uint64_t sequence,
+                                          const absl::Status& failure) {
+  // The group's abort already reached this worker: that is the verdict.
+  if (absl::Status aborted =
+          inbox_.AbortStatus(membership.group, membership.epoch);
+      !aborted.ok()) {
+    return aborted;
+  }
+  v1::ReportFailureRequest request;
+  request.set_group(membership.group);
+  request.set_epoch(membership.epoch);
+  request.set_rank(membership.rank);
+  request.set_sequence(sequence);
+  request.set_code(static_cast<int>(failure.code()));
+  request.set_message(std::string(failure.message()));
+  v1::ReportFailureResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+  absl::Status reported = FromGrpcStatus(
+      coordinator_->ReportFailure(&context, request, &response));
+  if (!reported.ok() || !response.has_abort()) {
+    LOG(WARNING) << "could not report " << failure << ": " << reported;
+    return failure;
+  }
+  const absl::Status verdict(
+      static_cast<absl::StatusCode>(response.abort().code()),
+      response.abort().message());
+  inbox_.Abort(membership.group, membership.epoch, verdict);
+  return verdict;
 }
 
 }  // namespace chorus

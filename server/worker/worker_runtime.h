@@ -137,6 +137,14 @@ class WorkerRuntime {
  private:
   WorkerRuntime() = default;
 
+  // Ends a data-plane collective: waits until every rank committed it.
+  absl::Status Commit(const Membership& membership, uint64_t sequence,
+                      absl::Time deadline);
+  // Reports a data-plane failure and returns the group's verdict (ABORTED),
+  // or `failure` itself when it already is a verdict or cannot be reported.
+  absl::Status ReportFailure(const Membership& membership, uint64_t sequence,
+                             const absl::Status& failure);
+
   RuntimeOptions options_;
   std::vector<Device> devices_;
   DeviceSupport support_;

@@ -139,7 +139,8 @@ TEST_F(RegistryTest, Deregister_Known_Removed) {
   uint64_t id = registry_.Register(Worker("w1"))->worker_id;
   ASSERT_TRUE(registry_.Deregister(id, 1).ok());
   EXPECT_THAT(registry_.List(), IsEmpty());
-  EXPECT_EQ(registry_.Deregister(id, 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_.Deregister(id, 1).status().code(),
+            absl::StatusCode::kNotFound);
   // The name is free again.
   EXPECT_FALSE(registry_.Register(Worker("w1"))->retried);
 }

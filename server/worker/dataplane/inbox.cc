@@ -37,7 +37,9 @@ void Inbox::CloseStream(StreamId stream) {
 bool Inbox::Deliver(StreamId stream, const MessageKey& key, std::string data,
                     std::function<void()> resume) {
   absl::MutexLock lock(&mu_);
-  if (aborted_.contains(GroupEpoch(key.group, key.epoch))) return true;
+  const std::string group_epoch = GroupEpoch(key.group, key.epoch);
+  if (aborted_.contains(group_epoch)) return true;
+  seen_.insert(group_epoch);
   const uint64_t size = data.size();
   messages_[key.ToString()] = Stored{std::move(data), stream};
   auto it = streams_.find(stream);
@@ -56,6 +58,7 @@ absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
   std::string data;
   {
     absl::MutexLock lock(&mu_);
+    seen_.insert(group_epoch);
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return messages_.contains(id) || aborted_.contains(group_epoch);
     };
@@ -91,27 +94,49 @@ void Inbox::Abort(const std::string& group, uint64_t epoch,
   std::vector<std::function<void()>> resumes;
   {
     absl::MutexLock lock(&mu_);
-    const std::string group_epoch = GroupEpoch(group, epoch);
-    aborted_.emplace(group_epoch, status);
-    const std::string prefix = group_epoch + "/";
-    for (auto it = messages_.begin(); it != messages_.end();) {
-      if (absl::StartsWith(it->first, prefix)) {
-        auto s = streams_.find(it->second.stream);
-        if (s != streams_.end()) {
-          s->second.bytes -=
-              std::min<uint64_t>(s->second.bytes, it->second.data.size());
-          if (s->second.resume && s->second.bytes <= stream_limit_bytes_) {
-            resumes.push_back(std::move(s->second.resume));
-            s->second.resume = nullptr;
-          }
-        }
-        messages_.erase(it++);
-      } else {
-        ++it;
-      }
+    AbortLocked(GroupEpoch(group, epoch), status, &resumes);
+  }
+  for (auto& resume : resumes) resume();
+}
+
+absl::Status Inbox::AbortStatus(const std::string& group, uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  auto it = aborted_.find(GroupEpoch(group, epoch));
+  return it == aborted_.end() ? absl::OkStatus() : it->second;
+}
+
+void Inbox::AbortAllSeen(const absl::Status& status) {
+  std::vector<std::function<void()>> resumes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& group_epoch : seen_) {
+      AbortLocked(group_epoch, status, &resumes);
     }
   }
   for (auto& resume : resumes) resume();
+}
+
+void Inbox::AbortLocked(const std::string& group_epoch,
+                        const absl::Status& status,
+                        std::vector<std::function<void()>>* resumes) {
+  aborted_.emplace(group_epoch, status);
+  const std::string prefix = group_epoch + "/";
+  for (auto it = messages_.begin(); it != messages_.end();) {
+    if (!absl::StartsWith(it->first, prefix)) {
+      ++it;
+      continue;
+    }
+    auto s = streams_.find(it->second.stream);
+    if (s != streams_.end()) {
+      s->second.bytes -=
+          std::min<uint64_t>(s->second.bytes, it->second.data.size());
+      if (s->second.resume && s->second.bytes <= stream_limit_bytes_) {
+        resumes->push_back(std::move(s->second.resume));
+        s->second.resume = nullptr;
+      }
+    }
+    messages_.erase(it++);
+  }
 }
 
 }  // namespace chorus

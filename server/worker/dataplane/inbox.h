@@ -16,9 +16,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -67,11 +69,22 @@ class Inbox {
   void Abort(const std::string& group, uint64_t epoch,
              const absl::Status& status);
 
+  // Returns the status `group` at `epoch` was aborted with, or OK.
+  absl::Status AbortStatus(const std::string& group, uint64_t epoch);
+
+  // Aborts every group epoch this inbox has seen so far (the coordinator
+  // that formed them is gone); group epochs seen later are unaffected.
+  void AbortAllSeen(const absl::Status& status);
+
  private:
   struct Stored {
     std::string data;
     StreamId stream = 0;
   };
+  void AbortLocked(const std::string& group_epoch, const absl::Status& status,
+                   std::vector<std::function<void()>>* resumes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct StreamState {
     uint64_t bytes = 0;
     std::function<void()> resume;
@@ -82,6 +95,8 @@ class Inbox {
   StreamId next_stream_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<std::string, Stored> messages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StreamId, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  // Every "group/epoch" seen by Deliver() or Take().
+  absl::flat_hash_set<std::string> seen_ ABSL_GUARDED_BY(mu_);
   // "group/epoch" -> why it was aborted.
   absl::flat_hash_map<std::string, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,98 @@
+// ChildProcess: a process chorus-bench starts — the coordinator or one rank —
+// with stderr (and stdout, unless captured) appended to a log file, stdout
+// optionally on a pipe the parent reads, and SIGKILL delivered to it if the
+// parent dies, so a crashed or killed benchmark leaks no processes.
+//
+// Lifecycle: Spawn() forks and execs and returns once exec succeeded (or why
+// it failed). Stop() or the destructor ends a child that is still running
+// and reaps it.
+// Thread safety: thread-compatible; chorus-bench drives its children from
+// its main thread.
+#ifndef CHORUS_BENCH_BENCH_PROCESS_H_
+#define CHORUS_BENCH_BENCH_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace chorus::bench {
+
+struct SpawnOptions {
+  // Executable path; argv[0] is set to it.
+  std::string binary;
+  std::vector<std::string> args;
+  // Receives the child's stderr, and its stdout unless capture_stdout.
+  std::string log_path;
+  // Sends the child's stdout to a pipe read through stdout_fd().
+  bool capture_stdout = false;
+};
+
+class ChildProcess {
+ public:
+  // Starts the child with stdin from /dev/null. Returns INVALID_ARGUMENT for
+  // an empty binary or log path, or INTERNAL (with errno's text) when the log
+  // cannot be opened, a pipe or fork fails, or exec fails.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(
+      const SpawnOptions& options);
+
+  // Stop(absl::ZeroDuration()) when the child is still running.
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+  // The read end of the captured stdout (non-blocking); -1 when not
+  // captured or closed. Owned by this object.
+  int stdout_fd() const { return stdout_fd_; }
+  void CloseStdout();
+
+  // Sends `sig` unless the child has been reaped. Returns
+  // FAILED_PRECONDITION when it has, INTERNAL when kill(2) fails.
+  absl::Status Signal(int sig);
+
+  // Waits up to `timeout` for the child to exit without spinning (poll on a
+  // pidfd; a few-millisecond sleep loop where the kernel has none). Returns
+  // the exit code, or 128+signal when a signal ended it; DEADLINE_EXCEEDED
+  // when it still runs at the deadline.
+  absl::StatusOr<int> WaitForExit(absl::Duration timeout);
+
+  // Sends SIGTERM, waits up to `grace`, then SIGKILL (at once for a zero
+  // grace), and reaps. Returns the exit code as WaitForExit does.
+  int Stop(absl::Duration grace);
+
+  // The last `max_bytes` of the log, for error messages.
+  std::string LogTail(size_t max_bytes = 2000) const;
+
+ private:
+  ChildProcess(pid_t pid, int pidfd, int stdout_fd, std::string log_path)
+      : pid_(pid),
+        pidfd_(pidfd),
+        stdout_fd_(stdout_fd),
+        log_path_(std::move(log_path)) {}
+
+  // Reaps the child if it has exited; true once reaped.
+  bool TryReap();
+
+  const pid_t pid_;
+  int pidfd_;  // -1 when unavailable
+  int stdout_fd_;
+  const std::string log_path_;
+  std::optional<int> exit_code_;
+};
+
+// The path of the running executable (/proc/self/exe resolved), or "" when it
+// cannot be read.
+std::string SelfExecutable();
+
+}  // namespace chorus::bench
+
+#endif  // CHORUS_BENCH_BENCH_PROCESS_H_

@@ -1,0 +1,178 @@
+// Helpers for the collective integration tests: a real chorus-coordinator
+// process with WorkerRuntime instances embedded in the test process, groups
+// joined from one thread per rank, deterministic inputs for every collective
+// kind and dtype, a simple reference for what every rank must get, and the
+// checks that compare each rank's output with that reference and with the
+// other ranks'.
+//
+// The reference is deliberately naive (one loop per kind, reductions in
+// long double or in wrapping unsigned arithmetic); it shares no code with the
+// reduce engines beyond the spec's buffer-size table.
+//
+// Lifecycle: an EmbeddedCluster owns its coordinator process and runtimes;
+// destroy the communicators joined through it first.
+// Thread safety: EmbeddedCluster::Start and JoinGroup are for the test's main
+// thread; the runtimes and communicators are thread-safe. The value and
+// reference helpers are pure functions.
+#ifndef CHORUS_TESTS_TESTING_COLLECTIVE_HARNESS_H_
+#define CHORUS_TESTS_TESTING_COLLECTIVE_HARNESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chorus/communicator.h"
+#include "gtest/gtest.h"
+#include "server/common/collective.h"
+#include "server/worker/worker_runtime.h"
+#include "tests/testing/daemons.h"
+
+namespace chorus::test {
+
+// Deadline of every join and collective the tests issue: generous, since a
+// loaded two-core machine runs several test processes at once. A failing
+// call normally answers long before it.
+inline constexpr absl::Duration kCallTimeout = absl::Seconds(120);
+
+// The planner's defaults (coordinator flags --inline_max_bytes and
+// --recursive_doubling_max_bytes), mirrored to predict the automatic plan.
+inline constexpr uint64_t kDefaultInlineMaxBytes = 64 << 10;
+inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 1 << 20;
+
+// Every dtype, reduce op and collective kind, in enum order.
+std::vector<DType> AllDTypes();
+std::vector<ReduceOp> AllReduceOps();
+std::vector<CollectiveKind> AllKinds();
+
+bool IsFloatDType(DType dtype);
+
+// The algorithms a test may force for `kind`: kUnspecified (auto), inline,
+// ring, and recursive doubling for all_reduce.
+std::vector<Algorithm> PlansFor(CollectiveKind kind);
+
+// A coordinator process and `workers` WorkerRuntime instances in this
+// process, each registered under the name "embedded-<i>" and serving its
+// data plane on 127.0.0.1:0.
+class EmbeddedCluster {
+ public:
+  // Starts the coordinator (with `coordinator_flags` added, e.g.
+  // "--chunk_bytes=1000") and the runtimes. Returns the harness's errors.
+  static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
+      int workers, const std::vector<std::string>& coordinator_flags = {});
+
+  ~EmbeddedCluster();
+
+  const std::string& coordinator_address() const {
+    return coordinator_.address;
+  }
+  int workers() const { return static_cast<int>(runtimes_.size()); }
+  WorkerRuntime* runtime(int i) const { return runtimes_[i].get(); }
+
+  // Joins `group` with world size worker_of_rank.size(): rank r joins from
+  // its own thread through runtime(worker_of_rank[r]). Returns the
+  // communicators by rank, or the first rank's error.
+  absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> JoinGroup(
+      const std::string& group, const std::vector<int>& worker_of_rank);
+
+  // JoinGroup with rank r on runtime r, for ranks 0 .. world-1.
+  absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> JoinGroup(
+      const std::string& group, int world);
+
+ private:
+  EmbeddedCluster() = default;
+
+  Daemon coordinator_;
+  std::vector<std::unique_ptr<WorkerRuntime>> runtimes_;
+};
+
+// Runs fn(rank) for rank 0 .. ranks-1, each on its own thread, started in
+// `start_order` (a permutation; empty means ascending), and returns once all
+// returned.
+void RunOnRanks(int ranks, const std::function<void(int rank)>& fn,
+                const std::vector<int>& start_order = {});
+
+// Returns the communicators' raw pointers, by rank.
+std::vector<Communicator*> Pointers(
+    const std::vector<std::unique_ptr<Communicator>>& communicators);
+
+// How inputs are chosen.
+enum class Values {
+  // Floats: small integers (sum, avg, min, max) or +-1/2, +-1, +-2 (prod),
+  // so that sums and products are exact in every float type, plus signed
+  // zeros, an infinity and a NaN for min and max. Integers: full-range
+  // values, with every rank at the type's maximum in element 0 so sums wrap.
+  kExact,
+  // Floats: full-precision values whose sums and products round; the check
+  // allows an error that grows with the world size. Integers as kExact.
+  kRounding,
+};
+
+// One collective run by every rank of a group.
+struct CollectiveCase {
+  CollectiveSpec spec;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  Values values = Values::kExact;
+  // Mixed into every input value, so two cases give different data.
+  uint64_t seed = 1;
+};
+
+// "all_reduce f32[7] sum, plan ring, world 3, exact values".
+std::string DescribeCase(const CollectiveCase& c, int world);
+
+// Rank `rank`'s input for `c` in a group of `world`. Off-root ranks of
+// broadcast and scatter pass an empty buffer (even ranks) or a full-size one
+// of junk the collective must ignore (odd ranks).
+std::string MakeInput(const CollectiveCase& c, int world, int rank);
+
+// What rank `rank` must get. Integer results and data movement are exact;
+// float min and max are exact (bits, signed zeros included; any NaN for a
+// NaN); float sum, prod and avg allow `tolerance[i]` around `values[i]`.
+struct Expected {
+  bool numeric = false;
+  // When !numeric: the exact output bytes.
+  std::string bytes;
+  // When numeric: one reference value and allowed error per element, and
+  // whether the bits must match (min, max).
+  std::vector<long double> values;
+  std::vector<long double> tolerance;
+};
+
+// Computes every rank's expected output from all ranks' inputs.
+std::vector<Expected> Reference(const CollectiveCase& c, int world,
+                                const std::vector<std::string>& inputs);
+
+// Compares one rank's output with its expectation; the failure message
+// names the first mismatching elements.
+::testing::AssertionResult MatchesExpected(const CollectiveCase& c,
+                                           const Expected& expected,
+                                           const std::string& output);
+
+// The plan the coordinator's defaults choose for `c` under forced algorithm
+// c.algorithm in a group of `world`.
+Algorithm ExpectedPlan(const CollectiveCase& c, int world,
+                       uint64_t inline_max_bytes = kDefaultInlineMaxBytes,
+                       uint64_t recursive_doubling_max_bytes =
+                           kDefaultRecursiveDoublingMaxBytes);
+
+// Runs `c` on every rank of `ranks` (one thread per rank, started in
+// `start_order`), then checks: every call OK with the same sequence and the
+// expected plan (unless `check_plan` is false), every output as Reference()
+// says and sized as OutputBytes() says, and the outputs of kinds that give
+// every rank the same result bit-identical across ranks.
+::testing::AssertionResult RunAndCheck(
+    const std::vector<Communicator*>& ranks, const CollectiveCase& c,
+    bool check_plan = true, const std::vector<int>& start_order = {});
+
+// Convenience spec builder.
+CollectiveSpec Spec(CollectiveKind kind, DType dtype, uint64_t count,
+                    ReduceOp op = ReduceOp::kUnspecified, int root = 0);
+
+}  // namespace chorus::test
+
+#endif  // CHORUS_TESTS_TESTING_COLLECTIVE_HARNESS_H_
