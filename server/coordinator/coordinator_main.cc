@@ -38,6 +38,9 @@ ABSL_FLAG(int32_t, max_world_size, 4096, "Largest group a join may ask for.");
 ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
           "The longest a join or collective may wait for its peers; also the "
           "deadline of calls whose client set none.");
+ABSL_FLAG(absl::Duration, stall_report_after, absl::Seconds(10),
+          "Log the ranks a collective is still waiting for once it has "
+          "waited this long (also shown live by `chorusctl stalls`).");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -78,6 +81,13 @@ int main(int argc, char** argv) {
                                                  : absl::ToUnixNanos(next));
     return next;
   });
+  const absl::Duration stall_after = absl::GetFlag(FLAGS_stall_report_after);
+  chorus::WakeupLoop stall_reporter([&groups, stall_after] {
+    for (const std::string& stall : groups.NewStalls(stall_after)) {
+      LOG(WARNING) << "stalled: " << stall;
+    }
+    return absl::Now() + std::max(stall_after / 4, absl::Milliseconds(100));
+  });
   chorus::CoordinatorServiceOptions service_options;
   service_options.max_wait = absl::GetFlag(FLAGS_max_wait);
   chorus::CoordinatorService service(
@@ -113,6 +123,7 @@ int main(int argc, char** argv) {
   }
   sweeper.Start();
   deadlines.Start();
+  stall_reporter.Start();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
             << " (port " << server->port << "), lease " << lease;
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
@@ -132,6 +143,7 @@ int main(int argc, char** argv) {
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
   sweeper.Stop();
   deadlines.Stop();
+  stall_reporter.Stop();
   LOG(INFO) << "chorus-coordinator stopped";
   return 0;
 }

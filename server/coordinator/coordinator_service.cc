@@ -174,6 +174,7 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
   join.rank = request->rank();
   join.worker_id = request->worker_id();
   join.device = DeviceFromProto(request->device());
+  join.request_id = request->request_id();
   join.deadline = CoreDeadline(*context);
   const absl::Time deadline = join.deadline;
   const uint64_t inline_max = groups_->options().planner.inline_max_bytes;

@@ -59,45 +59,84 @@ absl::Status GroupTable::ValidateJoinLocked(const JoinRequest& request) const {
   return absl::OkStatus();
 }
 
+bool GroupTable::AnswerRetriedJoinLocked(JoinRequest& request,
+                                         JoinCallback& done,
+                                         Completions* completions) {
+  if (request.request_id.empty()) return false;
+  auto forming = forming_.find(request.group);
+  if (forming != forming_.end() && request.rank >= 0 &&
+      request.rank < forming->second.world_size) {
+    std::optional<PendingJoin>& slot = forming->second.slots[request.rank];
+    if (slot && slot->request.request_id == request.request_id &&
+        slot->request.worker_id == request.worker_id) {
+      // The first attempt's caller is gone; the retry takes its place.
+      completions->push_back([old = std::move(slot->done)] {
+        old(absl::AbortedError("superseded by a retry of the same join"));
+      });
+      slot->done = std::move(done);
+      slot->request.deadline = request.deadline;
+      return true;
+    }
+  }
+  auto formed = groups_.find(request.group);
+  if (formed != groups_.end() && request.rank >= 0 &&
+      request.rank < formed->second.view.world_size &&
+      formed->second.request_ids[request.rank] == request.request_id &&
+      formed->second.view.members[request.rank].worker_id ==
+          request.worker_id) {
+    completions->push_back(
+        [done = std::move(done), view = formed->second.view] { done(view); });
+    return true;
+  }
+  return false;
+}
+
 void GroupTable::Join(JoinRequest request, JoinCallback done) {
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
-    absl::Status valid = ValidateJoinLocked(request);
-    absl::StatusOr<WorkerRecord> worker =
-        valid.ok() ? registry_->ResolveMember(request.worker_id, request.device)
-                   : absl::StatusOr<WorkerRecord>(valid);
-    if (!worker.ok()) {
-      completions.push_back(
-          [done = std::move(done), status = worker.status()] { done(status); });
-    } else {
-      GroupMember member;
-      member.rank = request.rank;
-      member.worker_id = worker->id;
-      member.worker_name = worker->registration.name;
-      member.host = worker->registration.host;
-      member.address = worker->registration.address;
-      member.device = request.device;
-      for (const Device& d : worker->registration.devices) {
-        if (SameDevice(d, request.device)) member.device = d;
-      }
-      Formation& formation = forming_[request.group];
-      if (formation.slots.empty()) {
-        formation.world_size = request.world_size;
-        formation.slots.resize(request.world_size);
-      }
-      const int rank = request.rank;
-      formation.slots[rank] =
-          PendingJoin{std::move(request), std::move(member), std::move(done)};
-      if (++formation.joined == formation.world_size) {
-        const std::string name = formation.slots[rank]->request.group;
-        Formation complete = std::move(formation);
-        forming_.erase(name);
-        FormGroupLocked(name, std::move(complete), &completions);
-      }
+    if (!AnswerRetriedJoinLocked(request, done, &completions)) {
+      JoinLocked(std::move(request), std::move(done), &completions);
     }
   }
   for (auto& complete : completions) complete();
+}
+
+void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
+                            Completions* completions) {
+  absl::Status valid = ValidateJoinLocked(request);
+  absl::StatusOr<WorkerRecord> worker =
+      valid.ok() ? registry_->ResolveMember(request.worker_id, request.device)
+                 : absl::StatusOr<WorkerRecord>(valid);
+  if (!worker.ok()) {
+    completions->push_back(
+        [done = std::move(done), status = worker.status()] { done(status); });
+    return;
+  }
+  GroupMember member;
+  member.rank = request.rank;
+  member.worker_id = worker->id;
+  member.worker_name = worker->registration.name;
+  member.host = worker->registration.host;
+  member.address = worker->registration.address;
+  member.device = request.device;
+  for (const Device& d : worker->registration.devices) {
+    if (SameDevice(d, request.device)) member.device = d;
+  }
+  Formation& formation = forming_[request.group];
+  if (formation.slots.empty()) {
+    formation.world_size = request.world_size;
+    formation.slots.resize(request.world_size);
+  }
+  const int rank = request.rank;
+  const std::string name = request.group;
+  formation.slots[rank] =
+      PendingJoin{std::move(request), std::move(member), std::move(done)};
+  if (++formation.joined == formation.world_size) {
+    Formation complete = std::move(formation);
+    forming_.erase(name);
+    FormGroupLocked(name, std::move(complete), completions);
+  }
 }
 
 void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
@@ -127,6 +166,10 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   Group& group = groups_[name];
   group.view = view;
   group.next_sequence.assign(view.world_size, 1);
+  group.last_outcome.resize(view.world_size);
+  for (std::optional<PendingJoin>& slot : formation.slots) {
+    group.request_ids.push_back(slot->request.request_id);
+  }
   for (std::optional<PendingJoin>& slot : formation.slots) {
     completions->push_back(
         [done = std::move(slot->done), view] { done(view); });
@@ -215,38 +258,77 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
   return absl::OkStatus();
 }
 
+bool GroupTable::AnswerRetriedCallLocked(CollectiveCall& call,
+                                         CollectiveCallback& done,
+                                         Completions* completions) {
+  auto it = groups_.find(call.group);
+  if (it == groups_.end()) return false;
+  Group& group = it->second;
+  if (call.epoch != group.view.epoch || call.rank < 0 ||
+      call.rank >= group.view.world_size ||
+      call.sequence + 1 != group.next_sequence[call.rank]) {
+    return false;
+  }
+  auto pending = group.pending.find(call.sequence);
+  if (pending != group.pending.end() && pending->second.calls[call.rank]) {
+    // The first attempt's caller is gone; the retry takes its place.
+    ArrivedCall& arrived = *pending->second.calls[call.rank];
+    completions->push_back([old = std::move(arrived.done)] {
+      old(absl::AbortedError("superseded by a retry of the same call"));
+    });
+    arrived.done = std::move(done);
+    arrived.call.deadline = call.deadline;
+    return true;
+  }
+  const auto& last = group.last_outcome[call.rank];
+  if (last.has_value() && last->first == call.sequence) {
+    completions->push_back(
+        [done = std::move(done), outcome = last->second] { done(outcome); });
+    return true;
+  }
+  return false;
+}
+
 void GroupTable::Collective(CollectiveCall call, CollectiveCallback done) {
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
-    Group* group = nullptr;
-    absl::Status valid = ValidateCallLocked(call, &group);
-    if (!valid.ok()) {
-      completions.push_back([done = std::move(done), valid] { done(valid); });
-    } else {
-      const uint64_t sequence = call.sequence;
-      const int rank = call.rank;
-      group->next_sequence[rank] = sequence + 1;
-      auto failed = group->failed.find(sequence);
-      if (failed != group->failed.end()) {
-        // The match already ended without this rank.
-        completions.push_back([done = std::move(done),
-                               status = failed->second] { done(status); });
-        PruneFailedLocked(*group);
-      } else {
-        Match& match = group->pending[sequence];
-        if (match.calls.empty()) {
-          match.calls.resize(group->view.world_size);
-          match.first_arrival = clock_->Now();
-        }
-        match.calls[rank] = ArrivedCall{std::move(call), std::move(done)};
-        if (++match.arrived == group->view.world_size) {
-          DecideLocked(*group, sequence, &completions);
-        }
-      }
+    if (!AnswerRetriedCallLocked(call, done, &completions)) {
+      CollectiveLocked(std::move(call), std::move(done), &completions);
     }
   }
   for (auto& complete : completions) complete();
+}
+
+void GroupTable::CollectiveLocked(CollectiveCall call, CollectiveCallback done,
+                                  Completions* completions) {
+  Group* group = nullptr;
+  absl::Status valid = ValidateCallLocked(call, &group);
+  if (!valid.ok()) {
+    completions->push_back([done = std::move(done), valid] { done(valid); });
+    return;
+  }
+  const uint64_t sequence = call.sequence;
+  const int rank = call.rank;
+  group->next_sequence[rank] = sequence + 1;
+  auto failed = group->failed.find(sequence);
+  if (failed != group->failed.end()) {
+    // The match already ended without this rank.
+    group->last_outcome[rank].emplace(sequence, failed->second);
+    completions->push_back(
+        [done = std::move(done), status = failed->second] { done(status); });
+    PruneFailedLocked(*group);
+    return;
+  }
+  Match& match = group->pending[sequence];
+  if (match.calls.empty()) {
+    match.calls.resize(group->view.world_size);
+    match.first_arrival = clock_->Now();
+  }
+  match.calls[rank] = ArrivedCall{std::move(call), std::move(done)};
+  if (++match.arrived == group->view.world_size) {
+    DecideLocked(*group, sequence, completions);
+  }
 }
 
 void GroupTable::DecideLocked(Group& group, uint64_t sequence,
@@ -279,6 +361,7 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
                      " cannot run: ", absl::StrJoin(refused, "; ")));
     for (int rank = 0; rank < world; ++rank) {
       absl::Status status = refusals[rank].ok() ? others : refusals[rank];
+      group.last_outcome[rank].emplace(sequence, status);
       completions->push_back([done = std::move(match.calls[rank]->done),
                               status] { done(status); });
     }
@@ -347,6 +430,7 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
         plan.ok() ? absl::StatusOr<CollectiveOutcome>(CollectiveOutcome{
                         sequence, *plan, std::move(outputs[rank])})
                   : absl::StatusOr<CollectiveOutcome>(plan.status());
+    group.last_outcome[rank].emplace(sequence, outcome);
     completions->push_back(
         [done = std::move(match.calls[rank]->done),
          outcome = std::move(outcome)]() mutable { done(std::move(outcome)); });
@@ -358,6 +442,7 @@ void GroupTable::FailMatchLocked(Group& group, uint64_t sequence, Match& match,
                                  Completions* completions) {
   for (std::optional<ArrivedCall>& arrived : match.calls) {
     if (!arrived) continue;
+    group.last_outcome[arrived->call.rank].emplace(sequence, status);
     completions->push_back(
         [done = std::move(arrived->done), status] { done(status); });
   }
@@ -501,8 +586,7 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
       }
     }
     if (commit == nullptr) {
-      completions.push_back(
-          [done = std::move(done), status] { done(status); });
+      completions.push_back([done = std::move(done), status] { done(status); });
     }
   }
   for (auto& complete : completions) complete();
@@ -538,8 +622,7 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
   return verdict;
 }
 
-void GroupTable::AbortWorker(uint64_t worker_id,
-                             const std::string& worker_name,
+void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
                              const std::string& why) {
   Completions completions;
   {
@@ -553,9 +636,9 @@ void GroupTable::AbortWorker(uint64_t worker_id,
       AbortGroupLocked(
           group,
           absl::AbortedError(absl::StrCat(
-              "group ", name, " (epoch ", group.view.epoch, ") aborted: ",
-              FormatRanks(ranks), " on worker \"", worker_name, "\" (id ",
-              worker_id, ") lost: ", why, "; join the group again")),
+              "group ", name, " (epoch ", group.view.epoch,
+              ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
+              "\" (id ", worker_id, ") lost: ", why, "; join the group again")),
           &completions);
     }
     // Joins the lost worker made can no longer be answered.
@@ -672,6 +755,34 @@ absl::Time GroupTable::NextDeadline() const {
     }
   }
   return next;
+}
+
+std::vector<std::string> GroupTable::NewStalls(absl::Duration threshold) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> stalls;
+  for (auto& [name, group] : groups_) {
+    for (auto& [sequence, match] : group.pending) {
+      if (match.stall_reported || now - match.first_arrival < threshold) {
+        continue;
+      }
+      match.stall_reported = true;
+      std::vector<int> missing;
+      const CollectiveSpec* spec = nullptr;
+      for (int rank = 0; rank < group.view.world_size; ++rank) {
+        if (!match.calls[rank]) {
+          missing.push_back(rank);
+        } else {
+          spec = &match.calls[rank]->call.spec;
+        }
+      }
+      stalls.push_back(absl::StrCat(
+          CollectiveKindName(spec->kind), " #", sequence, " of group ", name,
+          " has waited ", absl::FormatDuration(now - match.first_arrival),
+          " for ", FormatRanks(missing)));
+    }
+  }
+  return stalls;
 }
 
 std::vector<GroupSummary> GroupTable::List() const {

@@ -68,6 +68,9 @@ struct JoinRequest {
   uint64_t worker_id = 0;
   Device device;
   absl::Time deadline = absl::InfiniteFuture();
+  // Identifies a retried join: a join with the same non-empty id from the
+  // same worker replaces the pending one, or gets the group it formed.
+  std::string request_id;
 };
 
 struct CollectiveCall {
@@ -156,8 +159,10 @@ class GroupTable {
   // DEADLINE_EXCEEDED naming the ranks that did not join in time.
   void Join(JoinRequest request, JoinCallback done);
 
-  // Adds a rank's call to its match. `done` runs once with the verdict (see
-  // the class comment): the outcome; INVALID_ARGUMENT for bad input or a
+  // Adds a rank's call to its match. A retried call (same rank and sequence)
+  // replaces the pending one, or gets the verdict already given if it was
+  // the rank's last. `done` runs once with the verdict (see the class
+  // comment): the outcome; INVALID_ARGUMENT for bad input or a
   // mismatch; NOT_FOUND for an unknown group; FAILED_PRECONDITION for a
   // stale epoch, a sequence already used, or when another rank was refused;
   // UNIMPLEMENTED for this rank's unsupported device; DEADLINE_EXCEEDED;
@@ -176,9 +181,8 @@ class GroupTable {
   // plane during collective `sequence`. Returns the group's abort status
   // (ABORTED; the first failure reported wins), or NOT_FOUND /
   // FAILED_PRECONDITION for an unknown group or stale epoch.
-  absl::Status ReportFailure(const std::string& group, uint64_t epoch,
-                             int rank, uint64_t sequence,
-                             const absl::Status& failure);
+  absl::Status ReportFailure(const std::string& group, uint64_t epoch, int rank,
+                             uint64_t sequence, const absl::Status& failure);
 
   // Aborts every group with a member on worker `worker_id` (evicted or shut
   // down; `why` says which) and drops its pending joins. Every pending and
@@ -202,12 +206,18 @@ class GroupTable {
   // Returns the earliest pending deadline, or InfiniteFuture().
   absl::Time NextDeadline() const;
 
+  // Returns a line for each collective that has waited longer than
+  // `threshold` for some ranks and was not reported before, e.g.
+  // "all_reduce #41 of group g has waited 12s for ranks 2, 3".
+  std::vector<std::string> NewStalls(absl::Duration threshold);
+
   // Returns every formed group, ordered by name.
   std::vector<GroupSummary> List() const;
 
   const GroupTableOptions& options() const { return options_; }
 
  private:
+  using Completions = std::vector<std::function<void()>>;
   struct PendingJoin {
     JoinRequest request;
     GroupMember member;
@@ -226,6 +236,7 @@ class GroupTable {
     std::vector<std::optional<ArrivedCall>> calls;
     int arrived = 0;
     absl::Time first_arrival;
+    bool stall_reported = false;
   };
   struct CommitMatch {
     std::vector<std::optional<CommitCall>> calls;
@@ -234,6 +245,12 @@ class GroupTable {
   };
   struct Group {
     GroupView view;
+    // The join request id of each rank, to answer retried joins.
+    std::vector<std::string> request_ids;
+    // The last outcome each rank received, to answer a retried call.
+    std::vector<
+        std::optional<std::pair<uint64_t, absl::StatusOr<CollectiveOutcome>>>>
+        last_outcome;
     // OK while the epoch is live; the abort status once aborted.
     absl::Status aborted;
     // Decided data-plane collectives waiting for their commits.
@@ -245,10 +262,23 @@ class GroupTable {
     std::map<uint64_t, absl::Status> failed;
     uint64_t completed = 0;
   };
-  using Completions = std::vector<std::function<void()>>;
 
   absl::Status ValidateJoinLocked(const JoinRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a retried join (see JoinRequest::request_id); returns false
+  // when `request` is not a retry.
+  bool AnswerRetriedJoinLocked(JoinRequest& request, JoinCallback& done,
+                               Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers a retried collective call; returns false when it is not one.
+  bool AnswerRetriedCallLocked(CollectiveCall& call, CollectiveCallback& done,
+                               Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CollectiveLocked(CollectiveCall call, CollectiveCallback done,
+                        Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void JoinLocked(JoinRequest request, JoinCallback done,
+                  Completions* completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGroupLocked(const std::string& name, Formation formation,
                        Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

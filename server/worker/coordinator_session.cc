@@ -104,6 +104,7 @@ absl::Status CoordinatorSession::Start() {
 
 void CoordinatorSession::HeartbeatLoop() {
   bool coordinator_lost = false;
+  int failed_heartbeats = 0;
   while (true) {
     absl::Duration interval;
     uint64_t id;
@@ -142,6 +143,7 @@ void CoordinatorSession::HeartbeatLoop() {
                   << " reachable again";
       }
       coordinator_lost = false;
+      failed_heartbeats = 0;
       continue;
     }
     if (absl::IsNotFound(status) || absl::IsFailedPrecondition(status)) {
@@ -164,6 +166,11 @@ void CoordinatorSession::HeartbeatLoop() {
     if (!coordinator_lost) {
       LOG(WARNING) << "heartbeat to " << options_.coordinator
                    << " failed: " << status;
+    } else if (++failed_heartbeats == 2 && options_.on_forgotten) {
+      // Unreachable for a while: the collectives it planned cannot commit.
+      options_.on_forgotten(absl::UnavailableError(
+          "lost the coordinator " + options_.coordinator + ": " +
+          status.ToString()));
     }
     coordinator_lost = true;
   }

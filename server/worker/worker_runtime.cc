@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
@@ -96,6 +97,9 @@ WorkerRuntime::~WorkerRuntime() { Shutdown(); }
 void WorkerRuntime::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  // Calls waiting on peers end now rather than at their deadlines.
+  inbox_.AbortAllSeen(
+      absl::UnavailableError("this worker is shutting down"));
   if (session_ != nullptr) session_->Shutdown();
   pool_.Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
@@ -111,11 +115,23 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
   request.set_rank(rank);
   request.set_worker_id(session_->worker_id());
   *request.mutable_device() = DeviceToProto(device);
+  absl::BitGen gen;
+  request.set_request_id(absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen)),
+                                      absl::Hex(absl::Uniform<uint64_t>(gen))));
+  const absl::Time deadline = absl::Now() + timeout;
   v1::JoinGroupResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(timeout));
-  absl::Status status =
-      FromGrpcStatus(coordinator_->JoinGroup(&context, request, &response));
+  absl::Status status;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext context;
+    // The retry waits a little for the connection to come back.
+    context.set_wait_for_ready(attempt > 0);
+    context.set_deadline(absl::ToChronoTime(
+        attempt == 0 ? deadline
+                     : std::min(deadline, absl::Now() + options_.rpc_timeout)));
+    status =
+        FromGrpcStatus(coordinator_->JoinGroup(&context, request, &response));
+    if (!absl::IsUnavailable(status)) break;
+  }
   if (!status.ok()) return status;
   Membership membership;
   membership.group = group;

@@ -107,6 +107,8 @@ class WorkerRuntime {
   // Joins `group` as `rank` on `device`; returns once every rank joined.
   // Codes as Coordinator.JoinGroup (INVALID_ARGUMENT, NOT_FOUND,
   // UNIMPLEMENTED, DEADLINE_EXCEEDED naming missing ranks, UNAVAILABLE).
+  // A join whose connection to the coordinator broke before an answer is
+  // retried once with the same request id, so it is not counted twice.
   absl::StatusOr<Membership> Join(const std::string& group, int world_size,
                                   int rank, const Device& device,
                                   absl::Duration timeout);
