@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
 # Installs what is missing and builds Chorus into ${CHORUS_BUILD_DIR:-build}.
-# Extra CMake arguments are passed through, e.g. -DCHORUS_CUDA=OFF.
+# Arguments before an optional "--target T..." go to CMake's configure step
+# (e.g. -DCHORUS_CUDA=OFF); targets after it are built instead of all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 build_dir="${CHORUS_BUILD_DIR:-build}"
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build "$build_dir"
+configure=()
+targets=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--target" ]; then
+    shift
+    targets=("$@")
+    break
+  fi
+  configure+=("$1")
+  shift
+done
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${configure[@]}" >/dev/null
+if [ ${#targets[@]} -gt 0 ]; then
+  cmake --build "$build_dir" --target "${targets[@]}"
+else
+  cmake --build "$build_dir"
+fi

@@ -1,17 +1,73 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds once, and runs the whole test suite:
-# unit tests, then integration tests against real daemons on 127.0.0.1.
-# GPU tests run too; they skip themselves where no GPU is present.
+# Installs what is missing, builds, and runs the whole test suite:
+#   1. unit and integration tests (real daemons on 127.0.0.1), GPU tests
+#      (they skip themselves where no GPU is present);
+#   2. the unit and integration tests again under ASan+UBSan (clang);
+#   3. the unit tests under TSan (clang);
+#   4. each fuzzer for CHORUS_FUZZ_SECONDS (default 60) from its seed corpus.
+# CHORUS_QUICK=1 runs stage 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/build.sh
-build_dir="${CHORUS_BUILD_DIR:-build}"
+export CHORUS_EXTRA_PACKAGES="${CHORUS_EXTRA_PACKAGES:-} clang-14 libclang-rt-14-dev"
 jobs=$(nproc)
+passed=0
+failed=0
+failures=()
 
-echo "== unit tests"
-ctest --test-dir "$build_dir" -L unit --output-on-failure -j "$jobs" --no-tests=error
-echo "== integration tests"
-ctest --test-dir "$build_dir" -L integration --output-on-failure -j "$jobs" --no-tests=error
-echo "== gpu tests (skipped without a GPU)"
-ctest --test-dir "$build_dir" -L gpu --output-on-failure --no-tests=ignore
+# run_stage NAME CMD...: runs a stage, counting it as passed or failed.
+run_stage() {
+  local name=$1; shift
+  echo
+  echo "== $name"
+  local start=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "== $name: ok ($((SECONDS - start)) s)"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    echo "== $name: FAILED ($((SECONDS - start)) s)"
+  fi
+}
+
+ctest_labels() {
+  local dir=$1 labels=$2
+  ctest --test-dir "$dir" -L "$labels" --output-on-failure -j "$jobs" --no-tests=error
+}
+
+main_build() {
+  scripts/build.sh
+}
+run_stage "build" main_build
+run_stage "unit and integration tests" ctest_labels build "unit|integration"
+run_stage "gpu tests (skipped without a GPU)" \
+  ctest --test-dir build -L gpu --output-on-failure --no-tests=ignore
+
+if [ "${CHORUS_QUICK:-0}" != "1" ]; then
+  # Sanitizer builds use clang and leave out CUDA and the benchmarks.
+  sanitizer_build() {
+    local dir=$1 sanitize=$2; shift 2
+    CHORUS_BUILD_DIR="$dir" CC=clang CXX=clang++ scripts/build.sh \
+      -DCHORUS_CUDA=OFF -DCHORUS_SANITIZE="$sanitize" -DCHORUS_BENCH=OFF \
+      --target "$@"
+  }
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+  run_stage "asan+ubsan build" sanitizer_build build-asan address,undefined all
+  run_stage "unit and integration tests under asan+ubsan" \
+    ctest_labels build-asan "unit|integration"
+  run_stage "tsan build" sanitizer_build build-tsan thread chorus_unit_tests
+  run_stage "unit tests under tsan" ctest_labels build-tsan unit
+  if [ -x scripts/fuzz.sh ]; then
+    run_stage "fuzzers" scripts/fuzz.sh
+  fi
+fi
+
+echo
+echo "test stages: $passed passed, $failed failed"
+if [ "$failed" -ne 0 ]; then
+  printf 'failed stage: %s\n' "${failures[@]}"
+  exit 1
+fi

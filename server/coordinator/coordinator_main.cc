@@ -105,9 +105,9 @@ int main(int argc, char** argv) {
     for (const chorus::WorkerRecord& r : registry.EvictExpired()) {
       LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
                    << "\": no heartbeat within the lease";
-      groups.AbortWorker(
-          r.id, r.registration.name,
-          absl::StrCat("no heartbeat within the lease (", absl::FormatDuration(lease), ")"));
+      groups.AbortWorker(r.id, r.registration.name,
+                         absl::StrCat("no heartbeat within the lease (",
+                                      absl::FormatDuration(lease), ")"));
     }
     return std::min(registry.NextExpiry() + absl::Milliseconds(1),
                     absl::Now() + registry.lease_timeout());

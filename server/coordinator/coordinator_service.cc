@@ -123,8 +123,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     uint64_t latest = 0;
     for (const AbortNotice& notice : groups_->AbortsFor(
              request->worker_id(), request->aborts_seen(), &latest)) {
-      *response->add_aborts() = AbortToProto(notice.group, notice.epoch,
-                                             notice.status);
+      *response->add_aborts() =
+          AbortToProto(notice.group, notice.epoch, notice.status);
     }
     response->set_aborts_latest(latest);
   }
@@ -138,8 +138,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Deregister(
       registry_->Deregister(request->worker_id(), request->incarnation());
   if (record.ok()) {
     LOG(INFO) << "deregistered worker " << request->worker_id();
-    groups_->AbortWorker(record->id, record->registration.name,
-                         "it shut down");
+    groups_->AbortWorker(record->id, record->registration.name, "it shut down");
   }
   return Finish(context, record.status());
 }

@@ -17,6 +17,14 @@ std::string CallName(const std::string& group, uint64_t sequence,
                       " of group ", group);
 }
 
+// True when `b` repeats `a` exactly (a retried call).
+bool SameCall(const CollectiveCall& a, const CollectiveCall& b) {
+  return SpecsAgree(a.spec, b.spec) && a.algorithm == b.algorithm &&
+         a.has_data == b.has_data && a.data == b.data &&
+         a.device.has_value() == b.device.has_value() &&
+         (!a.device.has_value() || SameDevice(*a.device, *b.device));
+}
+
 }  // namespace
 
 GroupTable::GroupTable(Clock* clock, Registry* registry,
@@ -161,11 +169,21 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
             [done = std::move(arrived->done), reformed] { done(reformed); });
       }
     }
+    // Ranks waiting for the others' commits get the same answer.
+    for (auto& [sequence, commit] : old->second.commits) {
+      for (size_t rank = 0; rank < commit.calls.size(); ++rank) {
+        if (!commit.calls[rank]) continue;
+        completions->push_back([done = std::move(commit.done[rank]), reformed] {
+          done(reformed);
+        });
+      }
+    }
     groups_.erase(old);
   }
   Group& group = groups_[name];
   group.view = view;
   group.next_sequence.assign(view.world_size, 1);
+  group.called_ahead.resize(view.world_size);
   group.last_outcome.resize(view.world_size);
   for (std::optional<PendingJoin>& slot : formation.slots) {
     group.request_ids.push_back(slot->request.request_id);
@@ -210,15 +228,16 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
         absl::StrCat("rank ", call.rank, " of group ", call.group,
                      " sent sequence 0; sequences start at 1"));
   }
-  if (call.sequence > expected) {
+  if (call.sequence >= expected + options_.sequence_window) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", call.rank, " of group ", call.group, " sent sequence ",
-        call.sequence, " from the future; expected ", expected));
+        call.sequence, " from the future; its oldest uncalled is #", expected,
+        " and at most ", options_.sequence_window, " may be outstanding"));
   }
-  if (call.sequence < expected) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", call.rank, " of group ", call.group, " already called #",
-        call.sequence, "; the next is #", expected));
+  if (CalledLocked(group, call.rank, call.sequence)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", call.rank, " of group ", call.group,
+                     " already called #", call.sequence));
   }
   absl::Status spec = ValidateSpec(call.spec, world);
   if (!spec.ok()) {
@@ -266,13 +285,15 @@ bool GroupTable::AnswerRetriedCallLocked(CollectiveCall& call,
   Group& group = it->second;
   if (call.epoch != group.view.epoch || call.rank < 0 ||
       call.rank >= group.view.world_size ||
-      call.sequence + 1 != group.next_sequence[call.rank]) {
+      !CalledLocked(group, call.rank, call.sequence)) {
     return false;
   }
   auto pending = group.pending.find(call.sequence);
   if (pending != group.pending.end() && pending->second.calls[call.rank]) {
-    // The first attempt's caller is gone; the retry takes its place.
     ArrivedCall& arrived = *pending->second.calls[call.rank];
+    // Only the same call again is a retry; anything else reuses a sequence.
+    if (!SameCall(arrived.call, call)) return false;
+    // The first attempt's caller is gone; the retry takes its place.
     completions->push_back([old = std::move(arrived.done)] {
       old(absl::AbortedError("superseded by a retry of the same call"));
     });
@@ -281,9 +302,10 @@ bool GroupTable::AnswerRetriedCallLocked(CollectiveCall& call,
     return true;
   }
   const auto& last = group.last_outcome[call.rank];
-  if (last.has_value() && last->first == call.sequence) {
+  if (last.has_value() && last->call.sequence == call.sequence &&
+      SameCall(last->call, call)) {
     completions->push_back(
-        [done = std::move(done), outcome = last->second] { done(outcome); });
+        [done = std::move(done), outcome = last->outcome] { done(outcome); });
     return true;
   }
   return false;
@@ -310,11 +332,11 @@ void GroupTable::CollectiveLocked(CollectiveCall call, CollectiveCallback done,
   }
   const uint64_t sequence = call.sequence;
   const int rank = call.rank;
-  group->next_sequence[rank] = sequence + 1;
+  MarkCalledLocked(*group, rank, sequence);
   auto failed = group->failed.find(sequence);
   if (failed != group->failed.end()) {
     // The match already ended without this rank.
-    group->last_outcome[rank].emplace(sequence, failed->second);
+    group->last_outcome[rank] = LastCall{std::move(call), failed->second};
     completions->push_back(
         [done = std::move(done), status = failed->second] { done(status); });
     PruneFailedLocked(*group);
@@ -361,7 +383,8 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
                      " cannot run: ", absl::StrJoin(refused, "; ")));
     for (int rank = 0; rank < world; ++rank) {
       absl::Status status = refusals[rank].ok() ? others : refusals[rank];
-      group.last_outcome[rank].emplace(sequence, status);
+      group.last_outcome[rank] =
+          LastCall{std::move(match.calls[rank]->call), status};
       completions->push_back([done = std::move(match.calls[rank]->done),
                               status] { done(status); });
     }
@@ -430,7 +453,8 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
         plan.ok() ? absl::StatusOr<CollectiveOutcome>(CollectiveOutcome{
                         sequence, *plan, std::move(outputs[rank])})
                   : absl::StatusOr<CollectiveOutcome>(plan.status());
-    group.last_outcome[rank].emplace(sequence, outcome);
+    group.last_outcome[rank] =
+        LastCall{std::move(match.calls[rank]->call), outcome};
     completions->push_back(
         [done = std::move(match.calls[rank]->done),
          outcome = std::move(outcome)]() mutable { done(std::move(outcome)); });
@@ -442,13 +466,30 @@ void GroupTable::FailMatchLocked(Group& group, uint64_t sequence, Match& match,
                                  Completions* completions) {
   for (std::optional<ArrivedCall>& arrived : match.calls) {
     if (!arrived) continue;
-    group.last_outcome[arrived->call.rank].emplace(sequence, status);
+    group.last_outcome[arrived->call.rank] =
+        LastCall{std::move(arrived->call), status};
     completions->push_back(
         [done = std::move(arrived->done), status] { done(status); });
   }
   group.failed[sequence] = status;
   ++group.completed;
   PruneFailedLocked(group);
+}
+
+bool GroupTable::CalledLocked(const Group& group, int rank, uint64_t sequence) {
+  return sequence < group.next_sequence[rank] ||
+         group.called_ahead[rank].contains(sequence);
+}
+
+void GroupTable::MarkCalledLocked(Group& group, int rank, uint64_t sequence) {
+  uint64_t& next = group.next_sequence[rank];
+  absl::flat_hash_set<uint64_t>& ahead = group.called_ahead[rank];
+  if (sequence != next) {
+    ahead.insert(sequence);
+    return;
+  }
+  ++next;
+  while (ahead.erase(next) > 0) ++next;
 }
 
 void GroupTable::PruneFailedLocked(Group& group) {

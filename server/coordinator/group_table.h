@@ -32,6 +32,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -130,6 +131,10 @@ struct GroupSummary {
 
 struct GroupTableOptions {
   int max_world_size = 4096;
+  // How far ahead of its oldest unissued collective a rank may call
+  // (asynchronous calls can reach the coordinator out of order); a sequence
+  // beyond that is "from the future".
+  uint64_t sequence_window = 1024;
   // Epochs of every group name start after this; the coordinator passes its
   // start time in microseconds so a restarted coordinator never reuses an
   // epoch workers still remember.
@@ -243,20 +248,25 @@ class GroupTable {
     std::vector<CommitCallback> done;
     int arrived = 0;
   };
+  struct LastCall {
+    CollectiveCall call;
+    absl::StatusOr<CollectiveOutcome> outcome;
+  };
   struct Group {
     GroupView view;
     // The join request id of each rank, to answer retried joins.
     std::vector<std::string> request_ids;
-    // The last outcome each rank received, to answer a retried call.
-    std::vector<
-        std::optional<std::pair<uint64_t, absl::StatusOr<CollectiveOutcome>>>>
-        last_outcome;
+    // The last call of each rank and its outcome, to answer a retry.
+    std::vector<std::optional<LastCall>> last_outcome;
     // OK while the epoch is live; the abort status once aborted.
     absl::Status aborted;
     // Decided data-plane collectives waiting for their commits.
     std::map<uint64_t, CommitMatch> commits;
     // Next sequence each rank may call.
+    // Lowest sequence each rank has not called yet, and the higher ones it
+    // already called (calls issued together may arrive out of order).
     std::vector<uint64_t> next_sequence;
+    std::vector<absl::flat_hash_set<uint64_t>> called_ahead;
     std::map<uint64_t, Match> pending;
     // Verdicts of failed matches that some rank has not reached yet.
     std::map<uint64_t, absl::Status> failed;
@@ -290,6 +300,8 @@ class GroupTable {
                        const absl::Status& status, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneFailedLocked(Group& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool CalledLocked(const Group& group, int rank, uint64_t sequence);
+  static void MarkCalledLocked(Group& group, int rank, uint64_t sequence);
   // Aborts the group epoch with `status` (kept if it was already aborted):
   // fails its pending matches and commits and records a notice.
   void AbortGroupLocked(Group& group, const absl::Status& status,

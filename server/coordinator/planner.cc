@@ -1,12 +1,52 @@
 #include "server/coordinator/planner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
 
+namespace {
+
+// The bytes one rank moves in one step of `algorithm`.
+uint64_t StepBytes(const CollectiveSpec& spec, int world_size,
+                   Algorithm algorithm) {
+  const uint64_t block = spec.count * DTypeSize(spec.dtype);
+  if (algorithm == Algorithm::kRecursiveDoubling) return block;
+  switch (spec.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
+      return block / std::max(world_size, 1);
+    default:
+      return block;
+  }
+}
+
+// At least four chunks per step where that keeps chunks at or above the
+// minimum; never above the maximum.
+uint64_t ChunkBytes(uint64_t step_bytes, const PlannerOptions& options) {
+  const uint64_t quarter = step_bytes / 4;
+  return std::min(options.chunk_bytes,
+                  std::max(options.min_chunk_bytes, quarter));
+}
+
+}  // namespace
+
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced,
                                 const PlannerOptions& options) {
+  absl::StatusOr<Plan> plan =
+      ChooseAlgorithm(spec, world_size, forced, options);
+  if (plan.ok() && plan->algorithm != Algorithm::kInline) {
+    plan->chunk_bytes =
+        ChunkBytes(StepBytes(spec, world_size, plan->algorithm), options);
+  }
+  return plan;
+}
+
+absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
+                                     Algorithm forced,
+                                     const PlannerOptions& options) {
   Plan plan;
   plan.chunk_bytes = options.chunk_bytes;
   const uint64_t bytes = PayloadBytes(spec, world_size);

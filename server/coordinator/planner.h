@@ -18,8 +18,11 @@ struct PlannerOptions {
   uint64_t inline_max_bytes = 64 << 10;
   // All-reduces up to this size use recursive doubling; larger ones a ring.
   uint64_t recursive_doubling_max_bytes = 1 << 20;
-  // Bytes per data-plane chunk.
+  // Largest data-plane chunk. Plans use smaller chunks when a step would
+  // otherwise move fewer than four of them, so sending overlaps receiving.
   uint64_t chunk_bytes = 1 << 20;
+  // Smallest chunk a plan picks on its own.
+  uint64_t min_chunk_bytes = 64 << 10;
 };
 
 struct Plan {
@@ -34,6 +37,11 @@ struct Plan {
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced,
                                 const PlannerOptions& options);
+
+// ChoosePlan's first half: the algorithm, with chunk_bytes at the maximum.
+absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
+                                     Algorithm forced,
+                                     const PlannerOptions& options);
 
 }  // namespace chorus
 
