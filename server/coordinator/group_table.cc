@@ -17,6 +17,12 @@ std::string CallName(const std::string& group, uint64_t sequence,
                       " of group ", group);
 }
 
+// True when `b` repeats the join `a` (a retried join).
+bool SameJoin(const JoinRequest& a, const JoinRequest& b) {
+  return a.worker_id == b.worker_id && a.world_size == b.world_size &&
+         SameDevice(a.device, b.device);
+}
+
 // True when `b` repeats `a` exactly (a retried call).
 bool SameCall(const CollectiveCall& a, const CollectiveCall& b) {
   return SpecsAgree(a.spec, b.spec) && a.algorithm == b.algorithm &&
@@ -76,7 +82,7 @@ bool GroupTable::AnswerRetriedJoinLocked(JoinRequest& request,
       request.rank < forming->second.world_size) {
     std::optional<PendingJoin>& slot = forming->second.slots[request.rank];
     if (slot && slot->request.request_id == request.request_id &&
-        slot->request.worker_id == request.worker_id) {
+        SameJoin(slot->request, request)) {
       // The first attempt's caller is gone; the retry takes its place.
       completions->push_back([old = std::move(slot->done)] {
         old(absl::AbortedError("superseded by a retry of the same join"));
@@ -90,8 +96,11 @@ bool GroupTable::AnswerRetriedJoinLocked(JoinRequest& request,
   if (formed != groups_.end() && request.rank >= 0 &&
       request.rank < formed->second.view.world_size &&
       formed->second.request_ids[request.rank] == request.request_id &&
+      formed->second.view.world_size == request.world_size &&
       formed->second.view.members[request.rank].worker_id ==
-          request.worker_id) {
+          request.worker_id &&
+      SameDevice(formed->second.view.members[request.rank].device,
+                 request.device)) {
     completions->push_back(
         [done = std::move(done), view = formed->second.view] { done(view); });
     return true;

@@ -1,8 +1,8 @@
 #include "server/worker/dataplane/inbox.h"
 
+#include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
@@ -36,25 +36,50 @@ void Inbox::CloseStream(StreamId stream) {
 
 bool Inbox::Deliver(StreamId stream, const MessageKey& key, std::string data,
                     std::function<void()> resume) {
-  absl::MutexLock lock(&mu_);
-  const std::string group_epoch = GroupEpoch(key.group, key.epoch);
-  if (aborted_.contains(group_epoch)) return true;
-  seen_.insert(group_epoch);
-  const uint64_t size = data.size();
-  messages_[key.ToString()] = Stored{std::move(data), stream};
-  auto it = streams_.find(stream);
-  if (it == streams_.end()) return true;
-  it->second.bytes += size;
-  if (it->second.bytes <= stream_limit_bytes_) return true;
-  it->second.resume = std::move(resume);
-  return false;
+  std::vector<std::function<void()>> resumes;
+  bool more = true;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string group_epoch = GroupEpoch(key.group, key.epoch);
+    if (aborted_.contains(group_epoch)) return true;
+    seen_.insert(group_epoch);
+    const uint64_t size = data.size();
+    auto [stored, inserted] = messages_.try_emplace(key.ToString());
+    if (!inserted) {
+      // The replaced message's bytes are no longer held.
+      ReleaseLocked(stored->second.stream, stored->second.data.size(),
+                    &resumes);
+    }
+    stored->second = Stored{std::move(data), stream, std::move(group_epoch)};
+    auto it = streams_.find(stream);
+    if (it != streams_.end()) {
+      it->second.bytes += size;
+      if (it->second.bytes > stream_limit_bytes_) {
+        it->second.resume = std::move(resume);
+        more = false;
+      }
+    }
+  }
+  for (auto& r : resumes) r();
+  return more;
+}
+
+void Inbox::ReleaseLocked(StreamId stream, uint64_t bytes,
+                          std::vector<std::function<void()>>* resumes) {
+  auto s = streams_.find(stream);
+  if (s == streams_.end()) return;
+  s->second.bytes -= std::min<uint64_t>(s->second.bytes, bytes);
+  if (s->second.resume && s->second.bytes <= stream_limit_bytes_) {
+    resumes->push_back(std::move(s->second.resume));
+    s->second.resume = nullptr;
+  }
 }
 
 absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
                                         absl::Time deadline) {
   const std::string id = key.ToString();
   const std::string group_epoch = GroupEpoch(key.group, key.epoch);
-  std::function<void()> resume;
+  std::vector<std::function<void()>> resumes;
   std::string data;
   {
     absl::MutexLock lock(&mu_);
@@ -76,16 +101,9 @@ absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
     data = std::move(it->second.data);
     const StreamId stream = it->second.stream;
     messages_.erase(it);
-    auto s = streams_.find(stream);
-    if (s != streams_.end()) {
-      s->second.bytes -= std::min<uint64_t>(s->second.bytes, data.size());
-      if (s->second.resume && s->second.bytes <= stream_limit_bytes_) {
-        resume = std::move(s->second.resume);
-        s->second.resume = nullptr;
-      }
-    }
+    ReleaseLocked(stream, data.size(), &resumes);
   }
-  if (resume) resume();
+  for (auto& resume : resumes) resume();
   return data;
 }
 
@@ -120,21 +138,14 @@ void Inbox::AbortLocked(const std::string& group_epoch,
                         const absl::Status& status,
                         std::vector<std::function<void()>>* resumes) {
   aborted_.emplace(group_epoch, status);
-  const std::string prefix = group_epoch + "/";
+  // Compared whole: a prefix test on the keys would also match groups whose
+  // names go on past a '/' (aborting "g" at epoch 1 would drop "g/1"'s).
   for (auto it = messages_.begin(); it != messages_.end();) {
-    if (!absl::StartsWith(it->first, prefix)) {
+    if (it->second.group_epoch != group_epoch) {
       ++it;
       continue;
     }
-    auto s = streams_.find(it->second.stream);
-    if (s != streams_.end()) {
-      s->second.bytes -=
-          std::min<uint64_t>(s->second.bytes, it->second.data.size());
-      if (s->second.resume && s->second.bytes <= stream_limit_bytes_) {
-        resumes->push_back(std::move(s->second.resume));
-        s->second.resume = nullptr;
-      }
-    }
+    ReleaseLocked(it->second.stream, it->second.data.size(), resumes);
     messages_.erase(it++);
   }
 }

@@ -52,7 +52,8 @@ class Inbox {
   // Forgets a closed stream; its untaken messages stay deliverable.
   void CloseStream(StreamId stream);
 
-  // Stores a message. Returns true when the stream may keep reading; false
+  // Stores a message; one delivered again under a key not yet taken
+  // replaces the first. Returns true when the stream may keep reading; false
   // when it is over its limit, in which case `resume` runs once the rank
   // took enough of its messages. Returns true and drops the message if the
   // key's group epoch was aborted.
@@ -80,7 +81,14 @@ class Inbox {
   struct Stored {
     std::string data;
     StreamId stream = 0;
+    // GroupEpoch() of the message's key.
+    std::string group_epoch;
   };
+  // Takes `bytes` off `stream`'s count; once the stream is within its limit
+  // again, moves its resume callback to `resumes`.
+  void ReleaseLocked(StreamId stream, uint64_t bytes,
+                     std::vector<std::function<void()>>* resumes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AbortLocked(const std::string& group_epoch, const absl::Status& status,
                    std::vector<std::function<void()>>* resumes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
