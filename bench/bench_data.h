@@ -14,6 +14,7 @@
 #ifndef CHORUS_BENCH_BENCH_DATA_H_
 #define CHORUS_BENCH_BENCH_DATA_H_
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -36,7 +37,8 @@ inline constexpr uint64_t kReducePeriod = 154;
 inline int64_t FillValue(CollectiveKind kind, ReduceOp op, int rank,
                          uint64_t index) {
   const uint64_t r = static_cast<uint64_t>(rank);
-  if (!KindReduces(kind)) return 1 + static_cast<int64_t>((13 * r + index) % 97);
+  if (!KindReduces(kind))
+    return 1 + static_cast<int64_t>((13 * r + index) % 97);
   switch (op) {
     case ReduceOp::kProd:
       return 1 + static_cast<int64_t>((r + index) % 2);
@@ -81,8 +83,8 @@ void FillInput(CollectiveKind kind, ReduceOp op, int rank,
 // Expected reduction over `world_size` ranks of element i, for i in one
 // period (index i % kReducePeriod).
 template <typename T>
-std::array<T, kReducePeriod> ExpectedReduction(CollectiveKind kind,
-                                               ReduceOp op, int world_size) {
+std::array<T, kReducePeriod> ExpectedReduction(CollectiveKind kind, ReduceOp op,
+                                               int world_size) {
   std::array<T, kReducePeriod> table;
   for (uint64_t i = 0; i < kReducePeriod; ++i) {
     T acc = FromSmallInt<T>(FillValue(kind, op, 0, i));
@@ -157,7 +159,8 @@ uint64_t CountWrong(const CollectiveSpec& spec, int world_size, int rank,
     case CollectiveKind::kGather:
       if (want_bytes == 0) break;  // gather off the root
       for (int j = 0; j < world_size; ++j) {
-        for (uint64_t i = 0; i < count; ++i) compare(j * count + i, value(j, i));
+        for (uint64_t i = 0; i < count; ++i)
+          compare(j * count + i, value(j, i));
       }
       break;
     case CollectiveKind::kAllToAll:

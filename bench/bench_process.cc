@@ -213,7 +213,8 @@ std::string ChildProcess::LogTail(size_t max_bytes) const {
   std::stringstream buffer;
   buffer << in.rdbuf();
   std::string text = buffer.str();
-  if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
+  if (text.size() > max_bytes)
+    text = "..." + text.substr(text.size() - max_bytes);
   return text;
 }
 

@@ -45,8 +45,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
       default:
         return invalid();
     }
-    const absl::string_view rest = absl::string_view(suffix).substr(
-        suffix[0] == 'b' ? 0 : 1);
+    const absl::string_view rest =
+        absl::string_view(suffix).substr(suffix[0] == 'b' ? 0 : 1);
     if (!(rest.empty() || rest == "b" || (shift > 0 && rest == "ib"))) {
       return invalid();
     }
@@ -97,9 +97,9 @@ absl::StatusOr<std::vector<SweepPoint>> MakeSweep(CollectiveKind kind,
     return absl::InvalidArgumentError("invalid dtype for the sweep");
   }
   if (min_bytes > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--min_bytes (", min_bytes, ") is above --max_bytes (", max_bytes,
-        ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--min_bytes (", min_bytes,
+                                                   ") is above --max_bytes (",
+                                                   max_bytes, ")"));
   }
   if (factor < 2) {
     return absl::InvalidArgumentError(
@@ -118,9 +118,9 @@ absl::StatusOr<std::vector<SweepPoint>> MakeSweep(CollectiveKind kind,
     size *= factor;
   }
   if (points.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no size between ", min_bytes, " and ", max_bytes,
-        " bytes holds one element per rank (", unit, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no size between ", min_bytes, " and ", max_bytes,
+                     " bytes holds one element per rank (", unit, " bytes)"));
   }
   return points;
 }
@@ -151,11 +151,10 @@ double Median(std::vector<int64_t> values) {
 }
 
 std::string FormatReport(const RankReport& report) {
-  return absl::StrCat("result ", report.point, " ", report.bytes, " ",
-                      report.count, " ", report.plan, " ", report.wrong, " ",
-                      report.times_ns.size(),
-                      report.times_ns.empty() ? "" : " ",
-                      absl::StrJoin(report.times_ns, " "));
+  return absl::StrCat(
+      "result ", report.point, " ", report.bytes, " ", report.count, " ",
+      report.plan, " ", report.wrong, " ", report.times_ns.size(),
+      report.times_ns.empty() ? "" : " ", absl::StrJoin(report.times_ns, " "));
 }
 
 absl::StatusOr<RankReport> ParseReport(absl::string_view line) {
@@ -197,10 +196,10 @@ absl::StatusOr<Row> CombineReports(const std::vector<RankReport>& reports,
   for (const RankReport& r : reports) {
     if (r.point != first.point || r.bytes != first.bytes ||
         r.count != first.count || r.times_ns.size() != first.times_ns.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ranks disagree on point ", first.point, ": ", r.bytes, " bytes x ",
-          r.times_ns.size(), " iterations against ", first.bytes, " x ",
-          first.times_ns.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks disagree on point ", first.point, ": ", r.bytes,
+                       " bytes x ", r.times_ns.size(), " iterations against ",
+                       first.bytes, " x ", first.times_ns.size()));
     }
     if (std::find(plans.begin(), plans.end(), r.plan) == plans.end()) {
       plans.push_back(r.plan);
@@ -236,9 +235,8 @@ std::string TableHeader() {
 std::string FormatRow(const Row& row, absl::string_view dtype,
                       absl::string_view op) {
   return absl::StrFormat("%12d %12d %5s %5s %18s %11.1f %9.3f %9.3f %7d %6d\n",
-                         row.bytes, row.count, dtype, op, row.plan,
-                         row.time_us, row.algbw_gbps, row.busbw_gbps,
-                         row.wrong, row.iters);
+                         row.bytes, row.count, dtype, op, row.plan, row.time_us,
+                         row.algbw_gbps, row.busbw_gbps, row.wrong, row.iters);
 }
 
 }  // namespace chorus::bench

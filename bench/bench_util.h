@@ -63,8 +63,8 @@ struct RankReport {
   int point = 0;  // index into the sweep
   uint64_t bytes = 0;
   uint64_t count = 0;
-  std::string plan;     // AlgorithmName of the plan of the timed calls
-  uint64_t wrong = 0;   // elements that differed from the expected values
+  std::string plan;    // AlgorithmName of the plan of the timed calls
+  uint64_t wrong = 0;  // elements that differed from the expected values
   // Wall time of each timed iteration, in nanoseconds.
   std::vector<int64_t> times_ns;
 };

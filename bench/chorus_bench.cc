@@ -1,0 +1,823 @@
+// chorus-bench: times one collective over a sweep of sizes, in the shape of
+// nccl-tests. The parent starts a chorus-coordinator (or uses --coordinator)
+// and one process per rank (this binary again, in --rank_worker mode). Each
+// rank embeds a WorkerRuntime, joins the group with Communicator::
+// JoinEmbedded, runs warm-up and timed calls for every size, checks the
+// results against locally computed values and reports its per-iteration
+// times to the parent on its stdout; the parent prints one row per size.
+//
+// time = median over the timed iterations of the slowest rank's wall time
+// for that iteration (iterations run back to back, without a barrier between
+// them). See bench/README.md.
+
+#include <fcntl.h>
+#include <glog/logging.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "bench/bench_data.h"
+#include "bench/bench_process.h"
+#include "bench/bench_util.h"
+#include "chorus/communicator.h"
+#include "server/common/collective.h"
+#include "server/reduce/dtype.h"
+#include "server/reduce/half.h"
+#include "server/worker/worker_runtime.h"
+
+#ifndef CHORUS_BENCH_COORDINATOR_BIN
+#define CHORUS_BENCH_COORDINATOR_BIN ""
+#endif
+
+ABSL_FLAG(std::string, collective, "all_reduce",
+          "all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, "
+          "scatter, all_to_all or barrier.");
+ABSL_FLAG(int32_t, ranks, 4, "Number of ranks (one process each).");
+ABSL_FLAG(std::string, min_bytes, "8", "Smallest size, e.g. 8, 1K, 1M.");
+ABSL_FLAG(std::string, max_bytes, "64M", "Largest size, e.g. 64M.");
+ABSL_FLAG(int32_t, step_factor, 2, "Each size is this many times the last.");
+ABSL_FLAG(std::string, dtype, "f32",
+          "f16, bf16, f32, f64, i8, u8, i32, i64, u32 or u64.");
+ABSL_FLAG(std::string, op, "sum", "sum, prod, min, max or avg.");
+ABSL_FLAG(int32_t, root, 0, "Root rank of reduce, broadcast, gather, scatter.");
+ABSL_FLAG(std::string, algorithm, "auto",
+          "auto (the coordinator chooses), inline, recursive_doubling or "
+          "ring.");
+ABSL_FLAG(int32_t, iters, 0,
+          "Timed iterations per size; 0 adapts them to --time_per_size.");
+ABSL_FLAG(int32_t, warmup, -1,
+          "Warm-up calls per size; -1: one, plus up to four more that fit "
+          "in a tenth of --time_per_size.");
+ABSL_FLAG(absl::Duration, time_per_size, absl::Seconds(1),
+          "With --iters=0: the timed iterations of one size aim at this.");
+ABSL_FLAG(int32_t, min_iters, 3, "With --iters=0: at least this many.");
+ABSL_FLAG(int32_t, max_iters, 1000, "With --iters=0: at most this many.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
+          "Deadline of every call (join, collective, registration).");
+ABSL_FLAG(bool, check, true,
+          "Check the first warm-up and the last timed result of each size.");
+ABSL_FLAG(std::string, coordinator, "",
+          "Use the chorus-coordinator at this host:port instead of starting "
+          "one.");
+ABSL_FLAG(std::string, coordinator_bin, "",
+          "chorus-coordinator to start; default: the one built next to "
+          "chorus-bench.");
+ABSL_FLAG(std::string, coordinator_args, "",
+          "Extra flags for the started coordinator, space-separated, e.g. "
+          "\"--inline_max_bytes=0 --chunk_bytes=4194304\".");
+ABSL_FLAG(bool, keep_logs, false,
+          "Keep the coordinator's and ranks' logs (kept anyway on failure).");
+// Internal: how the parent starts the ranks.
+ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
+ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
+ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
+
+namespace chorus::bench {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// What every process of one run agrees on, from the flags.
+struct Config {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  int world = 0;
+  std::vector<SweepPoint> sweep;
+  int iters = 0;
+  int warmup = -1;
+  absl::Duration time_per_size;
+  int min_iters = 0;
+  int max_iters = 0;
+  absl::Duration timeout;
+  bool check = true;
+};
+
+absl::StatusOr<Config> ConfigFromFlags() {
+  Config c;
+  absl::StatusOr<CollectiveKind> kind =
+      ParseCollectiveKind(absl::GetFlag(FLAGS_collective));
+  if (!kind.ok()) return kind.status();
+  c.kind = *kind;
+  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  c.dtype = *dtype;
+  if (KindReduces(c.kind)) {
+    absl::StatusOr<ReduceOp> op = ParseReduceOp(absl::GetFlag(FLAGS_op));
+    if (!op.ok()) return op.status();
+    c.op = *op;
+  } else {
+    c.op = ReduceOp::kUnspecified;
+  }
+  absl::StatusOr<Algorithm> algorithm =
+      ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
+  if (!algorithm.ok()) return algorithm.status();
+  c.algorithm = *algorithm;
+  c.world = absl::GetFlag(FLAGS_ranks);
+  if (c.world < 1 || c.world > 256) {
+    return absl::InvalidArgumentError("--ranks must be between 1 and 256");
+  }
+  c.root = KindHasRoot(c.kind) ? absl::GetFlag(FLAGS_root) : 0;
+  if (c.root < 0 || c.root >= c.world) {
+    return absl::InvalidArgumentError("--root must be a rank below --ranks");
+  }
+  absl::StatusOr<uint64_t> min_bytes =
+      ParseByteSize(absl::GetFlag(FLAGS_min_bytes));
+  if (!min_bytes.ok()) return min_bytes.status();
+  absl::StatusOr<uint64_t> max_bytes =
+      ParseByteSize(absl::GetFlag(FLAGS_max_bytes));
+  if (!max_bytes.ok()) return max_bytes.status();
+  const int factor = absl::GetFlag(FLAGS_step_factor);
+  absl::StatusOr<std::vector<SweepPoint>> sweep =
+      MakeSweep(c.kind, c.dtype, c.world, *min_bytes, *max_bytes,
+                static_cast<uint64_t>(std::max(factor, 0)));
+  if (!sweep.ok()) return sweep.status();
+  c.sweep = *std::move(sweep);
+  c.iters = absl::GetFlag(FLAGS_iters);
+  c.warmup = absl::GetFlag(FLAGS_warmup);
+  c.time_per_size = absl::GetFlag(FLAGS_time_per_size);
+  c.min_iters = absl::GetFlag(FLAGS_min_iters);
+  c.max_iters = absl::GetFlag(FLAGS_max_iters);
+  c.timeout = absl::GetFlag(FLAGS_timeout);
+  c.check = absl::GetFlag(FLAGS_check);
+  if (c.iters < 0 || c.warmup < -1 || c.min_iters < 1 ||
+      c.max_iters < c.min_iters) {
+    return absl::InvalidArgumentError(
+        "want --iters >= 0, --warmup >= -1 and 1 <= --min_iters <= "
+        "--max_iters");
+  }
+  if (c.iters == 0 && c.warmup == 0) {
+    return absl::InvalidArgumentError(
+        "--iters=0 sizes the iterations from the warm-up; give --warmup >= 1 "
+        "or a fixed --iters");
+  }
+  if (c.timeout <= absl::ZeroDuration() ||
+      c.time_per_size <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--timeout and --time_per_size must be positive");
+  }
+  return c;
+}
+
+CollectiveSpec SpecFor(const Config& c, uint64_t count) {
+  CollectiveSpec spec;
+  spec.kind = c.kind;
+  spec.dtype = c.dtype;
+  spec.count = count;
+  spec.op = c.op;
+  spec.root = c.root;
+  return spec;
+}
+
+// ---- Rank processes -------------------------------------------------------
+
+// Writes `line` and a newline to stdout (the pipe to the parent), whole.
+absl::Status ReportLine(const std::string& line) {
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n =
+        write(STDOUT_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot report to the parent: ", std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// The largest of every rank's `value`, through an inline all-reduce (so the
+// ranks derive the same iteration counts from their own measurements).
+absl::StatusOr<int64_t> AgreeMax(Communicator& comm, int64_t value,
+                                 absl::Duration timeout) {
+  CallOptions options;
+  options.algorithm = Algorithm::kInline;
+  options.timeout = timeout;
+  std::vector<int64_t> out;
+  absl::Status status = comm.AllReduce(std::vector<int64_t>{value}, &out,
+                                       ReduceOp::kMax, options);
+  if (!status.ok()) return status;
+  if (out.size() != 1) return absl::InternalError("agreement lost its value");
+  return out[0];
+}
+
+// One timed call.
+struct Timed {
+  int64_t ns = 0;
+  Algorithm plan = Algorithm::kUnspecified;
+};
+
+// Runs every point of the sweep with element type T and reports each.
+template <typename T>
+absl::Status RunSweep(Communicator& comm, const Config& c) {
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+  uint64_t max_input = 0;
+  for (const SweepPoint& p : c.sweep) {
+    max_input =
+        std::max(max_input, InputBytes(SpecFor(c, p.count), world, rank));
+  }
+  // Inputs never change: fill the largest once and pass prefixes.
+  std::vector<T> input(max_input / sizeof(T));
+  FillInput(c.kind, c.op, rank, input);
+  std::string output;
+  CallOptions options;
+  options.algorithm = c.algorithm;
+  options.timeout = c.timeout;
+
+  for (size_t k = 0; k < c.sweep.size(); ++k) {
+    const SweepPoint& point = c.sweep[k];
+    const CollectiveSpec spec = SpecFor(c, point.count);
+    const absl::string_view in(reinterpret_cast<const char*>(input.data()),
+                               InputBytes(spec, world, rank));
+    auto run_once = [&]() -> absl::StatusOr<Timed> {
+      const SteadyClock::time_point start = SteadyClock::now();
+      absl::StatusOr<CallResult> result = comm.Run(spec, in, &output, options);
+      const SteadyClock::time_point end = SteadyClock::now();
+      if (!result.ok()) {
+        return absl::Status(
+            result.status().code(),
+            absl::StrCat(DescribeSpec(spec), ": ", result.status().message()));
+      }
+      return Timed{
+          std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
+              .count(),
+          result->algorithm};
+    };
+    auto count_wrong = [&] {
+      return c.check ? CountWrong<T>(spec, world, rank, output) : 0;
+    };
+
+    RankReport report;
+    report.point = static_cast<int>(k);
+    report.bytes = point.bytes;
+    report.count = point.count;
+    // Warm-up: the first call also estimates the time of one call.
+    int64_t estimate_ns = 0;
+    if (c.warmup != 0) {
+      absl::StatusOr<Timed> first = run_once();
+      if (!first.ok()) return first.status();
+      report.wrong += count_wrong();
+      absl::StatusOr<int64_t> agreed = AgreeMax(comm, first->ns, c.timeout);
+      if (!agreed.ok()) return agreed.status();
+      estimate_ns = std::max<int64_t>(1, *agreed);
+      const int extra =
+          c.warmup > 0 ? c.warmup - 1
+                       : static_cast<int>(std::min<int64_t>(
+                             4, absl::ToInt64Nanoseconds(c.time_per_size / 10) /
+                                    estimate_ns));
+      if (extra > 0) {
+        int64_t total = 0;
+        for (int i = 0; i < extra; ++i) {
+          absl::StatusOr<Timed> t = run_once();
+          if (!t.ok()) return t.status();
+          total += t->ns;
+        }
+        agreed = AgreeMax(comm, total / extra, c.timeout);
+        if (!agreed.ok()) return agreed.status();
+        estimate_ns = std::max<int64_t>(1, *agreed);
+      }
+    }
+    // Every rank computes the same count from the agreed estimate.
+    const int iters =
+        c.iters > 0
+            ? c.iters
+            : static_cast<int>(std::clamp<int64_t>(
+                  absl::ToInt64Nanoseconds(c.time_per_size) / estimate_ns,
+                  c.min_iters, c.max_iters));
+
+    CallOptions barrier_options;
+    barrier_options.timeout = c.timeout;
+    absl::Status synced = comm.Barrier(barrier_options);
+    if (!synced.ok()) return synced;
+    Algorithm plan = Algorithm::kUnspecified;
+    report.times_ns.reserve(iters);
+    for (int i = 0; i < iters; ++i) {
+      absl::StatusOr<Timed> t = run_once();
+      if (!t.ok()) return t.status();
+      report.times_ns.push_back(t->ns);
+      plan = t->plan;
+    }
+    report.wrong += count_wrong();
+    report.plan = std::string(AlgorithmName(plan));
+    absl::Status sent = ReportLine(FormatReport(report));
+    if (!sent.ok()) return sent;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunSweepForDType(Communicator& comm, const Config& c) {
+  switch (c.dtype) {
+    case DType::kF16:
+      return RunSweep<Float16>(comm, c);
+    case DType::kBF16:
+      return RunSweep<BFloat16>(comm, c);
+    case DType::kF32:
+      return RunSweep<float>(comm, c);
+    case DType::kF64:
+      return RunSweep<double>(comm, c);
+    case DType::kI8:
+      return RunSweep<int8_t>(comm, c);
+    case DType::kU8:
+      return RunSweep<uint8_t>(comm, c);
+    case DType::kI32:
+      return RunSweep<int32_t>(comm, c);
+    case DType::kI64:
+      return RunSweep<int64_t>(comm, c);
+    case DType::kU32:
+      return RunSweep<uint32_t>(comm, c);
+    case DType::kU64:
+      return RunSweep<uint64_t>(comm, c);
+    default:
+      return absl::InvalidArgumentError("unsupported dtype");
+  }
+}
+
+absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
+                     const std::string& group) {
+  RuntimeOptions options;
+  options.coordinator = coordinator;
+  options.listen = "127.0.0.1:0";
+  options.name = absl::StrCat(group, "-rank", rank);
+  options.devices = {JoinOptions::CpuDevice()};
+  options.register_timeout = c.timeout;
+  absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
+      WorkerRuntime::Start(options);
+  if (!runtime.ok()) return runtime.status();
+  absl::Status status;
+  {
+    JoinOptions join;
+    join.timeout = c.timeout;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        Communicator::JoinEmbedded(runtime->get(), group, c.world, rank, join);
+    if (!comm.ok()) return comm.status();
+    status = RunSweepForDType(**comm, c);
+  }
+  (*runtime)->Shutdown();
+  return status;
+}
+
+int RankMain(const Config& c, const char* argv0) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv0);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  const std::string group = absl::GetFlag(FLAGS_group);
+  absl::Status status =
+      rank < 0 || rank >= c.world || coordinator.empty() || group.empty()
+          ? absl::InvalidArgumentError(
+                "--rank_worker needs --rank, --coordinator and --group")
+          : RankRun(c, rank, coordinator, group);
+  if (!status.ok()) {
+    LOG(ERROR) << "rank " << rank << ": " << status;
+    std::string message = status.ToString();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    (void)ReportLine("error " + message);
+    return 1;
+  }
+  return ReportLine("done").ok() ? 0 : 1;
+}
+
+// ---- The parent -----------------------------------------------------------
+
+// Termination signals reach the parent's poll loop through this pipe.
+int g_signal_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_signal = 0;
+
+void OnSignal(int sig) {
+  g_signal = sig;
+  const char byte = 1;
+  ssize_t ignored = write(g_signal_pipe[1], &byte, 1);
+  (void)ignored;
+}
+
+absl::Status InstallSignalHandlers() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError("cannot create the signal pipe");
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return absl::OkStatus();
+}
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// The coordinator binary: --coordinator_bin, else the one the build put
+// next to chorus-bench's tree, else chorus-coordinator beside this binary.
+std::string CoordinatorBinary() {
+  if (std::string flag = absl::GetFlag(FLAGS_coordinator_bin); !flag.empty()) {
+    return flag;
+  }
+  std::vector<std::string> candidates = {CHORUS_BENCH_COORDINATOR_BIN};
+  const std::string self_dir = Dirname(SelfExecutable());
+  candidates.push_back(self_dir + "/chorus-coordinator");
+  candidates.push_back(self_dir + "/../server/coordinator/chorus-coordinator");
+  for (const std::string& c : candidates) {
+    if (!c.empty() && access(c.c_str(), X_OK) == 0) return c;
+  }
+  return candidates.front().empty() ? "chorus-coordinator" : candidates.front();
+}
+
+// Waits for the coordinator's port file without spinning (sleeps between
+// looks). Returns the port, or why it did not appear.
+absl::StatusOr<int> WaitForPortFile(ChildProcess& coordinator,
+                                    const std::string& path,
+                                    absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (g_signal != 0) return absl::CancelledError("interrupted");
+    std::ifstream in(path);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    if (coordinator.WaitForExit(absl::Milliseconds(20)).ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chorus-coordinator exited at start:\n", coordinator.LogTail()));
+    }
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("chorus-coordinator wrote no port file within ",
+                   absl::FormatDuration(timeout)));
+}
+
+// The flags a rank process gets besides its rank: everything that shapes
+// the run, so every rank computes the same sweep.
+std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
+                                  const std::string& group) {
+  return {
+      "--rank_worker",
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--coordinator=", coordinator),
+      absl::StrCat("--group=", group),
+      absl::StrCat("--collective=", absl::GetFlag(FLAGS_collective)),
+      absl::StrCat("--ranks=", absl::GetFlag(FLAGS_ranks)),
+      absl::StrCat("--min_bytes=", absl::GetFlag(FLAGS_min_bytes)),
+      absl::StrCat("--max_bytes=", absl::GetFlag(FLAGS_max_bytes)),
+      absl::StrCat("--step_factor=", absl::GetFlag(FLAGS_step_factor)),
+      absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype)),
+      absl::StrCat("--op=", absl::GetFlag(FLAGS_op)),
+      absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
+      absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
+      absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
+      absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
+      absl::StrCat("--time_per_size=",
+                   absl::FormatDuration(absl::GetFlag(FLAGS_time_per_size))),
+      absl::StrCat("--min_iters=", absl::GetFlag(FLAGS_min_iters)),
+      absl::StrCat("--max_iters=", absl::GetFlag(FLAGS_max_iters)),
+      absl::StrCat("--timeout=",
+                   absl::FormatDuration(absl::GetFlag(FLAGS_timeout))),
+      absl::StrCat("--check=", absl::GetFlag(FLAGS_check) ? "true" : "false"),
+  };
+}
+
+// One rank process as the parent sees it.
+struct RankChild {
+  std::unique_ptr<ChildProcess> process;
+  std::string pending;  // bytes read but not yet a whole line
+  bool done = false;    // sent "done"
+  bool eof = false;
+};
+
+class Parent {
+ public:
+  explicit Parent(const Config& c) : c_(c), reports_(c.sweep.size()) {}
+
+  // Runs the benchmark; returns the exit code.
+  int Run() {
+    absl::Status status = RunInner();
+    if (!status.ok()) {
+      std::fprintf(stderr, "chorus-bench: %s\n", status.ToString().c_str());
+    }
+    Cleanup(status.ok());
+    return status.ok() && !wrong_ ? 0 : 1;
+  }
+
+ private:
+  absl::Status RunInner() {
+    absl::Status handlers = InstallSignalHandlers();
+    if (!handlers.ok()) return handlers;
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "chorus-bench.XXXXXX")
+            .string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("mkdtemp: ", std::strerror(errno)));
+    }
+    dir_ = tmpl;
+
+    std::string address = absl::GetFlag(FLAGS_coordinator);
+    if (address.empty()) {
+      absl::StatusOr<std::string> started = StartCoordinator();
+      if (!started.ok()) return started.status();
+      address = *started;
+    }
+    const std::string group =
+        absl::StrCat("chorus-bench-", getpid(), "-",
+                     absl::ToUnixMicros(absl::Now()) % 1000000000);
+    PrintPreamble(address);
+
+    const std::string self = SelfExecutable();
+    if (self.empty()) return absl::InternalError("cannot find my own binary");
+    for (int r = 0; r < c_.world; ++r) {
+      SpawnOptions spawn;
+      spawn.binary = self;
+      spawn.args = RankArgs(r, address, group);
+      spawn.log_path = absl::StrCat(dir_, "/rank-", r, ".log");
+      spawn.capture_stdout = true;
+      absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+          ChildProcess::Spawn(spawn);
+      if (!child.ok()) return child.status();
+      ranks_.push_back(RankChild{*std::move(child), "", false, false});
+    }
+    std::fputs(TableHeader().c_str(), stdout);
+    std::fflush(stdout);
+    absl::Status collected = Collect();
+    if (!collected.ok()) return collected;
+    PrintSummary();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> StartCoordinator() {
+    const std::string port_file = dir_ + "/coordinator.port";
+    SpawnOptions spawn;
+    spawn.binary = CoordinatorBinary();
+    spawn.args = {"--listen=127.0.0.1:0", "--port_file=" + port_file};
+    for (absl::string_view arg : absl::StrSplit(
+             absl::GetFlag(FLAGS_coordinator_args), ' ', absl::SkipEmpty())) {
+      spawn.args.emplace_back(arg);
+    }
+    spawn.log_path = dir_ + "/coordinator.log";
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+        ChildProcess::Spawn(spawn);
+    if (!child.ok()) {
+      return absl::Status(
+          child.status().code(),
+          absl::StrCat(child.status().message(), " (set --coordinator_bin)"));
+    }
+    coordinator_ = *std::move(child);
+    absl::StatusOr<int> port =
+        WaitForPortFile(*coordinator_, port_file, absl::Seconds(30));
+    if (!port.ok()) return port.status();
+    coordinator_description_ =
+        absl::StrCat(spawn.binary, " ", absl::StrJoin(spawn.args, " "));
+    return absl::StrCat("127.0.0.1:", *port);
+  }
+
+  void PrintPreamble(const std::string& address) {
+    const std::string op =
+        KindReduces(c_.kind) ? std::string(ReduceOpName(c_.op)) : "none";
+    const std::string root =
+        KindHasRoot(c_.kind) ? absl::StrCat(", root ", c_.root) : "";
+    const std::string coordinator =
+        coordinator_ != nullptr
+            ? absl::StrCat(" (started: ", coordinator_description_, ")")
+            : " (given)";
+    const std::string iters =
+        c_.iters > 0
+            ? absl::StrCat(c_.iters)
+            : absl::StrCat("adaptive (", absl::FormatDuration(c_.time_per_size),
+                           " per size, ", c_.min_iters, "..", c_.max_iters,
+                           ")");
+    const std::string warmup =
+        c_.warmup >= 0 ? absl::StrCat(c_.warmup) : "auto (1..5)";
+    std::printf(
+        "# chorus-bench: %s, %d ranks (one process each, embedded "
+        "WorkerRuntime), dtype %s, op %s%s, algorithm %s\n",
+        std::string(CollectiveKindName(c_.kind)).c_str(), c_.world,
+        std::string(DTypeName(c_.dtype)).c_str(), op.c_str(), root.c_str(),
+        std::string(AlgorithmName(c_.algorithm)).c_str());
+    std::printf("# coordinator %s%s\n", address.c_str(), coordinator.c_str());
+    std::printf(
+        "# iterations: %s, warm-up: %s\n"
+        "# time = median over iterations of the slowest rank's time; "
+        "algbw = size/time; busbw = algbw x %.3f\n#\n",
+        iters.c_str(), warmup.c_str(), BusBandwidthFactor(c_.kind, c_.world));
+    std::fflush(stdout);
+  }
+
+  // Reads the ranks' reports until every rank said "done" and exited.
+  absl::Status Collect() {
+    // Every call has a deadline, so a rank reports or fails within a few of
+    // them; this only catches a rank that stopped without either.
+    const absl::Duration stall_limit = 3 * c_.timeout + absl::Seconds(60);
+    absl::Time last_progress = absl::Now();
+    while (true) {
+      std::vector<pollfd> fds;
+      std::vector<int> owner;
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        if (!ranks_[r].eof) {
+          fds.push_back({ranks_[r].process->stdout_fd(), POLLIN, 0});
+          owner.push_back(static_cast<int>(r));
+        }
+      }
+      if (fds.empty()) break;
+      fds.push_back({g_signal_pipe[0], POLLIN, 0});
+      const absl::Duration left = last_progress + stall_limit - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "no rank reported for ", absl::FormatDuration(stall_limit)));
+      }
+      const int ready = poll(fds.data(), fds.size(),
+                             static_cast<int>(std::min<int64_t>(
+                                 absl::ToInt64Milliseconds(left) + 1, 60'000)));
+      if (ready < 0 && errno != EINTR) {
+        return absl::InternalError(
+            absl::StrCat("poll: ", std::strerror(errno)));
+      }
+      if (g_signal != 0) {
+        return absl::CancelledError(
+            absl::StrCat("interrupted by signal ", g_signal));
+      }
+      for (size_t i = 0; i < owner.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        last_progress = absl::Now();
+        absl::Status read = ReadRank(owner[i]);
+        if (!read.ok()) return read;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads what rank `r` wrote; handles whole lines and its exit.
+  absl::Status ReadRank(int r) {
+    RankChild& rank = ranks_[r];
+    char buffer[1 << 16];
+    while (true) {
+      const ssize_t n = read(rank.process->stdout_fd(), buffer, sizeof(buffer));
+      if (n > 0) {
+        rank.pending.append(buffer, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      rank.eof = true;  // n == 0, or an error we treat as the end
+      break;
+    }
+    size_t newline;
+    while ((newline = rank.pending.find('\n')) != std::string::npos) {
+      const std::string line = rank.pending.substr(0, newline);
+      rank.pending.erase(0, newline + 1);
+      absl::Status handled = HandleLine(r, line);
+      if (!handled.ok()) return handled;
+    }
+    if (!rank.eof) return absl::OkStatus();
+    rank.process->CloseStdout();
+    absl::StatusOr<int> code = rank.process->WaitForExit(absl::Seconds(30));
+    if (!code.ok()) {
+      return absl::InternalError(absl::StrCat(
+          "rank ", r, " closed its report pipe but does not exit"));
+    }
+    if (*code != 0 || !rank.done) {
+      return absl::InternalError(
+          absl::StrCat("rank ", r, " exited with code ", *code,
+                       rank.done ? "" : " before finishing",
+                       "; its log ends:\n", rank.process->LogTail()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status HandleLine(int r, absl::string_view line) {
+    if (line == "done") {
+      ranks_[r].done = true;
+      return absl::OkStatus();
+    }
+    if (absl::ConsumePrefix(&line, "error ")) {
+      return absl::AbortedError(absl::StrCat("rank ", r, " failed: ", line));
+    }
+    absl::StatusOr<RankReport> report = ParseReport(line);
+    if (!report.ok()) return report.status();
+    if (report->point < 0 ||
+        report->point >= static_cast<int>(reports_.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", r, " reported unknown point ", report->point));
+    }
+    reports_[report->point].push_back(*std::move(report));
+    // Rows print in order, each once every rank reported it.
+    while (next_row_ < reports_.size() &&
+           static_cast<int>(reports_[next_row_].size()) == c_.world) {
+      absl::StatusOr<Row> row =
+          CombineReports(reports_[next_row_], c_.kind, c_.world);
+      if (!row.ok()) return row.status();
+      const std::string op =
+          KindReduces(c_.kind) ? std::string(ReduceOpName(c_.op)) : "none";
+      std::fputs(FormatRow(*row, DTypeName(c_.dtype), op).c_str(), stdout);
+      std::fflush(stdout);
+      rows_.push_back(*row);
+      reports_[next_row_].clear();
+      ++next_row_;
+    }
+    return absl::OkStatus();
+  }
+
+  void PrintSummary() {
+    double busbw = 0;
+    uint64_t wrong = 0;
+    for (const Row& row : rows_) {
+      busbw += row.busbw_gbps;
+      wrong += row.wrong;
+    }
+    std::printf("# wrong elements in total: %llu%s\n",
+                static_cast<unsigned long long>(wrong),
+                c_.check ? "" : " (checks off)");
+    std::printf("# average bus bandwidth: %.3f GB/s\n",
+                rows_.empty() ? 0.0 : busbw / rows_.size());
+    std::fflush(stdout);
+    if (wrong > 0) {
+      std::fprintf(stderr, "chorus-bench: %llu wrong elements\n",
+                   static_cast<unsigned long long>(wrong));
+      wrong_ = true;
+    }
+  }
+
+  // Kills what still runs, stops the coordinator, removes the logs unless
+  // they are wanted.
+  void Cleanup(bool ok) {
+    for (RankChild& rank : ranks_) rank.process->Stop(absl::ZeroDuration());
+    if (coordinator_ != nullptr) coordinator_->Stop(absl::Seconds(5));
+    if (dir_.empty()) return;
+    if (ok && !wrong_ && !absl::GetFlag(FLAGS_keep_logs)) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir_, ignored);
+    } else {
+      std::fprintf(stderr, "chorus-bench: logs kept in %s\n", dir_.c_str());
+    }
+  }
+
+  const Config& c_;
+  std::string dir_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::string coordinator_description_;
+  std::vector<RankChild> ranks_;
+  std::vector<std::vector<RankReport>> reports_;  // per point, until printed
+  size_t next_row_ = 0;
+  std::vector<Row> rows_;
+  bool wrong_ = false;
+};
+
+}  // namespace
+}  // namespace chorus::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "chorus-bench: times a Chorus collective over a sweep of sizes, one "
+      "process per rank, and prints one row per size.\n"
+      "Usage: chorus-bench --collective=all_reduce --ranks=4 --min_bytes=8 "
+      "--max_bytes=64M --dtype=f32 --op=sum [--algorithm=auto|inline|"
+      "recursive_doubling|ring] [--iters=N --warmup=N] [--coordinator=ADDR]");
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "chorus_bench.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::ParseCommandLine(argc, argv);
+
+  absl::StatusOr<chorus::bench::Config> config =
+      chorus::bench::ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "chorus-bench: %s\n",
+                 config.status().ToString().c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_rank_worker)) {
+    return chorus::bench::RankMain(*config, argv[0]);
+  }
+  chorus::bench::Parent parent(*config);
+  return parent.Run();
+}
