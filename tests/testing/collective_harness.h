@@ -106,7 +106,9 @@ enum class Values {
   // Floats: small integers (sum, avg, min, max) or +-1/2, +-1, +-2 (prod),
   // so that sums and products are exact in every float type, plus signed
   // zeros, an infinity and a NaN for min and max. Integers: full-range
-  // values, with every rank at the type's maximum in element 0 so sums wrap.
+  // values, and in the first elements of each block values whose sum
+  // (every rank at the maximum) or product (every rank at 2^(bits/2), or
+  // all ones) wraps.
   kExact,
   // Floats: full-precision values whose sums and products round; the check
   // allows an error that grows with the world size. Integers as kExact.
@@ -122,7 +124,7 @@ struct CollectiveCase {
   uint64_t seed = 1;
 };
 
-// "all_reduce f32[7] sum, plan ring, world 3, exact values".
+// "all_reduce f32[7] sum, plan ring, world 3, exact values, seed 1".
 std::string DescribeCase(const CollectiveCase& c, int world);
 
 // Rank `rank`'s input for `c` in a group of `world`. Off-root ranks of
@@ -137,8 +139,8 @@ struct Expected {
   bool numeric = false;
   // When !numeric: the exact output bytes.
   std::string bytes;
-  // When numeric: one reference value and allowed error per element, and
-  // whether the bits must match (min, max).
+  // When numeric: one reference value and allowed error per element (0:
+  // exact, and for min and max the sign of a zero too).
   std::vector<long double> values;
   std::vector<long double> tolerance;
 };
@@ -155,21 +157,32 @@ std::vector<Expected> Reference(const CollectiveCase& c, int world,
 
 // The plan the coordinator's defaults choose for `c` under forced algorithm
 // c.algorithm in a group of `world`.
-Algorithm ExpectedPlan(const CollectiveCase& c, int world,
-                       uint64_t inline_max_bytes = kDefaultInlineMaxBytes,
-                       uint64_t recursive_doubling_max_bytes =
-                           kDefaultRecursiveDoublingMaxBytes);
+Algorithm ExpectedPlan(
+    const CollectiveCase& c, int world,
+    uint64_t inline_max_bytes = kDefaultInlineMaxBytes,
+    uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes);
 
-// Runs `c` on every rank of `ranks` (one thread per rank, started in
-// `start_order`), then checks: every call OK with the same sequence and the
-// expected plan (unless `check_plan` is false), every output as Reference()
-// says and sized as OutputBytes() says, and the outputs of kinds that give
-// every rank the same result bit-identical across ranks.
-::testing::AssertionResult RunAndCheck(
-    const std::vector<Communicator*>& ranks, const CollectiveCase& c,
-    bool check_plan = true, const std::vector<int>& start_order = {});
+// What RunAndCheck checks besides the outputs.
+struct CheckOptions {
+  // Check each rank's plan against ExpectedPlan() with these limits (the
+  // coordinator's flags).
+  bool check_plan = true;
+  uint64_t inline_max_bytes = kDefaultInlineMaxBytes;
+  uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes;
+  // Order the rank threads start in (a permutation); empty: ascending.
+  std::vector<int> start_order;
+};
 
-// Convenience spec builder.
+// Runs `c` on every rank of `ranks` (one thread per rank), then checks:
+// every call OK with the same sequence and the expected plan, every output
+// as Reference() says and sized as OutputBytes() says, and the outputs of
+// kinds that give every rank the same result bit-identical across ranks.
+::testing::AssertionResult RunAndCheck(const std::vector<Communicator*>& ranks,
+                                       const CollectiveCase& c,
+                                       const CheckOptions& options = {});
+
+// Returns a spec; the op only for kinds that reduce, the root only for kinds
+// that have one, nothing but the kind for barrier.
 CollectiveSpec Spec(CollectiveKind kind, DType dtype, uint64_t count,
                     ReduceOp op = ReduceOp::kUnspecified, int root = 0);
 

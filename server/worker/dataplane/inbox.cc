@@ -85,7 +85,8 @@ absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
     absl::MutexLock lock(&mu_);
     seen_.insert(group_epoch);
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return messages_.contains(id) || aborted_.contains(group_epoch);
+      return messages_.contains(id) || aborted_.contains(group_epoch) ||
+             lost_.contains(group_epoch);
     };
     mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
     if (auto aborted = aborted_.find(group_epoch); aborted != aborted_.end()) {
@@ -93,6 +94,9 @@ absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
     }
     auto it = messages_.find(id);
     if (it == messages_.end()) {
+      if (auto lost = lost_.find(group_epoch); lost != lost_.end()) {
+        return lost->second;
+      }
       return absl::DeadlineExceededError(
           absl::StrCat("rank ", key.from_rank, " of group ", key.group,
                        " sent no data for collective #", key.sequence,
@@ -115,6 +119,12 @@ void Inbox::Abort(const std::string& group, uint64_t epoch,
     AbortLocked(GroupEpoch(group, epoch), status, &resumes);
   }
   for (auto& resume : resumes) resume();
+}
+
+void Inbox::PeerLost(const std::string& group, uint64_t epoch,
+                     const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  lost_.emplace(GroupEpoch(group, epoch), status);
 }
 
 absl::Status Inbox::AbortStatus(const std::string& group, uint64_t epoch) {

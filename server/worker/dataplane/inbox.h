@@ -70,6 +70,14 @@ class Inbox {
   void Abort(const std::string& group, uint64_t epoch,
              const absl::Status& status);
 
+  // Records that a peer holding ranks of `group` at `epoch` is gone (its
+  // stream broke). Take() calls on that group epoch that find no message
+  // end with `status`; unlike Abort() this is an observation of this worker
+  // to report to the coordinator, not a verdict, and messages already
+  // delivered can still be taken.
+  void PeerLost(const std::string& group, uint64_t epoch,
+                const absl::Status& status);
+
   // Returns the status `group` at `epoch` was aborted with, or OK.
   absl::Status AbortStatus(const std::string& group, uint64_t epoch);
 
@@ -107,6 +115,8 @@ class Inbox {
   absl::flat_hash_set<std::string> seen_ ABSL_GUARDED_BY(mu_);
   // "group/epoch" -> why it was aborted.
   absl::flat_hash_map<std::string, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+  // "group/epoch" -> why a peer of it is gone (see PeerLost).
+  absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -9,9 +9,10 @@
 namespace chorus {
 namespace {
 
-// Streams are long-lived; each still carries a deadline and is reopened
-// after it.
-constexpr absl::Duration kStreamLifetime = absl::Hours(24);
+// Streams are long-lived and shared by every collective between two
+// workers; each still carries a deadline, far enough out that ending it
+// (which the receiver reads as a lost peer) never interrupts a job.
+constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 365);
 
 }  // namespace
 
