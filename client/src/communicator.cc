@@ -134,6 +134,17 @@ void Communicator::WaitForAsyncCalls() {
       +[](int* in_flight) { return *in_flight == 0; }, &in_flight_));
 }
 
+absl::Status Communicator::CheckCall(const CollectiveSpec& spec,
+                                     uint64_t input_bytes,
+                                     const CallOptions& options) const {
+  absl::Status valid =
+      ValidateCall(spec, world_size_, rank_, input_bytes, options.algorithm);
+  if (valid.ok() && options.device.has_value()) {
+    valid = ValidateDevice(*options.device);
+  }
+  return valid;
+}
+
 uint64_t Communicator::NextSequence() {
   absl::MutexLock lock(&mu_);
   return next_sequence_++;
@@ -144,10 +155,7 @@ absl::StatusOr<CallResult> Communicator::Run(const CollectiveSpec& spec,
                                              std::string* output,
                                              const CallOptions& options) {
   // Refuse bad input before it takes a sequence number.
-  absl::Status valid = ValidateSpec(spec, world_size_);
-  if (valid.ok()) {
-    valid = CheckInputSize(spec, world_size_, rank_, input.size());
-  }
+  absl::Status valid = CheckCall(spec, input.size(), options);
   if (!valid.ok()) return valid;
   return RunSequenced(NextSequence(), spec, input, output, options);
 }
@@ -155,10 +163,7 @@ absl::StatusOr<CallResult> Communicator::Run(const CollectiveSpec& spec,
 CollectiveHandle Communicator::RunAsync(const CollectiveSpec& spec,
                                         std::string input, std::string* output,
                                         const CallOptions& options) {
-  absl::Status valid = ValidateSpec(spec, world_size_);
-  if (valid.ok()) {
-    valid = CheckInputSize(spec, world_size_, rank_, input.size());
-  }
+  absl::Status valid = CheckCall(spec, input.size(), options);
   if (!valid.ok()) {
     std::promise<absl::StatusOr<CallResult>> failed;
     failed.set_value(valid);

@@ -183,6 +183,36 @@ bool InputMayBeEmpty(const CollectiveSpec& spec, int rank) {
          rank != spec.root;
 }
 
+absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec,
+                                  Algorithm forced) {
+  switch (forced) {
+    case Algorithm::kUnspecified:
+    case Algorithm::kInline:
+    case Algorithm::kRing:
+      return absl::OkStatus();
+    case Algorithm::kRecursiveDoubling:
+      if (spec.kind == CollectiveKind::kAllReduce ||
+          spec.kind == CollectiveKind::kBarrier) {
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recursive_doubling is available for all_reduce only, not ",
+          CollectiveKindName(spec.kind)));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "algorithm ", AlgorithmName(forced), " is not available for ",
+          CollectiveKindName(spec.kind)));
+  }
+}
+
+absl::Status ValidateCall(const CollectiveSpec& spec, int world_size, int rank,
+                          uint64_t input_bytes, Algorithm forced) {
+  absl::Status status = ValidateSpec(spec, world_size);
+  if (status.ok()) status = CheckForcedAlgorithm(spec, forced);
+  if (status.ok()) status = CheckInputSize(spec, world_size, rank, input_bytes);
+  return status;
+}
+
 absl::Status CheckInputSize(const CollectiveSpec& spec, int world_size,
                             int rank, uint64_t bytes) {
   const uint64_t want = InputBytes(spec, world_size, rank);

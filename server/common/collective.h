@@ -108,6 +108,18 @@ uint64_t PayloadBytes(const CollectiveSpec& spec, int world_size);
 bool CarriesInlineData(const CollectiveSpec& spec, int world_size,
                        Algorithm forced, uint64_t inline_max_bytes);
 
+// Checks that `forced` is an algorithm `spec`'s kind can run: auto, inline
+// and ring for every kind, recursive doubling for all_reduce only. Returns
+// OK or INVALID_ARGUMENT.
+absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec, Algorithm forced);
+
+// Everything a rank can check about its own call before it takes a sequence
+// number: ValidateSpec, CheckForcedAlgorithm and CheckInputSize. A call
+// refused here never reaches the coordinator, so it leaves no gap in the
+// rank's sequence. Returns OK or INVALID_ARGUMENT.
+absl::Status ValidateCall(const CollectiveSpec& spec, int world_size, int rank,
+                          uint64_t input_bytes, Algorithm forced);
+
 // Checks `bytes` against InputBytes. Returns INVALID_ARGUMENT naming both.
 absl::Status CheckInputSize(const CollectiveSpec& spec, int world_size,
                             int rank, uint64_t bytes);

@@ -168,9 +168,9 @@ void CoordinatorSession::HeartbeatLoop() {
                    << " failed: " << status;
     } else if (++failed_heartbeats == 2 && options_.on_forgotten) {
       // Unreachable for a while: the collectives it planned cannot commit.
-      options_.on_forgotten(absl::UnavailableError(
-          "lost the coordinator " + options_.coordinator + ": " +
-          status.ToString()));
+      options_.on_forgotten(absl::UnavailableError("lost the coordinator " +
+                                                   options_.coordinator + ": " +
+                                                   status.ToString()));
     }
     coordinator_lost = true;
   }

@@ -98,8 +98,7 @@ void WorkerRuntime::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   // Calls waiting on peers end now rather than at their deadlines.
-  inbox_.AbortAllSeen(
-      absl::UnavailableError("this worker is shutting down"));
+  inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
   if (session_ != nullptr) session_->Shutdown();
   pool_.Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
@@ -154,10 +153,8 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     absl::string_view input, std::string* output, const RunOptions& options) {
   const int world = membership.world_size;
-  absl::Status valid = ValidateSpec(spec, world);
-  if (valid.ok()) {
-    valid = CheckInputSize(spec, world, membership.rank, input.size());
-  }
+  absl::Status valid = ValidateCall(spec, world, membership.rank, input.size(),
+                                    options.algorithm);
   if (!valid.ok()) return valid;
   const absl::Time deadline = absl::Now() + options.timeout;
 
@@ -264,8 +261,8 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
   v1::ReportFailureResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(options_.rpc_timeout));
-  absl::Status reported = FromGrpcStatus(
-      coordinator_->ReportFailure(&context, request, &response));
+  absl::Status reported =
+      FromGrpcStatus(coordinator_->ReportFailure(&context, request, &response));
   if (!reported.ok() || !response.has_abort()) {
     LOG(WARNING) << "could not report " << failure << ": " << reported;
     return failure;

@@ -138,6 +138,9 @@ class Communicator {
       std::string* output, const CallOptions& options) = 0;
 
  private:
+  // Everything this rank can refuse before taking a sequence number.
+  absl::Status CheckCall(const CollectiveSpec& spec, uint64_t input_bytes,
+                         const CallOptions& options) const;
   uint64_t NextSequence();
 
   const std::string group_;

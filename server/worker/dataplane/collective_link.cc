@@ -40,7 +40,7 @@ absl::Status CollectiveLink::Send(int to, absl::string_view data) {
   chunk.set_to_rank(to);
   chunk.set_tag(tag);
   chunk.set_data(data.data(), data.size());
-  absl::Status status = pool_->Send(address, chunk);
+  absl::Status status = pool_->Send(address, chunk, options_.deadline);
   if (!status.ok()) {
     return absl::UnavailableError(
         absl::StrCat("rank ", to, " of group ", options_.group,

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
 
 namespace chorus {
@@ -28,10 +29,13 @@ class PeerPool {
   PeerPool(const PeerPool&) = delete;
   PeerPool& operator=(const PeerPool&) = delete;
 
-  // Writes `chunk` to the stream to `address`, opening it if needed. Blocks
-  // while the peer's flow control holds it back. Returns UNAVAILABLE naming
-  // the address when the stream is broken and reopening failed.
-  absl::Status Send(const std::string& address, const v1::Chunk& chunk);
+  // Writes `chunk` to the stream to `address`, opening it if needed (waiting
+  // for the connection until `deadline`). Blocks while the peer's flow
+  // control holds it back. Returns UNAVAILABLE naming the address when no
+  // connection could be made by `deadline`, or the stream broke and
+  // reopening it failed.
+  absl::Status Send(const std::string& address, const v1::Chunk& chunk,
+                    absl::Time deadline);
 
   // Closes every stream.
   void Shutdown();
@@ -39,6 +43,7 @@ class PeerPool {
  private:
   struct Stream {
     absl::Mutex mu;
+    std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::Peer::Stub> stub;
     std::unique_ptr<grpc::ClientContext> context ABSL_GUARDED_BY(mu);
     v1::ChunkAck ack ABSL_GUARDED_BY(mu);
@@ -46,7 +51,8 @@ class PeerPool {
   };
 
   Stream* GetStream(const std::string& address);
-  static void OpenLocked(Stream& stream)
+  // Connects (waiting until `deadline` at most) and opens the stream.
+  static absl::Status OpenLocked(Stream& stream, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream.mu);
   static void CloseLocked(Stream& stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream.mu);
