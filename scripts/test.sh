@@ -2,9 +2,12 @@
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. unit and integration tests (real daemons on 127.0.0.1), GPU tests
 #      (they skip themselves where no GPU is present);
-#   2. the unit and integration tests again under ASan+UBSan (clang);
-#   3. the unit tests under TSan (clang);
-#   4. each fuzzer for CHORUS_FUZZ_SECONDS (default 60) from its seed corpus.
+#   2. the unit and integration tests again under ASan+UBSan, built with
+#      clang, whose thread-safety analysis (-Werror=thread-safety) checks
+#      every ABSL_GUARDED_BY at compile time;
+#   3. each fuzzer for CHORUS_FUZZ_SECONDS (default 60) from its seed corpus.
+# There is no TSan pass: Debian's Abseil is not built with TSan, so TSan
+# cannot see absl::Mutex and reports every handoff through one as a race.
 # CHORUS_QUICK=1 runs stage 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,12 +57,9 @@ if [ "${CHORUS_QUICK:-0}" != "1" ]; then
   }
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
   run_stage "asan+ubsan build" sanitizer_build build-asan address,undefined all
   run_stage "unit and integration tests under asan+ubsan" \
     ctest_labels build-asan "unit|integration"
-  run_stage "tsan build" sanitizer_build build-tsan thread chorus_unit_tests
-  run_stage "unit tests under tsan" ctest_labels build-tsan unit
   if [ -x scripts/fuzz.sh ]; then
     run_stage "fuzzers" scripts/fuzz.sh
   fi
