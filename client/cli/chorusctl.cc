@@ -52,7 +52,7 @@ ABSL_FLAG(std::string, device, "cpu",
 namespace {
 
 constexpr char kUsage[] =
-    "chorusctl: inspect and use a Chorus cluster.\n"
+    "Inspects and uses a Chorus cluster.\n"
     "Usage: chorusctl [flags] COMMAND [VALUES...]\n"
     "Commands:\n"
     "  workers      list registered workers: id, name, host, address,\n"
@@ -65,7 +65,8 @@ constexpr char kUsage[] =
     "               join --group as --rank of --world and run the collective\n"
     "               on VALUES (this rank's input); print this rank's output\n"
     "Example: chorusctl --coordinator=127.0.0.1:7000 --group=g --world=2 \\\n"
-    "           --rank=0 --op=sum --dtype=f32 allreduce 1 2 3";
+    "           --rank=0 --op=sum --dtype=f32 allreduce 1 2 3\n"
+    "Values that start with '-' go after --: ... allreduce -- -1 2 3";
 
 int Fail(const absl::Status& status) {
   std::cerr << "chorusctl: " << status << std::endl;

@@ -33,7 +33,8 @@ ABSL_FLAG(uint64_t, recursive_doubling_max_bytes, 1 << 20,
           "All-reduces up to this size use recursive doubling between the "
           "workers; larger ones a chunked ring.");
 ABSL_FLAG(uint64_t, chunk_bytes, 1 << 20,
-          "Bytes per data-plane chunk in the plans.");
+          "Largest data-plane chunk in the plans; a plan uses smaller ones "
+          "(down to 64 KiB) so that each step moves at least four.");
 ABSL_FLAG(int32_t, max_world_size, 4096, "Largest group a join may ask for.");
 ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
           "The longest a join or collective may wait for its peers; also the "
@@ -46,7 +47,7 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
 
 int main(int argc, char** argv) {
   chorus::InitDaemon(argc, argv,
-                     "chorus-coordinator: keeps the registry of Chorus "
+                     "Keeps the registry of Chorus "
                      "workers and their devices.\n"
                      "Usage: chorus-coordinator --listen=HOST:PORT "
                      "[--lease_timeout=5s] [--port_file=PATH]");

@@ -23,8 +23,8 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
 ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "Address this worker serves its peers on, host:port; port 0 picks "
-          "a free port.");
+          "Address this worker serves its peers and its local API on, "
+          "host:port; port 0 picks a free port.");
 ABSL_FLAG(std::string, advertise_address, "",
           "Address peers use to reach this worker; default: the listen host "
           "(or this machine's hostname when listening on all interfaces) and "
@@ -56,7 +56,7 @@ int Fail(const absl::Status& status, absl::string_view what) {
 int main(int argc, char** argv) {
   chorus::InitDaemon(
       argc, argv,
-      "chorus-worker: registers this host's devices with a Chorus "
+      "Registers this host's devices with a Chorus "
       "coordinator, keeps its lease, serves its peers and the local API "
       "applications issue collectives through.\n"
       "Usage: chorus-worker --coordinator=HOST:PORT [--devices=cpu,cuda:0] "
