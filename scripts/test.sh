@@ -66,7 +66,7 @@ if [ "${CHORUS_QUICK:-0}" != "1" ]; then
 fi
 
 echo
-echo "test stages: $passed passed, $failed failed"
+echo "stages: $passed passed, $failed failed"
 if [ "$failed" -ne 0 ]; then
   printf 'failed stage: %s\n' "${failures[@]}"
   exit 1
