@@ -17,6 +17,7 @@
 #include "server/common/wakeup_loop.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/group_table.h"
+#include "server/coordinator/planner.h"
 #include "server/coordinator/registry.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000",
@@ -26,12 +27,18 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(5),
           "A worker that sends no heartbeat for this long is evicted. "
           "Workers heartbeat every quarter of it.");
-ABSL_FLAG(uint64_t, inline_max_bytes, 64 << 10,
+ABSL_FLAG(uint64_t, inline_max_bytes, chorus::PlannerOptions().inline_max_bytes,
           "Collectives whose payload is at most this many bytes ride with "
           "the call and are computed by the coordinator (one round trip).");
-ABSL_FLAG(uint64_t, recursive_doubling_max_bytes, 1 << 20,
-          "All-reduces up to this size use recursive doubling between the "
+ABSL_FLAG(uint64_t, recursive_doubling_max_bytes,
+          chorus::PlannerOptions().recursive_doubling_max_bytes,
+          "All-reduces up to this size, in groups of at most "
+          "--recursive_doubling_max_ranks, use recursive doubling between the "
           "workers; larger ones a chunked ring.");
+ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
+          chorus::PlannerOptions().recursive_doubling_max_ranks,
+          "Largest group that uses recursive doubling (measured: with 4 ranks "
+          "on one host the ring is faster at every size).");
 ABSL_FLAG(uint64_t, chunk_bytes, 1 << 20,
           "Largest data-plane chunk in the plans; a plan uses smaller ones "
           "(down to 64 KiB) so that each step moves at least four.");
@@ -65,6 +72,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_inline_max_bytes);
   group_options.planner.recursive_doubling_max_bytes =
       absl::GetFlag(FLAGS_recursive_doubling_max_bytes);
+  group_options.planner.recursive_doubling_max_ranks =
+      absl::GetFlag(FLAGS_recursive_doubling_max_ranks);
   group_options.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   group_options.first_epoch = absl::ToUnixMicros(clock->Now());
   chorus::GroupTable groups(clock, &registry, group_options);

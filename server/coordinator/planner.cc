@@ -63,7 +63,8 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                options.inline_max_bytes)) {
     plan.algorithm = Algorithm::kInline;
   } else if (spec.kind == CollectiveKind::kAllReduce &&
-             bytes <= options.recursive_doubling_max_bytes) {
+             bytes <= options.recursive_doubling_max_bytes &&
+             world_size <= options.recursive_doubling_max_ranks) {
     plan.algorithm = Algorithm::kRecursiveDoubling;
   } else {
     plan.algorithm = Algorithm::kRing;

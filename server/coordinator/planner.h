@@ -13,11 +13,17 @@
 
 namespace chorus {
 
+// The defaults are the crossovers measured with chorus-bench (all_reduce
+// f32, 2-4 ranks on one 2-core host, see bench/README.md): inline wins up to
+// 128 KiB; recursive doubling beats the ring from there to 512 KiB-1 MiB
+// with 2 or 3 ranks, and never with 4.
 struct PlannerOptions {
   // Payloads up to this size ride with the call (one round trip).
-  uint64_t inline_max_bytes = 64 << 10;
-  // All-reduces up to this size use recursive doubling; larger ones a ring.
-  uint64_t recursive_doubling_max_bytes = 1 << 20;
+  uint64_t inline_max_bytes = 128 << 10;
+  // All-reduces up to this size, in groups of at most
+  // recursive_doubling_max_ranks, use recursive doubling; others a ring.
+  uint64_t recursive_doubling_max_bytes = 512 << 10;
+  int recursive_doubling_max_ranks = 3;
   // Largest data-plane chunk. Plans use smaller chunks when a step would
   // otherwise move fewer than four of them, so sending overlaps receiving.
   uint64_t chunk_bytes = 1 << 20;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/coordinator/planner.h"
 
 namespace chorus::test {
 namespace {
@@ -725,28 +726,12 @@ std::vector<Expected> Reference(const CollectiveCase& c, int world,
 Algorithm ExpectedPlan(const CollectiveCase& c, int world,
                        uint64_t inline_max_bytes,
                        uint64_t recursive_doubling_max_bytes) {
-  const CollectiveSpec& spec = c.spec;
-  if (spec.kind == CollectiveKind::kBarrier) return Algorithm::kInline;
-  if (c.algorithm != Algorithm::kUnspecified) return c.algorithm;
-  const uint64_t block = spec.count * ElementSize(spec.dtype);
-  uint64_t payload = block;
-  switch (spec.kind) {
-    case CollectiveKind::kAllGather:
-    case CollectiveKind::kGather:
-    case CollectiveKind::kReduceScatter:
-    case CollectiveKind::kScatter:
-    case CollectiveKind::kAllToAll:
-      payload = block * world;
-      break;
-    default:
-      break;
-  }
-  if (payload <= inline_max_bytes) return Algorithm::kInline;
-  if (spec.kind == CollectiveKind::kAllReduce &&
-      payload <= recursive_doubling_max_bytes) {
-    return Algorithm::kRecursiveDoubling;
-  }
-  return Algorithm::kRing;
+  PlannerOptions options;
+  options.inline_max_bytes = inline_max_bytes;
+  options.recursive_doubling_max_bytes = recursive_doubling_max_bytes;
+  absl::StatusOr<Plan> plan =
+      ChooseAlgorithm(c.spec, world, c.algorithm, options);
+  return plan.ok() ? plan->algorithm : Algorithm::kUnspecified;
 }
 
 ::testing::AssertionResult RunAndCheck(const std::vector<Communicator*>& ranks,

@@ -41,9 +41,11 @@ namespace chorus::test {
 inline constexpr absl::Duration kCallTimeout = absl::Seconds(120);
 
 // The planner's defaults (coordinator flags --inline_max_bytes and
-// --recursive_doubling_max_bytes), mirrored to predict the automatic plan.
-inline constexpr uint64_t kDefaultInlineMaxBytes = 64 << 10;
-inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 1 << 20;
+// --recursive_doubling_max_bytes); the automatic plan is predicted with the
+// planner itself (ChooseAlgorithm), so a plan the coordinator chose but the
+// workers did not run shows up.
+inline constexpr uint64_t kDefaultInlineMaxBytes = 128 << 10;
+inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 512 << 10;
 
 // Every dtype, reduce op and collective kind, in enum order.
 std::vector<DType> AllDTypes();

@@ -1083,7 +1083,7 @@ TEST_F(GroupTableTest, Collective_BySize_PlannerChoosesAndNoDataReturned) {
   const Case cases[] = {
       {AllReduce(DType::kF32, 65536), Algorithm::kRecursiveDoubling},
       {AllReduce(DType::kF32, 1 << 20), Algorithm::kRing},
-      {Spec(CollectiveKind::kAllGather, DType::kF32, 16384), Algorithm::kRing},
+      {Spec(CollectiveKind::kAllGather, DType::kF32, 65536), Algorithm::kRing},
   };
   uint64_t sequence = 0;
   for (const Case& c : cases) {

@@ -38,19 +38,26 @@ TEST(PlannerTest, ChoosePlan_Small_Inline) {
 }
 
 TEST(PlannerTest, ChoosePlan_AtAndOverInlineLimit_InlineThenRecursiveDoubling) {
-  EXPECT_EQ(Chosen(AllReduceBytes(64 << 10), 4), Algorithm::kInline);
-  EXPECT_EQ(Chosen(AllReduceBytes((64 << 10) + 4), 4),
+  EXPECT_EQ(Chosen(AllReduceBytes(128 << 10), 3), Algorithm::kInline);
+  EXPECT_EQ(Chosen(AllReduceBytes((128 << 10) + 4), 3),
             Algorithm::kRecursiveDoubling);
 }
 
-TEST(PlannerTest, ChoosePlan_MediumAllReduce_RecursiveDoubling) {
-  EXPECT_EQ(Chosen(AllReduceBytes(256 << 10), 8),
+TEST(PlannerTest, ChoosePlan_MediumAllReduceSmallGroup_RecursiveDoubling) {
+  EXPECT_EQ(Chosen(AllReduceBytes(256 << 10), 2),
             Algorithm::kRecursiveDoubling);
-  EXPECT_EQ(Chosen(AllReduceBytes(1 << 20), 8), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(Chosen(AllReduceBytes(512 << 10), 3),
+            Algorithm::kRecursiveDoubling);
+}
+
+TEST(PlannerTest, ChoosePlan_MediumAllReduceFourRanks_Ring) {
+  // Measured: with 4 ranks the ring beats recursive doubling at every size.
+  EXPECT_EQ(Chosen(AllReduceBytes(256 << 10), 4), Algorithm::kRing);
+  EXPECT_EQ(Chosen(AllReduceBytes(256 << 10), 8), Algorithm::kRing);
 }
 
 TEST(PlannerTest, ChoosePlan_LargeAllReduce_Ring) {
-  EXPECT_EQ(Chosen(AllReduceBytes((1 << 20) + 4), 8), Algorithm::kRing);
+  EXPECT_EQ(Chosen(AllReduceBytes((512 << 10) + 4), 3), Algorithm::kRing);
   EXPECT_EQ(Chosen(AllReduceBytes(uint64_t{1} << 34), 8), Algorithm::kRing);
 }
 
@@ -66,10 +73,10 @@ TEST(PlannerTest, ChoosePlan_MediumOtherKinds_Ring) {
 }
 
 TEST(PlannerTest, ChoosePlan_SizeOfWholeGroup_Decides) {
-  // all_gather f32[4096]: 16 KiB in, world * 16 KiB out.
-  EXPECT_EQ(Chosen(Spec(CollectiveKind::kAllGather, 4096), 4),
+  // all_gather f32[8192]: 32 KiB in, world * 32 KiB out.
+  EXPECT_EQ(Chosen(Spec(CollectiveKind::kAllGather, 8192), 4),
             Algorithm::kInline);
-  EXPECT_EQ(Chosen(Spec(CollectiveKind::kAllGather, 4096), 5),
+  EXPECT_EQ(Chosen(Spec(CollectiveKind::kAllGather, 8192), 5),
             Algorithm::kRing);
 }
 
