@@ -57,8 +57,9 @@ constexpr char kUsage[] =
     "Commands:\n"
     "  workers      list registered workers: id, name, host, address,\n"
     "               incarnation, lease age and devices\n"
-    "  groups       list groups: epoch, completed collectives, members, and\n"
-    "               the ranks a pending collective is waiting for\n"
+    "  groups       list groups: epoch, completed collectives, members, the\n"
+    "               ranks a pending collective is waiting for, and why an\n"
+    "               aborted group was aborted\n"
     "  stalls       list only the collectives that are waiting for ranks\n"
     "  allreduce reduce broadcast allgather reducescatter gather scatter\n"
     "  alltoall barrier\n"
@@ -115,6 +116,7 @@ int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
       std::cout << "; #" << g.pending_sequence() << " waiting "
                 << g.pending_ms() << "ms for " << chorus::FormatRanks(missing);
     }
+    if (g.has_aborted()) std::cout << "; aborted: " << g.aborted().message();
     std::cout << "\n";
     if (stalls_only) continue;
     for (const chorus::v1::GroupMember& m : g.members()) {

@@ -242,6 +242,10 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
     for (const GroupMember& m : summary.view.members) {
       *info->add_members() = MemberToProto(m);
     }
+    if (!summary.aborted.ok()) {
+      *info->mutable_aborted() =
+          AbortToProto(summary.view.name, summary.view.epoch, summary.aborted);
+    }
     if (summary.pending_sequence != 0) {
       info->set_pending_sequence(summary.pending_sequence);
       for (int rank : summary.missing_ranks) info->add_missing_ranks(rank);
