@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/ascii.h"
@@ -150,6 +151,16 @@ double Median(std::vector<int64_t> values) {
   return (static_cast<double>(lower) + upper) / 2;
 }
 
+int64_t Percentile(std::vector<int64_t> values, double fraction) {
+  if (values.empty()) return 0;
+  const double n = static_cast<double>(values.size());
+  // The epsilon keeps e.g. 0.9 * 10 from rounding up to the next rank.
+  const double wanted = std::ceil(std::clamp(fraction, 0.0, 1.0) * n - 1e-9);
+  const size_t index = static_cast<size_t>(std::clamp(wanted, 1.0, n)) - 1;
+  std::nth_element(values.begin(), values.begin() + index, values.end());
+  return values[index];
+}
+
 std::string FormatReport(const RankReport& report) {
   return absl::StrCat(
       "result ", report.point, " ", report.bytes, " ", report.count, " ",
@@ -214,13 +225,25 @@ absl::StatusOr<Row> CombineReports(const std::vector<RankReport>& reports,
       slowest[i] = std::max(slowest[i], r.times_ns[i]);
     }
   }
-  row.time_us = Median(std::move(slowest)) / 1e3;
-  if (row.time_us > 0) {
-    // bytes / us / 1e3 = GB/s (1 GB = 1e9 bytes).
-    row.algbw_gbps = static_cast<double>(row.bytes) / row.time_us / 1e3;
-    row.busbw_gbps = row.algbw_gbps * BusBandwidthFactor(kind, world_size);
-  }
+  SummarizeTimes(slowest, kind, world_size, &row);
   return row;
+}
+
+void SummarizeTimes(const std::vector<int64_t>& slowest_ns, CollectiveKind kind,
+                    int world_size, Row* row) {
+  row->iters = static_cast<int>(slowest_ns.size());
+  row->time_us = Median(slowest_ns) / 1e3;
+  row->min_us = static_cast<double>(Percentile(slowest_ns, 0)) / 1e3;
+  row->p10_us = static_cast<double>(Percentile(slowest_ns, 0.1)) / 1e3;
+  row->p90_us = static_cast<double>(Percentile(slowest_ns, 0.9)) / 1e3;
+  row->max_us = static_cast<double>(Percentile(slowest_ns, 1)) / 1e3;
+  row->algbw_gbps = 0;
+  row->busbw_gbps = 0;
+  if (row->time_us > 0) {
+    // bytes / us / 1e3 = GB/s (1 GB = 1e9 bytes).
+    row->algbw_gbps = static_cast<double>(row->bytes) / row->time_us / 1e3;
+    row->busbw_gbps = row->algbw_gbps * BusBandwidthFactor(kind, world_size);
+  }
 }
 
 std::string TableHeader() {
@@ -237,6 +260,18 @@ std::string FormatRow(const Row& row, absl::string_view dtype,
   return absl::StrFormat("%12d %12d %5s %5s %18s %11.1f %9.3f %9.3f %7d %6d\n",
                          row.bytes, row.count, dtype, op, row.plan, row.time_us,
                          row.algbw_gbps, row.busbw_gbps, row.wrong, row.iters);
+}
+
+std::string CsvHeader() {
+  return "bytes,count,plan,iters,time_us,min_us,p10_us,p90_us,max_us,"
+         "algbw_gbps,busbw_gbps,wrong\n";
+}
+
+std::string FormatCsvRow(const Row& row) {
+  return absl::StrFormat("%d,%d,%s,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.6f,%.6f,%d\n",
+                         row.bytes, row.count, row.plan, row.iters, row.time_us,
+                         row.min_us, row.p10_us, row.p90_us, row.max_us,
+                         row.algbw_gbps, row.busbw_gbps, row.wrong);
 }
 
 }  // namespace chorus::bench

@@ -1,7 +1,7 @@
 // Pure helpers of chorus-bench: byte sizes on the command line ("64M"), the
 // sweep of sizes and the element count each size gives per collective, the
-// bus-bandwidth factor, medians, and the text protocol rank processes use to
-// report to the parent.
+// bus-bandwidth factor, medians and percentiles, the text protocol rank
+// processes use to report to the parent, and the table and CSV rows.
 //
 // Plain values and pure functions; thread-safe.
 #ifndef CHORUS_BENCH_BENCH_UTIL_H_
@@ -58,6 +58,11 @@ double BusBandwidthFactor(CollectiveKind kind, int world_size);
 // count); 0 for an empty vector.
 double Median(std::vector<int64_t> values);
 
+// Returns the nearest-rank percentile of `values`: the smallest value with at
+// least `fraction` (0..1) of them at or below it; 0 for an empty vector.
+// Percentile(v, 0) is the minimum and Percentile(v, 1) the maximum.
+int64_t Percentile(std::vector<int64_t> values, double fraction);
+
 // What one rank reports for one sweep point.
 struct RankReport {
   int point = 0;  // index into the sweep
@@ -84,10 +89,21 @@ struct Row {
   int iters = 0;
   // Median over iterations of the slowest rank's time for that iteration.
   double time_us = 0;
+  // The spread of the same per-iteration times: minimum, 10th and 90th
+  // percentiles (Percentile) and maximum.
+  double min_us = 0;
+  double p10_us = 0;
+  double p90_us = 0;
+  double max_us = 0;
   double algbw_gbps = 0;
   double busbw_gbps = 0;
   uint64_t wrong = 0;  // summed over ranks
 };
+
+// Fills the time and bandwidth fields of `row` (whose bytes are set) from
+// the per-iteration times of the slowest rank, in nanoseconds.
+void SummarizeTimes(const std::vector<int64_t>& slowest_ns, CollectiveKind kind,
+                    int world_size, Row* row);
 
 // Combines the reports of every rank for one point. Returns INVALID_ARGUMENT
 // when they disagree on the point, the size or the number of iterations.
@@ -98,6 +114,11 @@ absl::StatusOr<Row> CombineReports(const std::vector<RankReport>& reports,
 std::string TableHeader();
 std::string FormatRow(const Row& row, absl::string_view dtype,
                       absl::string_view op);
+
+// The same rows as comma-separated values, for other programs (bench/compare):
+// a header line naming the fields and one line per row, times in us.
+std::string CsvHeader();
+std::string FormatCsvRow(const Row& row);
 
 }  // namespace chorus::bench
 

@@ -67,6 +67,18 @@ TEST(MedianTest, OddAndEven) {
   EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
 }
 
+TEST(PercentileTest, NearestRank) {
+  EXPECT_EQ(Percentile({}, 0.5), 0);
+  const std::vector<int64_t> v = {50, 10, 40, 20, 30, 60, 70, 80, 90, 100};
+  EXPECT_EQ(Percentile(v, 0), 10);
+  EXPECT_EQ(Percentile(v, 0.1), 10);
+  EXPECT_EQ(Percentile(v, 0.11), 20);
+  EXPECT_EQ(Percentile(v, 0.9), 90);
+  EXPECT_EQ(Percentile(v, 1), 100);
+  EXPECT_EQ(Percentile({7, 3, 5}, 0.1), 3);
+  EXPECT_EQ(Percentile({7, 3, 5}, 0.9), 7);
+}
+
 TEST(ReportTest, RoundTripsAndCombines) {
   RankReport a{3, 1024, 256, "ring", 0, {1000, 3000, 2000}};
   absl::StatusOr<RankReport> parsed = ParseReport(FormatReport(a));
@@ -82,6 +94,11 @@ TEST(ReportTest, RoundTripsAndCombines) {
   ASSERT_TRUE(row.ok()) << row.status();
   // Slowest per iteration: 2000, 3000, 2000; median 2000 ns.
   EXPECT_DOUBLE_EQ(row->time_us, 2.0);
+  EXPECT_DOUBLE_EQ(row->min_us, 2.0);
+  EXPECT_DOUBLE_EQ(row->max_us, 3.0);
+  EXPECT_EQ(FormatCsvRow(*row),
+            "1024,256,ring,3,2.000,2.000,2.000,3.000,3.000,0.512000,0.512000,"
+            "2\n");
   EXPECT_DOUBLE_EQ(row->algbw_gbps, 1024 / 2.0 / 1e3);
   EXPECT_DOUBLE_EQ(row->busbw_gbps, row->algbw_gbps);
   EXPECT_EQ(row->wrong, 2u);
