@@ -92,6 +92,9 @@ ABSL_FLAG(std::string, coordinator_bin, "",
 ABSL_FLAG(std::string, coordinator_args, "",
           "Extra flags for the started coordinator, space-separated, e.g. "
           "\"--inline_max_bytes=0 --chunk_bytes=4194304\".");
+ABSL_FLAG(std::string, format, "table",
+          "table (nccl-tests style) or csv (comma-separated rows with the "
+          "time spread, for bench/compare; the # lines stay).");
 ABSL_FLAG(bool, keep_logs, false,
           "Keep the coordinator's and ranks' logs (kept anyway on failure).");
 // Internal: how the parent starts the ranks.
@@ -565,7 +568,7 @@ class Parent {
       if (!child.ok()) return child.status();
       ranks_.push_back(RankChild{*std::move(child), "", false, false});
     }
-    std::fputs(TableHeader().c_str(), stdout);
+    std::fputs(csv_ ? CsvHeader().c_str() : TableHeader().c_str(), stdout);
     std::fflush(stdout);
     absl::Status collected = Collect();
     if (!collected.ok()) return collected;
@@ -736,7 +739,9 @@ class Parent {
       if (!row.ok()) return row.status();
       const std::string op =
           KindReduces(c_.kind) ? std::string(ReduceOpName(c_.op)) : "none";
-      std::fputs(FormatRow(*row, DTypeName(c_.dtype), op).c_str(), stdout);
+      std::fputs(csv_ ? FormatCsvRow(*row).c_str()
+                      : FormatRow(*row, DTypeName(c_.dtype), op).c_str(),
+                 stdout);
       std::fflush(stdout);
       rows_.push_back(*row);
       reports_[next_row_].clear();
@@ -780,6 +785,7 @@ class Parent {
   }
 
   const Config& c_;
+  const bool csv_ = absl::GetFlag(FLAGS_format) == "csv";
   std::string dir_;
   std::unique_ptr<ChildProcess> coordinator_;
   std::string coordinator_description_;
@@ -813,6 +819,11 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::fprintf(stderr, "chorus-bench: %s\n",
                  config.status().ToString().c_str());
+    return 2;
+  }
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "table" && format != "csv") {
+    std::fprintf(stderr, "chorus-bench: --format must be table or csv\n");
     return 2;
   }
   if (absl::GetFlag(FLAGS_rank_worker)) {
