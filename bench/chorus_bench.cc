@@ -98,6 +98,9 @@ ABSL_FLAG(std::string, format, "table",
 ABSL_FLAG(bool, keep_logs, false,
           "Keep the coordinator's and ranks' logs (kept anyway on failure).");
 // Internal: how the parent starts the ranks.
+ABSL_FLAG(std::string, data_plane, "tcp",
+          "How ranks send collective data to each other: tcp (wire frames "
+          "on raw TCP connections) or grpc (chunks on gRPC streams).");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
@@ -145,6 +148,11 @@ absl::StatusOr<Config> ConfigFromFlags() {
       ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
   if (!algorithm.ok()) return algorithm.status();
   c.algorithm = *algorithm;
+  const std::string data_plane = absl::GetFlag(FLAGS_data_plane);
+  if (data_plane != "tcp" && data_plane != "grpc") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data_plane must be tcp or grpc, not \"", data_plane, "\""));
+  }
   c.world = absl::GetFlag(FLAGS_ranks);
   if (c.world < 1 || c.world > 256) {
     return absl::InvalidArgumentError("--ranks must be between 1 and 256");
@@ -375,6 +383,7 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.name = absl::StrCat(group, "-rank", rank);
   options.devices = {JoinOptions::CpuDevice()};
   options.register_timeout = c.timeout;
+  options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
   absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
       WorkerRuntime::Start(options);
   if (!runtime.ok()) return runtime.status();
@@ -497,6 +506,7 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--op=", absl::GetFlag(FLAGS_op)),
       absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
+      absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane)),
       absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
       absl::StrCat("--time_per_size=",

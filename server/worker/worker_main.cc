@@ -29,6 +29,14 @@ ABSL_FLAG(std::string, advertise_address, "",
           "Address peers use to reach this worker; default: the listen host "
           "(or this machine's hostname when listening on all interfaces) and "
           "the bound port.");
+ABSL_FLAG(int32_t, data_port, 0,
+          "Port of the TCP data plane (on the listen host) that peers send "
+          "collective data to; 0 picks a free port. Peers learn it from this "
+          "worker over gRPC.");
+ABSL_FLAG(bool, tcp_data_plane, true,
+          "Send collective data to peers over raw TCP; false sends it "
+          "through gRPC streams on the listen port instead (slower; for "
+          "networks that only let that port through).");
 ABSL_FLAG(std::string, name, "",
           "Stable name of this worker; a restarted worker with the same name "
           "replaces its old entry. Default: the advertised address.");
@@ -73,6 +81,8 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   options.name = absl::GetFlag(FLAGS_name);
+  options.data_port = absl::GetFlag(FLAGS_data_port);
+  options.tcp_data_plane = absl::GetFlag(FLAGS_tcp_data_plane);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   chorus::LocalApiService local_api;

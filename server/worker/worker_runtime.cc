@@ -12,6 +12,7 @@
 #include "server/common/grpc_status.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/dataplane/collective_link.h"
+#include "server/worker/dataplane/tcp_socket.h"
 
 namespace chorus {
 namespace {
@@ -54,7 +55,19 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   runtime->devices_ = *std::move(devices);
   runtime->support_ = discovered.support;
 
-  runtime->peer_service_ = std::make_unique<PeerService>(&runtime->inbox_);
+  absl::StatusOr<HostPort> listen = SplitHostPort(options.listen);
+  if (!listen.ok()) return listen.status();
+  if (options.data_port < 0 || options.data_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data port ", options.data_port, " is out of range"));
+  }
+  absl::StatusOr<std::unique_ptr<TcpListener>> tcp_listener =
+      TcpListener::Start(listen->host, options.data_port, &runtime->inbox_);
+  if (!tcp_listener.ok()) return tcp_listener.status();
+  runtime->tcp_listener_ = *std::move(tcp_listener);
+  runtime->pool_ = std::make_unique<PeerPool>(options.tcp_data_plane);
+  runtime->peer_service_ = std::make_unique<PeerService>(
+      &runtime->inbox_, runtime->tcp_listener_->port());
   ServerOptions server_options;
   server_options.listen_address = options.listen;
   server_options.services = options.extra_services;
@@ -100,8 +113,9 @@ void WorkerRuntime::Shutdown() {
   // Calls waiting on peers end now rather than at their deadlines.
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
   if (session_ != nullptr) session_->Shutdown();
-  pool_.Shutdown();
+  if (pool_ != nullptr) pool_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
+  if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
 }
 
 absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
@@ -201,7 +215,7 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   link_options.addresses = membership.addresses;
   link_options.self_address = address_;
   link_options.deadline = deadline;
-  CollectiveLink link(std::move(link_options), &inbox_, &pool_);
+  CollectiveLink link(std::move(link_options), &inbox_, pool_.get());
   AlgorithmArgs args;
   args.spec = spec;
   args.chunk_bytes = std::max<uint64_t>(1, result.chunk_bytes);

@@ -30,6 +30,7 @@
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_pool.h"
 #include "server/worker/dataplane/peer_service.h"
+#include "server/worker/dataplane/tcp_listener.h"
 #include "server/worker/device_discovery.h"
 
 namespace grpc {
@@ -45,6 +46,12 @@ struct RuntimeOptions {
   std::string listen = "127.0.0.1:0";
   // Address peers use; default: the listen host and the bound port.
   std::string advertise_address;
+  // The data plane: chunks to peers go over raw TCP (wire frames, no
+  // protobuf copies) when true, through gRPC Exchange streams when false.
+  // Either way the worker accepts both.
+  bool tcp_data_plane = true;
+  // Port of the TCP data-plane listener on the listen host; 0 picks one.
+  int data_port = 0;
   // Stable worker name; default: the advertised address.
   std::string name;
   // Devices to register; empty registers every discovered device.
@@ -153,7 +160,8 @@ class WorkerRuntime {
   std::string address_;
   int port_ = 0;
   Inbox inbox_;
-  PeerPool pool_;
+  std::unique_ptr<PeerPool> pool_;
+  std::unique_ptr<TcpListener> tcp_listener_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CoordinatorSession> session_;

@@ -7,7 +7,9 @@
 // (so every world size meets every dtype and op); the root moves with the
 // count. The automatic plan also runs
 // a medium count (20000 elements), where the planner leaves inline: recursive
-// doubling for all_reduce, the ring for the rest.
+// doubling for all_reduce, the ring for the rest. The data-plane plans run
+// once more with every worker sending through gRPC streams instead of TCP,
+// and with half of them doing so.
 
 #include <string>
 #include <tuple>
@@ -20,13 +22,11 @@ namespace chorus::test {
 namespace {
 
 using Param = std::tuple<int, Algorithm>;
+using DataPlane = EmbeddedCluster::DataPlane;
 
-class WorldSizeTest : public ::testing::TestWithParam<Param> {};
-
-TEST_P(WorldSizeTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
-  const auto [world, plan] = GetParam();
+void RunEveryKindAndCount(int world, Algorithm plan, DataPlane data_plane) {
   absl::StatusOr<std::unique_ptr<EmbeddedCluster>> cluster =
-      EmbeddedCluster::Start(world);
+      EmbeddedCluster::Start(world, {}, data_plane);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto group = (*cluster)->JoinGroup("worlds", world);
   ASSERT_TRUE(group.ok()) << group.status();
@@ -81,6 +81,27 @@ TEST_P(WorldSizeTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
   }
 }
 
+class WorldSizeTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(WorldSizeTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
+  const auto [world, plan] = GetParam();
+  RunEveryKindAndCount(world, plan, DataPlane::kTcp);
+}
+
+class GrpcDataPlaneTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(GrpcDataPlaneTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
+  const auto [world, plan] = GetParam();
+  RunEveryKindAndCount(world, plan, DataPlane::kGrpc);
+}
+
+class MixedDataPlaneTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(MixedDataPlaneTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
+  const auto [world, plan] = GetParam();
+  RunEveryKindAndCount(world, plan, DataPlane::kMixed);
+}
+
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   const Algorithm plan = std::get<1>(info.param);
   return absl::StrCat(
@@ -93,6 +114,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                        ::testing::Values(Algorithm::kUnspecified,
                                          Algorithm::kInline, Algorithm::kRing,
+                                         Algorithm::kRecursiveDoubling)),
+    ParamName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, GrpcDataPlaneTest,
+    ::testing::Combine(::testing::Values(3, 4),
+                       ::testing::Values(Algorithm::kRing,
+                                         Algorithm::kRecursiveDoubling)),
+    ParamName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, MixedDataPlaneTest,
+    ::testing::Combine(::testing::Values(3, 4),
+                       ::testing::Values(Algorithm::kRing,
                                          Algorithm::kRecursiveDoubling)),
     ParamName);
 

@@ -507,7 +507,8 @@ CollectiveSpec Spec(CollectiveKind kind, DType dtype, uint64_t count,
 // EmbeddedCluster.
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
-    int workers, const std::vector<std::string>& coordinator_flags) {
+    int workers, const std::vector<std::string>& coordinator_flags,
+    DataPlane data_plane) {
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   absl::StatusOr<Daemon> coordinator = StartCoordinator(coordinator_flags);
   if (!coordinator.ok()) return coordinator.status();
@@ -518,6 +519,8 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     options.listen = "127.0.0.1:0";
     options.name = absl::StrCat("embedded-", i);
     options.devices = {JoinOptions::CpuDevice()};
+    options.tcp_data_plane = data_plane == DataPlane::kTcp ||
+                             (data_plane == DataPlane::kMixed && i % 2 == 0);
     options.register_timeout = kStartTimeout;
     absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
         WorkerRuntime::Start(std::move(options));

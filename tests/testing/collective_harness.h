@@ -63,10 +63,15 @@ std::vector<Algorithm> PlansFor(CollectiveKind kind);
 // data plane on 127.0.0.1:0.
 class EmbeddedCluster {
  public:
+  // Which transport each runtime sends data-plane chunks with (every
+  // runtime receives both).
+  enum class DataPlane { kTcp, kGrpc, kMixed /* even workers tcp */ };
+
   // Starts the coordinator (with `coordinator_flags` added, e.g.
   // "--chunk_bytes=1000") and the runtimes. Returns the harness's errors.
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
-      int workers, const std::vector<std::string>& coordinator_flags = {});
+      int workers, const std::vector<std::string>& coordinator_flags = {},
+      DataPlane data_plane = DataPlane::kTcp);
 
   ~EmbeddedCluster();
 

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
+#include "chorus/v1/worker.grpc.pb.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
 #include "tests/testing/wait.h"
@@ -320,10 +321,24 @@ std::optional<uint64_t> BytesDeliveredTo(pid_t pid, int port) {
   return delivered;
 }
 
+int DataPlanePort(int port) {
+  std::unique_ptr<v1::Peer::Stub> stub =
+      v1::Peer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(10)));
+  v1::DataPlaneInfo info;
+  if (!stub->DataPlane(&context, v1::DataPlaneRequest(), &info).ok() ||
+      info.tcp_port() == 0) {
+    return port;
+  }
+  return static_cast<int>(info.tcp_port());
+}
+
 absl::Status WaitForBytesDelivered(
     pid_t pid, int port, uint64_t bytes,
     const std::vector<std::unique_ptr<BackgroundCall>>& calls,
     absl::Duration timeout) {
+  const int data_port = DataPlanePort(port);
   std::optional<uint64_t> delivered;
   int ended = -1;
   const bool reached = WaitUntil(
@@ -333,6 +348,10 @@ absl::Status WaitForBytesDelivered(
         }
         if (ended >= 0) return true;
         delivered = BytesDeliveredTo(pid, port);
+        if (delivered.has_value() && data_port != port) {
+          const std::optional<uint64_t> more = BytesDeliveredTo(pid, data_port);
+          delivered = more.has_value() ? *delivered + *more : more;
+        }
         return !delivered.has_value() || *delivered >= bytes;
       },
       timeout, absl::Milliseconds(1));

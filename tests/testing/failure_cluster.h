@@ -184,9 +184,15 @@ CallOptions FailureCallOptions(Algorithm algorithm = Algorithm::kUnspecified);
 // be read.
 std::optional<uint64_t> BytesDeliveredTo(pid_t pid, int port);
 
-// Waits (polling every millisecond) until BytesDeliveredTo(pid, port) is at
-// least `bytes`: for example until a worker's ring has sent that much to its
-// successor. Returns OK then; FAILED_PRECONDITION naming the call when one
+// Returns the port of the TCP data plane of the worker whose gRPC port is
+// `port` on 127.0.0.1 (asked through Peer.DataPlane), or `port` itself when
+// it takes data only through gRPC or cannot be asked.
+int DataPlanePort(int port);
+
+// Waits (polling every millisecond) until the process has delivered at least
+// `bytes` to the worker whose gRPC port is `port`, on its gRPC and TCP data
+// plane ports together: for example until a worker's ring has sent that
+// much to its successor. Returns OK then; FAILED_PRECONDITION naming the call when one
 // of `calls` ended first; UNAVAILABLE when the statistics cannot be read;
 // DEADLINE_EXCEEDED after `timeout`.
 absl::Status WaitForBytesDelivered(

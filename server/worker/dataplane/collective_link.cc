@@ -32,19 +32,16 @@ absl::Status CollectiveLink::Send(int to, absl::string_view data) {
     inbox_->Deliver(0, Key(options_.rank, to, tag), std::string(data), nullptr);
     return absl::OkStatus();
   }
-  v1::Chunk chunk;
-  chunk.set_group(options_.group);
-  chunk.set_epoch(options_.epoch);
-  chunk.set_sequence(options_.sequence);
-  chunk.set_from_rank(options_.rank);
-  chunk.set_to_rank(to);
-  chunk.set_tag(tag);
-  chunk.set_data(data.data(), data.size());
-  absl::Status status = pool_->Send(address, chunk, options_.deadline);
+  absl::Status status = pool_->Send(address, Key(options_.rank, to, tag), data,
+                                    options_.deadline);
   if (!status.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", to, " of group ", options_.group,
-                     " unreachable: ", status.message()));
+    const absl::StatusCode code =
+        absl::IsDeadlineExceeded(status) || absl::IsInvalidArgument(status)
+            ? status.code()
+            : absl::StatusCode::kUnavailable;
+    return absl::Status(code,
+                        absl::StrCat("rank ", to, " of group ", options_.group,
+                                     " unreachable: ", status.message()));
   }
   return absl::OkStatus();
 }

@@ -43,7 +43,8 @@ class CollectiveLink {
   int rank() const { return options_.rank; }
   int world_size() const { return static_cast<int>(options_.addresses.size()); }
 
-  // Sends the next message to rank `to`. Returns UNAVAILABLE when the peer
+  // Sends the next message to rank `to`. Returns DEADLINE_EXCEEDED when the
+  // peer took no data until the deadline, UNAVAILABLE when the peer
   // cannot be reached.
   absl::Status Send(int to, absl::string_view data);
 

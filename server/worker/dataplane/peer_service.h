@@ -1,7 +1,9 @@
-// PeerService: the receiving end of the data plane. Each peer worker keeps
-// one Exchange stream open to this worker; every chunk read is handed to the
-// Inbox. While the inbox holds too much of a stream's data, the stream stops
-// reading, so gRPC flow control holds the sender back.
+// PeerService: the gRPC side of the data plane's receiving end. It tells
+// peers where this worker's TCP data plane listens (DataPlane), and serves
+// Exchange streams for peers that send chunks through gRPC instead: every
+// chunk read is handed to the Inbox. While the inbox holds too much of a
+// stream's data, the stream stops reading, so gRPC flow control holds the
+// sender back.
 //
 // Lifecycle: registered with the worker's server; the inbox must outlive it.
 // Thread safety: reactors run on gRPC's callback threads.
@@ -15,14 +17,21 @@ namespace chorus {
 
 class PeerService final : public v1::Peer::CallbackService {
  public:
-  // `inbox` is not owned.
-  explicit PeerService(Inbox* inbox) : inbox_(inbox) {}
+  // `inbox` is not owned. `tcp_port` is the TCP data plane's port, 0 when
+  // there is none.
+  PeerService(Inbox* inbox, int tcp_port)
+      : inbox_(inbox), tcp_port_(tcp_port) {}
 
   grpc::ServerReadReactor<v1::Chunk>* Exchange(
       grpc::CallbackServerContext* context, v1::ChunkAck* response) override;
 
+  grpc::ServerUnaryReactor* DataPlane(grpc::CallbackServerContext* context,
+                                      const v1::DataPlaneRequest* request,
+                                      v1::DataPlaneInfo* response) override;
+
  private:
   Inbox* const inbox_;  // not owned
+  const int tcp_port_;
 };
 
 }  // namespace chorus

@@ -1,0 +1,39 @@
+#include "server/worker/dataplane/recent_groups.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+
+void RecentGroups::Remember(const MessageKey& key) {
+  absl::MutexLock lock(&mu_);
+  auto same = [&](const Carried& c) {
+    return c.epoch == key.epoch && c.from_rank == key.from_rank &&
+           c.group == key.group;
+  };
+  if (!recent_.empty() && same(recent_.back())) return;
+  auto it = std::find_if(recent_.begin(), recent_.end(), same);
+  if (it != recent_.end()) recent_.erase(it);
+  recent_.push_back(Carried{key.group, key.epoch, key.from_rank});
+  if (recent_.size() > kRemembered) recent_.pop_front();
+}
+
+void RecentGroups::MarkLost(Inbox& inbox, const std::string& peer) {
+  std::vector<Carried> groups;
+  {
+    absl::MutexLock lock(&mu_);
+    groups.assign(recent_.begin(), recent_.end());
+  }
+  for (const Carried& c : groups) {
+    inbox.PeerLost(
+        c.group, c.epoch,
+        absl::UnavailableError(absl::StrCat(
+            "rank ", c.from_rank, " of group ", c.group,
+            " is gone: its data-plane stream from ", peer, " broke")));
+  }
+}
+
+}  // namespace chorus

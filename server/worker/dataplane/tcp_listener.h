@@ -1,0 +1,67 @@
+// TcpListener: the receiving end of the TCP data plane. Peers connect, send
+// kWireHello, then wire frames (wire_frame.h); each frame is handed to the
+// Inbox under its key. One thread accepts and one thread per connection
+// reads (blocked in the kernel, not polling). While the inbox holds too much
+// of a connection's data the thread stops reading, so TCP flow control holds
+// the sender back. A connection that ends without a goodbye frame, or sends
+// a malformed frame, marks the group epochs it carried lost (RecentGroups).
+//
+// Lifecycle: Start() binds and starts accepting; Shutdown() (or the
+// destructor) closes the listener and every connection and joins the
+// threads. The inbox must outlive it.
+// Thread safety: thread-safe.
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
+
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/worker/dataplane/inbox.h"
+
+namespace chorus {
+
+class TcpListener {
+ public:
+  // Listens on `host` at `port` (0: any free port). Returns UNAVAILABLE
+  // when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<TcpListener>> Start(
+      const std::string& host, int port, Inbox* inbox);
+
+  ~TcpListener();
+  TcpListener(const TcpListener&) = delete;
+  TcpListener& operator=(const TcpListener&) = delete;
+
+  // The bound port.
+  int port() const { return port_; }
+
+  // Stops accepting, ends every connection and waits for their threads;
+  // idempotent.
+  void Shutdown();
+
+ private:
+  struct Connection;
+
+  TcpListener(int fd, int port, Inbox* inbox);
+  void AcceptLoop();
+  void Serve(const std::shared_ptr<Connection>& connection);
+  // Joins the threads of connections that ended.
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int fd_;
+  const int port_;
+  Inbox* const inbox_;  // not owned
+  std::thread accept_thread_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_

@@ -1,0 +1,227 @@
+#include "server/worker/dataplane/tcp_socket.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace chorus {
+namespace {
+
+// Milliseconds poll() may wait before `deadline` (at least 1 while any time
+// is left, so a wait never turns into a spin).
+int PollTimeout(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return -1;
+  const absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return 0;
+  return static_cast<int>(std::min<int64_t>(
+      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+      1 << 30));
+}
+
+// Waits until `fd` is ready for `events`. Returns false at the deadline.
+bool WaitFor(int fd, short events, absl::Time deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int timeout = PollTimeout(deadline);
+    const int n = poll(&p, 1, timeout);
+    if (n > 0) return true;
+    if (n == 0 && absl::Now() >= deadline) return false;
+    if (n < 0 && errno != EINTR) return true;  // the next call reports it
+  }
+}
+
+std::string ErrnoText(int error) { return std::strerror(error); }
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\" has no port"));
+  }
+  HostPort out;
+  absl::string_view host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  out.host = std::string(host);
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &out.port) || out.port < 0 ||
+      out.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\" has no valid port"));
+  }
+  return out;
+}
+
+absl::StatusOr<Listener> ListenTcp(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(),
+                             service.c_str(), &hints, &found);
+  if (rc != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot resolve data-plane address ", host, ": ", gai_strerror(rc)));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+      why = ErrnoText(errno);
+      close(fd);
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t length = sizeof(bound);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+    Listener listener;
+    listener.fd = fd;
+    listener.port =
+        bound.ss_family == AF_INET6
+            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    freeaddrinfo(found);
+    return listener;
+  }
+  freeaddrinfo(found);
+  return absl::UnavailableError(absl::StrCat(
+      "cannot listen for the data plane on ", host, ":", port, ": ", why));
+}
+
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Time deadline) {
+  const std::string where = absl::StrCat(host, ":", port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", where, ": ", gai_strerror(rc)));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+               a->ai_protocol);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        why = ErrnoText(errno);
+        close(fd);
+        continue;
+      }
+      if (!WaitFor(fd, POLLOUT, deadline)) {
+        close(fd);
+        freeaddrinfo(found);
+        return absl::DeadlineExceededError(
+            absl::StrCat("connecting to ", where, " timed out"));
+      }
+      int error = 0;
+      socklen_t length = sizeof(error);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      if (error != 0) {
+        why = ErrnoText(error);
+        close(fd);
+        continue;
+      }
+    }
+    SetNoDelay(fd);
+    freeaddrinfo(found);
+    return fd;
+  }
+  freeaddrinfo(found);
+  return absl::UnavailableError(
+      absl::StrCat("cannot connect to ", where, ": ", why));
+}
+
+absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
+                      absl::Time deadline) {
+  std::vector<iovec> pending;
+  pending.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (parts[i].empty()) continue;
+    pending.push_back(
+        iovec{const_cast<char*>(parts[i].data()), parts[i].size()});
+  }
+  size_t first = 0;
+  while (first < pending.size()) {
+    msghdr message{};
+    message.msg_iov = pending.data() + first;
+    message.msg_iovlen = std::min<size_t>(pending.size() - first, IOV_MAX);
+    const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return absl::UnavailableError(ErrnoText(errno));
+      }
+      if (!WaitFor(fd, POLLOUT, deadline)) {
+        return absl::DeadlineExceededError(
+            "the peer took no data before the deadline");
+      }
+      continue;
+    }
+    size_t written = static_cast<size_t>(n);
+    while (first < pending.size() && written >= pending[first].iov_len) {
+      written -= pending[first].iov_len;
+      ++first;
+    }
+    if (first < pending.size()) {
+      pending[first].iov_base =
+          static_cast<char*>(pending[first].iov_base) + written;
+      pending[first].iov_len -= written;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool ReadFull(int fd, char* out, size_t size) {
+  while (size > 0) {
+    const ssize_t n = recv(fd, out, size, MSG_WAITALL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    out += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void ShutdownSocket(int fd) {
+  if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+void CloseSocket(int fd) {
+  if (fd >= 0) close(fd);
+}
+
+}  // namespace chorus

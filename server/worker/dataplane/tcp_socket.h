@@ -1,0 +1,64 @@
+// Small wrappers over POSIX TCP sockets for the data plane: listening,
+// connecting with a deadline, and whole-buffer reads and writes. Writes and
+// connects wait in poll() until the socket is ready or the deadline passes;
+// nothing spins.
+//
+// Stateless functions; thread-safe. File descriptors returned are owned by
+// the caller (close them with CloseSocket).
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_SOCKET_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_TCP_SOCKET_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace chorus {
+
+struct HostPort {
+  std::string host;  // without IPv6 brackets
+  int port = 0;
+};
+
+// Splits "host:port" or "[v6]:port". Returns INVALID_ARGUMENT when there is
+// no port or it is not a number in [0, 65535].
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
+
+struct Listener {
+  int fd = -1;
+  int port = 0;
+};
+
+// Listens on `host` ("0.0.0.0", "::", a name or an address) at `port` (0
+// picks a free one). Returns UNAVAILABLE naming the address when it cannot
+// be bound.
+absl::StatusOr<Listener> ListenTcp(const std::string& host, int port);
+
+// Connects to host:port, waiting until `deadline` at most. The socket
+// returned is non-blocking and has TCP_NODELAY set. Returns UNAVAILABLE or
+// DEADLINE_EXCEEDED naming the address.
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Time deadline);
+
+// Writes every byte of `parts` (in order) to the non-blocking socket `fd`,
+// waiting for room until `deadline`. Never raises SIGPIPE. Returns
+// UNAVAILABLE when the connection broke, DEADLINE_EXCEEDED when the peer did
+// not take the bytes in time; either way part of the data may have been
+// written.
+absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
+                      absl::Time deadline);
+
+// Reads exactly `size` bytes from the blocking socket `fd` into `out`.
+// Returns false when the connection closed or failed first.
+bool ReadFull(int fd, char* out, size_t size);
+
+// Ends reads and writes on `fd` in every thread (they return at once).
+void ShutdownSocket(int fd);
+void CloseSocket(int fd);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_TCP_SOCKET_H_
