@@ -1,6 +1,8 @@
 #include "server/coordinator/coordinator_service.h"
 
 #include <glog/logging.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
 
 #include <algorithm>
 #include <string>
@@ -163,31 +165,62 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
   return Finish(context, absl::OkStatus());
 }
 
+grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view) {
+  absl::MutexLock lock(&join_response_mu_);
+  if (join_response_.epoch != view.epoch || join_response_.group != view.name) {
+    v1::JoinGroupResponse response;
+    response.set_group(view.name);
+    response.set_epoch(view.epoch);
+    response.set_inline_max_bytes(groups_->options().planner.inline_max_bytes);
+    response.mutable_members()->Reserve(view.members.size());
+    for (const GroupMember& m : view.members) {
+      *response.add_members() = MemberToProto(m);
+    }
+    bool own_buffer = false;
+    grpc::ByteBuffer bytes;
+    if (!grpc::SerializationTraits<v1::JoinGroupResponse>::Serialize(
+             response, &bytes, &own_buffer)
+             .ok()) {
+      return grpc::ByteBuffer();
+    }
+    join_response_ = CachedJoinResponse{view.name, view.epoch, bytes};
+  }
+  // Copying a ByteBuffer shares its slices.
+  return join_response_.bytes;
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
-    grpc::CallbackServerContext* context, const v1::JoinGroupRequest* request,
-    v1::JoinGroupResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response) {
+  v1::JoinGroupRequest request;
+  // Deserializing consumes the buffer; the copy shares its slices.
+  grpc::ByteBuffer copy(*request_bytes);
+  if (!grpc::SerializationTraits<v1::JoinGroupRequest>::Deserialize(&copy,
+                                                                    &request)
+           .ok()) {
+    return Finish(context, absl::InvalidArgumentError(
+                               "malformed JoinGroupRequest message"));
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   JoinRequest join;
-  join.group = request->group();
-  join.world_size = request->world_size();
-  join.rank = request->rank();
-  join.worker_id = request->worker_id();
-  join.device = DeviceFromProto(request->device());
-  join.request_id = request->request_id();
+  join.group = request.group();
+  join.world_size = request.world_size();
+  join.rank = request.rank();
+  join.worker_id = request.worker_id();
+  join.device = DeviceFromProto(request.device());
+  join.request_id = request.request_id();
   join.deadline = CoreDeadline(*context);
   const absl::Time deadline = join.deadline;
-  const uint64_t inline_max = groups_->options().planner.inline_max_bytes;
-  groups_->Join(std::move(join), [reactor, response,
-                                  inline_max](absl::StatusOr<GroupView> view) {
-    if (view.ok()) {
-      response->set_group(view->name);
-      response->set_epoch(view->epoch);
-      response->set_inline_max_bytes(inline_max);
-      for (const GroupMember& m : view->members) {
-        *response->add_members() = MemberToProto(m);
+  groups_->Join(std::move(join), [this, reactor, response](
+                                     const absl::StatusOr<GroupView>& view) {
+    absl::Status status = view.status();
+    if (status.ok()) {
+      *response = JoinResponseBytes(*view);
+      if (response->Length() == 0) {
+        status = absl::InternalError("cannot serialize the group");
       }
     }
-    reactor->Finish(ToGrpcStatus(view.status()));
+    reactor->Finish(ToGrpcStatus(status));
   });
   deadline_added_(deadline);
   return reactor;

@@ -8,14 +8,25 @@
 // client receives the descriptive DEADLINE_EXCEEDED (naming the missing
 // ranks) rather than its own bare one.
 //
+// JoinGroup is served as raw bytes: every rank of a group gets the same
+// response, listing every member, so it is serialized once per formed group
+// and the bytes are shared by all the replies (a rendezvous of N ranks then
+// encodes N members rather than N * N).
+//
 // Lifecycle: owned by the coordinator's main, registered with its server,
 // destroyed after the server shut down. Thread safety: all methods may run
 // concurrently on gRPC's callback threads. Pointers are not owned.
 #ifndef CHORUS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
 #define CHORUS_SERVER_COORDINATOR_COORDINATOR_SERVICE_H_
 
-#include <functional>
+#include <grpcpp/support/byte_buffer.h>
 
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/common/clock.h"
@@ -30,7 +41,9 @@ struct CoordinatorServiceOptions {
   absl::Duration max_wait = absl::Minutes(10);
 };
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+class CoordinatorService final
+    : public v1::Coordinator::WithRawCallbackMethod_JoinGroup<
+          v1::Coordinator::CallbackService> {
  public:
   // None of the pointers is owned. `deadline_added` runs (without locks)
   // whenever a waiting call with deadline `t` was added, so the owner can
@@ -54,9 +67,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListWorkersRequest* request,
       v1::ListWorkersResponse* response) override;
+  // Request and response are a v1::JoinGroupRequest and JoinGroupResponse.
   grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
-                                      const v1::JoinGroupRequest* request,
-                                      v1::JoinGroupResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Collective(
       grpc::CallbackServerContext* context,
       const v1::CollectiveRequest* request,
@@ -76,12 +90,24 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
  private:
   // The time the core should end a call from `context`.
   absl::Time CoreDeadline(const grpc::CallbackServerContext& context) const;
+  // The serialized JoinGroupResponse for `view`, made once per group epoch.
+  grpc::ByteBuffer JoinResponseBytes(const GroupView& view);
+
+  // The last response JoinResponseBytes made, and for which group epoch.
+  struct CachedJoinResponse {
+    std::string group;
+    uint64_t epoch = 0;
+    grpc::ByteBuffer bytes;
+  };
 
   Registry* const registry_;  // not owned
   GroupTable* const groups_;  // not owned
   Clock* const clock_;        // not owned
   const CoordinatorServiceOptions options_;
   const std::function<void(absl::Time)> deadline_added_;
+
+  absl::Mutex join_response_mu_;
+  CachedJoinResponse join_response_ ABSL_GUARDED_BY(join_response_mu_);
 };
 
 }  // namespace chorus

@@ -1,6 +1,7 @@
 #include "server/coordinator/group_table.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -197,9 +198,12 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   for (std::optional<PendingJoin>& slot : formation.slots) {
     group.request_ids.push_back(slot->request.request_id);
   }
+  // Every rank gets the same view: one copy, shared by the completions.
+  auto formed =
+      std::make_shared<const absl::StatusOr<GroupView>>(std::move(view));
   for (std::optional<PendingJoin>& slot : formation.slots) {
     completions->push_back(
-        [done = std::move(slot->done), view] { done(view); });
+        [done = std::move(slot->done), formed] { done(*formed); });
   }
 }
 

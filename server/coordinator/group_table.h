@@ -144,7 +144,8 @@ struct GroupTableOptions {
 
 class GroupTable {
  public:
-  using JoinCallback = std::function<void(absl::StatusOr<GroupView>)>;
+  // Takes the view by reference: every rank of a group gets the same one.
+  using JoinCallback = std::function<void(const absl::StatusOr<GroupView>&)>;
   using CollectiveCallback =
       std::function<void(absl::StatusOr<CollectiveOutcome>)>;
   using CommitCallback = std::function<void(absl::Status)>;

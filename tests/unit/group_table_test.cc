@@ -309,6 +309,26 @@ TEST_F(GroupTableTest, Join_AllRanksJoin_EveryRankGetsSameView) {
   EXPECT_EQ(table_->NextDeadline(), absl::InfiniteFuture());
 }
 
+TEST_F(GroupTableTest, Join_AllRanksJoin_EveryCallbackGetsOneSharedView) {
+  // The view lists every member, so ranks share one copy rather than each
+  // getting its own (a group of N ranks would otherwise copy N * N members).
+  constexpr int kWorld = 4;
+  // Where each callback's view lives, noted while it is alive.
+  std::vector<uintptr_t> seen(kWorld, 0);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    table_->Join(Req("g", kWorld, rank),
+                 [&seen, rank](const absl::StatusOr<GroupView>& view) {
+                   ASSERT_TRUE(view.ok()) << view.status();
+                   EXPECT_THAT(view->members, SizeIs(4));
+                   seen[rank] = reinterpret_cast<uintptr_t>(&*view);
+                 });
+  }
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_NE(seen[rank], 0u) << rank;
+    EXPECT_EQ(seen[rank], seen[0]) << rank;
+  }
+}
+
 TEST_F(GroupTableTest, Join_WorldSizeOne_FormsAtOnce) {
   JoinWaiter w;
   table_->Join(Req("solo", 1, 0), w.Callback());
