@@ -45,7 +45,8 @@ ABSL_FLAG(int64_t, count, -1,
           "Elements per rank block; default: derived from the values given "
           "(needed off the root of broadcast and scatter).");
 ABSL_FLAG(std::string, algorithm, "auto",
-          "Force a plan: auto, inline, recursive_doubling, ring.");
+          "Force a plan: auto, inline, recursive_doubling, ring, same_host "
+          "(all_reduce between workers on one host).");
 ABSL_FLAG(std::string, device, "cpu",
           "Device this rank's data lives on, e.g. cpu or cuda:0.");
 

@@ -15,7 +15,8 @@ constexpr absl::string_view kKindNames[] = {
     "reduce_scatter", "gather",     "scatter", "all_to_all", "barrier"};
 
 constexpr absl::string_view kAlgorithmNames[] = {
-    "auto", "inline", "recursive_doubling", "tree", "ring"};
+    "auto", "inline", "recursive_doubling", "tree", "ring", "same_host"};
+constexpr int kLastAlgorithm = static_cast<int>(Algorithm::kSameHost);
 
 bool KnownKind(CollectiveKind kind) {
   const int v = static_cast<int>(kind);
@@ -44,18 +45,19 @@ absl::StatusOr<CollectiveKind> ParseCollectiveKind(absl::string_view name) {
 
 absl::string_view AlgorithmName(Algorithm algorithm) {
   const int v = static_cast<int>(algorithm);
-  if (v < 0 || v > 4) return "unknown";
+  if (v < 0 || v > kLastAlgorithm) return "unknown";
   return kAlgorithmNames[v];
 }
 
 absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name) {
   const std::string want = absl::AsciiStrToLower(name);
-  for (int v = 0; v <= 4; ++v) {
+  for (int v = 0; v <= kLastAlgorithm; ++v) {
     if (kAlgorithmNames[v] == want) return static_cast<Algorithm>(v);
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown algorithm \"", name,
-                   "\" (auto, inline, recursive_doubling, tree, ring)"));
+                   "\" (auto, inline, recursive_doubling, tree, ring, "
+                   "same_host)"));
 }
 
 bool KindReduces(CollectiveKind kind) {
@@ -191,12 +193,13 @@ absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec,
     case Algorithm::kRing:
       return absl::OkStatus();
     case Algorithm::kRecursiveDoubling:
+    case Algorithm::kSameHost:
       if (spec.kind == CollectiveKind::kAllReduce ||
           spec.kind == CollectiveKind::kBarrier) {
         return absl::OkStatus();
       }
       return absl::InvalidArgumentError(absl::StrCat(
-          "recursive_doubling is available for all_reduce only, not ",
+          AlgorithmName(forced), " is available for all_reduce only, not ",
           CollectiveKindName(spec.kind)));
     default:
       return absl::InvalidArgumentError(absl::StrCat(

@@ -48,6 +48,7 @@ enum class Algorithm : int {
   kRecursiveDoubling = 2,
   kTree = 3,
   kRing = 4,
+  kSameHost = 5,
 };
 
 struct CollectiveSpec {
@@ -66,8 +67,8 @@ absl::string_view CollectiveKindName(CollectiveKind kind);
 // e.g. "allreduce"). Returns INVALID_ARGUMENT otherwise.
 absl::StatusOr<CollectiveKind> ParseCollectiveKind(absl::string_view name);
 
-// Returns "inline", "recursive_doubling", "tree", "ring"; "auto" for
-// kUnspecified.
+// Returns "inline", "recursive_doubling", "tree", "ring", "same_host"; "auto"
+// for kUnspecified.
 absl::string_view AlgorithmName(Algorithm algorithm);
 // Parses an AlgorithmName ("auto" gives kUnspecified). INVALID_ARGUMENT
 // otherwise.

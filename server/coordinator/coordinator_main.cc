@@ -36,6 +36,11 @@ ABSL_FLAG(uint64_t, recursive_doubling_max_bytes,
           "All-reduces up to this size, in groups of at most "
           "--recursive_doubling_max_ranks, use recursive doubling between the "
           "workers; larger ones a chunked ring.");
+ABSL_FLAG(bool, same_host_plan, chorus::PlannerOptions().same_host,
+          "Plan all-reduces above the inline size as same_host (ranks read "
+          "each other's buffers directly) when every rank's worker runs on "
+          "one host. Workers that cannot read each other's memory (e.g. "
+          "ptrace is restricted) fall back to the ring on their own.");
 ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
           chorus::PlannerOptions().recursive_doubling_max_ranks,
           "Largest group that uses recursive doubling (measured: with 4 ranks "
@@ -81,6 +86,7 @@ int main(int argc, char** argv) {
   group_options.planner.recursive_doubling_max_ranks =
       absl::GetFlag(FLAGS_recursive_doubling_max_ranks);
   group_options.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  group_options.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
   group_options.first_epoch = absl::ToUnixMicros(clock->Now());
   chorus::GroupTable groups(clock, &registry, group_options);
 

@@ -167,6 +167,11 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   for (std::optional<PendingJoin>& slot : formation.slots) {
     view.members.push_back(slot->member);
   }
+  view.same_host = !view.members.empty() && !view.members[0].host.empty() &&
+                   std::all_of(view.members.begin(), view.members.end(),
+                               [&](const GroupMember& m) {
+                                 return m.host == view.members[0].host;
+                               });
   auto old = groups_.find(name);
   if (old != groups_.end()) {
     const absl::Status reformed = absl::AbortedError(
@@ -259,7 +264,7 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
   }
   const int algorithm = static_cast<int>(call.algorithm);
   if (algorithm < static_cast<int>(Algorithm::kUnspecified) ||
-      algorithm > static_cast<int>(Algorithm::kRing)) {
+      algorithm > static_cast<int>(Algorithm::kSameHost)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", call.rank, " of group ", call.group,
                      ": unknown algorithm ", algorithm));
@@ -273,7 +278,8 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
     }
   }
   if (absl::StatusOr<Plan> plan =
-          ChoosePlan(call.spec, world, call.algorithm, options_.planner);
+          ChoosePlan(call.spec, world, call.algorithm, options_.planner,
+                     group.view.same_host);
       !plan.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", call.rank, " of group ", call.group, ": ",
@@ -413,7 +419,7 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
   }
   absl::StatusOr<Plan> plan =
       agree ? ChoosePlan(first, world, match.calls[0]->call.algorithm,
-                         options_.planner)
+                         options_.planner, group.view.same_host)
             : absl::StatusOr<Plan>(absl::UnknownError(""));
   if (!agree) {
     std::vector<std::string> asked(world);

@@ -60,6 +60,8 @@ struct GroupView {
   uint64_t epoch = 0;
   int world_size = 0;
   std::vector<GroupMember> members;
+  // Every member's worker reported the same (non-empty) host.
+  bool same_host = false;
 };
 
 struct JoinRequest {

@@ -33,10 +33,10 @@ uint64_t ChunkBytes(uint64_t step_bytes, const PlannerOptions& options) {
 }  // namespace
 
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
-                                Algorithm forced,
-                                const PlannerOptions& options) {
+                                Algorithm forced, const PlannerOptions& options,
+                                bool same_host) {
   absl::StatusOr<Plan> plan =
-      ChooseAlgorithm(spec, world_size, forced, options);
+      ChooseAlgorithm(spec, world_size, forced, options, same_host);
   if (plan.ok() && plan->algorithm != Algorithm::kInline) {
     plan->chunk_bytes =
         ChunkBytes(StepBytes(spec, world_size, plan->algorithm), options);
@@ -46,7 +46,8 @@ absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
 
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
-                                     const PlannerOptions& options) {
+                                     const PlannerOptions& options,
+                                     bool same_host) {
   Plan plan;
   plan.chunk_bytes = options.chunk_bytes;
   const uint64_t bytes = PayloadBytes(spec, world_size);
@@ -57,11 +58,19 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
   }
   absl::Status allowed = CheckForcedAlgorithm(spec, forced);
   if (!allowed.ok()) return allowed;
+  if (forced == Algorithm::kSameHost && !same_host) {
+    return absl::InvalidArgumentError(
+        "same_host needs every rank's worker on one host; this group spans "
+        "several");
+  }
   if (forced != Algorithm::kUnspecified) {
     plan.algorithm = forced;
   } else if (CarriesInlineData(spec, world_size, forced,
                                options.inline_max_bytes)) {
     plan.algorithm = Algorithm::kInline;
+  } else if (spec.kind == CollectiveKind::kAllReduce && same_host &&
+             options.same_host && world_size > 1) {
+    plan.algorithm = Algorithm::kSameHost;
   } else if (spec.kind == CollectiveKind::kAllReduce &&
              bytes <= options.recursive_doubling_max_bytes &&
              world_size <= options.recursive_doubling_max_ranks) {

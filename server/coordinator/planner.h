@@ -29,6 +29,10 @@ struct PlannerOptions {
   uint64_t chunk_bytes = 1 << 20;
   // Smallest chunk a plan picks on its own.
   uint64_t min_chunk_bytes = 64 << 10;
+  // All-reduces too large for inline, in groups whose workers all run on
+  // one host, read each other's buffers directly (same_host) instead of
+  // going through the data plane's sockets.
+  bool same_host = true;
 };
 
 struct Plan {
@@ -36,18 +40,21 @@ struct Plan {
   uint64_t chunk_bytes = 0;
 };
 
-// Returns the plan for `spec` in a group of `world_size` ranks. `forced`
-// (kUnspecified to let the planner choose) wins where it applies: inline and
-// ring for every kind, recursive doubling for all-reduce. Returns
-// INVALID_ARGUMENT for a forced algorithm the kind cannot use.
+// Returns the plan for `spec` in a group of `world_size` ranks, whose
+// workers all run on one host when `same_host`. `forced` (kUnspecified to
+// let the planner choose) wins where it applies: inline and ring for every
+// kind, recursive doubling for all-reduce, same_host for all-reduce in a
+// same-host group. Returns INVALID_ARGUMENT for a forced algorithm the kind
+// or group cannot use.
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
-                                Algorithm forced,
-                                const PlannerOptions& options);
+                                Algorithm forced, const PlannerOptions& options,
+                                bool same_host = false);
 
 // ChoosePlan's first half: the algorithm, with chunk_bytes at the maximum.
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
-                                     const PlannerOptions& options);
+                                     const PlannerOptions& options,
+                                     bool same_host = false);
 
 }  // namespace chorus
 

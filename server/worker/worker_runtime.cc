@@ -229,6 +229,9 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
     case Algorithm::kRecursiveDoubling:
       status = RunRecursiveDoubling(args);
       break;
+    case Algorithm::kSameHost:
+      status = RunSameHost(args);
+      break;
     default:
       status = absl::InternalError(absl::StrCat(
           "the coordinator planned ", AlgorithmName(result.algorithm),

@@ -38,7 +38,8 @@ void RunEveryKindAndCount(int world, Algorithm plan, DataPlane data_plane) {
   const std::vector<ReduceOp> ops = AllReduceOps();
   uint64_t seed = 100;
   for (CollectiveKind kind : AllKinds()) {
-    if (plan == Algorithm::kRecursiveDoubling &&
+    if ((plan == Algorithm::kRecursiveDoubling ||
+         plan == Algorithm::kSameHost) &&
         kind != CollectiveKind::kAllReduce) {
       continue;
     }
@@ -114,7 +115,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                        ::testing::Values(Algorithm::kUnspecified,
                                          Algorithm::kInline, Algorithm::kRing,
-                                         Algorithm::kRecursiveDoubling)),
+                                         Algorithm::kRecursiveDoubling,
+                                         Algorithm::kSameHost)),
     ParamName);
 
 INSTANTIATE_TEST_SUITE_P(

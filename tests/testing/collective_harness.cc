@@ -487,6 +487,7 @@ std::vector<Algorithm> PlansFor(CollectiveKind kind) {
                                   Algorithm::kRing};
   if (kind == CollectiveKind::kAllReduce) {
     plans.push_back(Algorithm::kRecursiveDoubling);
+    plans.push_back(Algorithm::kSameHost);
   }
   return plans;
 }
@@ -728,12 +729,12 @@ std::vector<Expected> Reference(const CollectiveCase& c, int world,
 
 Algorithm ExpectedPlan(const CollectiveCase& c, int world,
                        uint64_t inline_max_bytes,
-                       uint64_t recursive_doubling_max_bytes) {
+                       uint64_t recursive_doubling_max_bytes, bool same_host) {
   PlannerOptions options;
   options.inline_max_bytes = inline_max_bytes;
   options.recursive_doubling_max_bytes = recursive_doubling_max_bytes;
   absl::StatusOr<Plan> plan =
-      ChooseAlgorithm(c.spec, world, c.algorithm, options);
+      ChooseAlgorithm(c.spec, world, c.algorithm, options, same_host);
   return plan.ok() ? plan->algorithm : Algorithm::kUnspecified;
 }
 
@@ -764,8 +765,9 @@ Algorithm ExpectedPlan(const CollectiveCase& c, int world,
              << what << ": rank " << r << " failed: " << results[r].status();
     }
   }
-  const Algorithm plan = ExpectedPlan(c, world, check.inline_max_bytes,
-                                      check.recursive_doubling_max_bytes);
+  const Algorithm plan =
+      ExpectedPlan(c, world, check.inline_max_bytes,
+                   check.recursive_doubling_max_bytes, check.same_host);
   for (int r = 0; r < world; ++r) {
     if (results[r]->sequence != results[0]->sequence) {
       return ::testing::AssertionFailure()

@@ -163,11 +163,13 @@ std::vector<Expected> Reference(const CollectiveCase& c, int world,
                                            const std::string& output);
 
 // The plan the coordinator's defaults choose for `c` under forced algorithm
-// c.algorithm in a group of `world`.
+// c.algorithm in a group of `world` (whose workers all run on this host
+// unless `same_host` is false).
 Algorithm ExpectedPlan(
     const CollectiveCase& c, int world,
     uint64_t inline_max_bytes = kDefaultInlineMaxBytes,
-    uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes);
+    uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes,
+    bool same_host = true);
 
 // What RunAndCheck checks besides the outputs.
 struct CheckOptions {
@@ -176,6 +178,9 @@ struct CheckOptions {
   bool check_plan = true;
   uint64_t inline_max_bytes = kDefaultInlineMaxBytes;
   uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes;
+  // The coordinator plans same_host for this group (its workers share this
+  // host and --same_host_plan is on).
+  bool same_host = true;
   // Order the rank threads start in (a permutation); empty: ascending.
   std::vector<int> start_order;
 };

@@ -359,7 +359,7 @@ TEST(CollectiveNamesTest, ParseCollectiveKind_Unknown_InvalidArgument) {
 }
 
 TEST(CollectiveNamesTest, AlgorithmName_RoundTripsThroughParse) {
-  for (int v = 0; v <= 4; ++v) {
+  for (int v = 0; v <= 5; ++v) {
     const Algorithm algorithm = static_cast<Algorithm>(v);
     absl::StatusOr<Algorithm> parsed = ParseAlgorithm(AlgorithmName(algorithm));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -367,7 +367,8 @@ TEST(CollectiveNamesTest, AlgorithmName_RoundTripsThroughParse) {
   }
   EXPECT_EQ(AlgorithmName(Algorithm::kUnspecified), "auto");
   EXPECT_EQ(AlgorithmName(Algorithm::kRecursiveDoubling), "recursive_doubling");
-  EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(5)), "unknown");
+  EXPECT_EQ(AlgorithmName(Algorithm::kSameHost), "same_host");
+  EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(6)), "unknown");
   EXPECT_EQ(*ParseAlgorithm("RING"), Algorithm::kRing);
   EXPECT_EQ(ParseAlgorithm("butterfly").status().code(),
             absl::StatusCode::kInvalidArgument);

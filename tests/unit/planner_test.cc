@@ -61,6 +61,61 @@ TEST(PlannerTest, ChoosePlan_LargeAllReduce_Ring) {
   EXPECT_EQ(Chosen(AllReduceBytes(uint64_t{1} << 34), 8), Algorithm::kRing);
 }
 
+TEST(PlannerTest, ChoosePlan_AllReduceOverInlineOnOneHost_SameHost) {
+  for (uint64_t bytes : {(128u << 10) + 4, 1u << 20, 64u << 20}) {
+    for (int world : {2, 3, 4, 8}) {
+      EXPECT_EQ(ChoosePlan(AllReduceBytes(bytes), world,
+                           Algorithm::kUnspecified, PlannerOptions(),
+                           /*same_host=*/true)
+                    ->algorithm,
+                Algorithm::kSameHost)
+          << bytes << " bytes, " << world << " ranks";
+    }
+  }
+}
+
+TEST(PlannerTest,
+     ChoosePlan_OneHostButSmallOrOtherKindOrTurnedOff_NotSameHost) {
+  EXPECT_EQ(ChoosePlan(AllReduceBytes(64), 4, Algorithm::kUnspecified,
+                       PlannerOptions(), true)
+                ->algorithm,
+            Algorithm::kInline);
+  EXPECT_EQ(ChoosePlan(Spec(CollectiveKind::kAllGather, 1 << 20), 4,
+                       Algorithm::kUnspecified, PlannerOptions(), true)
+                ->algorithm,
+            Algorithm::kRing);
+  PlannerOptions off;
+  off.same_host = false;
+  EXPECT_EQ(
+      ChoosePlan(AllReduceBytes(1 << 20), 4, Algorithm::kUnspecified, off, true)
+          ->algorithm,
+      Algorithm::kRing);
+  // A forced plan still wins on one host.
+  EXPECT_EQ(ChoosePlan(AllReduceBytes(1 << 20), 4, Algorithm::kRing,
+                       PlannerOptions(), true)
+                ->algorithm,
+            Algorithm::kRing);
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedSameHostAcrossHosts_InvalidArgument) {
+  absl::StatusOr<Plan> plan =
+      ChoosePlan(AllReduceBytes(1 << 20), 4, Algorithm::kSameHost,
+                 PlannerOptions(), /*same_host=*/false);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(),
+            "same_host needs every rank's worker on one host; this group "
+            "spans several");
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedSameHostOtherKind_InvalidArgument) {
+  absl::StatusOr<Plan> plan =
+      ChoosePlan(Spec(CollectiveKind::kBroadcast, 1024), 4,
+                 Algorithm::kSameHost, PlannerOptions(), /*same_host=*/true);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(),
+            "same_host is available for all_reduce only, not broadcast");
+}
+
 TEST(PlannerTest, ChoosePlan_MediumOtherKinds_Ring) {
   for (CollectiveKind kind :
        {CollectiveKind::kReduce, CollectiveKind::kBroadcast,
