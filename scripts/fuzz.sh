@@ -11,13 +11,13 @@
 # <target> <file>). The last line reads "fuzz: N passed, M failed".
 #
 # Other settings: CHORUS_FUZZ_TARGETS (default "request_fuzzer
-# chunk_fuzzer"), CHORUS_FUZZ_BUILD_JOBS (default: all cores).
+# chunk_fuzzer frame_fuzzer"), CHORUS_FUZZ_BUILD_JOBS (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir="${CHORUS_FUZZ_BUILD_DIR:-build-fuzz}"
 seconds="${CHORUS_FUZZ_SECONDS:-60}"
-targets="${CHORUS_FUZZ_TARGETS:-request_fuzzer chunk_fuzzer}"
+targets="${CHORUS_FUZZ_TARGETS:-request_fuzzer chunk_fuzzer frame_fuzzer}"
 jobs="${CHORUS_FUZZ_BUILD_JOBS:-$(nproc)}"
 
 # clang and its libFuzzer runtime (libclang_rt.fuzzer*.a).

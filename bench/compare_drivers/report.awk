@@ -64,13 +64,15 @@ END {
       }
     }
   }
-  printf "#\n# speedup = peer time / chorus time (>1: Chorus faster, <1: the peer faster)\n"
+  printf "#\n# speedup = peer time / chorus time (>1: Chorus faster, <1: the peer faster);\n"
+  printf "# tcp speedup = the same against chorus-tcp (Chorus planned as for ranks on\n"
+  printf "# different hosts: all data through its TCP data plane)\n"
   printf "# time = median over iterations of the slowest rank's time per call;"
   printf " p10-p90 = spread of those times\n"
   printf "# busbw = 2(n-1)/n x bytes / time (nccl-tests), 1 GB = 1e9 B\n#\n"
-  printf "%-8s %5s  %-8s %-18s %5s %12s %23s %11s %7s %7s\n", "size", "ranks",
-         "system", "plan", "iters", "time (us)", "p10-p90 (us)", "busbw GB/s",
-         "speedup", "#wrong"
+  printf "%-8s %5s  %-10s %-18s %5s %12s %23s %11s %7s %7s %7s\n", "size",
+         "ranks", "system", "plan", "iters", "time (us)", "p10-p90 (us)",
+         "busbw GB/s", "speedup", "tcp", "#wrong"
   last = ""
   for (i = 1; i <= rows; ++i) {
     k = order[i]
@@ -78,14 +80,21 @@ END {
     if (last != "" && group != last) print ""
     last = group
     chorus = bytes[k] SUBSEP ranks[k] SUBSEP "chorus"
+    chorus_tcp = bytes[k] SUBSEP ranks[k] SUBSEP "chorus-tcp"
     speedup = "-"
-    if (sysname[k] != "chorus" && (chorus in time_us) && time_us[chorus] > 0) {
-      speedup = sprintf("%.2fx", time_us[k] / time_us[chorus])
+    tcp_speedup = "-"
+    if (sysname[k] !~ /^chorus/) {
+      if ((chorus in time_us) && time_us[chorus] > 0) {
+        speedup = sprintf("%.2fx", time_us[k] / time_us[chorus])
+      }
+      if ((chorus_tcp in time_us) && time_us[chorus_tcp] > 0) {
+        tcp_speedup = sprintf("%.2fx", time_us[k] / time_us[chorus_tcp])
+      }
     }
-    printf "%-8s %5d  %-8s %-18s %5d %12.1f %23s %11.3f %7s %7d\n",
+    printf "%-8s %5d  %-10s %-18s %5d %12.1f %23s %11.3f %7s %7s %7d\n",
            size_label(bytes[k]), ranks[k], sysname[k], plan[k], iters[k],
            time_us[k], sprintf("%.1f-%.1f", p10[k], p90[k]), busbw[k], speedup,
-           wrong[k]
+           tcp_speedup, wrong[k]
   }
 
   tcp_bps = tcp_mbps * 1e6 / 8
@@ -96,13 +105,13 @@ END {
   printf "# TCP ceiling of a ring all-reduce of %s: it moves 2(n-1) x size bytes over\n",
          size_label(largest)
   printf "# TCP per call in total, so ceiling time = 2(n-1) x size / TCP rate;\n"
-  printf "# fraction = ceiling time / time (1 = at the ceiling; mpi-shm does not use TCP)\n"
+  printf "# fraction = ceiling time / time (1 = at the ceiling; mpi-shm and chorus on one host use no TCP)\n"
   for (i = 1; i <= rows; ++i) {
     k = order[i]
     if (bytes[k] != largest || time_us[k] <= 0) continue
     n = ranks[k]
     ceiling_us = 2 * (n - 1) * largest / tcp_bps * 1e6
-    printf "#   %d ranks %-8s ceiling %9.1f us, time %10.1f us: %5.1f%% of the ceiling\n",
+    printf "#   %d ranks %-10s ceiling %9.1f us, time %10.1f us: %5.1f%% of the ceiling\n",
            n, sysname[k], ceiling_us, time_us[k], 100 * ceiling_us / time_us[k]
   }
 }

@@ -46,8 +46,9 @@ ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
           "Largest group that uses recursive doubling (measured: with 4 ranks "
           "on one host the ring is faster at every size).");
 ABSL_FLAG(uint64_t, chunk_bytes, 1 << 20,
-          "Largest data-plane chunk in the plans; a plan uses smaller ones "
-          "(down to 64 KiB) so that each step moves at least four.");
+          "Largest data-plane chunk in the plans, 1 byte to 64 MiB; a plan "
+          "uses smaller ones (down to 64 KiB) so that each step moves at "
+          "least four.");
 ABSL_FLAG(int32_t, max_world_size, 4096, "Largest group a join may ask for.");
 ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
           "The longest a join or collective may wait for its peers; also the "
@@ -72,6 +73,14 @@ int main(int argc, char** argv) {
   const absl::Duration lease = absl::GetFlag(FLAGS_lease_timeout);
   if (lease <= absl::ZeroDuration()) {
     LOG(ERROR) << "--lease_timeout must be positive";
+    return 2;
+  }
+  // Workers refuse data-plane messages over 64 MiB (the gRPC message limit
+  // and the TCP data plane's frame limit).
+  const uint64_t chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  if (chunk_bytes == 0 || chunk_bytes > (64u << 20)) {
+    LOG(ERROR) << "--chunk_bytes must be between 1 and 64 MiB, not "
+               << chunk_bytes;
     return 2;
   }
 

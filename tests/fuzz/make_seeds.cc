@@ -1,6 +1,7 @@
 // Writes the seed corpora of the Chorus fuzzers:
 //   chorus_fuzz_make_seeds DIR
-// writes DIR/request_fuzzer/* and DIR/chunk_fuzzer/* (the checked-in copy is
+// writes DIR/request_fuzzer/*, DIR/chunk_fuzzer/* and DIR/frame_fuzzer/*
+// (the checked-in copy is
 // tests/fuzz/corpus). Each seed is a meaningful sequence of records in the
 // format of fuzz_format.h, written against the start state request_fuzzer
 // sets up: workers w0 (id 1, Cpu) and w1 (id 2, Cpu and Cuda(0)), group "g"
@@ -15,6 +16,7 @@
 
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/worker.pb.h"
+#include "server/worker/dataplane/wire_frame.h"
 #include "tests/fuzz/fuzz_format.h"
 
 namespace chorus {
@@ -549,6 +551,38 @@ Seeds ChunkSeeds() {
   return seeds;
 }
 
+// ---- frame_fuzzer -----------------------------------------------------------
+
+std::string Frame(const std::string& group, uint32_t tag,
+                  const std::string& payload) {
+  MessageKey key;
+  key.group = group;
+  key.epoch = 7;
+  key.sequence = 3;
+  key.from_rank = 1;
+  key.to_rank = 2;
+  key.tag = tag;
+  return *EncodeFrameHeader(key, payload.size()) + payload;
+}
+
+Seeds FrameSeeds() {
+  const std::string hello(kWireHello);
+  const std::string two =
+      Frame("g", 0, "first") + Frame("trainers", 1, std::string(300, 'x'));
+  std::string bad_flags = Frame("g", 2, "p");
+  bad_flags[36] = '\x04';
+  return {
+      {"hello_only", hello},
+      {"two_then_goodbye", hello + two + EncodeGoodbyeFrame()},
+      {"two_then_closed", hello + two},
+      {"cut_mid_payload", hello + two.substr(0, two.size() - 10)},
+      {"cut_mid_header", hello + Frame("g", 0, "x").substr(0, 20)},
+      {"empty_payload", hello + Frame("g", 5, "")},
+      {"bad_flags", hello + Frame("g", 0, "ok") + bad_flags},
+      {"bad_hello", "GET / HTTP/1.1\r\n\r\n"},
+  };
+}
+
 int WriteAll(const std::filesystem::path& dir, const std::string& target,
              const Seeds& seeds) {
   const std::filesystem::path out = dir / target;
@@ -578,5 +612,7 @@ int main(int argc, char** argv) {
   return chorus::fuzz::WriteAll(dir, "request_fuzzer",
                                 chorus::fuzz::RequestSeeds()) |
          chorus::fuzz::WriteAll(dir, "chunk_fuzzer",
-                                chorus::fuzz::ChunkSeeds());
+                                chorus::fuzz::ChunkSeeds()) |
+         chorus::fuzz::WriteAll(dir, "frame_fuzzer",
+                                chorus::fuzz::FrameSeeds());
 }

@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/worker/dataplane/frame_reader.h"
 #include "server/worker/dataplane/recent_groups.h"
 #include "server/worker/dataplane/tcp_socket.h"
-#include "server/worker/dataplane/wire_frame.h"
 
 namespace chorus {
 namespace {
@@ -136,61 +136,60 @@ void TcpListener::AcceptLoop() {
   }
 }
 
+namespace {
+
+// Reads a connection's bytes; counts them as the peer's.
+class SocketSource final : public ByteSource {
+ public:
+  explicit SocketSource(int fd) : fd_(fd) {}
+  bool Read(char* out, size_t size) override {
+    return ReadFull(fd_, out, size);
+  }
+
+ private:
+  const int fd_;
+};
+
+}  // namespace
+
 void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
-  const int fd = connection->fd;
   const Inbox::StreamId stream = inbox_->NewStream();
   RecentGroups recent;
-  bool clean = false;
-  std::string hello(kWireHello.size(), '\0');
-  if (ReadFull(fd, hello.data(), hello.size()) && hello == kWireHello) {
-    std::string header(kFrameHeaderBytes, '\0');
-    while (ReadFull(fd, header.data(), header.size())) {
-      absl::StatusOr<FrameHeader> frame = DecodeFrameHeader(header);
-      if (!frame.ok()) {
-        LOG(WARNING) << "data plane: closing the connection from "
-                     << connection->peer << ": " << frame.status();
-        break;
-      }
-      if (frame->goodbye) {
-        clean = true;
-        break;
-      }
-      MessageKey& key = frame->key;
-      key.group.resize(frame->group_bytes);
-      std::string data(frame->payload_bytes, '\0');
-      if (!ReadFull(fd, key.group.data(), key.group.size()) ||
-          !ReadFull(fd, data.data(), data.size())) {
-        break;
-      }
-      recent.Remember(key);
-      {
-        absl::MutexLock lock(&connection->mu);
-        connection->paused = true;
-      }
-      auto resume = [connection] {
-        absl::MutexLock lock(&connection->mu);
-        connection->paused = false;
-      };
-      const bool more = inbox_->Deliver(stream, key, std::move(data), resume);
+  SocketSource source(connection->fd);
+  auto on_message = [&](MessageKey key, std::string data) {
+    recent.Remember(key);
+    {
       absl::MutexLock lock(&connection->mu);
-      if (more) connection->paused = false;
-      connection->mu.Await(absl::Condition(
-          +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
-            return !c->paused || c->stopping;
-          },
-          connection.get()));
-      if (connection->stopping) break;
+      connection->paused = true;
     }
-  } else {
-    LOG(WARNING) << "data plane: " << connection->peer
-                 << " did not open with the data-plane hello; closed";
+    auto resume = [connection] {
+      absl::MutexLock lock(&connection->mu);
+      connection->paused = false;
+    };
+    const bool more = inbox_->Deliver(stream, key, std::move(data), resume);
+    absl::MutexLock lock(&connection->mu);
+    if (more) connection->paused = false;
+    connection->mu.Await(absl::Condition(
+        +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+          return !c->paused || c->stopping;
+        },
+        connection.get()));
+    return !connection->stopping;
+  };
+  std::string why;
+  const StreamEnd end = ReadFrameStream(source, on_message, &why);
+  if (end == StreamEnd::kMalformed) {
+    LOG(WARNING) << "data plane: closing the connection from "
+                 << connection->peer << ": " << why;
   }
   bool stopping;
   {
     absl::MutexLock lock(&connection->mu);
     stopping = connection->stopping;
   }
-  if (!clean && !stopping) recent.MarkLost(*inbox_, connection->peer);
+  if (end != StreamEnd::kGoodbye && !stopping) {
+    recent.MarkLost(*inbox_, connection->peer);
+  }
   inbox_->CloseStream(stream);
   absl::MutexLock lock(&connection->mu);
   connection->ended = true;

@@ -35,8 +35,9 @@ namespace chorus {
 
 inline constexpr size_t kFrameHeaderBytes = 48;
 inline constexpr size_t kMaxFrameGroupBytes = 1024;
-// A payload is one chunk of a collective; chunks are far smaller.
-inline constexpr uint64_t kMaxFramePayloadBytes = 256ull << 20;
+// A payload is one chunk of a collective; the coordinator plans chunks of
+// at most 64 MiB (--chunk_bytes), like the gRPC message limit.
+inline constexpr uint64_t kMaxFramePayloadBytes = 64ull << 20;
 // The first bytes a connecting worker sends.
 inline constexpr absl::string_view kWireHello = "CHORUS-DATA/1\n";
 
