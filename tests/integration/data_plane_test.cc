@@ -7,9 +7,11 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -220,6 +222,27 @@ TEST(TcpDataPlaneTest, ReceiverHoldsBack_SenderWaitsThenMeetsItsDeadline) {
       receiver.inbox().Take(Key(0, "next"), absl::Now() + kWait);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(*after, "after");
+}
+
+TEST(TcpDataPlaneTest, PoolShutdown_WhileSendIsStuck_SendEndsUnavailable) {
+  Receiver receiver(/*stream_limit=*/1 << 20);
+  PeerPool pool(/*use_tcp=*/true);
+  ASSERT_TRUE(pool.Send(receiver.address(), Key(0), Pattern(2 << 20, 0),
+                        absl::Now() + kWait)
+                  .ok());
+  absl::Status stuck;
+  absl::Notification ended;
+  std::thread sender([&] {
+    // Held back by the receiver: waits for room until the deadline.
+    stuck = pool.Send(receiver.address(), Key(1), Pattern(64 << 20, 1),
+                      absl::Now() + kWait);
+    ended.Notify();
+  });
+  // Shutdown ends the wait whether it comes before or during the send.
+  pool.Shutdown();
+  EXPECT_TRUE(ended.WaitForNotificationWithTimeout(kWait / 2));
+  sender.join();
+  EXPECT_EQ(stuck.code(), absl::StatusCode::kUnavailable) << stuck;
 }
 
 TEST(TcpDataPlaneTest, ListenerShutdown_WhileHoldingBack_ReturnsPromptly) {

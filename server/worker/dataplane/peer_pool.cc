@@ -1,6 +1,8 @@
 #include "server/worker/dataplane/peer_pool.h"
 
 #include <grpcpp/client_context.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -30,7 +32,13 @@ constexpr absl::Duration kGoodbyeTimeout = absl::Milliseconds(200);
 
 }  // namespace
 
-PeerPool::~PeerPool() { Shutdown(); }
+PeerPool::PeerPool(bool use_tcp)
+    : use_tcp_(use_tcp), shutdown_fd_(eventfd(0, EFD_CLOEXEC)) {}
+
+PeerPool::~PeerPool() {
+  Shutdown();
+  CloseSocket(shutdown_fd_);
+}
 
 PeerPool::Peer* PeerPool::GetPeer(const std::string& address) {
   absl::MutexLock lock(&mu_);
@@ -100,7 +108,7 @@ absl::Status PeerPool::WriteLocked(Peer& peer, const MessageKey& key,
     absl::StatusOr<std::string> header = EncodeFrameHeader(key, data.size());
     if (!header.ok()) return header.status();
     const absl::string_view parts[2] = {*header, data};
-    return WriteAll(peer.fd, parts, 2, deadline);
+    return WriteAll(peer.fd, parts, 2, deadline, shutdown_fd_);
   }
   v1::Chunk chunk;
   chunk.set_group(key.group);
@@ -141,6 +149,11 @@ void PeerPool::CloseLocked(Peer& peer, bool goodbye) {
 
 absl::Status PeerPool::Send(const std::string& address, const MessageKey& key,
                             absl::string_view data, absl::Time deadline) {
+  if (shut_down_.load()) {
+    return absl::UnavailableError(
+        absl::StrCat("data-plane connection to ", address,
+                     ": this worker is shutting down"));
+  }
   Peer* peer = GetPeer(address);
   absl::MutexLock lock(&peer->mu);
   std::string why;
@@ -158,6 +171,10 @@ absl::Status PeerPool::Send(const std::string& address, const MessageKey& key,
     // A frame cut short cannot be resumed: the receiver drops the
     // connection and its data, and so does this end.
     CloseLocked(*peer, /*goodbye=*/false);
+    if (absl::IsCancelled(written)) {
+      return absl::UnavailableError(absl::StrCat(
+          "data-plane connection to ", address, ": ", written.message()));
+    }
     if (absl::IsDeadlineExceeded(written)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "data-plane connection to ", address, ": ", written.message()));
@@ -170,6 +187,14 @@ absl::Status PeerPool::Send(const std::string& address, const MessageKey& key,
 }
 
 void PeerPool::Shutdown() {
+  shut_down_.store(true);
+  if (shutdown_fd_ >= 0) {
+    const uint64_t one = 1;
+    // Level-triggered and never read: every later wait sees it too.
+    if (write(shutdown_fd_, &one, sizeof(one)) < 0) {
+      // Only fails if the counter would overflow; it is readable then.
+    }
+  }
   absl::MutexLock lock(&mu_);
   for (auto& [address, peer] : peers_) {
     absl::MutexLock peer_lock(&peer->mu);

@@ -13,6 +13,7 @@
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_POOL_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_PEER_POOL_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -30,7 +31,7 @@ namespace chorus {
 class PeerPool {
  public:
   // `use_tcp` false sends everything through gRPC Exchange streams.
-  explicit PeerPool(bool use_tcp = true) : use_tcp_(use_tcp) {}
+  explicit PeerPool(bool use_tcp = true);
   ~PeerPool();
 
   PeerPool(const PeerPool&) = delete;
@@ -46,7 +47,9 @@ class PeerPool {
   absl::Status Send(const std::string& address, const MessageKey& key,
                     absl::string_view data, absl::Time deadline);
 
-  // Closes every connection.
+  // Ends sends in progress on TCP connections (they return UNAVAILABLE, as
+  // every later send does), then says goodbye on and closes every
+  // connection.
   void Shutdown();
 
  private:
@@ -80,6 +83,10 @@ class PeerPool {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
 
   const bool use_tcp_;
+  // An eventfd that Shutdown() makes readable, waking every TCP send that
+  // waits for its peer.
+  const int shutdown_fd_;
+  std::atomic<bool> shut_down_{false};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_
       ABSL_GUARDED_BY(mu_);

@@ -32,15 +32,20 @@ int PollTimeout(absl::Time deadline) {
       1 << 30));
 }
 
-// Waits until `fd` is ready for `events`. Returns false at the deadline.
-bool WaitFor(int fd, short events, absl::Time deadline) {
+enum class Wait { kReady, kDeadline, kCancelled };
+
+// Waits until `fd` is ready for `events`, the deadline passes or
+// `cancel_fd` (if not -1) is readable.
+Wait WaitFor(int fd, short events, absl::Time deadline, int cancel_fd = -1) {
   while (true) {
-    pollfd p{fd, events, 0};
-    const int timeout = PollTimeout(deadline);
-    const int n = poll(&p, 1, timeout);
-    if (n > 0) return true;
-    if (n == 0 && absl::Now() >= deadline) return false;
-    if (n < 0 && errno != EINTR) return true;  // the next call reports it
+    pollfd p[2] = {{fd, events, 0}, {cancel_fd, POLLIN, 0}};
+    const int n = poll(p, cancel_fd < 0 ? 1 : 2, PollTimeout(deadline));
+    if (n > 0 && cancel_fd >= 0 && (p[1].revents & POLLIN)) {
+      return Wait::kCancelled;
+    }
+    if (n > 0) return Wait::kReady;
+    if (n == 0 && absl::Now() >= deadline) return Wait::kDeadline;
+    if (n < 0 && errno != EINTR) return Wait::kReady;  // the next call says
   }
 }
 
@@ -141,7 +146,7 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
         close(fd);
         continue;
       }
-      if (!WaitFor(fd, POLLOUT, deadline)) {
+      if (WaitFor(fd, POLLOUT, deadline) == Wait::kDeadline) {
         close(fd);
         freeaddrinfo(found);
         return absl::DeadlineExceededError(
@@ -166,7 +171,7 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
 }
 
 absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
-                      absl::Time deadline) {
+                      absl::Time deadline, int cancel_fd) {
   std::vector<iovec> pending;
   pending.reserve(count);
   for (size_t i = 0; i < count; ++i) {
@@ -185,9 +190,13 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         return absl::UnavailableError(ErrnoText(errno));
       }
-      if (!WaitFor(fd, POLLOUT, deadline)) {
+      const Wait waited = WaitFor(fd, POLLOUT, deadline, cancel_fd);
+      if (waited == Wait::kDeadline) {
         return absl::DeadlineExceededError(
             "the peer took no data before the deadline");
+      }
+      if (waited == Wait::kCancelled) {
+        return absl::CancelledError("this worker is shutting down");
       }
       continue;
     }

@@ -44,12 +44,13 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
                                absl::Time deadline);
 
 // Writes every byte of `parts` (in order) to the non-blocking socket `fd`,
-// waiting for room until `deadline`. Never raises SIGPIPE. Returns
-// UNAVAILABLE when the connection broke, DEADLINE_EXCEEDED when the peer did
-// not take the bytes in time; either way part of the data may have been
-// written.
+// waiting for room until `deadline`, or until `cancel_fd` (an eventfd, or
+// -1 for none) becomes readable. Never raises SIGPIPE. Returns UNAVAILABLE
+// when the connection broke, DEADLINE_EXCEEDED when the peer did not take
+// the bytes in time, CANCELLED when `cancel_fd` fired; in each case part of
+// the data may have been written.
 absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
-                      absl::Time deadline);
+                      absl::Time deadline, int cancel_fd = -1);
 
 // Reads exactly `size` bytes from the blocking socket `fd` into `out`.
 // Returns false when the connection closed or failed first.
