@@ -5,9 +5,11 @@
 #   2. the unit and integration tests again under ASan+UBSan, built with
 #      clang, whose thread-safety analysis (-Werror=thread-safety) checks
 #      every ABSL_GUARDED_BY at compile time;
-#   3. each fuzzer for CHORUS_FUZZ_SECONDS (default 60) from its seed corpus.
-# There is no TSan pass: Debian's Abseil is not built with TSan, so TSan
-# cannot see absl::Mutex and reports every handoff through one as a race.
+#   3. the unit and integration tests under TSan (scripts/tsan.sh), with
+#      Debian's Abseil rebuilt with TSan (scripts/tsan_abseil.sh, cached
+#      under ~/.cache/chorus) so that TSan sees absl::Mutex, and without the
+#      tests of the gRPC data plane (scripts/tsan.sh says why);
+#   4. each fuzzer for CHORUS_FUZZ_SECONDS (default 60) from its seed corpus.
 # CHORUS_QUICK=1 runs stage 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +62,8 @@ if [ "${CHORUS_QUICK:-0}" != "1" ]; then
   run_stage "asan+ubsan build" sanitizer_build build-asan address,undefined all
   run_stage "unit and integration tests under asan+ubsan" \
     ctest_labels build-asan "unit|integration"
+  run_stage "tsan build" scripts/tsan.sh build
+  run_stage "unit and integration tests under tsan" scripts/tsan.sh test
   if [ -x scripts/fuzz.sh ]; then
     run_stage "fuzzers" scripts/fuzz.sh
   fi
