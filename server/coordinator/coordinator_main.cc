@@ -170,6 +170,11 @@ int main(int argc, char** argv) {
   groups.AbortAll(absl::UnavailableError(
       "the coordinator is shutting down; join the group again once it is "
       "back"));
+  // The streams carried the verdicts above; end them so the server need
+  // not wait out its grace for them.
+  service.EndStreams(absl::UnavailableError(
+      "the coordinator is shutting down; join the group again once it is "
+      "back"));
   server->server->Shutdown(
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
   sweeper.Stop();

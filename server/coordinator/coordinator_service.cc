@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_join.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/coordinator/collective_proto.h"
 
 namespace chorus {
 namespace {
@@ -63,17 +65,13 @@ CoordinatorService::CoordinatorService(
 
 absl::Time CoordinatorService::CoreDeadline(
     const grpc::CallbackServerContext& context) const {
-  const absl::Time now = clock_->Now();
-  absl::Time deadline = now + options_.max_wait;
   const auto client = context.deadline();
-  if (client != std::chrono::system_clock::time_point::max()) {
-    deadline = std::min(deadline, absl::FromChrono(client));
-  }
-  // Answer a little before the client gives up: a tenth of the time left,
-  // between 5 ms and 250 ms.
-  const absl::Duration margin = std::clamp(
-      (deadline - now) / 10, absl::Milliseconds(5), absl::Milliseconds(250));
-  return deadline - margin;
+  return chorus::CoreDeadline(
+      clock_->Now(),
+      client == std::chrono::system_clock::time_point::max()
+          ? absl::InfiniteFuture()
+          : absl::FromChrono(client),
+      options_.max_wait);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
@@ -230,36 +228,66 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
     grpc::CallbackServerContext* context, const v1::CollectiveRequest* request,
     v1::CollectiveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  CollectiveCall call;
-  call.group = request->group();
-  call.epoch = request->epoch();
-  call.rank = request->rank();
-  call.sequence = request->sequence();
-  call.spec.kind = static_cast<CollectiveKind>(request->kind());
-  call.spec.dtype = static_cast<DType>(request->dtype());
-  call.spec.count = request->count();
-  call.spec.op = static_cast<ReduceOp>(request->op());
-  call.spec.root = request->root();
-  call.algorithm = static_cast<Algorithm>(request->algorithm());
-  if (request->has_device()) call.device = DeviceFromProto(request->device());
-  call.has_data = request->has_inline_data();
-  call.data = request->inline_data();
-  call.deadline = CoreDeadline(*context);
-  const absl::Time deadline = call.deadline;
-  groups_->Collective(
-      std::move(call),
+  const auto client = context->deadline();
+  StartCollective(
+      *request,
+      client == std::chrono::system_clock::time_point::max()
+          ? absl::InfiniteFuture()
+          : absl::FromChrono(client),
       [reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
         if (outcome.ok()) {
-          response->set_sequence(outcome->sequence);
-          response->mutable_plan()->set_algorithm(
-              static_cast<v1::Algorithm>(outcome->plan.algorithm));
-          response->mutable_plan()->set_chunk_bytes(outcome->plan.chunk_bytes);
-          response->set_inline_result(std::move(outcome->data));
+          CollectiveOutcomeToProto(*std::move(outcome), response);
         }
         reactor->Finish(ToGrpcStatus(outcome.status()));
       });
-  deadline_added_(deadline);
   return reactor;
+}
+
+void CoordinatorService::StartCollective(const v1::CollectiveRequest& request,
+                                         absl::Time client_deadline,
+                                         GroupTable::CollectiveCallback done) {
+  const absl::Time deadline =
+      chorus::CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
+  groups_->Collective(CollectiveCallFromProto(request, deadline),
+                      std::move(done));
+  deadline_added_(deadline);
+}
+
+grpc::ServerBidiReactor<v1::CollectiveStreamRequest, v1::CollectiveStreamReply>*
+CoordinatorService::CollectiveStream(grpc::CallbackServerContext* context) {
+  auto* stream = new CollectiveStreamReactor(this);
+  absl::Status ended;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    if (streams_ended_) {
+      ended = streams_end_status_;
+    } else {
+      streams_.insert(stream);
+    }
+  }
+  if (!ended.ok()) stream->End(ended);
+  return stream;
+}
+
+void CoordinatorService::StreamDone(CollectiveStreamReactor* stream) {
+  absl::MutexLock lock(&streams_mu_);
+  streams_.erase(stream);
+}
+
+void CoordinatorService::EndStreams(const absl::Status& status) {
+  std::vector<CollectiveStreamReactor*> streams;
+  {
+    absl::MutexLock lock(&streams_mu_);
+    streams_ended_ = true;
+    streams_end_status_ = status;
+    streams.assign(streams_.begin(), streams_.end());
+    // Held, a stream cannot be deleted before End() below returned.
+    for (CollectiveStreamReactor* stream : streams) stream->Hold();
+  }
+  for (CollectiveStreamReactor* stream : streams) {
+    stream->End(status);
+    stream->Release();
+  }
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListGroups(

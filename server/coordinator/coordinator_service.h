@@ -8,6 +8,12 @@
 // client receives the descriptive DEADLINE_EXCEEDED (naming the missing
 // ranks) rather than its own bare one.
 //
+// Collective calls also come on long-lived CollectiveStream streams (one
+// CollectiveStreamReactor each); every call on them takes the same path into
+// the core as a unary Collective call. EndStreams() finishes them when the
+// coordinator shuts down, since a stream, unlike a unary call, would
+// otherwise stay open until the server's shutdown grace ran out.
+//
 // JoinGroup is served as raw bytes: every rank of a group gets the same
 // response, listing every member, so it is serialized once per formed group
 // and the bytes are shared by all the replies (a rendezvous of N ranks then
@@ -26,10 +32,13 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/common/clock.h"
+#include "server/coordinator/collective_stream_reactor.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/registry.h"
 
@@ -43,7 +52,8 @@ struct CoordinatorServiceOptions {
 
 class CoordinatorService final
     : public v1::Coordinator::WithRawCallbackMethod_JoinGroup<
-          v1::Coordinator::CallbackService> {
+          v1::Coordinator::CallbackService>,
+      private CollectiveStreamHost {
  public:
   // None of the pointers is owned. `deadline_added` runs (without locks)
   // whenever a waiting call with deadline `t` was added, so the owner can
@@ -75,6 +85,9 @@ class CoordinatorService final
       grpc::CallbackServerContext* context,
       const v1::CollectiveRequest* request,
       v1::CollectiveResponse* response) override;
+  grpc::ServerBidiReactor<v1::CollectiveStreamRequest,
+                          v1::CollectiveStreamReply>*
+  CollectiveStream(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListGroups(
       grpc::CallbackServerContext* context,
       const v1::ListGroupsRequest* request,
@@ -87,9 +100,22 @@ class CoordinatorService final
       const v1::ReportFailureRequest* request,
       v1::ReportFailureResponse* response) override;
 
+  // Finishes every open collective stream with `status` once the replies
+  // already queued on it were written, and every stream opened later at
+  // once. Call after the core ended its pending calls, before the server
+  // shuts down.
+  void EndStreams(const absl::Status& status);
+
  private:
   // The time the core should end a call from `context`.
   absl::Time CoreDeadline(const grpc::CallbackServerContext& context) const;
+
+  // CollectiveStreamHost:
+  void StartCollective(const v1::CollectiveRequest& request,
+                       absl::Time client_deadline,
+                       GroupTable::CollectiveCallback done) override;
+  absl::Time Now() override { return clock_->Now(); }
+  void StreamDone(CollectiveStreamReactor* stream) override;
   // The serialized JoinGroupResponse for `view`, made once per group epoch.
   grpc::ByteBuffer JoinResponseBytes(const GroupView& view);
 
@@ -108,6 +134,12 @@ class CoordinatorService final
 
   absl::Mutex join_response_mu_;
   CachedJoinResponse join_response_ ABSL_GUARDED_BY(join_response_mu_);
+
+  absl::Mutex streams_mu_;
+  absl::flat_hash_set<CollectiveStreamReactor*> streams_
+      ABSL_GUARDED_BY(streams_mu_);
+  bool streams_ended_ ABSL_GUARDED_BY(streams_mu_) = false;
+  absl::Status streams_end_status_ ABSL_GUARDED_BY(streams_mu_);
 };
 
 }  // namespace chorus
