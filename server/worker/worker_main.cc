@@ -37,6 +37,10 @@ ABSL_FLAG(bool, tcp_data_plane, true,
           "Send collective data to peers over raw TCP; false sends it "
           "through gRPC streams on the listen port instead (slower; for "
           "networks that only let that port through).");
+ABSL_FLAG(bool, collective_stream, true,
+          "Send collective calls to the coordinator on one long-lived "
+          "stream; false sends one unary RPC per call (for a coordinator "
+          "without CollectiveStream).");
 ABSL_FLAG(std::string, name, "",
           "Stable name of this worker; a restarted worker with the same name "
           "replaces its old entry. Default: the advertised address.");
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
   options.name = absl::GetFlag(FLAGS_name);
   options.data_port = absl::GetFlag(FLAGS_data_port);
   options.tcp_data_plane = absl::GetFlag(FLAGS_tcp_data_plane);
+  options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   chorus::LocalApiService local_api;

@@ -101,6 +101,10 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   runtime->session_ = std::make_unique<CoordinatorSession>(session);
   runtime->coordinator_ =
       v1::Coordinator::NewStub(MakeChannel(options.coordinator));
+  if (options.collective_stream) {
+    runtime->collective_stream_ =
+        std::make_unique<CollectiveStreamClient>(runtime->coordinator_.get());
+  }
   runtime->options_ = std::move(options);
   return runtime;
 }
@@ -112,6 +116,7 @@ void WorkerRuntime::Shutdown() {
   shut_down_ = true;
   // Calls waiting on peers end now rather than at their deadlines.
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
+  if (collective_stream_ != nullptr) collective_stream_->Shutdown();
   if (session_ != nullptr) session_->Shutdown();
   if (pool_ != nullptr) pool_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
@@ -192,11 +197,19 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
     request.set_inline_data(input.data(), input.size());
   }
   v1::CollectiveResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  absl::Status status =
-      FromGrpcStatus(coordinator_->Collective(&context, request, &response));
-  if (!status.ok()) return status;
+  absl::Status status;
+  if (collective_stream_ != nullptr) {
+    absl::StatusOr<v1::CollectiveResponse> streamed =
+        collective_stream_->Call(std::move(request), deadline);
+    if (!streamed.ok()) return streamed.status();
+    response = *std::move(streamed);
+  } else {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    status =
+        FromGrpcStatus(coordinator_->Collective(&context, request, &response));
+    if (!status.ok()) return status;
+  }
 
   RunResult result;
   result.sequence = sequence;

@@ -26,6 +26,7 @@
 #include "server/common/collective.h"
 #include "server/common/device.h"
 #include "server/common/net.h"
+#include "server/worker/collective_stream_client.h"
 #include "server/worker/coordinator_session.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_pool.h"
@@ -56,6 +57,9 @@ struct RuntimeOptions {
   std::string name;
   // Devices to register; empty registers every discovered device.
   std::vector<Device> devices;
+  // Collective calls go on one long-lived stream to the coordinator
+  // (CollectiveStreamClient) when true, as one unary RPC each when false.
+  bool collective_stream = true;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration register_timeout = absl::Seconds(30);
   // Extra services served next to the data plane (not owned; must outlive
@@ -166,6 +170,9 @@ class WorkerRuntime {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CoordinatorSession> session_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
+  // Carries Run()'s collective calls; null when options_.collective_stream
+  // is false.
+  std::unique_ptr<CollectiveStreamClient> collective_stream_;
   bool shut_down_ = false;
 };
 
