@@ -101,6 +101,9 @@ ABSL_FLAG(bool, keep_logs, false,
 ABSL_FLAG(std::string, data_plane, "tcp",
           "How ranks send collective data to each other: tcp (wire frames "
           "on raw TCP connections) or grpc (chunks on gRPC streams).");
+ABSL_FLAG(bool, collective_stream, true,
+          "Ranks send their collective calls to the coordinator on one "
+          "stream each; false: one unary RPC per call.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
@@ -384,6 +387,7 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.devices = {JoinOptions::CpuDevice()};
   options.register_timeout = c.timeout;
   options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
+  options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
   absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
       WorkerRuntime::Start(options);
   if (!runtime.ok()) return runtime.status();
@@ -507,6 +511,8 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
       absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane)),
+      absl::StrCat("--collective_stream=",
+                   absl::GetFlag(FLAGS_collective_stream) ? "true" : "false"),
       absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
       absl::StrCat("--time_per_size=",

@@ -4,7 +4,9 @@
 // then run --barriers barriers, each rank issuing its next barrier as soon
 // as its last one returned. The ranks are simulated in this process over a
 // few gRPC connections with the asynchronous callback API, from gRPC's
-// callback threads (no thread per rank); every call has a deadline.
+// callback threads (no thread per rank); every call has a deadline. The
+// barriers go on one CollectiveStream per connection, as a worker sends its
+// collectives (--transport=unary: one Collective RPC each).
 //
 // It prints the time of the rendezvous, of the barriers and of both, the
 // median time per barrier, and the CPU time the coordinator and this process
@@ -55,6 +57,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
+#include "server/worker/collective_stream_client.h"
 
 ABSL_FLAG(int32_t, ranks, 1024, "Ranks in the group.");
 ABSL_FLAG(int32_t, workers, 0,
@@ -63,6 +66,10 @@ ABSL_FLAG(int32_t, workers, 0,
 ABSL_FLAG(int32_t, barriers, 100, "Barriers every rank runs after joining.");
 ABSL_FLAG(int32_t, connections, 16,
           "gRPC connections to the coordinator the ranks are spread over.");
+ABSL_FLAG(std::string, transport, "stream",
+          "How the barriers reach the coordinator: \"stream\" (each "
+          "connection carries its ranks' calls on one CollectiveStream, as "
+          "workers do) or \"unary\" (one Collective RPC per call).");
 ABSL_FLAG(bool, decode_every_join, false,
           "Decode every rank's JoinGroup reply; by default one is decoded and "
           "the others are compared with it byte for byte.");
@@ -292,6 +299,8 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(
 struct RankCalls {
   int rank = 0;
   v1::Coordinator::Stub* stub = nullptr;
+  // Set with --transport=stream.
+  CollectiveStreamClient* stream = nullptr;
   std::unique_ptr<grpc::ClientContext> context[2];
   v1::CollectiveRequest request[2];
   v1::CollectiveResponse response[2];
@@ -318,6 +327,7 @@ class ScaleRun {
         timeout_(absl::GetFlag(FLAGS_timeout)),
         coordinator_pid_(coordinator_pid),
         decode_every_join_(absl::GetFlag(FLAGS_decode_every_join)),
+        use_stream_(absl::GetFlag(FLAGS_transport) == "stream"),
         barrier_done_(barriers_),
         barrier_end_ns_(barriers_) {
     for (const std::shared_ptr<grpc::Channel>& channel :
@@ -327,6 +337,10 @@ class ScaleRun {
           std::make_unique<grpc::TemplatedGenericStub<v1::JoinGroupRequest,
                                                       grpc::ByteBuffer>>(
               channel));
+      if (use_stream_) {
+        stream_clients_.push_back(
+            std::make_unique<CollectiveStreamClient>(stubs_.back().get()));
+      }
     }
   }
 
@@ -453,6 +467,9 @@ class ScaleRun {
     for (int r = 0; r < ranks_; ++r) {
       calls_[r].rank = r;
       calls_[r].stub = StubFor(r);
+      if (use_stream_) {
+        calls_[r].stream = stream_clients_[r % stream_clients_.size()].get();
+      }
       for (v1::CollectiveRequest& request : calls_[r].request) {
         request.set_group("scale");
         request.set_epoch(epoch_);
@@ -468,24 +485,39 @@ class ScaleRun {
   // next, or ends the rank after the last or on a failure.
   void StartBarrier(RankCalls& calls, int sequence) {
     const int slot = sequence % 2;
+    if (calls.stream != nullptr) {
+      v1::CollectiveRequest request = calls.request[slot];
+      request.set_sequence(sequence);
+      calls.stream->Start(
+          std::move(request), absl::Now() + timeout_,
+          [this, &calls, sequence](absl::StatusOr<v1::CollectiveResponse> r) {
+            BarrierDone(calls, sequence, ToGrpcStatus(r.status()));
+          });
+      return;
+    }
     calls.context[slot] = ContextWithDeadline(timeout_);
     calls.request[slot].set_sequence(sequence);
     calls.response[slot].Clear();
     calls.stub->async()->Collective(
         calls.context[slot].get(), &calls.request[slot], &calls.response[slot],
         [this, &calls, sequence](grpc::Status status) {
-          if (status.ok()) {
-            if (barrier_done_[sequence - 1].fetch_add(1) + 1 == ranks_) {
-              barrier_end_ns_[sequence - 1].store(NowNs());
-            }
-            if (sequence < barriers_ && !tracker_.failed()) {
-              StartBarrier(calls, sequence + 1);
-              return;
-            }
-          }
-          tracker_.Done(status, absl::StrCat("barrier #", sequence, " of rank ",
-                                             calls.rank));
+          BarrierDone(calls, sequence, status);
         });
+  }
+
+  // Records barrier `sequence` of one rank and starts its next one.
+  void BarrierDone(RankCalls& calls, int sequence, const grpc::Status& status) {
+    if (status.ok()) {
+      if (barrier_done_[sequence - 1].fetch_add(1) + 1 == ranks_) {
+        barrier_end_ns_[sequence - 1].store(NowNs());
+      }
+      if (sequence < barriers_ && !tracker_.failed()) {
+        StartBarrier(calls, sequence + 1);
+        return;
+      }
+    }
+    tracker_.Done(status,
+                  absl::StrCat("barrier #", sequence, " of rank ", calls.rank));
   }
 
   const int ranks_;
@@ -494,10 +526,13 @@ class ScaleRun {
   const absl::Duration timeout_;
   const pid_t coordinator_pid_;
   const bool decode_every_join_;
+  const bool use_stream_;
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
   std::vector<std::unique_ptr<
       grpc::TemplatedGenericStub<v1::JoinGroupRequest, grpc::ByteBuffer>>>
       join_stubs_;
+  // One per connection with --transport=stream; ended before the stubs.
+  std::vector<std::unique_ptr<CollectiveStreamClient>> stream_clients_;
   CallTracker tracker_;
   std::vector<uint64_t> worker_ids_;
   uint64_t epoch_ = 0;
@@ -513,6 +548,11 @@ std::string CpuFigure(int64_t cpu_ns) {
 
 int Main() {
   const int ranks = absl::GetFlag(FLAGS_ranks);
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport != "stream" && transport != "unary") {
+    std::fprintf(stderr, "want --transport=stream or --transport=unary\n");
+    return 2;
+  }
   if (ranks < 1 || absl::GetFlag(FLAGS_barriers) < 0 ||
       absl::GetFlag(FLAGS_workers) < 0 ||
       absl::GetFlag(FLAGS_timeout) <= absl::ZeroDuration()) {
@@ -540,9 +580,10 @@ int Main() {
       started == nullptr
           ? ""
           : absl::StrCat(" (started: ", started->binary(), ")").c_str());
-  std::printf("# %d ranks on %d workers over %d connections, %d barriers\n",
-              run.ranks(), run.workers(), run.connections(),
-              absl::GetFlag(FLAGS_barriers));
+  std::printf(
+      "# %d ranks on %d workers over %d connections, %d barriers (%s)\n",
+      run.ranks(), run.workers(), run.connections(),
+      absl::GetFlag(FLAGS_barriers), absl::GetFlag(FLAGS_transport).c_str());
   absl::StatusOr<RunFigures> figures = run.Run();
   if (!figures.ok()) {
     std::fprintf(stderr, "failed: %s\n", figures.status().ToString().c_str());
@@ -582,7 +623,8 @@ int main(int argc, char** argv) {
       "chorus-coordinator-scale: times a rendezvous and barriers of one large "
       "group at one chorus-coordinator, with simulated ranks.\n"
       "Usage: chorus-coordinator-scale [--ranks=1024] [--barriers=100] "
-      "[--workers=N] [--connections=16] [--coordinator=ADDR]");
+      "[--workers=N] [--connections=16] [--transport=stream|unary] "
+      "[--coordinator=ADDR]");
   absl::ParseCommandLine(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   return chorus::bench::Main();
