@@ -145,6 +145,12 @@ class CollectiveStreamClient::Stream final
     for (Callback& done : failed) done(verdict);
   }
 
+  // For the client's methods, which hold their own mu_ (the same lock):
+  // tells the thread-safety analysis, and checks, that it is held.
+  void AssertClientLockHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK(client_->mu_) {
+    client_->mu_.AssertHeld();
+  }
+
   // Stops new calls from going on this stream.
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(client_->mu_) {
     closing_ = true;
@@ -223,6 +229,7 @@ void CollectiveStreamClient::Start(v1::CollectiveRequest request,
       if (current_ != nullptr &&
           deadline > current_->deadline() - kStreamMargin) {
         retired = current_;
+        retired->AssertClientLockHeld();
         retired->CloseLocked();
         retired_actions = NextActionsLocked(retired);
       }
@@ -233,6 +240,7 @@ void CollectiveStreamClient::Start(v1::CollectiveRequest request,
         current_ = opened;
       }
       stream = current_;
+      stream->AssertClientLockHeld();
       const uint64_t call_id = ++next_call_id_;
       message.set_call_id(call_id);
       calls_.emplace(call_id, PendingCall{std::move(done), deadline, stream});
@@ -288,6 +296,7 @@ void CollectiveStreamClient::Shutdown() {
     calls_.clear();
     deadlines_.clear();
     for (Stream* stream : streams_) {
+      stream->AssertClientLockHeld();
       stream->CloseLocked();
       ++stream->pins_;
       streams.push_back(stream);
@@ -301,6 +310,7 @@ void CollectiveStreamClient::Shutdown() {
     bool destroy = false;
     {
       absl::MutexLock lock(&mu_);
+      stream->AssertClientLockHeld();
       destroy = --stream->pins_ == 0 && stream->done_;
     }
     if (destroy) delete stream;
@@ -350,6 +360,7 @@ CollectiveStreamClient::Callback CollectiveStreamClient::TakeCallLocked(
 CollectiveStreamClient::StreamActions CollectiveStreamClient::NextActionsLocked(
     Stream* stream, bool external) {
   StreamActions actions;
+  stream->AssertClientLockHeld();
   if (!stream->started_ || stream->writing_ || stream->broken_) return actions;
   if (!stream->queue_.empty()) {
     stream->writing_ = true;
@@ -370,6 +381,7 @@ void CollectiveStreamClient::PerformExternal(Stream* stream,
   bool release = false;
   {
     absl::MutexLock lock(&mu_);
+    stream->AssertClientLockHeld();
     --stream->external_;
     release = stream->ReleaseHoldLocked();
   }
