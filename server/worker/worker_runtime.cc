@@ -120,6 +120,9 @@ void WorkerRuntime::Shutdown() {
   if (session_ != nullptr) session_->Shutdown();
   if (pool_ != nullptr) pool_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
+  // The server's shutdown ended every stream; this makes the inbox's last
+  // use by them visible before the inbox goes.
+  if (peer_service_ != nullptr) peer_service_->WaitForStreams();
   if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
 }
 

@@ -71,6 +71,7 @@ class Receiver {
 
   ~Receiver() {
     server_->Shutdown(DeadlineAfter(absl::Seconds(1)));
+    service_->WaitForStreams();
     listener_->Shutdown();
   }
 

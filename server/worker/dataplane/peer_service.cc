@@ -6,15 +6,17 @@
 #include "server/worker/dataplane/recent_groups.h"
 
 namespace chorus {
-namespace {
 
 // Reads one stream until the sender closes it. If the stream breaks instead
 // (the peer died or the connection was lost), every group epoch it recently
 // carried is marked lost in the inbox.
 class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
  public:
-  ExchangeReactor(Inbox* inbox, std::string peer)
-      : inbox_(inbox), peer_(std::move(peer)), stream_(inbox->NewStream()) {
+  ExchangeReactor(PeerService* service, Inbox* inbox, std::string peer)
+      : service_(service),
+        inbox_(inbox),
+        peer_(std::move(peer)),
+        stream_(inbox->NewStream()) {
     StartRead(&chunk_);
   }
 
@@ -44,10 +46,13 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
 
   void OnDone() override {
     inbox_->CloseStream(stream_);
+    PeerService* service = service_;
     delete this;
+    service->StreamEnded();
   }
 
  private:
+  PeerService* const service_;
   Inbox* const inbox_;
   const std::string peer_;
   const Inbox::StreamId stream_;
@@ -55,11 +60,24 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
   RecentGroups recent_;
 };
 
-}  // namespace
-
 grpc::ServerReadReactor<v1::Chunk>* PeerService::Exchange(
     grpc::CallbackServerContext* context, v1::ChunkAck* response) {
-  return new ExchangeReactor(inbox_, context->peer());
+  {
+    absl::MutexLock lock(&mu_);
+    ++live_streams_;
+  }
+  return new ExchangeReactor(this, inbox_, context->peer());
+}
+
+void PeerService::StreamEnded() {
+  absl::MutexLock lock(&mu_);
+  --live_streams_;
+}
+
+void PeerService::WaitForStreams() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* live) { return *live == 0; }, &live_streams_));
 }
 
 grpc::ServerUnaryReactor* PeerService::DataPlane(

@@ -5,11 +5,16 @@
 // stream's data, the stream stops reading, so gRPC flow control holds the
 // sender back.
 //
-// Lifecycle: registered with the worker's server; the inbox must outlive it.
-// Thread safety: reactors run on gRPC's callback threads.
+// Lifecycle: registered with the worker's server; the inbox must outlive it
+// and every Exchange stream, which WaitForStreams() waits for (after the
+// server's Shutdown()).
+// Thread safety: reactors run on gRPC's callback threads; WaitForStreams()
+// may be called from any thread.
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_SERVICE_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_PEER_SERVICE_H_
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/worker/dataplane/inbox.h"
 
@@ -29,9 +34,17 @@ class PeerService final : public v1::Peer::CallbackService {
                                       const v1::DataPlaneRequest* request,
                                       v1::DataPlaneInfo* response) override;
 
+  // Blocks until every Exchange stream has ended and let go of the inbox.
+  void WaitForStreams();
+
  private:
+  friend class ExchangeReactor;
+  void StreamEnded();
+
   Inbox* const inbox_;  // not owned
   const int tcp_port_;
+  absl::Mutex mu_;
+  int live_streams_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace chorus
