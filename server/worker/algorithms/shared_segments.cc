@@ -1,0 +1,171 @@
+#include "server/worker/algorithms/shared_segments.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+namespace {
+
+constexpr uint64_t kHeaderBytes = 64;
+// Segment sizes are rounded up to this, so slightly different sizes share.
+constexpr uint64_t kGranule = 2 << 20;
+// Free segments and unused peer mappings kept for reuse.
+constexpr size_t kFreeSegments = 4;
+constexpr size_t kIdleMappings = 16;
+
+std::string Errno() { return std::strerror(errno); }
+
+}  // namespace
+
+SharedSegments& SharedSegments::Get() {
+  static SharedSegments* segments = new SharedSegments();
+  return *segments;
+}
+
+void SharedSegments::FreeSegment(const Segment& segment) {
+  munmap(segment.base, kHeaderBytes + segment.capacity);
+  close(segment.fd);
+}
+
+void SharedSegments::UnmapMapping(const Mapping& mapping) {
+  munmap(const_cast<char*>(mapping.base), kHeaderBytes + mapping.capacity);
+}
+
+absl::StatusOr<SharedSegments::Own> SharedSegments::Acquire(uint64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto fits = std::find_if(free_.begin(), free_.end(), [&](const Segment& s) {
+      return s.capacity >= bytes;
+    });
+    if (fits != free_.end()) {
+      Segment segment = *fits;
+      free_.erase(fits);
+      leased_.push_back(segment);
+      return Own{segment.id, segment.fd, segment.base + kHeaderBytes,
+                 segment.capacity};
+    }
+  }
+  Segment segment;
+  segment.capacity = std::max<uint64_t>(
+      kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  segment.fd = memfd_create("chorus-same-host", MFD_CLOEXEC);
+  if (segment.fd < 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot create a shared segment: ", Errno()));
+  }
+  if (ftruncate(segment.fd, kHeaderBytes + segment.capacity) != 0) {
+    const std::string why = Errno();
+    close(segment.fd);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot size a shared segment of ", segment.capacity, " bytes: ", why));
+  }
+  void* base = mmap(nullptr, kHeaderBytes + segment.capacity,
+                    PROT_READ | PROT_WRITE, MAP_SHARED, segment.fd, 0);
+  if (base == MAP_FAILED) {
+    const std::string why = Errno();
+    close(segment.fd);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map a shared segment: ", why));
+  }
+  segment.base = static_cast<char*>(base);
+  absl::BitGen gen;
+  segment.id = absl::Uniform<uint64_t>(gen) | 1;
+  std::memcpy(segment.base, &segment.id, sizeof(segment.id));
+  absl::MutexLock lock(&mu_);
+  leased_.push_back(segment);
+  return Own{segment.id, segment.fd, segment.base + kHeaderBytes,
+             segment.capacity};
+}
+
+void SharedSegments::Release(const Own& own) {
+  Segment dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(leased_.begin(), leased_.end(),
+                           [&](const Segment& s) { return s.id == own.id; });
+    if (it == leased_.end()) return;
+    const Segment segment = *it;
+    leased_.erase(it);
+    free_.insert(free_.begin(), segment);
+    if (free_.size() <= kFreeSegments) return;
+    dropped = free_.back();
+    free_.pop_back();
+  }
+  FreeSegment(dropped);
+}
+
+absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,
+                                                             int fd,
+                                                             uint64_t id,
+                                                             uint64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
+      if (it->pid != pid || it->id != id || it->capacity < bytes) continue;
+      ++it->users;
+      mappings_.splice(mappings_.begin(), mappings_, it);
+      return Peer{it->base + kHeaderBytes, it->capacity, &*it};
+    }
+  }
+  const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
+  const int opened = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (opened < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open ", path, ": ", Errno()));
+  }
+  const off_t size = lseek(opened, 0, SEEK_END);
+  if (size < 0 || static_cast<uint64_t>(size) < kHeaderBytes + bytes) {
+    close(opened);
+    return absl::UnavailableError(
+        absl::StrCat(path, " is not a shared segment of ", bytes, " bytes"));
+  }
+  void* base = mmap(nullptr, size, PROT_READ, MAP_SHARED, opened, 0);
+  close(opened);
+  if (base == MAP_FAILED) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot map ", path, ": ", Errno()));
+  }
+  uint64_t seen = 0;
+  std::memcpy(&seen, base, sizeof(seen));
+  if (seen != id) {
+    munmap(base, size);
+    return absl::UnavailableError(
+        absl::StrCat(path, " is not the segment its owner named"));
+  }
+  Mapping mapping{pid, id, static_cast<const char*>(base),
+                  static_cast<uint64_t>(size) - kHeaderBytes, 1};
+  std::vector<Mapping> dropped;
+  Peer peer;
+  {
+    absl::MutexLock lock(&mu_);
+    mappings_.push_front(mapping);
+    peer =
+        Peer{mapping.base + kHeaderBytes, mapping.capacity, &mappings_.front()};
+    size_t idle = 0;
+    for (auto it = mappings_.begin(); it != mappings_.end();) {
+      if (it->users == 0 && ++idle > kIdleMappings) {
+        dropped.push_back(*it);
+        it = mappings_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const Mapping& m : dropped) UnmapMapping(m);
+  return peer;
+}
+
+void SharedSegments::Unmap(const Peer& peer) {
+  absl::MutexLock lock(&mu_);
+  static_cast<Mapping*>(peer.handle)->users--;
+}
+
+}  // namespace chorus
