@@ -37,10 +37,10 @@ ABSL_FLAG(uint64_t, recursive_doubling_max_bytes,
           "--recursive_doubling_max_ranks, use recursive doubling between the "
           "workers; larger ones a chunked ring.");
 ABSL_FLAG(bool, same_host_plan, chorus::PlannerOptions().same_host,
-          "Plan all-reduces above the inline size as same_host (ranks read "
-          "each other's buffers directly) when every rank's worker runs on "
-          "one host. Workers that cannot read each other's memory (e.g. "
-          "ptrace is restricted) fall back to the ring on their own.");
+          "Plan all-reduces above the inline size as same_host (ranks "
+          "exchange data through shared memory) when every rank's worker "
+          "runs on one host. Workers that cannot map each other's memory "
+          "(e.g. ptrace is restricted) fall back to the ring on their own.");
 ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
           chorus::PlannerOptions().recursive_doubling_max_ranks,
           "Largest group that uses recursive doubling (measured: with 4 ranks "

@@ -30,7 +30,7 @@ struct PlannerOptions {
   // Smallest chunk a plan picks on its own.
   uint64_t min_chunk_bytes = 64 << 10;
   // All-reduces too large for inline, in groups whose workers all run on
-  // one host, read each other's buffers directly (same_host) instead of
+  // one host, exchange data through shared memory (same_host) instead of
   // going through the data plane's sockets.
   bool same_host = true;
 };

@@ -44,12 +44,12 @@ absl::Status RunRing(const AlgorithmArgs& args);
 // errors, or INVALID_ARGUMENT for another kind.
 absl::Status RunRecursiveDoubling(const AlgorithmArgs& args);
 
-// Runs all_reduce between ranks on one host by reading each other's buffers
-// (process_vm_readv): each rank reduces one block of every input, then
-// copies the others' blocks. Falls back to RunRing, on every rank alike,
-// when some rank cannot read another's memory. Returns the link's errors,
-// UNAVAILABLE when a peer's memory cannot be read mid-way, or
-// INVALID_ARGUMENT for another kind.
+// Runs all_reduce between ranks on one host through shared memory
+// (SharedSegments): each rank copies its input into a segment its peers
+// map, reduces one block of every segment, then copies the others' blocks.
+// Falls back to RunRing, on every rank alike, when some rank cannot map
+// another's segment. Returns the link's errors, or INVALID_ARGUMENT for
+// another kind.
 absl::Status RunSameHost(const AlgorithmArgs& args);
 
 }  // namespace chorus
