@@ -6,8 +6,8 @@
 // - every message handed on re-encodes (EncodeFrameHeader + payload) to
 //   exactly the bytes it was read from, in order, right after the hello;
 // - the stream's end matches what follows the last message: kGoodbye when a
-//   header with the goodbye flag does, kMalformed when a bad hello or a header that does
-//   not decode does, kClosed when the bytes end before a whole frame;
+//   header with the goodbye flag does, kMalformed when a bad hello or a header
+//   that does not decode does, kClosed when the bytes end before a whole frame;
 // - nothing is handed on after a bad hello.
 #include <algorithm>
 #include <cstddef>

@@ -192,9 +192,9 @@ int DataPlanePort(int port);
 // Waits (polling every millisecond) until the process has delivered at least
 // `bytes` to the worker whose gRPC port is `port`, on its gRPC and TCP data
 // plane ports together: for example until a worker's ring has sent that
-// much to its successor. Returns OK then; FAILED_PRECONDITION naming the call when one
-// of `calls` ended first; UNAVAILABLE when the statistics cannot be read;
-// DEADLINE_EXCEEDED after `timeout`.
+// much to its successor. Returns OK then; FAILED_PRECONDITION naming the call
+// when one of `calls` ended first; UNAVAILABLE when the statistics cannot be
+// read; DEADLINE_EXCEEDED after `timeout`.
 absl::Status WaitForBytesDelivered(
     pid_t pid, int port, uint64_t bytes,
     const std::vector<std::unique_ptr<BackgroundCall>>& calls,
