@@ -34,7 +34,12 @@ void CollectiveStreamReactor::OnReadDone(bool ok) {
     if (ending_ || finished_) return;
     ++pending_;
   }
-  StartRead(&request_);
+  // The next read starts once this request is in the group table, so a
+  // stream's calls are taken in the order the client sent them.
+  struct ReadNext {
+    CollectiveStreamReactor* reactor;
+    ~ReadNext() { reactor->StartRead(&reactor->request_); }
+  } read_next{this};
   const uint64_t call_id = request.call_id();
   if (!request.has_call()) {
     Reply(call_id, absl::InvalidArgumentError(
