@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/common/grpc_status.h"
@@ -98,13 +99,21 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> FailureCluster::Join(
     });
   }
   for (std::thread& thread : threads) thread.join();
+  // Every rank's failure, so that one rank waiting out its deadline does
+  // not hide why another failed.
+  std::vector<std::string> failures;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  for (int rank = 0; rank < world; ++rank) {
+    if (joined[rank].ok()) continue;
+    if (code == absl::StatusCode::kOk) code = joined[rank].status().code();
+    failures.push_back(absl::StrCat("rank ", rank, " of ", group, ": ",
+                                    joined[rank].status().ToString()));
+  }
+  if (!failures.empty()) {
+    return absl::Status(code, absl::StrJoin(failures, "; "));
+  }
   std::vector<std::unique_ptr<Communicator>> out;
   for (int rank = 0; rank < world; ++rank) {
-    if (!joined[rank].ok()) {
-      return absl::Status(joined[rank].status().code(),
-                          absl::StrCat("rank ", rank, " of ", group, ": ",
-                                       joined[rank].status().message()));
-    }
     out.push_back(*std::move(joined[rank]));
   }
   return out;
