@@ -1,9 +1,14 @@
 #include "chorus/communicator.h"
 
+#include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
+#include <memory>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
@@ -12,6 +17,9 @@
 
 namespace chorus {
 namespace {
+
+// How long joining through a daemon waits for the connection to it.
+constexpr absl::Duration kConnectWait = absl::Seconds(5);
 
 // Runs collectives through a worker daemon's local API.
 class DaemonCommunicator final : public Communicator {
@@ -100,7 +108,13 @@ class EmbeddedCommunicator final : public Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
     const std::string& worker_address, const std::string& group, int world_size,
     int rank, const JoinOptions& options) {
-  auto stub = v1::WorkerLocal::NewStub(MakeChannel(worker_address));
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(worker_address);
+  // A fresh channel's first connection attempt can fail on a busy host; let
+  // it retry (with its backoff) for a moment rather than fail the join at
+  // once. A daemon that is not there still fails the join, after this wait.
+  channel->WaitForConnected(absl::ToChronoTime(
+      absl::Now() + std::min(options.timeout, kConnectWait)));
+  auto stub = v1::WorkerLocal::NewStub(channel);
   v1::LocalJoinRequest request;
   request.set_group(group);
   request.set_world_size(world_size);
