@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "server/common/collective.h"
+#include "server/worker/algorithms/reduce_buffer.h"
 #include "server/worker/dataplane/collective_link.h"
 
 namespace chorus {
@@ -30,6 +31,13 @@ struct AlgorithmArgs {
   std::string* output = nullptr;
   // Not owned.
   CollectiveLink* link = nullptr;
+  // For all_reduce, reduce and reduce_scatter under the ring and recursive
+  // doubling: when set, the buffer to reduce in (not owned), already holding
+  // this rank's input, which `input` then need not repeat. all_reduce then
+  // leaves its result in *work and leaves `output` alone; reduce and
+  // reduce_scatter write `output` as usual. When null, the algorithms work
+  // on a host copy of `input`.
+  ReduceBuffer* work = nullptr;
 };
 
 // Runs any collective kind except barrier with ring-style schedules:

@@ -30,7 +30,7 @@ uint64_t ElementChunkBytes(uint64_t chunk_bytes, uint64_t element_size) {
 }
 
 absl::Status Exchange(
-    CollectiveLink& link, int to, const char* send_buffer, const Range& send,
+    CollectiveLink& link, int to, const ChunkSource& source, const Range& send,
     int from, const Range& recv, uint64_t chunk_bytes,
     const std::function<absl::Status(const Range&, const std::string&)>&
         on_chunk) {
@@ -39,9 +39,10 @@ absl::Status Exchange(
       from < 0 ? 0 : ChunkCount(recv.size, chunk_bytes);
   for (uint64_t c = 0; c < std::max(send_chunks, recv_chunks); ++c) {
     if (c < send_chunks) {
-      const Range piece = ChunkOf(send, chunk_bytes, c);
-      absl::Status sent = link.Send(
-          to, absl::string_view(send_buffer + piece.offset, piece.size));
+      absl::StatusOr<absl::string_view> bytes =
+          source(ChunkOf(send, chunk_bytes, c));
+      if (!bytes.ok()) return bytes.status();
+      absl::Status sent = link.Send(to, *bytes);
       if (!sent.ok()) return sent;
     }
     if (c < recv_chunks) {
@@ -58,6 +59,18 @@ absl::Status Exchange(
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Exchange(
+    CollectiveLink& link, int to, const char* send_buffer, const Range& send,
+    int from, const Range& recv, uint64_t chunk_bytes,
+    const std::function<absl::Status(const Range&, const std::string&)>&
+        on_chunk) {
+  auto source =
+      [send_buffer](const Range& piece) -> absl::StatusOr<absl::string_view> {
+    return absl::string_view(send_buffer + piece.offset, piece.size);
+  };
+  return Exchange(link, to, source, send, from, recv, chunk_bytes, on_chunk);
 }
 
 }  // namespace chorus

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/common/collective.h"
 #include "server/worker/dataplane/collective_link.h"
@@ -35,11 +36,25 @@ Range ChunkOf(const Range& range, uint64_t chunk_bytes, uint64_t c);
 // Largest whole-element chunk at most `chunk_bytes` (at least one element).
 uint64_t ElementChunkBytes(uint64_t chunk_bytes, uint64_t element_size);
 
-// Sends `send` (from `send_buffer`) to `to` and receives `recv` from `from`,
-// chunk by chunk and interleaved, calling `on_chunk(range, bytes)` for each
-// received chunk. Either side may be skipped with to/from = -1. At most one
-// chunk is in flight ahead of what was received, so a pair of ranks never
-// buffers more than a chunk for each other.
+// Where Exchange reads a chunk it sends: returns the bytes of `range`, valid
+// until the next call.
+using ChunkSource =
+    std::function<absl::StatusOr<absl::string_view>(const Range& range)>;
+
+// Sends `send` (read through `source`) to `to` and receives `recv` from
+// `from`, chunk by chunk and interleaved, calling `on_chunk(range, bytes)`
+// for each received chunk. Either side may be skipped with to/from = -1.
+// Chunk c is sent before chunk c is received, so with send == recv a chunk
+// may be combined into the source as soon as it arrives. At most one chunk
+// is in flight ahead of what was received, so a pair of ranks never buffers
+// more than a chunk for each other.
+absl::Status Exchange(
+    CollectiveLink& link, int to, const ChunkSource& source, const Range& send,
+    int from, const Range& recv, uint64_t chunk_bytes,
+    const std::function<absl::Status(const Range&, const std::string&)>&
+        on_chunk);
+
+// Exchange() sending from host bytes `send_buffer` (null when to is -1).
 absl::Status Exchange(
     CollectiveLink& link, int to, const char* send_buffer, const Range& send,
     int from, const Range& recv, uint64_t chunk_bytes,

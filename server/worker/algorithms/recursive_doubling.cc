@@ -1,58 +1,43 @@
 #include <string>
 
-#include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
 
 namespace chorus {
 namespace {
 
-// Combines `buffer` with `received` from `partner` as
+// Receives the whole buffer from `from` (sending ours to `to` unless it is
+// -1) and combines each chunk into ours as it arrives, as
 // op(lower rank's data, higher rank's data), so both partners of an exchange
 // compute bit-identical results even where op is not bit-commutative (e.g.
-// -0/+0 under min).
-absl::Status Combine(const AlgorithmArgs& args, std::string& buffer,
-                     const std::string& received, int partner) {
-  const bool partner_first = partner < args.link->rank();
-  return cpu_reduce::Reduce(args.spec.op, args.spec.dtype, buffer.data(),
-                            partner_first ? received.data() : buffer.data(),
-                            partner_first ? buffer.data() : received.data(),
-                            args.spec.count);
-}
-
-// Receives the whole buffer from `from` (sending ours to `to` unless it is
-// -1) and combines the two.
-absl::Status ExchangeAndCombine(const AlgorithmArgs& args, std::string& buffer,
+// -0/+0 under min). Chunk c is sent before chunk c arrives, so combining in
+// place never changes what is still to be sent.
+absl::Status ExchangeAndCombine(const AlgorithmArgs& args, ReduceBuffer& buffer,
                                 int to, int from, uint64_t chunk) {
   const Range all{0, buffer.size()};
-  // Received chunks are combined only after the whole buffer was sent, since
-  // `buffer` is also the send source.
-  std::string received(buffer.size(), '\0');
-  absl::Status status =
-      Exchange(*args.link, to, buffer.data(), all, from, all, chunk,
-               [&](const Range& piece, const std::string& data) {
-                 received.replace(piece.offset, piece.size, data);
-                 return absl::OkStatus();
-               });
-  if (!status.ok()) return status;
-  return Combine(args, buffer, received, from);
+  const bool data_first = from < args.link->rank();
+  return Exchange(*args.link, to, SourceOf(buffer), all, from, all, chunk,
+                  [&](const Range& piece, const std::string& data) {
+                    return buffer.Combine(piece, data, data_first);
+                  });
 }
 
-absl::Status SendAll(const AlgorithmArgs& args, const std::string& buffer,
-                     int to, uint64_t chunk) {
-  return Exchange(*args.link, to, buffer.data(), Range{0, buffer.size()}, -1,
+absl::Status SendAll(const AlgorithmArgs& args, ReduceBuffer& buffer, int to,
+                     uint64_t chunk) {
+  return Exchange(*args.link, to, SourceOf(buffer), Range{0, buffer.size()}, -1,
                   Range{}, chunk, nullptr);
 }
 
-absl::Status ReceiveAll(const AlgorithmArgs& args, std::string& buffer,
+absl::Status ReceiveAll(const AlgorithmArgs& args, ReduceBuffer& buffer,
                         int from, uint64_t chunk) {
   return Exchange(*args.link, -1, nullptr, Range{}, from,
                   Range{0, buffer.size()}, chunk,
                   [&](const Range& piece, const std::string& data) {
-                    buffer.replace(piece.offset, piece.size, data);
-                    return absl::OkStatus();
+                    return buffer.Store(piece, data);
                   });
 }
+
+absl::Status RunOn(const AlgorithmArgs& args, ReduceBuffer& buffer);
 
 }  // namespace
 
@@ -62,12 +47,21 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args) {
         "recursive doubling runs all_reduce only");
   }
   const CollectiveSpec& spec = args.spec;
+  if (args.work != nullptr) return RunOn(args, *args.work);
+  std::string& host = *args.output;
+  host.assign(args.input.data(), args.input.size());
+  HostReduceBuffer buffer(spec, &host);
+  return RunOn(args, buffer);
+}
+
+namespace {
+
+absl::Status RunOn(const AlgorithmArgs& args, ReduceBuffer& buffer) {
+  const CollectiveSpec& spec = args.spec;
   const int rank = args.link->rank();
   const int world = args.link->world_size();
   const uint64_t chunk =
       ElementChunkBytes(args.chunk_bytes, DTypeSize(spec.dtype));
-  std::string& buffer = *args.output;
-  buffer.assign(args.input.data(), args.input.size());
 
   // Fold the ranks beyond the largest power of two: among the first
   // 2 * extra ranks, each even rank hands its data to the odd rank above it.
@@ -109,10 +103,11 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args) {
     if (!status.ok()) return status;
   }
   if (spec.op == ReduceOp::kAvg) {
-    return cpu_reduce::FinalizeAvg(spec.dtype, buffer.data(), spec.count,
-                                   world);
+    return buffer.FinalizeAvg(Range{0, buffer.size()}, world);
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 }  // namespace chorus

@@ -2,7 +2,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
 
@@ -34,35 +33,25 @@ Ring MakeRing(const AlgorithmArgs& args) {
               ElementChunkBytes(args.chunk_bytes, element)};
 }
 
-// Reduces `data` into buffer[range].
-absl::Status ReduceChunk(const CollectiveSpec& spec, std::string& buffer,
-                         const Range& range, const std::string& data,
-                         uint64_t element) {
-  return cpu_reduce::ReduceInto(spec.op, spec.dtype,
-                                buffer.data() + range.offset, data.data(),
-                                range.size / element);
-}
-
-absl::Status Finalize(const CollectiveSpec& spec, std::string& buffer,
-                      const Range& range, uint64_t element, int world) {
+absl::Status Finalize(const CollectiveSpec& spec, ReduceBuffer& buffer,
+                      const Range& range, int world) {
   if (spec.op != ReduceOp::kAvg) return absl::OkStatus();
-  return cpu_reduce::FinalizeAvg(spec.dtype, buffer.data() + range.offset,
-                                 range.size / element, world);
+  return buffer.FinalizeAvg(range, world);
 }
 
 // Reduce-scatter ring over `buffer` split into `block(i)`: afterwards rank r
 // holds the full reduction of block r. At step s rank r sends block r-s-1
 // and reduces block r-s-2 received from its predecessor into its own.
 template <typename BlockFn>
-absl::Status ReduceScatterRing(const Ring& ring, std::string& buffer,
+absl::Status ReduceScatterRing(const Ring& ring, ReduceBuffer& buffer,
                                BlockFn block) {
   for (int s = 0; s + 1 < ring.world; ++s) {
     const Range send = block(Mod(ring.rank - s - 1, ring.world));
     const Range recv = block(Mod(ring.rank - s - 2, ring.world));
     absl::Status status = Exchange(
-        *ring.args.link, ring.next, buffer.data(), send, ring.prev, recv,
+        *ring.args.link, ring.next, SourceOf(buffer), send, ring.prev, recv,
         ring.chunk, [&](const Range& piece, const std::string& data) {
-          return ReduceChunk(ring.args.spec, buffer, piece, data, ring.element);
+          return buffer.Combine(piece, data, /*data_first=*/false);
         });
     if (!status.ok()) return status;
   }
@@ -72,49 +61,63 @@ absl::Status ReduceScatterRing(const Ring& ring, std::string& buffer,
 // All-gather ring: rank r starts with block r; at step s it sends block r-s
 // and stores block r-s-1 from its predecessor.
 template <typename BlockFn>
-absl::Status AllGatherRing(const Ring& ring, std::string& buffer,
+absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
                            BlockFn block) {
   for (int s = 0; s + 1 < ring.world; ++s) {
     const Range send = block(Mod(ring.rank - s, ring.world));
     const Range recv = block(Mod(ring.rank - s - 1, ring.world));
     absl::Status status = Exchange(
-        *ring.args.link, ring.next, buffer.data(), send, ring.prev, recv,
+        *ring.args.link, ring.next, SourceOf(buffer), send, ring.prev, recv,
         ring.chunk, [&](const Range& piece, const std::string& data) {
-          std::memcpy(buffer.data() + piece.offset, data.data(), piece.size);
-          return absl::OkStatus();
+          return buffer.Store(piece, data);
         });
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }
 
+// Runs `body` on args.work, or on a host copy of the input when there is
+// none (kept in `host`).
+template <typename Body>
+absl::Status WithWorkBuffer(const AlgorithmArgs& args, std::string& host,
+                            Body body) {
+  if (args.work != nullptr) return body(*args.work);
+  host.assign(args.input.data(), args.input.size());
+  HostReduceBuffer buffer(args.spec, &host);
+  return body(buffer);
+}
+
 absl::Status AllReduce(const Ring& ring) {
   const CollectiveSpec& spec = ring.args.spec;
-  std::string& out = *ring.args.output;
-  out.assign(ring.args.input.data(), ring.args.input.size());
   auto block = [&](int i) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
-  absl::Status status = ReduceScatterRing(ring, out, block);
-  if (status.ok()) {
-    status = Finalize(spec, out, block(ring.rank), ring.element, ring.world);
-  }
-  if (status.ok()) status = AllGatherRing(ring, out, block);
-  return status;
+  return WithWorkBuffer(ring.args, *ring.args.output, [&](ReduceBuffer& work) {
+    absl::Status status = ReduceScatterRing(ring, work, block);
+    if (status.ok()) {
+      status = Finalize(spec, work, block(ring.rank), ring.world);
+    }
+    if (status.ok()) status = AllGatherRing(ring, work, block);
+    return status;
+  });
 }
 
 absl::Status ReduceScatter(const Ring& ring) {
   const CollectiveSpec& spec = ring.args.spec;
-  std::string work(ring.args.input.data(), ring.args.input.size());
   const uint64_t block_bytes = spec.count * ring.element;
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
-  absl::Status status = ReduceScatterRing(ring, work, block);
-  if (status.ok()) {
-    status = Finalize(spec, work, block(ring.rank), ring.element, ring.world);
-  }
-  if (status.ok())
-    *ring.args.output = work.substr(ring.rank * block_bytes, block_bytes);
-  return status;
+  std::string host;
+  return WithWorkBuffer(ring.args, host, [&](ReduceBuffer& work) {
+    absl::Status status = ReduceScatterRing(ring, work, block);
+    if (status.ok()) {
+      status = Finalize(spec, work, block(ring.rank), ring.world);
+    }
+    if (!status.ok()) return status;
+    absl::StatusOr<absl::string_view> own = work.Read(block(ring.rank));
+    if (!own.ok()) return own.status();
+    ring.args.output->assign(own->data(), own->size());
+    return absl::OkStatus();
+  });
 }
 
 absl::Status AllGather(const Ring& ring) {
@@ -124,7 +127,8 @@ absl::Status AllGather(const Ring& ring) {
   std::memcpy(out.data() + ring.rank * block_bytes, ring.args.input.data(),
               block_bytes);
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
-  return AllGatherRing(ring, out, block);
+  HostReduceBuffer buffer(ring.args.spec, &out);
+  return AllGatherRing(ring, buffer, block);
 }
 
 absl::Status Broadcast(const Ring& ring) {
@@ -162,15 +166,17 @@ absl::Status Broadcast(const Ring& ring) {
 
 // Gathers block i of every rank's `buffer` (rank i's own block) at the root.
 template <typename BlockFn>
-absl::Status GatherBlocks(const Ring& ring, const std::string& buffer,
+absl::Status GatherBlocks(const Ring& ring, ReduceBuffer& buffer,
                           std::string& out, BlockFn block) {
   const int root = ring.args.spec.root;
   if (ring.rank != root) {
-    return Exchange(*ring.args.link, root, buffer.data(), block(ring.rank), -1,
-                    Range{}, ring.chunk, nullptr);
+    return Exchange(*ring.args.link, root, SourceOf(buffer), block(ring.rank),
+                    -1, Range{}, ring.chunk, nullptr);
   }
   const Range own = block(root);
-  std::memcpy(out.data() + own.offset, buffer.data() + own.offset, own.size);
+  absl::StatusOr<absl::string_view> own_bytes = buffer.Read(own);
+  if (!own_bytes.ok()) return own_bytes.status();
+  std::memcpy(out.data() + own.offset, own_bytes->data(), own.size);
   for (int peer = 0; peer < ring.world; ++peer) {
     if (peer == root) continue;
     absl::Status status = Exchange(
@@ -186,22 +192,24 @@ absl::Status GatherBlocks(const Ring& ring, const std::string& buffer,
 
 absl::Status Reduce(const Ring& ring) {
   const CollectiveSpec& spec = ring.args.spec;
-  std::string work(ring.args.input.data(), ring.args.input.size());
   auto block = [&](int i) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
-  absl::Status status = ReduceScatterRing(ring, work, block);
-  if (status.ok()) {
-    status = Finalize(spec, work, block(ring.rank), ring.element, ring.world);
-  }
-  std::string& out = *ring.args.output;
-  if (ring.rank == spec.root) {
-    out.assign(work.size(), '\0');
-  } else {
-    out.clear();
-  }
-  if (status.ok()) status = GatherBlocks(ring, work, out, block);
-  return status;
+  std::string host;
+  return WithWorkBuffer(ring.args, host, [&](ReduceBuffer& work) {
+    absl::Status status = ReduceScatterRing(ring, work, block);
+    if (status.ok()) {
+      status = Finalize(spec, work, block(ring.rank), ring.world);
+    }
+    std::string& out = *ring.args.output;
+    if (ring.rank == spec.root) {
+      out.assign(work.size(), '\0');
+    } else {
+      out.clear();
+    }
+    if (status.ok()) status = GatherBlocks(ring, work, out, block);
+    return status;
+  });
 }
 
 absl::Status Gather(const Ring& ring) {
@@ -218,7 +226,8 @@ absl::Status Gather(const Ring& ring) {
     out.clear();
   }
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
-  return GatherBlocks(ring, staged, out, block);
+  HostReduceBuffer buffer(ring.args.spec, &staged);
+  return GatherBlocks(ring, buffer, out, block);
 }
 
 absl::Status Scatter(const Ring& ring) {
