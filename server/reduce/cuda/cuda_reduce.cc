@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/reduce/cuda/cuda_status.h"
 #include "server/reduce/cuda/reduce_launch.h"
 #include "server/reduce/reduce_args.h"
 
@@ -11,36 +12,11 @@ namespace chorus {
 namespace cuda_reduce {
 namespace {
 
-std::string DeviceName(int device) {
-  return absl::StrCat("Cuda(", device, ")");
-}
+std::string DeviceName(int device) { return CudaDeviceName(device); }
 
 absl::Status WithDevice(int device, const absl::Status& status) {
   return absl::Status(status.code(),
                       absl::StrCat(DeviceName(device), ": ", status.message()));
-}
-
-// Turns a CUDA error into a status naming the device, what we were doing and
-// the CUDA error string.
-absl::Status CudaError(int device, cudaError_t error, absl::string_view doing) {
-  absl::StatusCode code = absl::StatusCode::kInternal;
-  switch (error) {
-    case cudaErrorInvalidDevice:
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidResourceHandle:
-      code = absl::StatusCode::kInvalidArgument;
-      break;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-      code = absl::StatusCode::kUnavailable;
-      break;
-    default:
-      break;
-  }
-  return absl::Status(code, absl::StrCat(DeviceName(device), ": ", doing, ": ",
-                                         cudaGetErrorString(error), " (",
-                                         cudaGetErrorName(error), ")"));
 }
 
 absl::Status CheckStream(int device, cudaStream_t stream) {
@@ -52,39 +28,6 @@ absl::Status CheckStream(int device, cudaStream_t stream) {
   }
   return absl::OkStatus();
 }
-
-// Makes `device` current for the calling thread for its lifetime and then
-// restores the previous one. Construct through Enter.
-class ScopedDevice {
- public:
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  ScopedDevice() = default;
-  ~ScopedDevice() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-
-  // Switches to `device`. Returns OK, or the status of the failing call.
-  absl::Status Enter(int device) {
-    if (device < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(DeviceName(device), ": negative device index"));
-    }
-    if (cudaError_t e = cudaGetDevice(&previous_); e != cudaSuccess) {
-      return CudaError(device, e, "querying the current device");
-    }
-    if (previous_ == device) return absl::OkStatus();
-    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-      return CudaError(device, e, "selecting the device");
-    }
-    switched_ = true;
-    return absl::OkStatus();
-  }
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 // Returns how many blocks a launch may use on `device`: enough to fill it.
 absl::Status MaxBlocks(int device, int* max_blocks) {
