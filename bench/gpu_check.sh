@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# GPU check for the Chorus reduce engines. On a machine with an NVIDIA GPU and
-# the repository: builds only the CUDA reduce targets (cmake + ninja), runs
-# the tests labelled gpu, runs the kernel bandwidth benchmark, and prints one
-# table. Without a GPU it says so and exits 0. Meant to finish within 5
-# minutes.
+# GPU check for Chorus. On a machine with an NVIDIA GPU and the repository:
+# builds only what the check needs (cmake + ninja): the CUDA reduce targets,
+# and where the full project configures, the worker's GPU path tests and the
+# daemons they start; runs the tests labelled gpu (kernels against the CPU
+# engine, device buffers, all-reduce of 2 and 4 ranks on GPU 0, mixed
+# Cpu/Cuda groups, GPU memory by pointer, ranks through daemons), runs the
+# kernel bandwidth benchmark, and prints one table. Without a GPU it says so
+# and exits 0. Meant to finish within 5 minutes (the full project's build is
+# most of it).
 #
 # Usage: bench/gpu_check.sh [build-dir]     (default: <repo>/build-gpu-check)
 # Environment: JOBS (default: nproc), BENCH_MIB (256), BENCH_ITERS (20),
@@ -77,8 +81,15 @@ if [ "${GPU_CHECK_STANDALONE:-0}" = 1 ] ||
 else
   tree="${build}/full"
 fi
-if ! timeout 240 ninja -C "${tree}" -j "${jobs}" gpu_reduce_test \
-     gpu_reduce_bench >>"${log}" 2>&1; then
+targets=(gpu_reduce_test gpu_reduce_bench)
+if [ "${tree}" = "${build}/full" ]; then
+  # The worker's GPU path: device buffers, and collectives of ranks on
+  # Cuda(0) through a real coordinator and workers.
+  targets+=(device_buffers_test gpu_collectives_test chorus-coordinator
+            chorus-worker)
+fi
+if ! timeout 360 ninja -C "${tree}" -j "${jobs}" "${targets[@]}" \
+     >>"${log}" 2>&1; then
   tail -n 40 "${log}"
   say "build failed (full log: ${log})"
   exit 1
@@ -86,7 +97,7 @@ fi
 built=$(date +%s)
 
 # ---- GPU tests ---------------------------------------------------------------
-test_out="$(timeout 200 ctest --test-dir "${tree}" -L gpu --output-on-failure \
+test_out="$(timeout 300 ctest --test-dir "${tree}" -L gpu --output-on-failure \
             2>&1)"
 test_rc=$?
 printf '%s\n' "${test_out}" >>"${log}"
@@ -120,6 +131,7 @@ echo "== Chorus reduce engine GPU check ========================================
 printf '%-12s %s\n' "GPU" "${gpu_name}"
 printf '%-12s %s\n' "build" "${mode}: ${tree} ($((built - started)) s)"
 printf '%-12s %s\n' "gpu tests" "${tests} ($((tested - built)) s)"
+printf '%s\n' "${test_out}" | grep -E '^ *[0-9]+/[0-9]+ Test' | sed 's/^/  /'
 printf '%-12s %s\n' "bench" "dst = op(dst, src) moves 3 x bytes; memcpy and finalize 2 x ($((finished - tested)) s)"
 echo "-----------------------------------------------------------------------------"
 printf '%s\n' "${bench_out}"

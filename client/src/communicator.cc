@@ -4,9 +4,11 @@
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
@@ -69,6 +71,22 @@ class DaemonCommunicator final : public Communicator {
   std::unique_ptr<v1::WorkerLocal::Stub> stub_;
 };
 
+RunOptions ToRunOptions(const CallOptions& options) {
+  RunOptions run;
+  run.algorithm = options.algorithm;
+  run.timeout = options.timeout;
+  run.device = options.device;
+  return run;
+}
+
+absl::StatusOr<CallResult> ToCallResult(absl::StatusOr<RunResult> ran) {
+  if (!ran.ok()) return ran.status();
+  CallResult result;
+  result.sequence = ran->sequence;
+  result.algorithm = ran->algorithm;
+  return result;
+}
+
 // Runs collectives on a WorkerRuntime in this process.
 class EmbeddedCommunicator final : public Communicator {
  public:
@@ -85,17 +103,19 @@ class EmbeddedCommunicator final : public Communicator {
                                           absl::string_view input,
                                           std::string* output,
                                           const CallOptions& options) override {
-    RunOptions run;
-    run.algorithm = options.algorithm;
-    run.timeout = options.timeout;
-    run.device = options.device;
-    absl::StatusOr<RunResult> ran =
-        runtime_->Run(membership_, sequence, spec, input, output, run);
-    if (!ran.ok()) return ran.status();
-    CallResult result;
-    result.sequence = ran->sequence;
-    result.algorithm = ran->algorithm;
-    return result;
+    return ToCallResult(runtime_->Run(membership_, sequence, spec, input,
+                                      output, ToRunOptions(options)));
+  }
+
+  absl::Status CheckDeviceMemory(const Device& device) const override {
+    return runtime_->CheckDeviceMemory(device);
+  }
+
+  absl::StatusOr<CallResult> RunSequencedOnDevice(
+      uint64_t sequence, const CollectiveSpec& spec, const void* input,
+      void* output, const CallOptions& options) override {
+    return ToCallResult(runtime_->RunOnDevice(
+        membership_, sequence, spec, input, output, ToRunOptions(options)));
   }
 
  private:
@@ -172,6 +192,73 @@ absl::StatusOr<CallResult> Communicator::Run(const CollectiveSpec& spec,
   absl::Status valid = CheckCall(spec, input.size(), options);
   if (!valid.ok()) return valid;
   return RunSequenced(NextSequence(), spec, input, output, options);
+}
+
+absl::StatusOr<CallResult> Communicator::RunOnDevice(
+    const CollectiveSpec& spec, const DeviceTensor& input,
+    const DeviceTensor& output, const CallOptions& options) {
+  const Device& device = input.device;
+  if (!SameDevice(device, output.device)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the input is on ", CanonicalName(device),
+                     " but the output on ", CanonicalName(output.device)));
+  }
+  if (options.device.has_value() && !SameDevice(*options.device, device)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tensors are on ", CanonicalName(device),
+                     " but the call names ", CanonicalName(*options.device)));
+  }
+  if (input.dtype != spec.dtype || output.dtype != spec.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tensors hold ", DTypeName(input.dtype), " and ",
+                     DTypeName(output.dtype), " but the call is on ",
+                     DTypeName(spec.dtype)));
+  }
+  CallOptions on_device = options;
+  on_device.device = device;
+  absl::Status valid = ValidateSpec(spec, world_size_);
+  if (!valid.ok()) return valid;
+  const uint64_t element = DTypeSize(spec.dtype);
+  const uint64_t in_bytes = InputBytes(spec, world_size_, rank_);
+  const uint64_t out_bytes = OutputBytes(spec, world_size_, rank_);
+  const bool input_fits = input.count * element == in_bytes ||
+                          (input.count == 0 && InputMayBeEmpty(spec, rank_));
+  if (!input_fits || output.count * element != out_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensors of ", input.count, " and ", output.count,
+                     " elements for a call that takes ", in_bytes / element,
+                     " and gives ", out_bytes / element));
+  }
+  if (device.kind != DeviceKind::kCpu) {
+    valid = CheckCall(spec, input.count * element, on_device);
+    if (valid.ok()) valid = CheckDeviceMemory(device);
+    if (!valid.ok()) return valid;
+    return RunSequencedOnDevice(NextSequence(), spec, input.data, output.data,
+                                on_device);
+  }
+  std::string result;
+  absl::StatusOr<CallResult> ran =
+      Run(spec,
+          absl::string_view(static_cast<const char*>(input.data),
+                            input.count * element),
+          &result, on_device);
+  if (!ran.ok()) return ran;
+  if (!result.empty()) std::memcpy(output.data, result.data(), result.size());
+  return ran;
+}
+
+absl::Status Communicator::CheckDeviceMemory(const Device& device) const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("a worker daemon cannot reach this process's memory on ",
+                   CanonicalName(device),
+                   "; send host bytes with Run() and name the device in "
+                   "CallOptions.device, or join with JoinEmbedded"));
+}
+
+absl::StatusOr<CallResult> Communicator::RunSequencedOnDevice(
+    uint64_t, const CollectiveSpec&, const void*, void*, const CallOptions&) {
+  return absl::FailedPreconditionError(
+      "this communicator cannot reach device memory");
 }
 
 CollectiveHandle Communicator::RunAsync(const CollectiveSpec& spec,

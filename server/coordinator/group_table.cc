@@ -417,9 +417,19 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
     agree = agree && SpecsAgree(first, call.spec) &&
             call.algorithm == match.calls[0]->call.algorithm;
   }
+  // Shared memory is host memory: a rank on a GPU reduces there, so groups
+  // with one use the data plane.
+  bool same_host = group.view.same_host;
+  for (int rank = 0; rank < world && same_host; ++rank) {
+    const std::optional<Device>& device = match.calls[rank]->call.device;
+    const DeviceKind kind = device.has_value()
+                                ? device->kind
+                                : group.view.members[rank].device.kind;
+    same_host = kind != DeviceKind::kCuda;
+  }
   absl::StatusOr<Plan> plan =
       agree ? ChoosePlan(first, world, match.calls[0]->call.algorithm,
-                         options_.planner, group.view.same_host)
+                         options_.planner, same_host)
             : absl::StatusOr<Plan>(absl::UnknownError(""));
   if (!agree) {
     std::vector<std::string> asked(world);

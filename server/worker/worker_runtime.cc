@@ -4,6 +4,7 @@
 #include <grpcpp/client_context.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -66,6 +67,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!tcp_listener.ok()) return tcp_listener.status();
   runtime->tcp_listener_ = *std::move(tcp_listener);
   runtime->pool_ = std::make_unique<PeerPool>(options.tcp_data_plane);
+  runtime->device_buffers_ = std::make_unique<DeviceBuffers>();
   runtime->peer_service_ = std::make_unique<PeerService>(
       &runtime->inbox_, runtime->tcp_listener_->port());
   ServerOptions server_options;
@@ -174,11 +176,82 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
 absl::StatusOr<RunResult> WorkerRuntime::Run(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     absl::string_view input, std::string* output, const RunOptions& options) {
+  CallBuffers buffers;
+  buffers.host_input = input;
+  buffers.host_output = output;
+  return RunCall(membership, sequence, spec, buffers, options);
+}
+
+absl::Status WorkerRuntime::CheckDeviceMemory(const Device& device) const {
+  if (device.kind != DeviceKind::kCuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device buffers are for Cuda(n) devices, not ",
+                     CanonicalName(device), "; pass host bytes to Run()"));
+  }
+  const bool registered =
+      std::any_of(devices_.begin(), devices_.end(),
+                  [&](const Device& d) { return SameDevice(d, device); });
+  if (!registered) {
+    return UnsupportedDeviceError(device, "this worker did not register it");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const void* input, void* output, const RunOptions& options) {
+  const Device device = options.device.value_or(membership.device);
+  absl::Status valid = CheckDeviceMemory(device);
+  if (!valid.ok()) return valid;
+  valid = ValidateSpec(spec, membership.world_size);
+  if (!valid.ok()) return valid;
+  const uint64_t in_bytes =
+      input == nullptr && InputMayBeEmpty(spec, membership.rank)
+          ? 0
+          : InputBytes(spec, membership.world_size, membership.rank);
+  const uint64_t out_bytes =
+      OutputBytes(spec, membership.world_size, membership.rank);
+  if ((input == nullptr && in_bytes > 0) ||
+      (output == nullptr && out_bytes > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("null ", input == nullptr ? "input" : "output",
+                     " pointer for ", CanonicalName(device)));
+  }
+  CallBuffers buffers;
+  buffers.device_input = input;
+  buffers.device_output = output;
+  buffers.on_device = true;
+  // Run() checks sizes against the host input; a device input is InputBytes
+  // by construction, so a view of that length (never read) stands for it.
+  buffers.host_input =
+      absl::string_view(static_cast<const char*>(input), in_bytes);
+  return RunCall(membership, sequence, spec, buffers, options);
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
+                                                 uint64_t sequence,
+                                                 const CollectiveSpec& spec,
+                                                 const CallBuffers& buffers,
+                                                 const RunOptions& options) {
   const int world = membership.world_size;
-  absl::Status valid = ValidateCall(spec, world, membership.rank, input.size(),
-                                    options.algorithm);
+  absl::Status valid =
+      ValidateCall(spec, world, membership.rank, buffers.host_input.size(),
+                   options.algorithm);
   if (!valid.ok()) return valid;
   const absl::Time deadline = absl::Now() + options.timeout;
+  const Device device = options.device.value_or(membership.device);
+  const bool carries = CarriesInlineData(spec, world, options.algorithm,
+                                         membership.inline_max_bytes);
+  // A device input that rides with the call comes to the host first.
+  std::string staged_input;
+  absl::string_view host_input = buffers.host_input;
+  if (buffers.on_device && carries) {
+    absl::Status copied = device_buffers_->CopyFromDevice(
+        device.index, buffers.device_input, buffers.host_input.size(),
+        &staged_input);
+    if (!copied.ok()) return copied;
+    host_input = staged_input;
+  }
 
   v1::CollectiveRequest request;
   request.set_group(membership.group);
@@ -194,13 +267,11 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   if (options.device.has_value()) {
     *request.mutable_device() = DeviceToProto(*options.device);
   }
-  if (CarriesInlineData(spec, world, options.algorithm,
-                        membership.inline_max_bytes)) {
+  if (carries) {
     request.set_has_inline_data(true);
-    request.set_inline_data(input.data(), input.size());
+    request.set_inline_data(host_input.data(), host_input.size());
   }
   v1::CollectiveResponse response;
-  absl::Status status;
   if (collective_stream_ != nullptr) {
     absl::StatusOr<v1::CollectiveResponse> streamed =
         collective_stream_->Call(std::move(request), deadline);
@@ -209,7 +280,7 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   } else {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
-    status =
+    absl::Status status =
         FromGrpcStatus(coordinator_->Collective(&context, request, &response));
     if (!status.ok()) return status;
   }
@@ -218,11 +289,34 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   result.sequence = sequence;
   result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
   result.chunk_bytes = response.plan().chunk_bytes();
+  std::string staged_output;
+  std::string* host_output =
+      buffers.on_device ? &staged_output : buffers.host_output;
+  absl::Status status;
   if (result.algorithm == Algorithm::kInline) {
-    *output = std::move(*response.mutable_inline_result());
-    return result;
+    *host_output = std::move(*response.mutable_inline_result());
+  } else {
+    status = RunPlanned(membership, sequence, spec, result, device, buffers,
+                        host_input, host_output, deadline);
   }
+  if (!status.ok()) {
+    host_output->clear();
+    return status;
+  }
+  // A device call's output is on the host unless the GPU kept it there.
+  if (buffers.on_device && !host_output->empty()) {
+    status = device_buffers_->CopyToDevice(device.index, *host_output,
+                                           buffers.device_output);
+    if (!status.ok()) return status;
+  }
+  return result;
+}
 
+absl::Status WorkerRuntime::RunPlanned(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const RunResult& plan, const Device& device, const CallBuffers& buffers,
+    absl::string_view host_input, std::string* host_output,
+    absl::Time deadline) {
   LinkOptions link_options;
   link_options.group = membership.group;
   link_options.epoch = membership.epoch;
@@ -234,32 +328,66 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   CollectiveLink link(std::move(link_options), &inbox_, pool_.get());
   AlgorithmArgs args;
   args.spec = spec;
-  args.chunk_bytes = std::max<uint64_t>(1, result.chunk_bytes);
-  args.input = input;
-  args.output = output;
+  args.chunk_bytes = std::max<uint64_t>(1, plan.chunk_bytes);
   args.link = &link;
-  switch (result.algorithm) {
-    case Algorithm::kRing:
-      status = RunRing(args);
-      break;
-    case Algorithm::kRecursiveDoubling:
-      status = RunRecursiveDoubling(args);
-      break;
-    case Algorithm::kSameHost:
-      status = RunSameHost(args);
-      break;
-    default:
-      status = absl::InternalError(absl::StrCat(
-          "the coordinator planned ", AlgorithmName(result.algorithm),
-          ", which this worker does not run"));
+  args.output = host_output;
+
+  // A Cuda(n) rank reduces on its GPU under the ring and recursive doubling.
+  const bool on_gpu = device.kind == DeviceKind::kCuda &&
+                      KindReduces(spec.kind) &&
+                      (plan.algorithm == Algorithm::kRing ||
+                       plan.algorithm == Algorithm::kRecursiveDoubling);
+  std::unique_ptr<DeviceReduceBuffer> gpu;
+  std::string staged_input;
+  absl::Status status;
+  if (on_gpu) {
+    absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> made =
+        buffers.on_device
+            ? device_buffers_->FromDevice(device.index, spec,
+                                          buffers.device_input,
+                                          buffers.host_input.size())
+            : device_buffers_->FromHost(device.index, spec, host_input);
+    if (made.ok()) {
+      gpu = *std::move(made);
+      args.work = gpu.get();
+    } else {
+      status = made.status();
+    }
+  } else if (buffers.on_device && host_input.data() == buffers.device_input) {
+    // Byte-moving kinds and the same_host plan run on host bytes.
+    status = device_buffers_->CopyFromDevice(device.index, buffers.device_input,
+                                             buffers.host_input.size(),
+                                             &staged_input);
+    host_input = staged_input;
   }
-  status = status.ok() ? Commit(membership, sequence, deadline)
-                       : ReportFailure(membership, sequence, status);
-  if (!status.ok()) {
-    output->clear();
-    return status;
+  args.input = gpu != nullptr ? absl::string_view() : host_input;
+
+  if (status.ok()) {
+    switch (plan.algorithm) {
+      case Algorithm::kRing:
+        status = RunRing(args);
+        break;
+      case Algorithm::kRecursiveDoubling:
+        status = RunRecursiveDoubling(args);
+        break;
+      case Algorithm::kSameHost:
+        status = RunSameHost(args);
+        break;
+      default:
+        status = absl::InternalError(absl::StrCat(
+            "the coordinator planned ", AlgorithmName(plan.algorithm),
+            ", which this worker does not run"));
+    }
   }
-  return result;
+  // all_reduce leaves its result in the GPU buffer.
+  if (status.ok() && gpu != nullptr &&
+      spec.kind == CollectiveKind::kAllReduce) {
+    status = buffers.on_device ? gpu->CopyToDevice(buffers.device_output)
+                               : gpu->CopyToHost(host_output);
+  }
+  gpu.reset();
+  return status.ok() ? Commit(membership, sequence, deadline)
+                     : ReportFailure(membership, sequence, status);
 }
 
 absl::Status WorkerRuntime::Commit(const Membership& membership,

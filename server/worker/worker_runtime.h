@@ -33,6 +33,7 @@
 #include "server/worker/dataplane/peer_service.h"
 #include "server/worker/dataplane/tcp_listener.h"
 #include "server/worker/device_discovery.h"
+#include "server/worker/gpu/device_buffers.h"
 
 namespace grpc {
 class Service;
@@ -135,6 +136,28 @@ class WorkerRuntime {
                                 absl::string_view input, std::string* output,
                                 const RunOptions& options);
 
+  // Returns OK when RunOnDevice() can run on memory of `device`:
+  // INVALID_ARGUMENT for a device other than Cuda(n), UNIMPLEMENTED (the
+  // device refusal) for one this worker did not register.
+  absl::Status CheckDeviceMemory(const Device& device) const;
+
+  // Like Run(), on buffers in the memory of the call's device (the
+  // options' device, else the member's), which must be a Cuda(n) device
+  // this worker registered: `input` holds InputBytes() and `output` gets
+  // OutputBytes() of the spec (either may be null when its size is 0).
+  // Whatever wrote `input` must be complete (synchronise its stream
+  // first); the output is complete when this returns. all_reduce, reduce
+  // and reduce_scatter reduce on that GPU; the data leaves it only to cross
+  // to a peer (and, under the inline plan, to ride with the call). Codes as
+  // Run(), plus INVALID_ARGUMENT for a Cpu device or a null pointer,
+  // UNIMPLEMENTED for a device this worker did not register or without
+  // CUDA, and the device's CUDA errors (see gpu/device_buffers.h).
+  absl::StatusOr<RunResult> RunOnDevice(const Membership& membership,
+                                        uint64_t sequence,
+                                        const CollectiveSpec& spec,
+                                        const void* input, void* output,
+                                        const RunOptions& options);
+
   // Deregisters and stops serving; idempotent.
   void Shutdown();
 
@@ -149,6 +172,27 @@ class WorkerRuntime {
 
  private:
   WorkerRuntime() = default;
+
+  // Where a call's data is: host bytes, or memory of `device` (Cuda(n)).
+  struct CallBuffers {
+    absl::string_view host_input;
+    std::string* host_output = nullptr;
+    const void* device_input = nullptr;
+    void* device_output = nullptr;
+    bool on_device = false;
+  };
+  absl::StatusOr<RunResult> RunCall(const Membership& membership,
+                                    uint64_t sequence,
+                                    const CollectiveSpec& spec,
+                                    const CallBuffers& buffers,
+                                    const RunOptions& options);
+  // Runs the planned data-plane algorithm; `host_input` is the input when
+  // it is on the host (or was copied there).
+  absl::Status RunPlanned(const Membership& membership, uint64_t sequence,
+                          const CollectiveSpec& spec, const RunResult& plan,
+                          const Device& device, const CallBuffers& buffers,
+                          absl::string_view host_input,
+                          std::string* host_output, absl::Time deadline);
 
   // Ends a data-plane collective: waits until every rank committed it.
   absl::Status Commit(const Membership& membership, uint64_t sequence,
@@ -165,6 +209,8 @@ class WorkerRuntime {
   int port_ = 0;
   Inbox inbox_;
   std::unique_ptr<PeerPool> pool_;
+  // GPU memory for calls of Cuda(n) ranks.
+  std::unique_ptr<DeviceBuffers> device_buffers_;
   std::unique_ptr<TcpListener> tcp_listener_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -754,7 +754,13 @@ Algorithm ExpectedPlan(const CollectiveCase& c, int world,
         CallOptions options;
         options.algorithm = c.algorithm;
         options.timeout = kCallTimeout;
-        results[r] = ranks[r]->Run(c.spec, inputs[r], &outputs[r], options);
+        if (r < static_cast<int>(check.devices.size())) {
+          options.device = check.devices[r];
+        }
+        results[r] =
+            check.run ? check.run(r, *ranks[r], c.spec, inputs[r], &outputs[r],
+                                  options)
+                      : ranks[r]->Run(c.spec, inputs[r], &outputs[r], options);
       },
       check.start_order);
 

@@ -183,6 +183,16 @@ struct CheckOptions {
   bool same_host = true;
   // Order the rank threads start in (a permutation); empty: ascending.
   std::vector<int> start_order;
+  // Per rank: the device its call names (CallOptions.device); ranks beyond
+  // the vector's end, or unset, use their member's device.
+  std::vector<std::optional<Device>> devices;
+  // Runs one rank's call instead of Communicator::Run (e.g. through
+  // RunOnDevice on GPU memory); unset: Run.
+  std::function<absl::StatusOr<CallResult>(
+      int rank, Communicator& communicator, const CollectiveSpec& spec,
+      const std::string& input, std::string* output,
+      const CallOptions& options)>
+      run;
 };
 
 // Runs `c` on every rank of `ranks` (one thread per rank), then checks:

@@ -1459,5 +1459,46 @@ TEST_F(GroupTableTest, Collective_SequencesOutOfOrder_EachMatchedWithItsOwn) {
   ExpectInlineResults(*third, view, 3, spec);
 }
 
+// Two workers on one host, each with the CPU and Cuda(0).
+TEST_F(GroupTableTest, Collective_RankOnGpuInSameHostGroup_PlansDataPlane) {
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 2; ++i) {
+    WorkerRegistration r;
+    r.name = absl::StrCat("gpu", i);
+    r.host = "one-host";
+    r.address = absl::StrCat("10.0.1.", i, ":7100");
+    r.cuda_support = true;
+    r.devices = {Cpu(), Dev(DeviceKind::kCuda, 0)};
+    ids.push_back(registry_.Register(r)->worker_id);
+  }
+  std::vector<JoinWaiter> joins(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    JoinRequest request = Req("pair", 2, rank);
+    request.worker_id = ids[rank];
+    table_->Join(request, joins[rank].Callback());
+  }
+  ASSERT_TRUE(joins[0].status().ok()) << joins[0].status();
+  const GroupView view = joins[0].value();
+  ASSERT_TRUE(view.same_host);
+  const CollectiveSpec spec = AllReduce(DType::kF32, 1 << 20);
+
+  // Both on the CPU: shared memory.
+  auto cpu = CallAll(view, 1, spec);
+  ASSERT_TRUE((*cpu)[0].status().ok()) << (*cpu)[0].status();
+  EXPECT_EQ((*cpu)[0].value().plan.algorithm, Algorithm::kSameHost);
+
+  // Rank 1's buffers on Cuda(0): the data plane, so it reduces on the GPU.
+  std::vector<CallWaiter> gpu(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    CollectiveCall call = Call(view, rank, 2, spec);
+    if (rank == 1) call.device = Dev(DeviceKind::kCuda, 0);
+    table_->Collective(call, gpu[rank].Callback());
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(gpu[rank].status().ok()) << gpu[rank].status();
+    EXPECT_EQ(gpu[rank].value().plan.algorithm, Algorithm::kRing) << rank;
+  }
+}
+
 }  // namespace
 }  // namespace chorus

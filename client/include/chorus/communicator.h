@@ -53,6 +53,15 @@ struct CallOptions {
   std::optional<Device> device;
 };
 
+// A buffer in a device's memory: `count` elements of `dtype` at `data`,
+// which is host memory for Cpu and GPU memory for Cuda(n).
+struct DeviceTensor {
+  Device device = JoinOptions::CpuDevice();
+  void* data = nullptr;
+  uint64_t count = 0;
+  DType dtype = DType::kUnspecified;
+};
+
 struct CallResult {
   uint64_t sequence = 0;
   // The plan the coordinator chose.
@@ -111,6 +120,25 @@ class Communicator {
                                  absl::string_view input, std::string* output,
                                  const CallOptions& options = {});
 
+  // Runs one collective on tensors in device memory; the call's device is
+  // theirs (CallOptions.device, when set, must name it too). Cuda(n)
+  // tensors are read and written in GPU memory by pointer, which needs a
+  // communicator joined with JoinEmbedded: a daemon cannot reach this
+  // process's GPU memory, so through a daemon send host bytes with Run()
+  // and name the device in CallOptions.device instead. Cpu tensors work on
+  // both paths. Whatever wrote `input` must be complete (synchronise its
+  // stream first); `output` is complete when this returns. Returns
+  // INVALID_ARGUMENT when the tensors' devices differ from each other or
+  // from CallOptions.device, their dtype is not spec.dtype, or their counts
+  // are not the spec's input and output sizes; FAILED_PRECONDITION for
+  // Cuda tensors on a daemon communicator; UNIMPLEMENTED for a device the
+  // embedded worker did not register (all before the call takes a sequence
+  // number); otherwise as Run().
+  absl::StatusOr<CallResult> RunOnDevice(const CollectiveSpec& spec,
+                                         const DeviceTensor& input,
+                                         const DeviceTensor& output,
+                                         const CallOptions& options = {});
+
   // Issues the collective now (it takes the next sequence number) and runs
   // it in the background. `output` must stay valid until Wait() returned.
   CollectiveHandle RunAsync(const CollectiveSpec& spec, std::string input,
@@ -136,6 +164,14 @@ class Communicator {
   virtual absl::StatusOr<CallResult> RunSequenced(
       uint64_t sequence, const CollectiveSpec& spec, absl::string_view input,
       std::string* output, const CallOptions& options) = 0;
+  // Returns OK when RunSequencedOnDevice can use memory of `device`, else
+  // why not (checked before the call takes a sequence number).
+  virtual absl::Status CheckDeviceMemory(const Device& device) const;
+  // Runs the `sequence`-th collective on memory of options.device (set);
+  // only called when CheckDeviceMemory() allowed it.
+  virtual absl::StatusOr<CallResult> RunSequencedOnDevice(
+      uint64_t sequence, const CollectiveSpec& spec, const void* input,
+      void* output, const CallOptions& options);
 
  private:
   // Everything this rank can refuse before taking a sequence number.

@@ -1,0 +1,91 @@
+// DeviceBuffers: a worker's GPU memory for collectives of Cuda(n) ranks.
+// A rank that reduces on Cuda(n) gets a DeviceReduceBuffer: the collective's
+// data in memory of GPU n, combined with Chorus's CUDA kernels on a stream
+// the call owns. The data plane still moves host bytes, so each chunk sent
+// is copied off the GPU and each chunk received is copied onto it through
+// pinned staging memory; copies and kernels of received chunks run while the
+// next chunk is on the network (events per staging slot, never a
+// device-wide synchronisation). Waits block on events created with
+// cudaEventBlockingSync, so a waiting rank does not spin.
+//
+// The streams, events and buffers of a call (a "staging set") go back to a
+// bounded pool when the call ends and are reused by the next call on that
+// GPU: at most `max_idle_sets` sets per GPU and `max_idle_bytes` of device
+// memory per GPU stay allocated while idle.
+//
+// Built from device_buffers_cuda.cc with CUDA and device_buffers_none.cc
+// without; without CUDA every call returns the device refusal
+// (UNIMPLEMENTED, "Distributed operations are not supported for device
+// Cuda(n): this worker was built without CUDA").
+//
+// Lifecycle: one per worker, outliving the buffers it hands out.
+// Thread safety: DeviceBuffers is thread-safe; each DeviceReduceBuffer is
+// used by one thread at a time.
+#ifndef CHORUS_SERVER_WORKER_GPU_DEVICE_BUFFERS_H_
+#define CHORUS_SERVER_WORKER_GPU_DEVICE_BUFFERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/common/collective.h"
+#include "server/worker/algorithms/reduce_buffer.h"
+
+namespace chorus {
+
+// A ReduceBuffer in GPU memory. Its errors name the device and quote the
+// CUDA error string: INVALID_ARGUMENT (bad range, size or pointer),
+// UNAVAILABLE (no driver or device), RESOURCE_EXHAUSTED (out of memory),
+// INTERNAL (any other CUDA error, e.g. a kernel fault). After an error the
+// buffer's staging set is not reused.
+class DeviceReduceBuffer : public ReduceBuffer {
+ public:
+  // Copies all size() bytes to host `out` (resized) and waits for the copy.
+  virtual absl::Status CopyToHost(std::string* out) = 0;
+  // Copies all size() bytes to `dst`, memory of this buffer's GPU, and waits
+  // for the copy.
+  virtual absl::Status CopyToDevice(void* dst) = 0;
+};
+
+class DeviceBuffers {
+ public:
+  explicit DeviceBuffers(int max_idle_sets = 2,
+                         uint64_t max_idle_bytes = uint64_t{1} << 30);
+  ~DeviceBuffers();
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+
+  // Returns a buffer on Cuda(`device`) for a collective of `spec` holding a
+  // copy of host bytes `input` (whole elements of spec.dtype). Codes as
+  // DeviceReduceBuffer's, and UNIMPLEMENTED without CUDA.
+  absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> FromHost(
+      int device, const CollectiveSpec& spec, absl::string_view input);
+
+  // Same, holding a copy of `bytes` bytes at `input`, memory of that GPU
+  // (ready: the caller synchronised whatever wrote it).
+  absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> FromDevice(
+      int device, const CollectiveSpec& spec, const void* input,
+      uint64_t bytes);
+
+  // Copies `bytes` bytes at `src` on Cuda(`device`) to host `out` (resized),
+  // and back from host bytes `src` to `dst`; both wait for the copy. Codes
+  // as FromHost().
+  absl::Status CopyFromDevice(int device, const void* src, uint64_t bytes,
+                              std::string* out);
+  absl::Status CopyToDevice(int device, absl::string_view src, void* dst);
+
+  // Staging sets now idle in the pool, over all GPUs.
+  int idle_sets() const;
+
+  struct Pool;
+
+ private:
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_GPU_DEVICE_BUFFERS_H_
