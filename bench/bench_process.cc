@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -223,6 +224,50 @@ std::string SelfExecutable() {
   const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
   if (n <= 0) return "";
   return std::string(path, static_cast<size_t>(n));
+}
+
+namespace {
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string FindCoordinatorBinary(const std::string& flag,
+                                  const std::string& built) {
+  if (!flag.empty()) return flag;
+  const std::string self_dir = Dirname(SelfExecutable());
+  const std::vector<std::string> candidates = {
+      built, self_dir + "/chorus-coordinator",
+      self_dir + "/../server/coordinator/chorus-coordinator"};
+  for (const std::string& c : candidates) {
+    if (!c.empty() && access(c.c_str(), X_OK) == 0) return c;
+  }
+  return built.empty() ? "chorus-coordinator" : built;
+}
+
+absl::StatusOr<int> WaitForPortFile(ChildProcess& coordinator,
+                                    const std::string& path,
+                                    absl::Duration timeout,
+                                    const std::function<bool()>& interrupted) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (interrupted && interrupted()) {
+      return absl::CancelledError("interrupted");
+    }
+    std::ifstream in(path);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    if (coordinator.WaitForExit(absl::Milliseconds(20)).ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chorus-coordinator exited at start:\n", coordinator.LogTail()));
+    }
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("chorus-coordinator wrote no port file within ",
+                   absl::FormatDuration(timeout)));
 }
 
 }  // namespace chorus::bench

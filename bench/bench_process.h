@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +93,22 @@ class ChildProcess {
 // The path of the running executable (/proc/self/exe resolved), or "" when it
 // cannot be read.
 std::string SelfExecutable();
+
+// The chorus-coordinator to start: `flag` when not empty, else `built` (the
+// path the build recorded) when it is executable, else chorus-coordinator
+// beside this executable or in the build tree above it, else `built`.
+std::string FindCoordinatorBinary(const std::string& flag,
+                                  const std::string& built);
+
+// Waits for the port file at `path` that `coordinator` writes once it
+// listens, looking each time the child has not exited within 20 ms. Returns
+// the port; FAILED_PRECONDITION (with the log's tail) when the coordinator
+// exited first; CANCELLED when `interrupted` (may be null) says so;
+// DEADLINE_EXCEEDED after `timeout`.
+absl::StatusOr<int> WaitForPortFile(ChildProcess& coordinator,
+                                    const std::string& path,
+                                    absl::Duration timeout,
+                                    const std::function<bool()>& interrupted);
 
 }  // namespace chorus::bench
 

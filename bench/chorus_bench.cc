@@ -450,46 +450,9 @@ absl::Status InstallSignalHandlers() {
   return absl::OkStatus();
 }
 
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// The coordinator binary: --coordinator_bin, else the one the build put
-// next to chorus-bench's tree, else chorus-coordinator beside this binary.
 std::string CoordinatorBinary() {
-  if (std::string flag = absl::GetFlag(FLAGS_coordinator_bin); !flag.empty()) {
-    return flag;
-  }
-  std::vector<std::string> candidates = {CHORUS_BENCH_COORDINATOR_BIN};
-  const std::string self_dir = Dirname(SelfExecutable());
-  candidates.push_back(self_dir + "/chorus-coordinator");
-  candidates.push_back(self_dir + "/../server/coordinator/chorus-coordinator");
-  for (const std::string& c : candidates) {
-    if (!c.empty() && access(c.c_str(), X_OK) == 0) return c;
-  }
-  return candidates.front().empty() ? "chorus-coordinator" : candidates.front();
-}
-
-// Waits for the coordinator's port file without spinning (sleeps between
-// looks). Returns the port, or why it did not appear.
-absl::StatusOr<int> WaitForPortFile(ChildProcess& coordinator,
-                                    const std::string& path,
-                                    absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (g_signal != 0) return absl::CancelledError("interrupted");
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    if (coordinator.WaitForExit(absl::Milliseconds(20)).ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "chorus-coordinator exited at start:\n", coordinator.LogTail()));
-    }
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("chorus-coordinator wrote no port file within ",
-                   absl::FormatDuration(timeout)));
+  return FindCoordinatorBinary(absl::GetFlag(FLAGS_coordinator_bin),
+                               CHORUS_BENCH_COORDINATOR_BIN);
 }
 
 // The flags a rank process gets besides its rank: everything that shapes
@@ -611,7 +574,8 @@ class Parent {
     }
     coordinator_ = *std::move(child);
     absl::StatusOr<int> port =
-        WaitForPortFile(*coordinator_, port_file, absl::Seconds(30));
+        WaitForPortFile(*coordinator_, port_file, absl::Seconds(30),
+                        [] { return g_signal != 0; });
     if (!port.ok()) return port.status();
     coordinator_description_ =
         absl::StrCat(spawn.binary, " ", absl::StrJoin(spawn.args, " "));

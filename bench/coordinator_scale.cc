@@ -138,41 +138,9 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 std::string CoordinatorBinary() {
-  if (std::string flag = absl::GetFlag(FLAGS_coordinator_bin); !flag.empty()) {
-    return flag;
-  }
-  std::vector<std::string> candidates = {CHORUS_BENCH_COORDINATOR_BIN};
-  const std::string self_dir = Dirname(SelfExecutable());
-  candidates.push_back(self_dir + "/chorus-coordinator");
-  candidates.push_back(self_dir + "/../server/coordinator/chorus-coordinator");
-  for (const std::string& c : candidates) {
-    if (!c.empty() && access(c.c_str(), X_OK) == 0) return c;
-  }
-  return candidates.front();
-}
-
-// Waits for the coordinator's port file, looking every 20 ms while the
-// coordinator runs. Returns the port, or why it did not appear.
-absl::StatusOr<int> WaitForPortFile(ChildProcess& coordinator,
-                                    const std::string& path,
-                                    absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    if (coordinator.WaitForExit(absl::Milliseconds(20)).ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "chorus-coordinator exited at start:\n", coordinator.LogTail()));
-    }
-  }
-  return absl::DeadlineExceededError("chorus-coordinator wrote no port file");
+  return FindCoordinatorBinary(absl::GetFlag(FLAGS_coordinator_bin),
+                               CHORUS_BENCH_COORDINATOR_BIN);
 }
 
 // A started coordinator in a temporary folder, stopped and cleaned up on
@@ -201,8 +169,8 @@ class StartedCoordinator {
         ChildProcess::Spawn(spawn);
     if (!child.ok()) return child.status();
     started->child_ = *std::move(child);
-    absl::StatusOr<int> port =
-        WaitForPortFile(*started->child_, port_file, absl::Seconds(30));
+    absl::StatusOr<int> port = WaitForPortFile(*started->child_, port_file,
+                                               absl::Seconds(30), nullptr);
     if (!port.ok()) return port.status();
     started->address_ = absl::StrCat("127.0.0.1:", *port);
     started->binary_ = spawn.binary;
