@@ -41,22 +41,25 @@ bool Inbox::Deliver(StreamId stream, const MessageKey& key, std::string data,
   {
     absl::MutexLock lock(&mu_);
     std::string group_epoch = GroupEpoch(key.group, key.epoch);
-    if (aborted_.contains(group_epoch)) return true;
-    seen_.insert(group_epoch);
-    const uint64_t size = data.size();
-    auto [stored, inserted] = messages_.try_emplace(key.ToString());
-    if (!inserted) {
-      // The replaced message's bytes are no longer held.
-      ReleaseLocked(stored->second.stream, stored->second.data.size(),
-                    &resumes);
-    }
-    stored->second = Stored{std::move(data), stream, std::move(group_epoch)};
-    auto it = streams_.find(stream);
-    if (it != streams_.end()) {
-      it->second.bytes += size;
-      if (it->second.bytes > stream_limit_bytes_) {
-        it->second.resume = std::move(resume);
-        more = false;
+    const bool over = !NoteEpochLocked(key.group, key.epoch, &resumes).ok() ||
+                      aborted_.contains(group_epoch);
+    if (!over) {
+      seen_.insert(group_epoch);
+      const uint64_t size = data.size();
+      auto [stored, inserted] = messages_.try_emplace(key.ToString());
+      if (!inserted) {
+        // The replaced message's bytes are no longer held.
+        ReleaseLocked(stored->second.stream, stored->second.data.size(),
+                      &resumes);
+      }
+      stored->second = Stored{std::move(data), stream, std::move(group_epoch)};
+      auto it = streams_.find(stream);
+      if (it != streams_.end()) {
+        it->second.bytes += size;
+        if (it->second.bytes > stream_limit_bytes_) {
+          it->second.resume = std::move(resume);
+          more = false;
+        }
       }
     }
   }
@@ -83,12 +86,21 @@ absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
   std::string data;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status current = NoteEpochLocked(key.group, key.epoch, &resumes);
+        !current.ok()) {
+      return current;
+    }
     seen_.insert(group_epoch);
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return messages_.contains(id) || aborted_.contains(group_epoch) ||
-             lost_.contains(group_epoch);
+             lost_.contains(group_epoch) ||
+             latest_epoch_[key.group] != key.epoch;
     };
     mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    if (latest_epoch_[key.group] != key.epoch) {
+      // A newer epoch arrived while this one waited.
+      return NoteEpochLocked(key.group, key.epoch, &resumes);
+    }
     if (auto aborted = aborted_.find(group_epoch); aborted != aborted_.end()) {
       return aborted->second;
     }
@@ -116,15 +128,23 @@ void Inbox::Abort(const std::string& group, uint64_t epoch,
   std::vector<std::function<void()>> resumes;
   {
     absl::MutexLock lock(&mu_);
-    AbortLocked(GroupEpoch(group, epoch), status, &resumes);
+    if (NoteEpochLocked(group, epoch, &resumes).ok()) {
+      AbortLocked(GroupEpoch(group, epoch), status, &resumes);
+    }
   }
   for (auto& resume : resumes) resume();
 }
 
 void Inbox::PeerLost(const std::string& group, uint64_t epoch,
                      const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
-  lost_.emplace(GroupEpoch(group, epoch), status);
+  std::vector<std::function<void()>> resumes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (NoteEpochLocked(group, epoch, &resumes).ok()) {
+      lost_.emplace(GroupEpoch(group, epoch), status);
+    }
+  }
+  for (auto& resume : resumes) resume();
 }
 
 absl::Status Inbox::AbortStatus(const std::string& group, uint64_t epoch) {
@@ -148,6 +168,11 @@ void Inbox::AbortLocked(const std::string& group_epoch,
                         const absl::Status& status,
                         std::vector<std::function<void()>>* resumes) {
   aborted_.emplace(group_epoch, status);
+  DropMessagesLocked(group_epoch, resumes);
+}
+
+void Inbox::DropMessagesLocked(const std::string& group_epoch,
+                               std::vector<std::function<void()>>* resumes) {
   // Compared whole: a prefix test on the keys would also match groups whose
   // names go on past a '/' (aborting "g" at epoch 1 would drop "g/1"'s).
   for (auto it = messages_.begin(); it != messages_.end();) {
@@ -158,6 +183,26 @@ void Inbox::AbortLocked(const std::string& group_epoch,
     ReleaseLocked(it->second.stream, it->second.data.size(), resumes);
     messages_.erase(it++);
   }
+}
+
+absl::Status Inbox::NoteEpochLocked(
+    const std::string& group, uint64_t epoch,
+    std::vector<std::function<void()>>* resumes) {
+  auto [latest, inserted] = latest_epoch_.try_emplace(group, epoch);
+  if (inserted || latest->second == epoch) return absl::OkStatus();
+  if (epoch < latest->second) {
+    return absl::AbortedError(absl::StrCat(
+        "group ", group, " epoch ", epoch,
+        " is over: this worker has seen its epoch ", latest->second));
+  }
+  // Every older epoch was forgotten when this one became the latest.
+  const std::string old = GroupEpoch(group, latest->second);
+  seen_.erase(old);
+  aborted_.erase(old);
+  lost_.erase(old);
+  DropMessagesLocked(old, resumes);
+  latest->second = epoch;
+  return absl::OkStatus();
 }
 
 }  // namespace chorus

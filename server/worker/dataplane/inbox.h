@@ -7,6 +7,13 @@
 // when a stream is over its limit; the stream then stops reading (gRPC's own
 // flow control then holds the sender back) until the callback it passed runs.
 //
+// Group epochs: a group formed again gets a higher epoch and the old one is
+// over (the coordinator aborts its calls). Once the inbox sees a group's
+// newer epoch it forgets the older one and drops its messages; data or
+// waits for an older epoch that come later end as if it had been aborted.
+// So the inbox keeps state for one epoch per group, not every epoch a
+// worker ever served.
+//
 // Lifecycle: one per worker runtime, outliving its peer service.
 // Thread safety: all methods are thread-safe; callbacks run without the
 // inbox's lock held.
@@ -61,8 +68,9 @@ class Inbox {
                std::function<void()> resume);
 
   // Waits for the message `key` and returns it. Returns DEADLINE_EXCEEDED
-  // naming the sender when `deadline` passes, or the status given to
-  // Abort() for the key's group and epoch.
+  // naming the sender when `deadline` passes, the status given to Abort()
+  // for the key's group and epoch, or ABORTED when a newer epoch of the
+  // group was seen.
   absl::StatusOr<std::string> Take(const MessageKey& key, absl::Time deadline);
 
   // Ends every Take() on `group` at `epoch` (and later ones) with `status`
@@ -100,6 +108,16 @@ class Inbox {
   void AbortLocked(const std::string& group_epoch, const absl::Status& status,
                    std::vector<std::function<void()>>* resumes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes that `group` reached `epoch`; when that is newer than the epoch
+  // seen so far, forgets the older one and drops its messages. Returns OK,
+  // or ABORTED when `epoch` is older than one already seen.
+  absl::Status NoteEpochLocked(const std::string& group, uint64_t epoch,
+                               std::vector<std::function<void()>>* resumes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the messages of `group_epoch` and releases their bytes.
+  void DropMessagesLocked(const std::string& group_epoch,
+                          std::vector<std::function<void()>>* resumes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct StreamState {
     uint64_t bytes = 0;
@@ -111,6 +129,8 @@ class Inbox {
   StreamId next_stream_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<std::string, Stored> messages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StreamId, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  // group -> the newest epoch seen.
+  absl::flat_hash_map<std::string, uint64_t> latest_epoch_ ABSL_GUARDED_BY(mu_);
   // Every "group/epoch" seen by Deliver() or Take().
   absl::flat_hash_set<std::string> seen_ ABSL_GUARDED_BY(mu_);
   // "group/epoch" -> why it was aborted.

@@ -1,0 +1,121 @@
+// Inbox: group epochs. A newer epoch of a group makes the inbox forget the
+// older one: its stored messages go (and their flow-control bytes with
+// them), its late data is dropped, and waits on it end ABORTED naming the
+// newer epoch. No sockets, no clocks: deadlines are in the past or far away.
+
+#include "server/worker/dataplane/inbox.h"
+
+#include <string>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+MessageKey Key(uint64_t epoch, uint64_t sequence = 1) {
+  MessageKey key;
+  key.group = "g";
+  key.epoch = epoch;
+  key.sequence = sequence;
+  key.from_rank = 0;
+  key.to_rank = 1;
+  return key;
+}
+
+const absl::Time kNow = absl::InfinitePast();  // already passed
+
+TEST(InboxTest, Take_DeliveredMessage_ReturnsIt) {
+  Inbox inbox;
+  const Inbox::StreamId stream = inbox.NewStream();
+  EXPECT_TRUE(inbox.Deliver(stream, Key(5), "data", nullptr));
+  absl::StatusOr<std::string> taken = inbox.Take(Key(5), kNow);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, "data");
+}
+
+TEST(InboxTest, Deliver_NewerEpoch_DropsOlderMessagesAndResumesStream) {
+  Inbox inbox(/*stream_limit_bytes=*/4);
+  const Inbox::StreamId stream = inbox.NewStream();
+  bool resumed = false;
+  // Over the limit: the stream must wait for the rank to take it.
+  EXPECT_FALSE(inbox.Deliver(stream, Key(5), "12345678",
+                             [&resumed] { resumed = true; }));
+  EXPECT_FALSE(resumed);
+  // The group formed again: epoch 5's message is gone, its bytes released.
+  EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), Key(6), "x", nullptr));
+  EXPECT_TRUE(resumed);
+  absl::StatusOr<std::string> old = inbox.Take(Key(5), kNow);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(old.status().message()),
+              HasSubstr("group g epoch 5 is over: this worker has seen its "
+                        "epoch 6"));
+}
+
+TEST(InboxTest, Deliver_OlderEpochAfterNewer_DroppedAndStreamKeepsReading) {
+  Inbox inbox(/*stream_limit_bytes=*/4);
+  const Inbox::StreamId stream = inbox.NewStream();
+  EXPECT_TRUE(inbox.Deliver(stream, Key(7), "a", nullptr));
+  // Late data of epoch 6 is dropped; it holds no flow-control bytes.
+  EXPECT_TRUE(inbox.Deliver(stream, Key(6), "123456789", nullptr));
+  EXPECT_EQ(inbox.Take(Key(6), kNow).status().code(),
+            absl::StatusCode::kAborted);
+  absl::StatusOr<std::string> current = inbox.Take(Key(7), kNow);
+  ASSERT_TRUE(current.ok()) << current.status();
+  EXPECT_EQ(*current, "a");
+}
+
+TEST(InboxTest, Abort_OlderEpochAfterNewer_LeavesNewerAlone) {
+  Inbox inbox;
+  const Inbox::StreamId stream = inbox.NewStream();
+  EXPECT_TRUE(inbox.Deliver(stream, Key(9), "kept", nullptr));
+  inbox.Abort("g", 8, absl::AbortedError("old epoch aborted"));
+  inbox.PeerLost("g", 8, absl::UnavailableError("old peer gone"));
+  EXPECT_TRUE(inbox.AbortStatus("g", 9).ok());
+  absl::StatusOr<std::string> taken = inbox.Take(Key(9), kNow);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, "kept");
+}
+
+TEST(InboxTest, Abort_NewerEpoch_ForgetsOlderAbort) {
+  Inbox inbox;
+  inbox.Abort("g", 1, absl::AbortedError("first"));
+  EXPECT_FALSE(inbox.AbortStatus("g", 1).ok());
+  inbox.Abort("g", 2, absl::AbortedError("second"));
+  // Epoch 1's entry is gone; calls on it are refused as over instead.
+  EXPECT_TRUE(inbox.AbortStatus("g", 1).ok());
+  EXPECT_EQ(inbox.Take(Key(1), kNow).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(inbox.AbortStatus("g", 2).message(), "second");
+}
+
+TEST(InboxTest, Take_WaitingOnEpochWhenNewerArrives_EndsAborted) {
+  Inbox inbox;
+  absl::StatusOr<std::string> taken = absl::UnknownError("not run");
+  std::thread waiter([&] {
+    taken = inbox.Take(Key(3), absl::Now() + absl::Hours(1));
+  });
+  // Whether the waiter is already waiting or not yet, epoch 4 ends it.
+  EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), Key(4), "new", nullptr));
+  waiter.join();
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST(InboxTest, Deliver_OtherGroups_Independent) {
+  Inbox inbox;
+  const Inbox::StreamId stream = inbox.NewStream();
+  MessageKey other = Key(1);
+  other.group = "h";
+  EXPECT_TRUE(inbox.Deliver(stream, other, "h1", nullptr));
+  EXPECT_TRUE(inbox.Deliver(stream, Key(2), "g2", nullptr));
+  absl::StatusOr<std::string> taken = inbox.Take(other, kNow);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, "h1");
+}
+
+}  // namespace
+}  // namespace chorus
