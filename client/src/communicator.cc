@@ -107,8 +107,11 @@ class EmbeddedCommunicator final : public Communicator {
                                       output, ToRunOptions(options)));
   }
 
-  absl::Status CheckDeviceMemory(const Device& device) const override {
-    return runtime_->CheckDeviceMemory(device);
+  absl::Status CheckDeviceMemory(const CollectiveSpec& spec,
+                                 const Device& device, const void* input,
+                                 const void* output) const override {
+    return runtime_->CheckDeviceMemory(membership_, spec, device, input,
+                                       output);
   }
 
   absl::StatusOr<CallResult> RunSequencedOnDevice(
@@ -231,9 +234,13 @@ absl::StatusOr<CallResult> Communicator::RunOnDevice(
   }
   if (device.kind != DeviceKind::kCpu) {
     valid = CheckCall(spec, input.count * element, on_device);
-    if (valid.ok()) valid = CheckDeviceMemory(device);
+    // An input that may be empty and is passes no pointer.
+    const void* in = input.count == 0 ? nullptr : input.data;
+    const void* out = output.count == 0 ? nullptr : output.data;
+    if (valid.ok()) valid = CheckDeviceMemory(spec, device, in, out);
     if (!valid.ok()) return valid;
-    return RunSequencedOnDevice(NextSequence(), spec, input.data, output.data,
+    return RunSequencedOnDevice(NextSequence(), spec, in,
+                                output.count == 0 ? nullptr : output.data,
                                 on_device);
   }
   std::string result;
@@ -247,7 +254,9 @@ absl::StatusOr<CallResult> Communicator::RunOnDevice(
   return ran;
 }
 
-absl::Status Communicator::CheckDeviceMemory(const Device& device) const {
+absl::Status Communicator::CheckDeviceMemory(const CollectiveSpec&,
+                                             const Device& device, const void*,
+                                             const void*) const {
   return absl::FailedPreconditionError(
       absl::StrCat("a worker daemon cannot reach this process's memory on ",
                    CanonicalName(device),

@@ -182,7 +182,11 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   return RunCall(membership, sequence, spec, buffers, options);
 }
 
-absl::Status WorkerRuntime::CheckDeviceMemory(const Device& device) const {
+absl::Status WorkerRuntime::CheckDeviceMemory(const Membership& membership,
+                                              const CollectiveSpec& spec,
+                                              const Device& device,
+                                              const void* input,
+                                              const void* output) const {
   if (device.kind != DeviceKind::kCuda) {
     return absl::InvalidArgumentError(
         absl::StrCat("device buffers are for Cuda(n) devices, not ",
@@ -194,37 +198,45 @@ absl::Status WorkerRuntime::CheckDeviceMemory(const Device& device) const {
   if (!registered) {
     return UnsupportedDeviceError(device, "this worker did not register it");
   }
-  return absl::OkStatus();
+  absl::Status valid = ValidateSpec(spec, membership.world_size);
+  if (!valid.ok()) return valid;
+  const uint64_t in_bytes = DeviceInputBytes(membership, spec, input);
+  const uint64_t out_bytes =
+      OutputBytes(spec, membership.world_size, membership.rank);
+  valid = device_buffers_->CheckPointer(device.index, input, in_bytes,
+                                        "input pointer");
+  if (valid.ok()) {
+    valid = device_buffers_->CheckPointer(device.index, output, out_bytes,
+                                          "output pointer");
+  }
+  return valid;
+}
+
+uint64_t WorkerRuntime::DeviceInputBytes(const Membership& membership,
+                                         const CollectiveSpec& spec,
+                                         const void* input) {
+  return input == nullptr && InputMayBeEmpty(spec, membership.rank)
+             ? 0
+             : InputBytes(spec, membership.world_size, membership.rank);
 }
 
 absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     const void* input, void* output, const RunOptions& options) {
   const Device device = options.device.value_or(membership.device);
-  absl::Status valid = CheckDeviceMemory(device);
+  absl::Status valid =
+      CheckDeviceMemory(membership, spec, device, input, output);
   if (!valid.ok()) return valid;
-  valid = ValidateSpec(spec, membership.world_size);
-  if (!valid.ok()) return valid;
-  const uint64_t in_bytes =
-      input == nullptr && InputMayBeEmpty(spec, membership.rank)
-          ? 0
-          : InputBytes(spec, membership.world_size, membership.rank);
-  const uint64_t out_bytes =
-      OutputBytes(spec, membership.world_size, membership.rank);
-  if ((input == nullptr && in_bytes > 0) ||
-      (output == nullptr && out_bytes > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("null ", input == nullptr ? "input" : "output",
-                     " pointer for ", CanonicalName(device)));
-  }
   CallBuffers buffers;
   buffers.device_input = input;
   buffers.device_output = output;
   buffers.on_device = true;
-  // Run() checks sizes against the host input; a device input is InputBytes
-  // by construction, so a view of that length (never read) stands for it.
+  // RunCall() checks sizes against the host input; a device input is
+  // InputBytes long by construction, so a view of that length (never read)
+  // stands for it.
   buffers.host_input =
-      absl::string_view(static_cast<const char*>(input), in_bytes);
+      absl::string_view(static_cast<const char*>(input),
+                        DeviceInputBytes(membership, spec, input));
   return RunCall(membership, sequence, spec, buffers, options);
 }
 
@@ -249,7 +261,8 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     absl::Status copied = device_buffers_->CopyFromDevice(
         device.index, buffers.device_input, buffers.host_input.size(),
         &staged_input);
-    if (!copied.ok()) return copied;
+    // The call took its sequence number: the group must hear of it.
+    if (!copied.ok()) return ReportFailure(membership, sequence, copied);
     host_input = staged_input;
   }
 
@@ -295,6 +308,11 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   absl::Status status;
   if (result.algorithm == Algorithm::kInline) {
     *host_output = std::move(*response.mutable_inline_result());
+    // The others have their results already; only this rank's copy fails.
+    if (buffers.on_device && !host_output->empty()) {
+      status = device_buffers_->CopyToDevice(device.index, *host_output,
+                                             buffers.device_output);
+    }
   } else {
     status = RunPlanned(membership, sequence, spec, result, device, buffers,
                         host_input, host_output, deadline);
@@ -302,12 +320,6 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   if (!status.ok()) {
     host_output->clear();
     return status;
-  }
-  // A device call's output is on the host unless the GPU kept it there.
-  if (buffers.on_device && !host_output->empty()) {
-    status = device_buffers_->CopyToDevice(device.index, *host_output,
-                                           buffers.device_output);
-    if (!status.ok()) return status;
   }
   return result;
 }
@@ -379,11 +391,16 @@ absl::Status WorkerRuntime::RunPlanned(
             ", which this worker does not run"));
     }
   }
-  // all_reduce leaves its result in the GPU buffer.
+  // all_reduce leaves its result in the GPU buffer; other results of a
+  // device call are on the host. Either reaches its place before the commit,
+  // so a failed copy is reported like any data-plane failure.
   if (status.ok() && gpu != nullptr &&
       spec.kind == CollectiveKind::kAllReduce) {
     status = buffers.on_device ? gpu->CopyToDevice(buffers.device_output)
                                : gpu->CopyToHost(host_output);
+  } else if (status.ok() && buffers.on_device && !host_output->empty()) {
+    status = device_buffers_->CopyToDevice(device.index, *host_output,
+                                           buffers.device_output);
   }
   gpu.reset();
   return status.ok() ? Commit(membership, sequence, deadline)

@@ -136,10 +136,16 @@ class WorkerRuntime {
                                 absl::string_view input, std::string* output,
                                 const RunOptions& options);
 
-  // Returns OK when RunOnDevice() can run on memory of `device`:
-  // INVALID_ARGUMENT for a device other than Cuda(n), UNIMPLEMENTED (the
-  // device refusal) for one this worker did not register.
-  absl::Status CheckDeviceMemory(const Device& device) const;
+  // Returns OK when RunOnDevice() can run `spec` of `membership` on
+  // `input` and `output` in memory of `device`: INVALID_ARGUMENT for a
+  // device other than Cuda(n), a malformed spec, or a pointer that is not
+  // memory of that GPU (null is allowed only for an empty buffer);
+  // UNIMPLEMENTED (the device refusal) for a device this worker did not
+  // register. Reads no memory.
+  absl::Status CheckDeviceMemory(const Membership& membership,
+                                 const CollectiveSpec& spec,
+                                 const Device& device, const void* input,
+                                 const void* output) const;
 
   // Like Run(), on buffers in the memory of the call's device (the
   // options' device, else the member's), which must be a Cuda(n) device
@@ -181,6 +187,10 @@ class WorkerRuntime {
     void* device_output = nullptr;
     bool on_device = false;
   };
+  // Bytes of `input` for a device call: 0 when it is null and may be empty.
+  static uint64_t DeviceInputBytes(const Membership& membership,
+                                   const CollectiveSpec& spec,
+                                   const void* input);
   absl::StatusOr<RunResult> RunCall(const Membership& membership,
                                     uint64_t sequence,
                                     const CollectiveSpec& spec,

@@ -8,8 +8,8 @@
 //   - GPU memory by pointer through RunOnDevice (embedded), for a reducing
 //     kind and for kinds that only move bytes;
 //   - through real chorus-worker daemons, the ranks joined on Cuda(0);
-//   - a CUDA error (a pointer that is not device memory) reaches the caller
-//     as a status naming the device.
+//   - a pointer that is not memory of the GPU is refused, naming the
+//     device, before the call takes a sequence number.
 
 #include <cuda_runtime_api.h>
 
@@ -154,8 +154,12 @@ absl::StatusOr<CallResult> RunInGpuMemory(int rank, Communicator& comm,
   if (out_bytes > 0 && cudaMalloc(&out, out_bytes) != cudaSuccess) {
     return absl::InternalError("cudaMalloc failed");
   }
-  if (!input.empty()) {
-    cudaMemcpy(in, input.data(), input.size(), cudaMemcpyHostToDevice);
+  // A copy from pageable memory may return before it reached the GPU: wait,
+  // as RunOnDevice's contract asks.
+  if (!input.empty() && (cudaMemcpy(in, input.data(), input.size(),
+                                    cudaMemcpyHostToDevice) != cudaSuccess ||
+                         cudaDeviceSynchronize() != cudaSuccess)) {
+    return absl::InternalError("copying the input to the GPU failed");
   }
   DeviceTensor in_tensor;
   in_tensor.device = Gpu0();
@@ -200,22 +204,33 @@ TEST_F(GpuCollectivesTest, RunOnDevice_GpuMemory_MatchReference) {
   }
 }
 
-TEST_F(GpuCollectivesTest, RunOnDevice_NotDeviceMemory_StatusNamesDevice) {
+TEST_F(GpuCollectivesTest, RunOnDevice_NotDeviceMemory_RefusedBeforeSequence) {
   auto group = Join("bad-pointer", 1);
   ASSERT_EQ(group.size(), 1u);
+  std::vector<float> host(1 << 10, 1.0f);
   DeviceTensor bogus;
   bogus.device = Gpu0();
-  bogus.data = reinterpret_cast<void*>(0x10);
-  bogus.count = 1 << 20;
+  bogus.data = host.data();  // host memory, not the GPU's
+  bogus.count = host.size();
   bogus.dtype = DType::kF32;
   CallOptions options;
   options.algorithm = Algorithm::kRing;
   options.timeout = kCallTimeout;
-  absl::StatusOr<CallResult> r = group[0]->RunOnDevice(
-      Spec(CollectiveKind::kAllReduce, DType::kF32, 1 << 20, ReduceOp::kSum),
-      bogus, bogus, options);
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("Cuda(0)"));
+  const CollectiveSpec spec = Spec(CollectiveKind::kAllReduce, DType::kF32,
+                                   host.size(), ReduceOp::kSum);
+  absl::StatusOr<CallResult> r =
+      group[0]->RunOnDevice(spec, bogus, bogus, options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("Cuda(0): the input pointer 0x"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("is not memory of this GPU"));
+  // Refused before it took a sequence number: the next call is #1.
+  std::string out;
+  absl::StatusOr<CallResult> next = group[0]->Run(
+      spec, std::string(host.size() * sizeof(float), '\0'), &out, options);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->sequence, 1u);
 }
 
 TEST(GpuDaemonTest, AllReduce_ThroughDaemonsOnGpu0_MatchReference) {

@@ -132,7 +132,8 @@ class Communicator {
   // from CallOptions.device, their dtype is not spec.dtype, or their counts
   // are not the spec's input and output sizes; FAILED_PRECONDITION for
   // Cuda tensors on a daemon communicator; UNIMPLEMENTED for a device the
-  // embedded worker did not register (all before the call takes a sequence
+  // embedded worker did not register; INVALID_ARGUMENT for a pointer that
+  // is not memory of that GPU (all before the call takes a sequence
   // number); otherwise as Run().
   absl::StatusOr<CallResult> RunOnDevice(const CollectiveSpec& spec,
                                          const DeviceTensor& input,
@@ -164,9 +165,13 @@ class Communicator {
   virtual absl::StatusOr<CallResult> RunSequenced(
       uint64_t sequence, const CollectiveSpec& spec, absl::string_view input,
       std::string* output, const CallOptions& options) = 0;
-  // Returns OK when RunSequencedOnDevice can use memory of `device`, else
-  // why not (checked before the call takes a sequence number).
-  virtual absl::Status CheckDeviceMemory(const Device& device) const;
+  // Returns OK when RunSequencedOnDevice can run `spec` on `input` and
+  // `output` in memory of `device`, else why not (checked before the call
+  // takes a sequence number).
+  virtual absl::Status CheckDeviceMemory(const CollectiveSpec& spec,
+                                         const Device& device,
+                                         const void* input,
+                                         const void* output) const;
   // Runs the `sequence`-th collective on memory of options.device (set);
   // only called when CheckDeviceMemory() allowed it.
   virtual absl::StatusOr<CallResult> RunSequencedOnDevice(

@@ -49,6 +49,9 @@ absl::Status LaunchOn(int device, absl::string_view what, Launch launch) {
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
   int max_blocks = 1;
   if (absl::Status s = MaxBlocks(device, &max_blocks); !s.ok()) return s;
+  // Clear an error left by an earlier call on this thread, so the check
+  // after the launch reports this launch only.
+  cudaGetLastError();
   if (!launch(max_blocks)) {
     return absl::InternalError(
         absl::StrCat(DeviceName(device), ": no kernel for ", what));

@@ -10,6 +10,9 @@ std::string CudaDeviceName(int device) {
 }
 
 absl::Status CudaError(int device, cudaError_t error, absl::string_view doing) {
+  // The error was reported; do not let it resurface on this thread's next
+  // cudaGetLastError().
+  cudaGetLastError();
   absl::StatusCode code = absl::StatusCode::kInternal;
   switch (error) {
     case cudaErrorInvalidDevice:

@@ -23,6 +23,7 @@ std::string CudaDeviceName(int device);
 // "Cuda(0): <doing>: <CUDA error string> (<error name>)". INVALID_ARGUMENT
 // for an invalid device, value or handle; UNAVAILABLE when there is no
 // driver or device; RESOURCE_EXHAUSTED when memory ran out; INTERNAL else.
+// Clears the thread's last CUDA error.
 absl::Status CudaError(int device, cudaError_t error, absl::string_view doing);
 
 // Makes a device current for the calling thread and restores the previous

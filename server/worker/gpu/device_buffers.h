@@ -5,13 +5,15 @@
 // is copied off the GPU and each chunk received is copied onto it through
 // pinned staging memory; copies and kernels of received chunks run while the
 // next chunk is on the network (events per staging slot, never a
-// device-wide synchronisation). Waits block on events created with
-// cudaEventBlockingSync, so a waiting rank does not spin.
+// device-wide synchronisation); a chunk to send is copied off the GPU once
+// the stream's earlier work is done. Waits block on events created with
+// cudaEventBlockingSync, so a waiting rank does not spin. Pointers a user
+// passes are checked to be memory of the GPU before anything reads them.
 //
 // The streams, events and buffers of a call (a "staging set") go back to a
 // bounded pool when the call ends and are reused by the next call on that
 // GPU: at most `max_idle_sets` sets per GPU and `max_idle_bytes` of device
-// memory per GPU stay allocated while idle.
+// and pinned host memory per GPU stay allocated while idle.
 //
 // Built from device_buffers_cuda.cc with CUDA and device_buffers_none.cc
 // without; without CUDA every call returns the device refusal
@@ -65,17 +67,24 @@ class DeviceBuffers {
       int device, const CollectiveSpec& spec, absl::string_view input);
 
   // Same, holding a copy of `bytes` bytes at `input`, memory of that GPU
-  // (ready: the caller synchronised whatever wrote it).
+  // (ready: the caller synchronised whatever wrote it). INVALID_ARGUMENT
+  // when `input` is not memory of that GPU.
   absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> FromDevice(
       int device, const CollectiveSpec& spec, const void* input,
       uint64_t bytes);
 
   // Copies `bytes` bytes at `src` on Cuda(`device`) to host `out` (resized),
   // and back from host bytes `src` to `dst`; both wait for the copy. Codes
-  // as FromHost().
+  // as FromDevice().
   absl::Status CopyFromDevice(int device, const void* src, uint64_t bytes,
                               std::string* out);
   absl::Status CopyToDevice(int device, absl::string_view src, void* dst);
+
+  // Returns OK when `ptr` is memory of Cuda(`device`) or `bytes` is 0;
+  // INVALID_ARGUMENT naming `what` ("input pointer") otherwise, without
+  // reading the memory. Codes as FromHost() for a device it cannot use.
+  absl::Status CheckPointer(int device, const void* ptr, uint64_t bytes,
+                            absl::string_view what);
 
   // Staging sets now idle in the pool, over all GPUs.
   int idle_sets() const;
@@ -83,6 +92,13 @@ class DeviceBuffers {
   struct Pool;
 
  private:
+  // A buffer holding `bytes` bytes copied from `input` (host or device).
+  absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> Make(
+      int device, const CollectiveSpec& spec, const void* input,
+      uint64_t bytes);
+  // Copies `bytes` bytes between host and device memory and waits.
+  absl::Status Copy(int device, void* dst, const void* src, uint64_t bytes);
+
   std::unique_ptr<Pool> pool_;
 };
 

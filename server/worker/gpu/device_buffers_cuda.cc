@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -44,8 +45,13 @@ struct StagingSet {
   uint64_t read_capacity = 0;
   cudaEvent_t read_done = nullptr;
 
-  uint64_t device_bytes() const {
-    return work_capacity + slots[0].device_capacity + slots[1].device_capacity;
+  // Device and pinned host memory held.
+  uint64_t held_bytes() const {
+    uint64_t bytes = work_capacity + read_capacity;
+    for (const Slot& slot : slots) {
+      bytes += slot.device_capacity + slot.host_capacity;
+    }
+    return bytes;
   }
 
   ~StagingSet() {
@@ -123,6 +129,27 @@ absl::Status GrowPinned(int device, char** ptr, uint64_t* capacity,
   return absl::OkStatus();
 }
 
+// Returns OK when `ptr` is memory of GPU `device` (device or managed);
+// INVALID_ARGUMENT naming `what` otherwise. Never touches the memory, so a
+// stray pointer is refused instead of read.
+absl::Status CheckDevicePointer(int device, const void* ptr,
+                                absl::string_view what) {
+  cudaPointerAttributes attributes = {};
+  cudaError_t error = cudaPointerGetAttributes(&attributes, ptr);
+  if (error != cudaSuccess) {
+    return CudaError(device, error, absl::StrCat("looking up the ", what));
+  }
+  const bool on_gpu = attributes.type == cudaMemoryTypeDevice ||
+                      attributes.type == cudaMemoryTypeManaged;
+  if (!on_gpu || attributes.device != device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(cuda_reduce::CudaDeviceName(device), ": the ", what, " ",
+                     "0x", absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                     " is not memory of this GPU"));
+  }
+  return absl::OkStatus();
+}
+
 // Waits, blocking, for `event` (an event never recorded is complete).
 absl::Status WaitFor(int device, cudaEvent_t event, absl::string_view what) {
   if (cudaError_t e = cudaEventSynchronize(event); e != cudaSuccess) {
@@ -145,7 +172,7 @@ struct DeviceBuffers::Pool {
       if (it != idle.end() && !it->second.empty()) {
         std::unique_ptr<StagingSet> set = std::move(it->second.back());
         it->second.pop_back();
-        idle_bytes[device] -= set->device_bytes();
+        idle_bytes[device] -= set->held_bytes();
         return set;
       }
     }
@@ -156,7 +183,7 @@ struct DeviceBuffers::Pool {
   void Give(std::unique_ptr<StagingSet> set, bool healthy) {
     if (!healthy || set == nullptr) return;  // the destructor frees it
     const int device = set->device;
-    const uint64_t bytes = set->device_bytes();
+    const uint64_t bytes = set->held_bytes();
     {
       absl::MutexLock lock(&mu);
       std::vector<std::unique_ptr<StagingSet>>& sets = idle[device];
@@ -218,6 +245,7 @@ class CudaReduceBuffer : public DeviceReduceBuffer {
 
   absl::StatusOr<absl::string_view> Read(const Range& range) override {
     if (absl::Status s = CheckRange(range, size_); !s.ok()) return s;
+    if (absl::Status s = Usable(); !s.ok()) return s;
     ScopedDevice scope;
     if (absl::Status s = Check(scope.Enter(device_)); !s.ok()) return s;
     // No copy is pending into read_host (Read waits for its own), so it
@@ -324,12 +352,12 @@ class CudaReduceBuffer : public DeviceReduceBuffer {
   absl::Status CopyToDevice(void* dst) override {
     if (absl::Status s = Usable(); !s.ok()) return s;
     if (size_ == 0) return absl::OkStatus();
-    if (dst == nullptr) {
-      return Check(absl::InvalidArgumentError(absl::StrCat(
-          cuda_reduce::CudaDeviceName(device_), ": null output pointer")));
-    }
     ScopedDevice scope;
     if (absl::Status s = Check(scope.Enter(device_)); !s.ok()) return s;
+    if (absl::Status s = CheckDevicePointer(device_, dst, "output pointer");
+        !s.ok()) {
+      return s;  // the buffer itself is fine
+    }
     if (absl::Status s = Check(device_,
                                cudaMemcpyAsync(dst, set_->work, size_,
                                                cudaMemcpyDefault, set_->stream),
@@ -401,7 +429,7 @@ class CudaReduceBuffer : public DeviceReduceBuffer {
         !s.ok()) {
       return s;
     }
-    std::memcpy(slot.host, data.data(), data.size());
+    if (!data.empty()) std::memcpy(slot.host, data.data(), data.size());
     *slot_out = &slot;
     return absl::OkStatus();
   }
@@ -423,12 +451,41 @@ DeviceBuffers::DeviceBuffers(int max_idle_sets, uint64_t max_idle_bytes)
 
 DeviceBuffers::~DeviceBuffers() = default;
 
+namespace {
+
+// Checks a user pointer on `device` for `bytes` bytes (null allowed when 0).
+absl::Status CheckUserPointer(int device, const void* ptr, uint64_t bytes,
+                              absl::string_view what) {
+  if (bytes == 0) return absl::OkStatus();
+  ScopedDevice scope;
+  if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+  return CheckDevicePointer(device, ptr, what);
+}
+
+}  // namespace
+
+absl::Status DeviceBuffers::CheckPointer(int device, const void* ptr,
+                                         uint64_t bytes,
+                                         absl::string_view what) {
+  return CheckUserPointer(device, ptr, bytes, what);
+}
+
 absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::FromDevice(
     int device, const CollectiveSpec& spec, const void* input, uint64_t bytes) {
-  if (input == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        cuda_reduce::CudaDeviceName(device), ": null input pointer"));
+  if (absl::Status s = CheckUserPointer(device, input, bytes, "input pointer");
+      !s.ok()) {
+    return s;
   }
+  return Make(device, spec, input, bytes);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::FromHost(
+    int device, const CollectiveSpec& spec, absl::string_view input) {
+  return Make(device, spec, input.data(), input.size());
+}
+
+absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::Make(
+    int device, const CollectiveSpec& spec, const void* input, uint64_t bytes) {
   absl::StatusOr<std::unique_ptr<StagingSet>> set = pool_->Take(device);
   if (!set.ok()) return set.status();
   auto buffer = std::make_unique<CudaReduceBuffer>(pool_.get(), *std::move(set),
@@ -437,27 +494,44 @@ absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::FromDevice(
   return buffer;
 }
 
-absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::FromHost(
-    int device, const CollectiveSpec& spec, absl::string_view input) {
-  return FromDevice(device, spec, input.data(), input.size());
+absl::Status DeviceBuffers::Copy(int device, void* dst, const void* src,
+                                 uint64_t bytes) {
+  absl::StatusOr<std::unique_ptr<StagingSet>> set = pool_->Take(device);
+  if (!set.ok()) return set.status();
+  ScopedDevice scope;
+  absl::Status status = scope.Enter(device);
+  if (status.ok()) {
+    cudaError_t e =
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (*set)->stream);
+    if (e == cudaSuccess)
+      e = cudaEventRecord((*set)->read_done, (*set)->stream);
+    status = e == cudaSuccess ? WaitFor(device, (*set)->read_done, "a copy")
+                              : CudaError(device, e, "copying");
+  }
+  pool_->Give(*std::move(set), status.ok());
+  return status;
 }
 
 absl::Status DeviceBuffers::CopyFromDevice(int device, const void* src,
                                            uint64_t bytes, std::string* out) {
-  CollectiveSpec any;
-  absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> staged =
-      FromDevice(device, any, src, bytes);
-  if (!staged.ok()) return staged.status();
-  return (*staged)->CopyToHost(out);
+  if (absl::Status s = CheckUserPointer(device, src, bytes, "input pointer");
+      !s.ok()) {
+    return s;
+  }
+  out->resize(bytes);
+  if (bytes == 0) return absl::OkStatus();
+  return Copy(device, out->data(), src, bytes);
 }
 
 absl::Status DeviceBuffers::CopyToDevice(int device, absl::string_view src,
                                          void* dst) {
-  CollectiveSpec any;
-  absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> staged =
-      FromHost(device, any, src);
-  if (!staged.ok()) return staged.status();
-  return (*staged)->CopyToDevice(dst);
+  if (absl::Status s =
+          CheckUserPointer(device, dst, src.size(), "output pointer");
+      !s.ok()) {
+    return s;
+  }
+  if (src.empty()) return absl::OkStatus();
+  return Copy(device, dst, src.data(), src.size());
 }
 
 int DeviceBuffers::idle_sets() const {

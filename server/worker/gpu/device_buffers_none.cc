@@ -38,6 +38,11 @@ absl::Status DeviceBuffers::CopyToDevice(int device, absl::string_view, void*) {
   return Refused(device);
 }
 
+absl::Status DeviceBuffers::CheckPointer(int device, const void*, uint64_t,
+                                         absl::string_view) {
+  return Refused(device);
+}
+
 int DeviceBuffers::idle_sets() const { return 0; }
 
 }  // namespace chorus
