@@ -9,7 +9,9 @@
 // A model of the inbox (plain maps) predicts every answer. Checked, besides
 // crashes and ASan/UBSan reports:
 // - Take returns exactly the bytes delivered last under the key, the status
-//   the key's group epoch was first aborted with, or DEADLINE_EXCEEDED;
+//   the key's group epoch was first aborted with, ABORTED when a newer epoch
+//   of the group was seen (the older one is then forgotten, its messages
+//   dropped and later data for it ignored), or DEADLINE_EXCEEDED;
 // - Deliver holds a stream back exactly when the stream's untaken bytes are
 //   over the limit, and the stream's resume callback runs once, as soon as
 //   they are not;
@@ -155,9 +157,13 @@ class Harness {
       // aborted will do.
       MessageKey probe;
       probe.group = "probe";
+      if (auto latest = latest_.find(probe.group); latest != latest_.end()) {
+        probe.epoch = latest->second;
+      }
       while (aborted_.count(GroupEpoch(probe.group, probe.epoch)) > 0) {
         ++probe.epoch;
       }
+      NoteEpoch(GroupEpoch(probe.group, probe.epoch));
       FUZZ_CHECK(
           inbox_.Deliver(id, probe, std::string(kStreamLimit, 'p'), [] {}),
           absl::StrCat("stream ", id,
@@ -227,7 +233,14 @@ class Harness {
     }
   }
 
+  // Delivers `chunk` on `slot`'s stream and checks the answer and every
+  // stream's resume (a newer epoch may have released other streams).
   void Deliver(int slot, v1::Chunk& chunk) {
+    DeliverAndCheck(slot, chunk);
+    CheckAllResumes();
+  }
+
+  void DeliverAndCheck(int slot, v1::Chunk& chunk) {
     const Inbox::StreamId id = slots_[slot];
     Stream& stream = streams_.at(id);
     // ExchangeReactor does not read while the inbox holds its stream back.
@@ -239,7 +252,8 @@ class Harness {
     const bool more = inbox_.Deliver(id, key, data, [resume] { ++*resume; });
     FUZZ_CHECK(*resume == 0, "resume ran inside Deliver()");
     const GroupEpoch group_epoch(key.group, key.epoch);
-    if (aborted_.count(group_epoch) > 0) {
+    const bool over = !NoteEpoch(group_epoch);
+    if (over || aborted_.count(group_epoch) > 0) {
       FUZZ_CHECK(more, "a message for an aborted group held a stream back");
       return;
     }
@@ -266,13 +280,28 @@ class Harness {
     if (!more) stream.resume = resume;
   }
 
+  // Takes `k` and checks the answer and every stream's resume (a newer
+  // epoch seen by the take may have released other streams).
   void Take(const Key& k, int selector) {
+    TakeAndCheck(k, selector);
+    CheckAllResumes();
+  }
+
+  void TakeAndCheck(const Key& k, int selector) {
     const MessageKey key = MessageKeyOf(k);
     const absl::Time deadline = (selector & 1) != 0
                                     ? absl::InfinitePast()
                                     : absl::Now() - absl::Milliseconds(1);
     absl::StatusOr<std::string> got = inbox_.Take(key, deadline);
     const GroupEpoch group_epoch(key.group, key.epoch);
+    if (!NoteEpoch(group_epoch)) {
+      FUZZ_CHECK(absl::IsAborted(got.status()),
+                 absl::StrCat("Take(", key.ToString(),
+                              ") of an epoch older "
+                              "than one seen gave ",
+                              got.ok() ? "data" : got.status().ToString()));
+      return;
+    }
     seen_.insert(group_epoch);
     if (auto aborted = aborted_.find(group_epoch); aborted != aborted_.end()) {
       FUZZ_CHECK(got.status() == aborted->second,
@@ -303,8 +332,24 @@ class Harness {
 
   void Abort(const GroupEpoch& group_epoch, const absl::Status& status) {
     inbox_.Abort(group_epoch.first, group_epoch.second, status);
-    AbortModel(group_epoch, status);
+    if (NoteEpoch(group_epoch)) AbortModel(group_epoch, status);
     CheckAllResumes();
+  }
+
+  // The model of the inbox's epochs: returns false when `group_epoch` is
+  // older than an epoch of its group seen before; forgets the group's
+  // older epoch (and drops its messages) when it is newer.
+  bool NoteEpoch(const GroupEpoch& group_epoch) {
+    auto [latest, inserted] =
+        latest_.try_emplace(group_epoch.first, group_epoch.second);
+    if (inserted || latest->second == group_epoch.second) return true;
+    if (group_epoch.second < latest->second) return false;
+    const GroupEpoch old(group_epoch.first, latest->second);
+    seen_.erase(old);
+    aborted_.erase(old);
+    DropModel(old);
+    latest->second = group_epoch.second;
+    return true;
   }
 
   void AbortAllSeen(const absl::Status& status) {
@@ -315,6 +360,11 @@ class Harness {
 
   void AbortModel(const GroupEpoch& group_epoch, const absl::Status& status) {
     aborted_.emplace(group_epoch, status);
+    DropModel(group_epoch);
+  }
+
+  // Drops the model's messages of `group_epoch` and their bytes.
+  void DropModel(const GroupEpoch& group_epoch) {
     for (auto it = messages_.begin(); it != messages_.end();) {
       if (std::get<0>(it->first) != group_epoch.first ||
           std::get<1>(it->first) != group_epoch.second) {
@@ -345,6 +395,8 @@ class Harness {
   std::map<Key, Stored> messages_;
   std::set<GroupEpoch> seen_;
   std::map<GroupEpoch, absl::Status> aborted_;
+  // group -> the newest epoch seen.
+  std::map<std::string, uint64_t> latest_;
   int aborts_ = 0;
 };
 

@@ -80,46 +80,54 @@ void Inbox::ReleaseLocked(StreamId stream, uint64_t bytes,
 
 absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
                                         absl::Time deadline) {
-  const std::string id = key.ToString();
-  const std::string group_epoch = GroupEpoch(key.group, key.epoch);
   std::vector<std::function<void()>> resumes;
-  std::string data;
+  absl::StatusOr<std::string> taken;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status current = NoteEpochLocked(key.group, key.epoch, &resumes);
-        !current.ok()) {
-      return current;
-    }
-    seen_.insert(group_epoch);
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return messages_.contains(id) || aborted_.contains(group_epoch) ||
-             lost_.contains(group_epoch) ||
-             latest_epoch_[key.group] != key.epoch;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    if (latest_epoch_[key.group] != key.epoch) {
-      // A newer epoch arrived while this one waited.
-      return NoteEpochLocked(key.group, key.epoch, &resumes);
-    }
-    if (auto aborted = aborted_.find(group_epoch); aborted != aborted_.end()) {
-      return aborted->second;
-    }
-    auto it = messages_.find(id);
-    if (it == messages_.end()) {
-      if (auto lost = lost_.find(group_epoch); lost != lost_.end()) {
-        return lost->second;
-      }
-      return absl::DeadlineExceededError(
-          absl::StrCat("rank ", key.from_rank, " of group ", key.group,
-                       " sent no data for collective #", key.sequence,
-                       " within the deadline"));
-    }
-    data = std::move(it->second.data);
-    const StreamId stream = it->second.stream;
-    messages_.erase(it);
-    ReleaseLocked(stream, data.size(), &resumes);
+    taken = TakeLocked(key, deadline, &resumes);
   }
+  // Streams released on any path (a newer epoch seen, a message taken)
+  // resume here, without the lock.
   for (auto& resume : resumes) resume();
+  return taken;
+}
+
+absl::StatusOr<std::string> Inbox::TakeLocked(
+    const MessageKey& key, absl::Time deadline,
+    std::vector<std::function<void()>>* resumes) {
+  const std::string id = key.ToString();
+  const std::string group_epoch = GroupEpoch(key.group, key.epoch);
+  if (absl::Status current = NoteEpochLocked(key.group, key.epoch, resumes);
+      !current.ok()) {
+    return current;
+  }
+  seen_.insert(group_epoch);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return messages_.contains(id) || aborted_.contains(group_epoch) ||
+           lost_.contains(group_epoch) || latest_epoch_[key.group] != key.epoch;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (latest_epoch_[key.group] != key.epoch) {
+    // A newer epoch arrived while this one waited.
+    return NoteEpochLocked(key.group, key.epoch, resumes);
+  }
+  if (auto aborted = aborted_.find(group_epoch); aborted != aborted_.end()) {
+    return aborted->second;
+  }
+  auto it = messages_.find(id);
+  if (it == messages_.end()) {
+    if (auto lost = lost_.find(group_epoch); lost != lost_.end()) {
+      return lost->second;
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", key.from_rank, " of group ", key.group,
+                     " sent no data for collective #", key.sequence,
+                     " within the deadline"));
+  }
+  std::string data = std::move(it->second.data);
+  const StreamId stream = it->second.stream;
+  messages_.erase(it);
+  ReleaseLocked(stream, data.size(), resumes);
   return data;
 }
 

@@ -100,6 +100,11 @@ class Inbox {
     // GroupEpoch() of the message's key.
     std::string group_epoch;
   };
+  // Take() under the lock; streams to resume go to `resumes`.
+  absl::StatusOr<std::string> TakeLocked(
+      const MessageKey& key, absl::Time deadline,
+      std::vector<std::function<void()>>* resumes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `bytes` off `stream`'s count; once the stream is within its limit
   // again, moves its resume callback to `resumes`.
   void ReleaseLocked(StreamId stream, uint64_t bytes,
