@@ -104,6 +104,9 @@ ABSL_FLAG(std::string, data_plane, "tcp",
 ABSL_FLAG(bool, collective_stream, true,
           "Ranks send their collective calls to the coordinator on one "
           "stream each; false: one unary RPC per call.");
+ABSL_FLAG(bool, call_port, true,
+          "Ranks send collective calls to the coordinator's call port (plain "
+          "TCP frames); false: as --collective_stream says.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
@@ -388,6 +391,7 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.register_timeout = c.timeout;
   options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
   options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
+  options.call_port = absl::GetFlag(FLAGS_call_port);
   absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
       WorkerRuntime::Start(options);
   if (!runtime.ok()) return runtime.status();
@@ -476,6 +480,8 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane)),
       absl::StrCat("--collective_stream=",
                    absl::GetFlag(FLAGS_collective_stream) ? "true" : "false"),
+      absl::StrCat("--call_port=",
+                   absl::GetFlag(FLAGS_call_port) ? "true" : "false"),
       absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
       absl::StrCat("--time_per_size=",

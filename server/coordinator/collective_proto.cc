@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/common/device_proto.h"
 
 namespace chorus {
@@ -42,6 +43,47 @@ absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
   const absl::Duration margin = std::clamp(
       (deadline - now) / 10, absl::Milliseconds(5), absl::Milliseconds(250));
   return deadline - margin;
+}
+
+v1::CollectiveStreamReply StreamReply(
+    uint64_t call_id, absl::StatusOr<CollectiveOutcome> outcome) {
+  v1::CollectiveStreamReply reply;
+  reply.set_call_id(call_id);
+  if (outcome.ok()) {
+    CollectiveOutcomeToProto(*std::move(outcome), reply.mutable_response());
+  } else {
+    reply.set_code(static_cast<int>(outcome.status().code()));
+    reply.set_message(std::string(outcome.status().message()));
+  }
+  return reply;
+}
+
+void StartStreamedCall(CollectiveCallHost& host,
+                       const v1::CollectiveStreamRequest& request,
+                       std::function<void(v1::CollectiveStreamReply)> reply) {
+  const uint64_t call_id = request.call_id();
+  if (!request.has_call()) {
+    reply(StreamReply(call_id, absl::InvalidArgumentError(absl::StrCat(
+                                   "collective stream call ", call_id,
+                                   " carries no CollectiveRequest"))));
+    return;
+  }
+  if (request.timeout_us() < 0) {
+    reply(StreamReply(call_id, absl::InvalidArgumentError(absl::StrCat(
+                                   "collective stream call ", call_id,
+                                   " has a negative timeout (",
+                                   request.timeout_us(), " us)"))));
+    return;
+  }
+  const absl::Time client_deadline =
+      request.timeout_us() == 0
+          ? absl::InfiniteFuture()
+          : host.Now() + absl::Microseconds(request.timeout_us());
+  host.StartCollective(request.call(), client_deadline,
+                       [call_id, reply = std::move(reply)](
+                           absl::StatusOr<CollectiveOutcome> outcome) {
+                         reply(StreamReply(call_id, std::move(outcome)));
+                       });
 }
 
 }  // namespace chorus

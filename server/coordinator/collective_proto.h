@@ -1,11 +1,15 @@
 // Conversions between chorus.v1 collective messages and the group table's
-// calls and outcomes, shared by the unary Collective call and the
-// collective stream so both take exactly the same path into the core.
+// calls and outcomes, shared by the unary Collective call, the collective
+// stream and the call port so all take exactly the same path into the core.
 //
 // Pure functions; thread-safe.
 #ifndef CHORUS_SERVER_COORDINATOR_COLLECTIVE_PROTO_H_
 #define CHORUS_SERVER_COORDINATOR_COLLECTIVE_PROTO_H_
 
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "server/coordinator/group_table.h"
@@ -28,6 +32,33 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
 // receives the descriptive DEADLINE_EXCEEDED rather than its own bare one.
 absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
                         absl::Duration max_wait);
+
+// What serves collective calls into the core: the coordinator's service.
+class CollectiveCallHost {
+ public:
+  virtual ~CollectiveCallHost() = default;
+  // Takes one collective call into the core, exactly as the unary
+  // Collective does, for a client whose deadline is `client_deadline`;
+  // `done` runs once with the verdict, on any thread, possibly before this
+  // returns.
+  virtual void StartCollective(const v1::CollectiveRequest& request,
+                               absl::Time client_deadline,
+                               GroupTable::CollectiveCallback done) = 0;
+  // The current time on the core's clock.
+  virtual absl::Time Now() = 0;
+};
+
+// The reply to call `call_id` with `outcome`.
+v1::CollectiveStreamReply StreamReply(
+    uint64_t call_id, absl::StatusOr<CollectiveOutcome> outcome);
+
+// Takes one streamed call (from a collective stream or the call port) into
+// `host`: refuses a request without a call or with a negative timeout at
+// once (INVALID_ARGUMENT), else starts it with the deadline its timeout
+// gives. `reply` runs once, on any thread, possibly before this returns.
+void StartStreamedCall(CollectiveCallHost& host,
+                       const v1::CollectiveStreamRequest& request,
+                       std::function<void(v1::CollectiveStreamReply)> reply);
 
 }  // namespace chorus
 

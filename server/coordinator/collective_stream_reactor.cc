@@ -40,41 +40,12 @@ void CollectiveStreamReactor::OnReadDone(bool ok) {
     CollectiveStreamReactor* reactor;
     ~ReadNext() { reactor->StartRead(&reactor->request_); }
   } read_next{this};
-  const uint64_t call_id = request.call_id();
-  if (!request.has_call()) {
-    Reply(call_id, absl::InvalidArgumentError(
-                       absl::StrCat("collective stream call ", call_id,
-                                    " carries no CollectiveRequest")));
-    return;
-  }
-  if (request.timeout_us() < 0) {
-    Reply(call_id,
-          absl::InvalidArgumentError(absl::StrCat(
-              "collective stream call ", call_id, " has a negative timeout (",
-              request.timeout_us(), " us)")));
-    return;
-  }
-  const absl::Time client_deadline =
-      request.timeout_us() == 0
-          ? absl::InfiniteFuture()
-          : host_->Now() + absl::Microseconds(request.timeout_us());
-  host_->StartCollective(
-      request.call(), client_deadline,
-      [this, call_id](absl::StatusOr<CollectiveOutcome> outcome) {
-        Reply(call_id, std::move(outcome));
-      });
+  StartStreamedCall(*host_, request, [this](v1::CollectiveStreamReply reply) {
+    Reply(std::move(reply));
+  });
 }
 
-void CollectiveStreamReactor::Reply(uint64_t call_id,
-                                    absl::StatusOr<CollectiveOutcome> outcome) {
-  v1::CollectiveStreamReply reply;
-  reply.set_call_id(call_id);
-  if (outcome.ok()) {
-    CollectiveOutcomeToProto(*std::move(outcome), reply.mutable_response());
-  } else {
-    reply.set_code(static_cast<int>(outcome.status().code()));
-    reply.set_message(std::string(outcome.status().message()));
-  }
+void CollectiveStreamReactor::Reply(v1::CollectiveStreamReply reply) {
   const v1::CollectiveStreamReply* write = nullptr;
   grpc::Status finish_status;
   bool finish = false;

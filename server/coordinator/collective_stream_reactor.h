@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "server/coordinator/collective_proto.h"
 #include "server/coordinator/group_table.h"
 
 namespace chorus {
@@ -32,18 +33,8 @@ namespace chorus {
 class CollectiveStreamReactor;
 
 // What a collective stream needs from the service that serves it.
-class CollectiveStreamHost {
+class CollectiveStreamHost : public CollectiveCallHost {
  public:
-  virtual ~CollectiveStreamHost() = default;
-  // Takes one collective call into the core, exactly as the unary
-  // Collective does, for a client whose deadline is `client_deadline`;
-  // `done` runs once with the verdict, on any thread, possibly before this
-  // returns.
-  virtual void StartCollective(const v1::CollectiveRequest& request,
-                               absl::Time client_deadline,
-                               GroupTable::CollectiveCallback done) = 0;
-  // The current time on the core's clock.
-  virtual absl::Time Now() = 0;
   // Called once, from OnDone, before the reactor may be deleted.
   virtual void StreamDone(CollectiveStreamReactor* stream) = 0;
 };
@@ -69,9 +60,9 @@ class CollectiveStreamReactor final
   void OnDone() override;
 
  private:
-  // Queues the reply to call `call_id` and starts writing it when no write
+  // Queues `reply` and starts writing it when no write
   // is in flight.
-  void Reply(uint64_t call_id, absl::StatusOr<CollectiveOutcome> outcome);
+  void Reply(v1::CollectiveStreamReply reply);
   // Returns whether the stream must be finished now, with `status` set, and
   // then marks it finished: when no write is in flight and it is ending
   // (End(), cancellation, a failed write) or the client half-closed and

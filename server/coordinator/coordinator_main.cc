@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -15,7 +16,9 @@
 #include "server/common/daemon.h"
 #include "server/common/device.h"
 #include "server/common/net.h"
+#include "server/common/tcp_socket.h"
 #include "server/common/wakeup_loop.h"
+#include "server/coordinator/call_port.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/planner.h"
@@ -23,6 +26,11 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000",
           "Address to serve on, host:port; port 0 picks a free port.");
+ABSL_FLAG(int32_t, call_port, 0,
+          "Port of the call port on the --listen host, where workers send "
+          "collective calls as plain TCP frames (lower latency than gRPC); "
+          "0 picks a free one, -1 turns it off. Workers learn it when they "
+          "register.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, write the bound port to this file once serving.");
 ABSL_FLAG(absl::Duration, lease_timeout, absl::Seconds(5),
@@ -144,6 +152,26 @@ int main(int argc, char** argv) {
                     absl::Now() + registry.lease_timeout());
   });
 
+  std::unique_ptr<chorus::CallPort> call_port;
+  if (const int port = absl::GetFlag(FLAGS_call_port); port >= 0) {
+    absl::StatusOr<chorus::HostPort> listen =
+        chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));
+    absl::StatusOr<std::unique_ptr<chorus::CallPort>> started =
+        listen.ok()
+            ? chorus::CallPort::Start(listen->host, port, service.call_host(),
+                                      chorus::kDefaultMaxMessageBytes)
+            : listen.status();
+    if (!started.ok()) {
+      LOG(ERROR) << "call port: " << started.status();
+      return 1;
+    }
+    call_port = *std::move(started);
+    service.SetCallPort(call_port->port());
+  } else if (port < -1 || port > 65535) {
+    LOG(ERROR) << "--call_port must be -1 (off), 0 (any) or a port number";
+    return 1;
+  }
+
   chorus::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.services = {&service};
@@ -156,7 +184,10 @@ int main(int argc, char** argv) {
   deadlines.Start();
   stall_reporter.Start();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
-            << " (port " << server->port << "), lease " << lease;
+            << " (port " << server->port << "), lease " << lease
+            << (call_port != nullptr
+                    ? absl::StrCat(", call port ", call_port->port())
+                    : std::string(", no call port"));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     absl::Status written = chorus::WritePortFile(path, server->port);
     if (!written.ok()) {
@@ -175,6 +206,8 @@ int main(int argc, char** argv) {
   service.EndStreams(absl::UnavailableError(
       "the coordinator is shutting down; join the group again once it is "
       "back"));
+  // Connections to the call port close; their workers see UNAVAILABLE.
+  if (call_port != nullptr) call_port->Shutdown();
   server->server->Shutdown(
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
   sweeper.Stop();

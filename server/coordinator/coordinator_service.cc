@@ -109,6 +109,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
   response->set_lease_timeout_ms(absl::ToInt64Milliseconds(lease));
   response->set_heartbeat_interval_ms(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(lease / 4)));
+  response->set_call_port(static_cast<uint32_t>(call_port_.load()));
   return Finish(context, absl::OkStatus());
 }
 

@@ -27,6 +27,7 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -106,6 +107,11 @@ class CoordinatorService final
   // shuts down.
   void EndStreams(const absl::Status& status);
 
+  // Where a call port (call_port.h) takes its calls into the core.
+  CollectiveCallHost* call_host() { return this; }
+  // Tells workers that register from now on about the call port (0: none).
+  void SetCallPort(int port) { call_port_.store(port); }
+
  private:
   // The time the core should end a call from `context`.
   absl::Time CoreDeadline(const grpc::CallbackServerContext& context) const;
@@ -140,6 +146,7 @@ class CoordinatorService final
       ABSL_GUARDED_BY(streams_mu_);
   bool streams_ended_ ABSL_GUARDED_BY(streams_mu_) = false;
   absl::Status streams_end_status_ ABSL_GUARDED_BY(streams_mu_);
+  std::atomic<int> call_port_{0};
 };
 
 }  // namespace chorus

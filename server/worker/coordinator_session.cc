@@ -40,6 +40,11 @@ uint64_t CoordinatorSession::worker_id() const {
   return worker_id_;
 }
 
+int CoordinatorSession::call_port() const {
+  absl::MutexLock lock(&mu_);
+  return call_port_;
+}
+
 absl::Status CoordinatorSession::RegisterOnce() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
@@ -58,6 +63,7 @@ absl::Status CoordinatorSession::RegisterOnce() {
   if (!status.ok()) return status;
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
+  call_port_ = static_cast<int>(response.call_port());
   heartbeat_interval_ = absl::Milliseconds(
       std::max<int64_t>(1, response.heartbeat_interval_ms()));
   LOG(INFO) << "registered with " << options_.coordinator << " as worker "

@@ -82,6 +82,8 @@ class CoordinatorSession {
   // changes when the worker registers again after a coordinator restart.
   uint64_t worker_id() const;
   uint64_t incarnation() const { return incarnation_; }
+  // The coordinator's call port as of the last registration (0: none).
+  int call_port() const;
 
  private:
   // One registration attempt; on success records the id and lease.
@@ -98,6 +100,7 @@ class CoordinatorSession {
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int call_port_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   // Newest abort notice seen; only the heartbeat thread uses it.
   uint64_t aborts_seen_ = 0;

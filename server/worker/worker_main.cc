@@ -41,6 +41,10 @@ ABSL_FLAG(bool, collective_stream, true,
           "Send collective calls to the coordinator on one long-lived "
           "stream; false sends one unary RPC per call (for a coordinator "
           "without CollectiveStream).");
+ABSL_FLAG(bool, use_call_port, true,
+          "Send collective calls to the coordinator's call port (plain TCP "
+          "frames, lower latency) when it has one; false: as "
+          "--collective_stream says.");
 ABSL_FLAG(std::string, name, "",
           "Stable name of this worker; a restarted worker with the same name "
           "replaces its old entry. Default: the advertised address.");
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
   options.data_port = absl::GetFlag(FLAGS_data_port);
   options.tcp_data_plane = absl::GetFlag(FLAGS_tcp_data_plane);
   options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
+  options.call_port = absl::GetFlag(FLAGS_use_call_port);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   chorus::LocalApiService local_api;

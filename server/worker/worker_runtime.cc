@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/dataplane/collective_link.h"
-#include "server/worker/dataplane/tcp_socket.h"
 
 namespace chorus {
 namespace {
@@ -107,6 +107,18 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     runtime->collective_stream_ =
         std::make_unique<CollectiveStreamClient>(runtime->coordinator_.get());
   }
+  if (options.call_port) {
+    CoordinatorSession* session_ptr = runtime->session_.get();
+    runtime->call_port_ = std::make_unique<CallPortClient>(
+        [session_ptr, host = SplitHostPort(options.coordinator)]() {
+          const int port = session_ptr->call_port();
+          if (port <= 0 || !host.ok()) return std::string();
+          return absl::StrCat(host->host.find(':') == std::string::npos
+                                  ? host->host
+                                  : absl::StrCat("[", host->host, "]"),
+                              ":", port);
+        });
+  }
   runtime->options_ = std::move(options);
   return runtime;
 }
@@ -119,6 +131,7 @@ void WorkerRuntime::Shutdown() {
   // Calls waiting on peers end now rather than at their deadlines.
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
   if (collective_stream_ != nullptr) collective_stream_->Shutdown();
+  if (call_port_ != nullptr) call_port_->Shutdown();
   if (session_ != nullptr) session_->Shutdown();
   if (pool_ != nullptr) pool_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
@@ -285,7 +298,12 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     request.set_inline_data(host_input.data(), host_input.size());
   }
   v1::CollectiveResponse response;
-  if (collective_stream_ != nullptr) {
+  if (call_port_ != nullptr && session_->call_port() > 0) {
+    absl::StatusOr<v1::CollectiveResponse> answered =
+        call_port_->Call(std::move(request), deadline);
+    if (!answered.ok()) return answered.status();
+    response = *std::move(answered);
+  } else if (collective_stream_ != nullptr) {
     absl::StatusOr<v1::CollectiveResponse> streamed =
         collective_stream_->Call(std::move(request), deadline);
     if (!streamed.ok()) return streamed.status();

@@ -26,6 +26,7 @@
 #include "server/common/collective.h"
 #include "server/common/device.h"
 #include "server/common/net.h"
+#include "server/worker/call_port_client.h"
 #include "server/worker/collective_stream_client.h"
 #include "server/worker/coordinator_session.h"
 #include "server/worker/dataplane/inbox.h"
@@ -61,6 +62,9 @@ struct RuntimeOptions {
   // Collective calls go on one long-lived stream to the coordinator
   // (CollectiveStreamClient) when true, as one unary RPC each when false.
   bool collective_stream = true;
+  // Collective calls go to the coordinator's call port (plain TCP frames,
+  // CallPortClient) when it has one; otherwise as collective_stream says.
+  bool call_port = true;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration register_timeout = absl::Seconds(30);
   // Extra services served next to the data plane (not owned; must outlive
@@ -229,6 +233,9 @@ class WorkerRuntime {
   // Carries Run()'s collective calls; null when options_.collective_stream
   // is false.
   std::unique_ptr<CollectiveStreamClient> collective_stream_;
+  // Carries Run()'s collective calls when the coordinator has a call port;
+  // null when options_.call_port is false.
+  std::unique_ptr<CallPortClient> call_port_;
   bool shut_down_ = false;
 };
 

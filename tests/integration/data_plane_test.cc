@@ -21,7 +21,7 @@
 #include "server/worker/dataplane/peer_pool.h"
 #include "server/worker/dataplane/peer_service.h"
 #include "server/worker/dataplane/tcp_listener.h"
-#include "server/worker/dataplane/tcp_socket.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/dataplane/wire_frame.h"
 
 namespace chorus {

@@ -522,6 +522,9 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     options.devices = {JoinOptions::CpuDevice()};
     options.tcp_data_plane = data_plane == DataPlane::kTcp ||
                              (data_plane == DataPlane::kMixed && i % 2 == 0);
+    // The non-TCP variants also send their collective calls the other way
+    // (on the gRPC collective stream instead of the call port).
+    options.call_port = options.tcp_data_plane;
     options.register_timeout = kStartTimeout;
     absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
         WorkerRuntime::Start(std::move(options));

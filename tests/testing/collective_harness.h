@@ -64,7 +64,8 @@ std::vector<Algorithm> PlansFor(CollectiveKind kind);
 class EmbeddedCluster {
  public:
   // Which transport each runtime sends data-plane chunks with (every
-  // runtime receives both).
+  // runtime receives both). A runtime sending through gRPC also sends its
+  // collective calls on the gRPC collective stream, not the call port.
   enum class DataPlane { kTcp, kGrpc, kMixed /* even workers tcp */ };
 
   // Starts the coordinator (with `coordinator_flags` added, e.g.

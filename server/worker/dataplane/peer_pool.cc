@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
-#include "server/worker/dataplane/tcp_socket.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/dataplane/wire_frame.h"
 
 namespace chorus {

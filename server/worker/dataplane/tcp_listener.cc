@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/worker/dataplane/frame_reader.h"
 #include "server/worker/dataplane/recent_groups.h"
-#include "server/worker/dataplane/tcp_socket.h"
+#include "server/common/tcp_socket.h"
 
 namespace chorus {
 namespace {

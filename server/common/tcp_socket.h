@@ -1,12 +1,13 @@
-// Small wrappers over POSIX TCP sockets for the data plane: listening,
+// Small wrappers over POSIX TCP sockets for the data plane and the
+// coordinator's call port: listening,
 // connecting with a deadline, and whole-buffer reads and writes. Writes and
 // connects wait in poll() until the socket is ready or the deadline passes;
 // nothing spins.
 //
 // Stateless functions; thread-safe. File descriptors returned are owned by
 // the caller (close them with CloseSocket).
-#ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_SOCKET_H_
-#define CHORUS_SERVER_WORKER_DATAPLANE_TCP_SOCKET_H_
+#ifndef CHORUS_SERVER_COMMON_TCP_SOCKET_H_
+#define CHORUS_SERVER_COMMON_TCP_SOCKET_H_
 
 #include <cstddef>
 #include <string>
@@ -52,6 +53,13 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
 absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
                       absl::Time deadline, int cancel_fd = -1);
 
+// Reads what the non-blocking socket `fd` has (at least one byte, at most
+// `size`) into `out`, waiting until `deadline` or until `cancel_fd` (an
+// eventfd, or -1) becomes readable. Returns the byte count; UNAVAILABLE when
+// the connection closed or failed, DEADLINE_EXCEEDED, or CANCELLED.
+absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
+                                absl::Time deadline, int cancel_fd);
+
 // Reads exactly `size` bytes from the blocking socket `fd` into `out`.
 // Returns false when the connection closed or failed first.
 bool ReadFull(int fd, char* out, size_t size);
@@ -62,4 +70,4 @@ void CloseSocket(int fd);
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_WORKER_DATAPLANE_TCP_SOCKET_H_
+#endif  // CHORUS_SERVER_COMMON_TCP_SOCKET_H_

@@ -1,4 +1,4 @@
-#include "server/worker/dataplane/tcp_socket.h"
+#include "server/common/tcp_socket.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -212,6 +212,26 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
+                                absl::Time deadline, int cancel_fd) {
+  while (true) {
+    const ssize_t n = recv(fd, out, size, 0);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) return absl::UnavailableError("the connection was closed");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(ErrnoText(errno));
+    }
+    const Wait waited = WaitFor(fd, POLLIN, deadline, cancel_fd);
+    if (waited == Wait::kDeadline) {
+      return absl::DeadlineExceededError("no data before the deadline");
+    }
+    if (waited == Wait::kCancelled) {
+      return absl::CancelledError("the reader was cancelled");
+    }
+  }
 }
 
 bool ReadFull(int fd, char* out, size_t size) {

@@ -1,0 +1,86 @@
+// CallPort: the coordinator's call port, a plain TCP listener next to its
+// gRPC port where workers send collective calls as frames (call_frame.h)
+// instead of gRPC messages. A call costs one small write and one small read
+// on each side, with no HTTP/2 framing and no thread hand-offs in between,
+// which is most of the time of a small all-reduce. Each request goes into
+// the core exactly as a Coordinator.CollectiveStream request does
+// (StartStreamedCall), so verdicts, deadlines and errors are the same.
+//
+// One thread serves every connection with epoll: it reads frames and takes
+// the calls into the core in the order each connection sent them. Verdicts
+// are written by whichever thread produces them, straight to the socket when
+// it has room, else queued for the serving thread. A malformed connection
+// (a wrong hello, a frame over the limit, a payload that does not parse)
+// gets one reply with call id 0 and the reason (INVALID_ARGUMENT or
+// RESOURCE_EXHAUSTED) and is closed; a request without a call or with a
+// negative timeout gets INVALID_ARGUMENT under its call id, as on the
+// stream. A connection that closes drops the verdicts still due to it.
+//
+// Lifecycle: Start() listens and serves until Shutdown() (or destruction),
+// which closes every connection. The host must outlive it.
+// Thread safety: Shutdown() and port() may be called from any thread.
+#ifndef CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
+#define CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/coordinator/collective_proto.h"
+
+namespace chorus {
+
+class CallPort {
+ public:
+  // Listens on `host` at `port` (0 picks a free one) and serves calls
+  // through `calls` (not owned). Frames over `max_frame_bytes` are refused.
+  // Returns UNAVAILABLE when the address cannot be bound, INTERNAL when the
+  // serving thread's epoll or eventfd cannot be made.
+  static absl::StatusOr<std::unique_ptr<CallPort>> Start(
+      const std::string& host, int port, CollectiveCallHost* calls,
+      uint64_t max_frame_bytes);
+
+  ~CallPort();
+  CallPort(const CallPort&) = delete;
+  CallPort& operator=(const CallPort&) = delete;
+
+  int port() const { return port_; }
+
+  // Stops serving and closes every connection; verdicts still due are
+  // dropped. Idempotent.
+  void Shutdown();
+
+  struct Connection;
+
+ private:
+  CallPort(CollectiveCallHost* calls, uint64_t max_frame_bytes)
+      : calls_(calls), max_frame_bytes_(max_frame_bytes) {}
+
+  void Serve();
+  void Accept();
+  // Reads what `connection` has and handles its whole frames. Returns false
+  // when the connection must be closed.
+  bool ReadFrom(const std::shared_ptr<Connection>& connection);
+  void Close(int fd);
+
+  CollectiveCallHost* const calls_;  // not owned
+  const uint64_t max_frame_bytes_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: Shutdown() wakes the serving thread
+  int port_ = 0;
+  std::thread thread_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Owned by the serving thread.
+  absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COORDINATOR_CALL_PORT_H_

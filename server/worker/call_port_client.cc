@@ -1,0 +1,274 @@
+#include "server/worker/call_port_client.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/common/net.h"
+#include "server/common/tcp_socket.h"
+
+namespace chorus {
+namespace {
+
+// Replies carry at most a rank's inline result.
+constexpr uint64_t kMaxReplyBytes = uint64_t{kDefaultMaxMessageBytes} + 4096;
+
+// True when the peer closed `fd` or it failed; data waiting to be read
+// counts as open.
+bool PeerClosed(int fd) {
+  char byte;
+  while (true) {
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return false;
+    if (n == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+}  // namespace
+
+CallPortClient::CallPortClient(std::function<std::string()> address)
+    : address_(std::move(address)),
+      cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      frames_(kMaxReplyBytes) {}
+
+CallPortClient::~CallPortClient() {
+  Shutdown();
+  absl::MutexLock lock(&mu_);
+  if (fd_ >= 0) CloseSocket(fd_);
+  for (int fd : retired_) CloseSocket(fd);
+  if (cancel_fd_ >= 0) close(cancel_fd_);
+}
+
+void CallPortClient::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (!shut_down_) {
+    shut_down_ = true;
+    BreakLocked(generation_,
+                absl::UnavailableError("this worker is shutting down"));
+    const uint64_t one = 1;
+    // Ends writes and connects waiting in poll().
+    if (cancel_fd_ >= 0 && write(cancel_fd_, &one, sizeof(one)) < 0) {
+      // The socket shutdown above ends them too, just later.
+    }
+  }
+  mu_.Await(absl::Condition(
+      +[](int* active) { return *active == 0; }, &active_calls_));
+}
+
+absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
+                                     uint64_t* generation) {
+  absl::MutexLock connecting(&connect_mu_);
+  const std::string address = address_();
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      return absl::UnavailableError("this worker is shutting down");
+    }
+    // A connection nobody was reading may have ended unnoticed (the
+    // coordinator stopped or restarted, maybe on another port).
+    if (fd_ >= 0 && (address != connected_address_ ||
+                     (!reader_ && PeerClosed(fd_)))) {
+      BreakLocked(generation_,
+                  absl::UnavailableError("the coordinator's call port "
+                                         "connection ended"));
+    }
+    if (fd_ >= 0) {
+      *fd = fd_;
+      *generation = generation_;
+      return absl::OkStatus();
+    }
+  }
+  if (address.empty()) {
+    return absl::FailedPreconditionError("the coordinator has no call port");
+  }
+  absl::StatusOr<HostPort> target = SplitHostPort(address);
+  if (!target.ok()) return target.status();
+  // A coordinator that does not answer should not hold a caller (or
+  // Shutdown(), which waits for callers) for a whole call's deadline.
+  absl::StatusOr<int> connected =
+      ConnectTcp(target->host, target->port,
+                 std::min(deadline, absl::Now() + absl::Seconds(5)));
+  if (!connected.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the coordinator's call port at ", address,
+                     ": ", connected.status().message()));
+  }
+  const absl::string_view hello = kCallHello;
+  if (absl::Status sent = WriteAll(*connected, &hello, 1, deadline, cancel_fd_);
+      !sent.ok()) {
+    CloseSocket(*connected);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot greet the coordinator's call port: ", sent.message()));
+  }
+  // No writer holds write_mu_ now, so retired sockets are unused unless a
+  // reader is still in one.
+  absl::MutexLock writing(&write_mu_);
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) {
+    CloseSocket(*connected);
+    return absl::UnavailableError("this worker is shutting down");
+  }
+  if (!reader_) {
+    for (int old : retired_) CloseSocket(old);
+    retired_.clear();
+  }
+  fd_ = *connected;
+  connected_address_ = address;
+  ++generation_;
+  frames_.Reset();
+  *fd = fd_;
+  *generation = generation_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
+    v1::CollectiveRequest request, absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      return absl::UnavailableError("this worker is shutting down");
+    }
+    ++active_calls_;
+  }
+  struct Leave {
+    CallPortClient* client;
+    ~Leave() {
+      absl::MutexLock lock(&client->mu_);
+      --client->active_calls_;
+    }
+  } leave{this};
+
+  int fd = -1;
+  uint64_t generation = 0;
+  if (absl::Status connected = Connect(deadline, &fd, &generation);
+      !connected.ok()) {
+    return connected;
+  }
+  Waiter waiter;
+  v1::CollectiveStreamRequest framed;
+  {
+    absl::MutexLock lock(&mu_);
+    framed.set_call_id(next_call_id_++);
+    waiters_[framed.call_id()] = &waiter;
+  }
+  const uint64_t call_id = framed.call_id();
+  framed.set_timeout_us(
+      std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
+  *framed.mutable_call() = std::move(request);
+  std::string frame;
+  AppendCallFrame(framed.SerializeAsString(), &frame);
+  absl::Status sent;
+  {
+    absl::MutexLock writing(&write_mu_);
+    const absl::string_view bytes = frame;
+    sent = WriteAll(fd, &bytes, 1, deadline, cancel_fd_);
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (!sent.ok()) {
+    // Part of a frame may be on the wire: the connection is unusable.
+    BreakLocked(generation,
+                absl::UnavailableError(absl::StrCat(
+                    "writing to the coordinator's call port failed: ",
+                    sent.message())));
+  }
+  while (!waiter.done) {
+    if (absl::Now() >= deadline) {
+      waiters_.erase(call_id);
+      return absl::DeadlineExceededError(
+          absl::StrCat("the coordinator did not answer collective #",
+                       framed.call().sequence(), " of group ",
+                       framed.call().group(), " before the deadline"));
+    }
+    if (!reader_ && fd_ == fd && generation_ == generation) {
+      reader_ = true;
+      ReadAsReader(fd, generation, deadline);
+    } else {
+      changed_.WaitWithDeadline(&mu_, deadline);
+    }
+  }
+  waiters_.erase(call_id);
+  return std::move(waiter.result);
+}
+
+void CallPortClient::ReadAsReader(int fd, uint64_t generation,
+                                  absl::Time deadline) {
+  char buffer[16 << 10];
+  mu_.Unlock();
+  absl::StatusOr<size_t> got =
+      ReadSome(fd, buffer, sizeof(buffer), deadline, cancel_fd_);
+  mu_.Lock();
+  reader_ = false;
+  if (generation != generation_) {
+    // The connection was replaced meanwhile; what was read belongs to it.
+  } else if (got.ok()) {
+    frames_.Append(absl::string_view(buffer, *got));
+    std::string payload;
+    while (true) {
+      absl::StatusOr<bool> next = frames_.Next(&payload);
+      if (!next.ok()) {
+        BreakLocked(generation,
+                    absl::UnavailableError(next.status().message()));
+        break;
+      }
+      if (!*next) break;
+      v1::CollectiveStreamReply reply;
+      if (!reply.ParseFromString(payload)) {
+        BreakLocked(generation,
+                    absl::UnavailableError(
+                        "the coordinator's call port sent a malformed reply"));
+        break;
+      }
+      const absl::Status verdict(static_cast<absl::StatusCode>(reply.code()),
+                                 reply.message());
+      if (reply.call_id() == 0) {
+        // About the connection, not a call.
+        BreakLocked(generation,
+                    absl::UnavailableError(absl::StrCat(
+                        "the coordinator's call port refused this worker: ",
+                        verdict.ToString())));
+        break;
+      }
+      auto it = waiters_.find(reply.call_id());
+      if (it == waiters_.end()) continue;  // its caller gave up
+      it->second->done = true;
+      if (verdict.ok()) {
+        it->second->result = std::move(*reply.mutable_response());
+      } else {
+        it->second->result = verdict;
+      }
+    }
+  } else if (!absl::IsDeadlineExceeded(got.status())) {
+    BreakLocked(generation,
+                absl::UnavailableError(absl::StrCat(
+                    "the connection to the coordinator's call port broke: ",
+                    got.status().message())));
+  }
+  // Replies handed out, or the reader role is free for another caller.
+  changed_.SignalAll();
+}
+
+void CallPortClient::BreakLocked(uint64_t generation,
+                                 const absl::Status& status) {
+  if (generation != generation_ || fd_ < 0) return;
+  ShutdownSocket(fd_);
+  retired_.push_back(fd_);
+  fd_ = -1;
+  ++generation_;
+  for (auto& [call_id, waiter] : waiters_) {
+    if (waiter->done) continue;
+    waiter->done = true;
+    waiter->result = status;
+  }
+  changed_.SignalAll();
+}
+
+}  // namespace chorus

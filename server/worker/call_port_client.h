@@ -1,0 +1,107 @@
+// CallPortClient: a worker's collective calls on the coordinator's call port
+// (server/coordinator/call_port.h), one TCP connection shared by every call
+// of the worker and told apart by call id, as on Coordinator.CollectiveStream
+// but without gRPC between the two: a call is one frame written by the
+// calling thread and one frame read back.
+//
+// No thread of its own: a waiting caller reads the connection itself and
+// hands other callers' replies to them, so a lone call (the common case)
+// has no thread hand-off. Every call ends by its own deadline: the
+// coordinator learns the time left and answers DEADLINE_EXCEEDED naming the
+// missing ranks a little before it; a caller whose deadline passes without
+// an answer gets DEADLINE_EXCEEDED (its late reply is dropped). When the
+// connection breaks (the coordinator died or restarted, the network failed)
+// its calls in flight end with UNAVAILABLE; the next call connects again, to
+// the port the address function then gives.
+//
+// Lifecycle: Shutdown() (or the destructor) ends every call in flight with
+// UNAVAILABLE and waits until each has returned.
+// Thread safety: Call() may run concurrently from any threads.
+#ifndef CHORUS_SERVER_WORKER_CALL_PORT_CLIENT_H_
+#define CHORUS_SERVER_WORKER_CALL_PORT_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "server/common/call_frame.h"
+
+namespace chorus {
+
+class CallPortClient {
+ public:
+  // `address` returns the call port's current "host:port", or "" when the
+  // coordinator has none; it is asked before each new connection.
+  explicit CallPortClient(std::function<std::string()> address);
+  ~CallPortClient();
+  CallPortClient(const CallPortClient&) = delete;
+  CallPortClient& operator=(const CallPortClient&) = delete;
+
+  // Sends `request` and waits for its reply until `deadline`. Returns the
+  // response, or the coordinator's verdict (any code, as on the stream),
+  // DEADLINE_EXCEEDED, UNAVAILABLE when the connection broke or could not
+  // be made or the client is shutting down, FAILED_PRECONDITION when the
+  // coordinator has no call port.
+  absl::StatusOr<v1::CollectiveResponse> Call(v1::CollectiveRequest request,
+                                              absl::Time deadline);
+
+  // Ends the calls in flight with UNAVAILABLE and waits for them to return;
+  // later calls fail at once. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Waiter {
+    bool done = false;
+    absl::StatusOr<v1::CollectiveResponse> result;
+  };
+
+  // Returns the open connection's socket and generation, connecting first
+  // when there is none.
+  absl::Status Connect(absl::Time deadline, int* fd, uint64_t* generation)
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
+  // Reads once from `fd` and hands out the replies it completes. Called
+  // with reader_ set; returns with it cleared.
+  void ReadAsReader(int fd, uint64_t generation, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends connection `generation` (if still current): its calls get
+  // `status`, its socket is shut down and closed once unused.
+  void BreakLocked(uint64_t generation, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::function<std::string()> address_;
+  // An eventfd that Shutdown() makes readable to end waits in poll().
+  int cancel_fd_ = -1;
+
+  // Serialises connecting.
+  absl::Mutex connect_mu_ ABSL_ACQUIRED_BEFORE(write_mu_);
+  // Serialises writes of whole frames. Taken before mu_, never while
+  // holding it.
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  // The address fd_ was connected to.
+  std::string connected_address_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  CallFrameParser frames_ ABSL_GUARDED_BY(mu_);
+  // A caller is reading the connection.
+  bool reader_ ABSL_GUARDED_BY(mu_) = false;
+  // Sockets of broken connections, closed once no reader or writer can be
+  // using them.
+  std::vector<int> retired_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
+  int active_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_CALL_PORT_CLIENT_H_

@@ -1,0 +1,203 @@
+// The coordinator's call port, spoken to over raw sockets by the test: the
+// port workers learn at registration, a wrong hello, a frame over the limit,
+// a frame that is not a request (each: one reply with call id 0, then the
+// connection closes), requests the core refuses (answered under their call
+// id, the connection stays), a request trickling in byte by byte, and a
+// coordinator with the port turned off (workers then call on the gRPC
+// stream and collectives still run). A real chorus-coordinator process.
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/common/call_frame.h"
+#include "server/common/net.h"
+#include "server/common/tcp_socket.h"
+#include "tests/testing/collective_harness.h"
+#include "tests/testing/daemons.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// Registers a worker and returns the call port the coordinator reported.
+int CallPortOf(const std::string& coordinator) {
+  auto stub = NewCoordinatorStub(coordinator);
+  v1::RegisterWorkerRequest request;
+  request.set_name("call-port-probe");
+  request.set_host("probe-host");
+  request.set_address("127.0.0.1:1");
+  request.set_incarnation(1);
+  request.add_devices()->set_kind(v1::DEVICE_KIND_CPU);
+  absl::StatusOr<v1::RegisterWorkerResponse> response =
+      RegisterWorker(*stub, request);
+  EXPECT_TRUE(response.ok()) << response.status();
+  return response.ok() ? static_cast<int>(response->call_port()) : -1;
+}
+
+// A raw connection to the call port.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    absl::StatusOr<int> fd = ConnectTcp("127.0.0.1", port, absl::Now() + kWait);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    fd_ = fd.ok() ? *fd : -1;
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) CloseSocket(fd_);
+  }
+
+  void Send(absl::string_view bytes) {
+    ASSERT_TRUE(WriteAll(fd_, &bytes, 1, absl::Now() + kWait, -1).ok());
+  }
+  void SendRequest(const v1::CollectiveStreamRequest& request) {
+    std::string frame;
+    AppendCallFrame(request.SerializeAsString(), &frame);
+    Send(frame);
+  }
+
+  // The next reply, or an error when the connection closed first.
+  absl::StatusOr<v1::CollectiveStreamReply> NextReply() {
+    std::string payload;
+    while (true) {
+      absl::StatusOr<bool> next = frames_.Next(&payload);
+      if (!next.ok()) return next.status();
+      if (*next) break;
+      char buffer[4096];
+      absl::StatusOr<size_t> got =
+          ReadSome(fd_, buffer, sizeof(buffer), absl::Now() + kWait, -1);
+      if (!got.ok()) return got.status();
+      frames_.Append(absl::string_view(buffer, *got));
+    }
+    v1::CollectiveStreamReply reply;
+    if (!reply.ParseFromString(payload)) {
+      return absl::InternalError("malformed reply");
+    }
+    return reply;
+  }
+
+  // True once the coordinator closed the connection (within kWait).
+  bool Closed() {
+    char buffer[64];
+    while (true) {
+      absl::StatusOr<size_t> got =
+          ReadSome(fd_, buffer, sizeof(buffer), absl::Now() + kWait, -1);
+      if (!got.ok()) return absl::IsUnavailable(got.status());
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  CallFrameParser frames_{1 << 20};
+};
+
+class CallPortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Daemon> coordinator = StartCoordinator();
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    port_ = CallPortOf(coordinator_.address);
+    ASSERT_GT(port_, 0);
+  }
+
+  Daemon coordinator_;
+  int port_ = 0;
+};
+
+TEST_F(CallPortTest, Connect_WrongHello_Closed) {
+  RawConnection connection(port_);
+  connection.Send("GET / HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(connection.Closed());
+}
+
+TEST_F(CallPortTest, Frame_OverLimit_ResourceExhaustedThenClosed) {
+  RawConnection connection(port_);
+  connection.Send(kCallHello);
+  connection.Send(std::string("\xff\xff\xff\x7f", 4));  // ~2 GiB announced
+  absl::StatusOr<v1::CollectiveStreamReply> reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 0u);
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(reply->message(), HasSubstr("over the limit"));
+  EXPECT_TRUE(connection.Closed());
+}
+
+TEST_F(CallPortTest, Frame_NotARequest_InvalidArgumentThenClosed) {
+  RawConnection connection(port_);
+  connection.Send(kCallHello);
+  std::string frame;
+  AppendCallFrame(std::string("\x0f", 1), &frame);  // wire type 7: invalid
+  connection.Send(frame);
+  absl::StatusOr<v1::CollectiveStreamReply> reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 0u);
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(connection.Closed());
+}
+
+TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
+  RawConnection connection(port_);
+  connection.Send(kCallHello);
+  v1::CollectiveStreamRequest no_call;
+  no_call.set_call_id(7);
+  connection.SendRequest(no_call);
+  absl::StatusOr<v1::CollectiveStreamReply> reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 7u);
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(reply->message(), HasSubstr("carries no CollectiveRequest"));
+
+  v1::CollectiveStreamRequest negative;
+  negative.set_call_id(8);
+  negative.set_timeout_us(-5);
+  negative.mutable_call()->set_group("g");
+  connection.SendRequest(negative);
+  reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 8u);
+  EXPECT_THAT(reply->message(), HasSubstr("negative timeout"));
+
+  // Sent one byte at a time: still one request.
+  v1::CollectiveStreamRequest unknown;
+  unknown.set_call_id(9);
+  unknown.set_timeout_us(10'000'000);
+  unknown.mutable_call()->set_group("no-such-group");
+  unknown.mutable_call()->set_epoch(1);
+  unknown.mutable_call()->set_sequence(1);
+  unknown.mutable_call()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  std::string frame;
+  AppendCallFrame(unknown.SerializeAsString(), &frame);
+  for (char byte : frame) connection.Send(absl::string_view(&byte, 1));
+  reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 9u);
+  EXPECT_EQ(reply->code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_THAT(reply->message(), HasSubstr("no-such-group"));
+}
+
+TEST(CallPortOffTest, Collectives_CoordinatorWithoutCallPort_RunOnStream) {
+  auto cluster = EmbeddedCluster::Start(2, {"--call_port=-1"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_EQ(CallPortOf((*cluster)->coordinator_address()), 0);
+  auto group = (*cluster)->JoinGroup("no-call-port", 2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  for (uint64_t count : {uint64_t{1}, uint64_t{100000}}) {
+    CollectiveCase c;
+    c.spec =
+        Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum);
+    ASSERT_TRUE(RunAndCheck(Pointers(*group), c));
+  }
+}
+
+}  // namespace
+}  // namespace chorus::test
