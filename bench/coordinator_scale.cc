@@ -5,8 +5,11 @@
 // as its last one returned. The ranks are simulated in this process over a
 // few gRPC connections with the asynchronous callback API, from gRPC's
 // callback threads (no thread per rank); every call has a deadline. The
-// barriers go on one CollectiveStream per connection, as a worker sends its
-// collectives (--transport=unary: one Collective RPC each).
+// barriers go as frames on the coordinator's call port, one connection per
+// --connections with a thread each that writes every request and reads
+// every reply, as workers send their collectives (--transport=stream: one
+// CollectiveStream per gRPC connection; --transport=unary: one Collective
+// RPC each).
 //
 // It prints the time of the rendezvous, of the barriers and of both, the
 // median time per barrier, and the CPU time the coordinator and this process
@@ -38,6 +41,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -55,8 +59,10 @@
 #include "bench/bench_process.h"
 #include "bench/bench_util.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "server/common/call_frame.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/collective_stream_client.h"
 
 ABSL_FLAG(int32_t, ranks, 1024, "Ranks in the group.");
@@ -66,10 +72,11 @@ ABSL_FLAG(int32_t, workers, 0,
 ABSL_FLAG(int32_t, barriers, 100, "Barriers every rank runs after joining.");
 ABSL_FLAG(int32_t, connections, 16,
           "gRPC connections to the coordinator the ranks are spread over.");
-ABSL_FLAG(std::string, transport, "stream",
-          "How the barriers reach the coordinator: \"stream\" (each "
-          "connection carries its ranks' calls on one CollectiveStream, as "
-          "workers do) or \"unary\" (one Collective RPC per call).");
+ABSL_FLAG(std::string, transport, "callport",
+          "How the barriers reach the coordinator: \"callport\" (each "
+          "connection carries its ranks' calls as frames on the call port, "
+          "as workers do), \"stream\" (one CollectiveStream per connection) "
+          "or \"unary\" (one Collective RPC per call).");
 ABSL_FLAG(bool, decode_every_join, false,
           "Decode every rank's JoinGroup reply; by default one is decoded and "
           "the others are compared with it byte for byte.");
@@ -296,8 +303,12 @@ class ScaleRun {
         coordinator_pid_(coordinator_pid),
         decode_every_join_(absl::GetFlag(FLAGS_decode_every_join)),
         use_stream_(absl::GetFlag(FLAGS_transport) == "stream"),
+        use_call_port_(absl::GetFlag(FLAGS_transport) == "callport"),
         barrier_done_(barriers_),
         barrier_end_ns_(barriers_) {
+    if (absl::StatusOr<HostPort> target = SplitHostPort(address); target.ok()) {
+      host_ = target->host;
+    }
     for (const std::shared_ptr<grpc::Channel>& channel :
          Connect(address, std::max(1, absl::GetFlag(FLAGS_connections)))) {
       stubs_.push_back(v1::Coordinator::NewStub(channel));
@@ -379,6 +390,7 @@ class ScaleRun {
           contexts[w].get(), &requests[w], &responses[w],
           [this, w, &responses](grpc::Status status) {
             worker_ids_[w] = responses[w].worker_id();
+            if (w == 0) call_port_ = static_cast<int>(responses[0].call_port());
             tracker_.Done(status, absl::StrCat("register worker ", w));
           });
     }
@@ -445,8 +457,91 @@ class ScaleRun {
         request.set_kind(v1::COLLECTIVE_KIND_BARRIER);
       }
     }
+    if (use_call_port_) return RunBarriersOnCallPort();
     for (RankCalls& calls : calls_) StartBarrier(calls, 1);
     return tracker_.Wait();
+  }
+
+  // --transport=callport: each connection's thread sends barrier 1 of its
+  // ranks, then for every reply the rank's next barrier, until all are done.
+  absl::Status RunBarriersOnCallPort() {
+    const int connections = std::min<int>(ranks_, stubs_.size());
+    std::vector<absl::Status> results(connections);
+    std::vector<std::thread> threads;
+    for (int c = 0; c < connections; ++c) {
+      threads.emplace_back([this, c, connections, &results] {
+        results[c] = CallPortConnection(c, connections);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    tracker_.Done(grpc::Status::OK, "");
+    for (const absl::Status& s : results) {
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CallPortConnection(int c, int connections) {
+    const absl::Time deadline = absl::Now() + timeout_;
+    absl::StatusOr<int> fd = ConnectTcp(host_, call_port_, deadline);
+    if (!fd.ok()) return fd.status();
+    struct Closer {
+      int fd;
+      ~Closer() { CloseSocket(fd); }
+    } closer{*fd};
+    std::string out(kCallHello);
+    auto request = [&](int r, int sequence) {
+      v1::CollectiveStreamRequest framed;
+      framed.set_call_id(static_cast<uint64_t>(r) + 1);
+      framed.set_timeout_us(absl::ToInt64Microseconds(timeout_));
+      *framed.mutable_call() = calls_[r].request[0];
+      framed.mutable_call()->set_sequence(sequence);
+      AppendCallFrame(framed.SerializeAsString(), &out);
+    };
+    int outstanding = 0;
+    for (int r = c; r < ranks_; r += connections) {
+      request(r, 1);
+      outstanding += barriers_;
+    }
+    std::vector<int> sequence(ranks_, 1);
+    CallFrameParser frames(kDefaultMaxMessageBytes);
+    char buffer[64 << 10];
+    std::string payload;
+    while (outstanding > 0) {
+      if (!out.empty()) {
+        const absl::string_view bytes = out;
+        if (absl::Status s = WriteAll(*fd, &bytes, 1, deadline, -1); !s.ok()) {
+          return s;
+        }
+        out.clear();
+      }
+      absl::StatusOr<size_t> got =
+          ReadSome(*fd, buffer, sizeof(buffer), deadline, -1);
+      if (!got.ok()) return got.status();
+      frames.Append(absl::string_view(buffer, *got));
+      while (true) {
+        absl::StatusOr<bool> next = frames.Next(&payload);
+        if (!next.ok()) return next.status();
+        if (!*next) break;
+        v1::CollectiveStreamReply reply;
+        if (!reply.ParseFromString(payload) || reply.call_id() == 0 ||
+            reply.call_id() > static_cast<uint64_t>(ranks_)) {
+          return absl::InternalError("a malformed call port reply");
+        }
+        if (reply.code() != 0) {
+          return absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                              reply.message());
+        }
+        const int r = static_cast<int>(reply.call_id() - 1);
+        const int done = sequence[r]++;
+        if (barrier_done_[done - 1].fetch_add(1) + 1 == ranks_) {
+          barrier_end_ns_[done - 1].store(NowNs());
+        }
+        --outstanding;
+        if (done < barriers_) request(r, done + 1);
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Starts barrier `sequence` (from 1) of one rank; its callback starts the
@@ -495,6 +590,10 @@ class ScaleRun {
   const pid_t coordinator_pid_;
   const bool decode_every_join_;
   const bool use_stream_;
+  const bool use_call_port_;
+  // The coordinator's host and call port (from registration).
+  std::string host_;
+  int call_port_ = 0;
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
   std::vector<std::unique_ptr<
       grpc::TemplatedGenericStub<v1::JoinGroupRequest, grpc::ByteBuffer>>>
@@ -517,8 +616,9 @@ std::string CpuFigure(int64_t cpu_ns) {
 int Main() {
   const int ranks = absl::GetFlag(FLAGS_ranks);
   const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport != "stream" && transport != "unary") {
-    std::fprintf(stderr, "want --transport=stream or --transport=unary\n");
+  if (transport != "callport" && transport != "stream" &&
+      transport != "unary") {
+    std::fprintf(stderr, "want --transport=callport, stream or unary\n");
     return 2;
   }
   if (ranks < 1 || absl::GetFlag(FLAGS_barriers) < 0 ||
@@ -591,7 +691,7 @@ int main(int argc, char** argv) {
       "chorus-coordinator-scale: times a rendezvous and barriers of one large "
       "group at one chorus-coordinator, with simulated ranks.\n"
       "Usage: chorus-coordinator-scale [--ranks=1024] [--barriers=100] "
-      "[--workers=N] [--connections=16] [--transport=stream|unary] "
+      "[--workers=N] [--connections=16] [--transport=callport|stream|unary] "
       "[--coordinator=ADDR]");
   absl::ParseCommandLine(argc, argv);
   signal(SIGPIPE, SIG_IGN);
