@@ -62,10 +62,13 @@ void StartStreamedCall(CollectiveCallHost& host,
                        const v1::CollectiveStreamRequest& request,
                        std::function<void(v1::CollectiveStreamReply)> reply) {
   const uint64_t call_id = request.call_id();
-  if (!request.has_call()) {
-    reply(StreamReply(call_id, absl::InvalidArgumentError(absl::StrCat(
-                                   "collective stream call ", call_id,
-                                   " carries no CollectiveRequest"))));
+  if (request.has_call() == request.has_commit()) {
+    reply(StreamReply(
+        call_id, absl::InvalidArgumentError(absl::StrCat(
+                     "collective stream call ", call_id,
+                     request.has_call() ? " carries both a CollectiveRequest "
+                                          "and a CommitRequest"
+                                        : " carries no CollectiveRequest"))));
     return;
   }
   if (request.timeout_us() < 0) {
@@ -79,6 +82,17 @@ void StartStreamedCall(CollectiveCallHost& host,
       request.timeout_us() == 0
           ? absl::InfiniteFuture()
           : host.Now() + absl::Microseconds(request.timeout_us());
+  if (request.has_commit()) {
+    host.StartCommit(request.commit(), client_deadline,
+                     [call_id, reply = std::move(reply)](absl::Status status) {
+                       v1::CollectiveStreamReply verdict;
+                       verdict.set_call_id(call_id);
+                       verdict.set_code(static_cast<int>(status.code()));
+                       verdict.set_message(std::string(status.message()));
+                       reply(std::move(verdict));
+                     });
+    return;
+  }
   host.StartCollective(request.call(), client_deadline,
                        [call_id, reply = std::move(reply)](
                            absl::StatusOr<CollectiveOutcome> outcome) {

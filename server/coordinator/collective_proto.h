@@ -44,6 +44,11 @@ class CollectiveCallHost {
   virtual void StartCollective(const v1::CollectiveRequest& request,
                                absl::Time client_deadline,
                                GroupTable::CollectiveCallback done) = 0;
+  // Takes one commit into the core, exactly as the unary Commit does;
+  // `done` runs once with the verdict, on any thread.
+  virtual void StartCommit(const v1::CommitRequest& request,
+                           absl::Time client_deadline,
+                           std::function<void(absl::Status)> done) = 0;
   // The current time on the core's clock.
   virtual absl::Time Now() = 0;
 };
@@ -53,9 +58,10 @@ v1::CollectiveStreamReply StreamReply(
     uint64_t call_id, absl::StatusOr<CollectiveOutcome> outcome);
 
 // Takes one streamed call (from a collective stream or the call port) into
-// `host`: refuses a request without a call or with a negative timeout at
-// once (INVALID_ARGUMENT), else starts it with the deadline its timeout
-// gives. `reply` runs once, on any thread, possibly before this returns.
+// `host`: refuses a request with neither or both of a call and a commit, or
+// with a negative timeout, at once (INVALID_ARGUMENT), else starts it with
+// the deadline its timeout gives. `reply` runs once, on any thread, possibly
+// before this returns.
 void StartStreamedCall(CollectiveCallHost& host,
                        const v1::CollectiveStreamRequest& request,
                        std::function<void(v1::CollectiveStreamReply)> reply);

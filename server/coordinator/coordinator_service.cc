@@ -254,6 +254,21 @@ void CoordinatorService::StartCollective(const v1::CollectiveRequest& request,
   deadline_added_(deadline);
 }
 
+void CoordinatorService::StartCommit(const v1::CommitRequest& request,
+                                     absl::Time client_deadline,
+                                     std::function<void(absl::Status)> done) {
+  CommitCall call;
+  call.group = request.group();
+  call.epoch = request.epoch();
+  call.rank = request.rank();
+  call.sequence = request.sequence();
+  call.deadline =
+      chorus::CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
+  const absl::Time deadline = call.deadline;
+  groups_->Commit(std::move(call), std::move(done));
+  deadline_added_(deadline);
+}
+
 grpc::ServerBidiReactor<v1::CollectiveStreamRequest, v1::CollectiveStreamReply>*
 CoordinatorService::CollectiveStream(grpc::CallbackServerContext* context) {
   auto* stream = new CollectiveStreamReactor(this);

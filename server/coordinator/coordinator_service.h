@@ -120,6 +120,8 @@ class CoordinatorService final
   void StartCollective(const v1::CollectiveRequest& request,
                        absl::Time client_deadline,
                        GroupTable::CollectiveCallback done) override;
+  void StartCommit(const v1::CommitRequest& request, absl::Time client_deadline,
+                   std::function<void(absl::Status)> done) override;
   absl::Time Now() override { return clock_->Now(); }
   void StreamDone(CollectiveStreamReactor* stream) override;
   // The serialized JoinGroupResponse for `view`, made once per group epoch.

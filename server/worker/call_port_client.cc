@@ -74,8 +74,8 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
     }
     // A connection nobody was reading may have ended unnoticed (the
     // coordinator stopped or restarted, maybe on another port).
-    if (fd_ >= 0 && (address != connected_address_ ||
-                     (!reader_ && PeerClosed(fd_)))) {
+    if (fd_ >= 0 &&
+        (address != connected_address_ || (!reader_ && PeerClosed(fd_)))) {
       BreakLocked(generation_,
                   absl::UnavailableError("the coordinator's call port "
                                          "connection ended"));
@@ -131,6 +131,27 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
 
 absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
     v1::CollectiveRequest request, absl::Time deadline) {
+  const std::string what = absl::StrCat("collective #", request.sequence(),
+                                        " of group ", request.group());
+  v1::CollectiveStreamRequest framed;
+  *framed.mutable_call() = std::move(request);
+  return RoundTrip(std::move(framed), deadline, what);
+}
+
+absl::Status CallPortClient::Commit(const v1::CommitRequest& request,
+                                    absl::Time deadline) {
+  v1::CollectiveStreamRequest framed;
+  *framed.mutable_commit() = request;
+  return RoundTrip(
+             std::move(framed), deadline,
+             absl::StrCat("the commit of collective #", request.sequence(),
+                          " of group ", request.group()))
+      .status();
+}
+
+absl::StatusOr<v1::CollectiveResponse> CallPortClient::RoundTrip(
+    v1::CollectiveStreamRequest framed, absl::Time deadline,
+    const std::string& what) {
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
@@ -153,7 +174,6 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
     return connected;
   }
   Waiter waiter;
-  v1::CollectiveStreamRequest framed;
   {
     absl::MutexLock lock(&mu_);
     framed.set_call_id(next_call_id_++);
@@ -162,7 +182,6 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
   const uint64_t call_id = framed.call_id();
   framed.set_timeout_us(
       std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
-  *framed.mutable_call() = std::move(request);
   std::string frame;
   AppendCallFrame(framed.SerializeAsString(), &frame);
   absl::Status sent;
@@ -183,10 +202,8 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
   while (!waiter.done) {
     if (absl::Now() >= deadline) {
       waiters_.erase(call_id);
-      return absl::DeadlineExceededError(
-          absl::StrCat("the coordinator did not answer collective #",
-                       framed.call().sequence(), " of group ",
-                       framed.call().group(), " before the deadline"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the coordinator did not answer ", what, " before the deadline"));
     }
     if (!reader_ && fd_ == fd && generation_ == generation) {
       reader_ = true;

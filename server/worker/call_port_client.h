@@ -52,6 +52,11 @@ class CallPortClient {
   absl::StatusOr<v1::CollectiveResponse> Call(v1::CollectiveRequest request,
                                               absl::Time deadline);
 
+  // Sends the commit of a data-plane collective and waits for the verdict
+  // until `deadline`. Returns the coordinator's verdict (as Coordinator.
+  // Commit) or the codes of Call().
+  absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
+
   // Ends the calls in flight with UNAVAILABLE and waits for them to return;
   // later calls fail at once. Idempotent.
   void Shutdown();
@@ -62,6 +67,11 @@ class CallPortClient {
     absl::StatusOr<v1::CollectiveResponse> result;
   };
 
+  // Sends `framed` (its call id and timeout are set here) and waits for its
+  // reply; `what` names it in a DEADLINE_EXCEEDED message.
+  absl::StatusOr<v1::CollectiveResponse> RoundTrip(
+      v1::CollectiveStreamRequest framed, absl::Time deadline,
+      const std::string& what);
   // Returns the open connection's socket and generation, connecting first
   // when there is none.
   absl::Status Connect(absl::Time deadline, int* fd, uint64_t* generation)

@@ -432,6 +432,9 @@ absl::Status WorkerRuntime::Commit(const Membership& membership,
   request.set_epoch(membership.epoch);
   request.set_rank(membership.rank);
   request.set_sequence(sequence);
+  if (call_port_ != nullptr && session_->call_port() > 0) {
+    return call_port_->Commit(request, deadline);
+  }
   v1::CommitResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));

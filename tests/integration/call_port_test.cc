@@ -1,10 +1,11 @@
 // The coordinator's call port, spoken to over raw sockets by the test: the
 // port workers learn at registration, a wrong hello, a frame over the limit,
 // a frame that is not a request (each: one reply with call id 0, then the
-// connection closes), requests the core refuses (answered under their call
-// id, the connection stays), a request trickling in byte by byte, and a
-// coordinator with the port turned off (workers then call on the gRPC
-// stream and collectives still run). A real chorus-coordinator process.
+// connection closes), requests the core refuses, calls and commits alike
+// (answered under their call id, the connection stays), a request trickling in
+// byte by byte, and a coordinator with the port turned off (workers then call
+// on the gRPC stream and collectives still run). A real chorus-coordinator
+// process.
 
 #include <string>
 #include <vector>
@@ -166,6 +167,29 @@ TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->call_id(), 8u);
   EXPECT_THAT(reply->message(), HasSubstr("negative timeout"));
+
+  v1::CollectiveStreamRequest both;
+  both.set_call_id(10);
+  both.mutable_call()->set_group("g");
+  both.mutable_commit()->set_group("g");
+  connection.SendRequest(both);
+  reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 10u);
+  EXPECT_THAT(reply->message(), HasSubstr("carries both"));
+
+  v1::CollectiveStreamRequest commit;
+  commit.set_call_id(11);
+  commit.set_timeout_us(10'000'000);
+  commit.mutable_commit()->set_group("no-such-group");
+  commit.mutable_commit()->set_epoch(1);
+  commit.mutable_commit()->set_sequence(1);
+  connection.SendRequest(commit);
+  reply = connection.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 11u);
+  EXPECT_NE(reply->code(), 0);
+  EXPECT_THAT(reply->message(), HasSubstr("no-such-group"));
 
   // Sent one byte at a time: still one request.
   v1::CollectiveStreamRequest unknown;
