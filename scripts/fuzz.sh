@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 build_dir="${CHORUS_FUZZ_BUILD_DIR:-build-fuzz}"
 seconds="${CHORUS_FUZZ_SECONDS:-60}"
-targets="${CHORUS_FUZZ_TARGETS:-request_fuzzer chunk_fuzzer frame_fuzzer}"
+targets="${CHORUS_FUZZ_TARGETS:-request_fuzzer chunk_fuzzer frame_fuzzer call_frame_fuzzer}"
 jobs="${CHORUS_FUZZ_BUILD_JOBS:-$(nproc)}"
 
 # clang and its libFuzzer runtime (libclang_rt.fuzzer*.a).

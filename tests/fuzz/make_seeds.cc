@@ -1,6 +1,7 @@
 // Writes the seed corpora of the Chorus fuzzers:
 //   chorus_fuzz_make_seeds DIR
-// writes DIR/request_fuzzer/*, DIR/chunk_fuzzer/* and DIR/frame_fuzzer/*
+// writes DIR/request_fuzzer/*, DIR/chunk_fuzzer/*, DIR/frame_fuzzer/* and
+// DIR/call_frame_fuzzer/*
 // (the checked-in copy is
 // tests/fuzz/corpus). Each seed is a meaningful sequence of records in the
 // format of fuzz_format.h, written against the start state request_fuzzer
@@ -16,6 +17,7 @@
 
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/worker.pb.h"
+#include "server/common/call_frame.h"
 #include "server/worker/dataplane/wire_frame.h"
 #include "tests/fuzz/fuzz_format.h"
 
@@ -583,6 +585,65 @@ Seeds FrameSeeds() {
   };
 }
 
+// ---- call_frame_fuzzer ------------------------------------------------------
+
+// A call-port frame of `request`.
+std::string CallFrame(const v1::CollectiveStreamRequest& request) {
+  std::string frame;
+  AppendCallFrame(request.SerializeAsString(), &frame);
+  return frame;
+}
+
+v1::CollectiveStreamRequest CallOf(uint64_t call_id, int rank,
+                                   uint64_t sequence, v1::CollectiveKind kind) {
+  v1::CollectiveStreamRequest request;
+  request.set_call_id(call_id);
+  request.set_timeout_us(1'000'000);
+  v1::CollectiveRequest& call = *request.mutable_call();
+  call.set_group("g");
+  call.set_epoch(1);
+  call.set_rank(rank);
+  call.set_sequence(sequence);
+  call.set_kind(kind);
+  return request;
+}
+
+// The first byte of each seed sets the piece size (1 + byte % 64).
+Seeds CallFrameSeeds() {
+  const std::string barriers =
+      CallFrame(CallOf(1, 0, 1, v1::COLLECTIVE_KIND_BARRIER)) +
+      CallFrame(CallOf(2, 1, 1, v1::COLLECTIVE_KIND_BARRIER));
+  v1::CollectiveStreamRequest sum0 =
+      CallOf(3, 0, 2, v1::COLLECTIVE_KIND_ALL_REDUCE);
+  sum0.mutable_call()->set_dtype(v1::DTYPE_F32);
+  sum0.mutable_call()->set_count(2);
+  sum0.mutable_call()->set_op(v1::REDUCE_OP_SUM);
+  sum0.mutable_call()->set_has_inline_data(true);
+  sum0.mutable_call()->set_inline_data(std::string(8, '\0'));
+  v1::CollectiveStreamRequest sum1 = sum0;
+  sum1.set_call_id(4);
+  sum1.mutable_call()->set_rank(1);
+  v1::CollectiveStreamRequest commit;
+  commit.set_call_id(5);
+  commit.mutable_commit()->set_group("g");
+  commit.mutable_commit()->set_epoch(1);
+  commit.mutable_commit()->set_sequence(2);
+  v1::CollectiveStreamRequest empty;
+  empty.set_call_id(6);
+  return {
+      {"barriers_whole", std::string(1, '\x3f') + barriers},
+      {"barriers_bytewise", std::string(1, '\0') + barriers},
+      {"inline_sum_and_commit", std::string(1, '\x07') + barriers +
+                                    CallFrame(sum0) + CallFrame(sum1) +
+                                    CallFrame(commit)},
+      {"no_call", std::string(1, '\x10') + CallFrame(empty)},
+      {"over_limit",
+       std::string(1, '\x03') + std::string("\xff\xff\x00\x00", 4)},
+      {"not_a_request", std::string(1, '\x05') + barriers +
+                            std::string("\x01\x00\x00\x00\x0f", 5)},
+  };
+}
+
 int WriteAll(const std::filesystem::path& dir, const std::string& target,
              const Seeds& seeds) {
   const std::filesystem::path out = dir / target;
@@ -614,5 +675,7 @@ int main(int argc, char** argv) {
          chorus::fuzz::WriteAll(dir, "chunk_fuzzer",
                                 chorus::fuzz::ChunkSeeds()) |
          chorus::fuzz::WriteAll(dir, "frame_fuzzer",
-                                chorus::fuzz::FrameSeeds());
+                                chorus::fuzz::FrameSeeds()) |
+         chorus::fuzz::WriteAll(dir, "call_frame_fuzzer",
+                                chorus::fuzz::CallFrameSeeds());
 }

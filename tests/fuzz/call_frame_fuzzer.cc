@@ -1,0 +1,204 @@
+// call_frame_fuzzer: what a worker sends on the coordinator's call port
+// after the hello. The input's first byte sets the size of the pieces the
+// rest arrives in (1 to 64 bytes, as reads might return it); the pieces go
+// through CallFrameParser and every frame is parsed as a
+// CollectiveStreamRequest and taken into a real GroupTable (group "g" of two
+// ranks already formed, epoch 1) through StartStreamedCall, as CallPort does.
+// A frame that does not parse, or one over the limit, ends the connection.
+//
+// Checked, besides crashes and ASan/UBSan reports:
+// - the frames handed out are, re-encoded, exactly the bytes consumed;
+// - after a frame over the limit the parser keeps refusing;
+// - every request taken gets exactly one reply, carrying its call id, by the
+//   time every deadline has passed; a call's OK reply carries a response, a
+//   commit's never does.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "chorus/v1/coordinator.pb.h"
+#include "google/protobuf/stubs/logging.h"
+#include "server/common/call_frame.h"
+#include "server/coordinator/collective_proto.h"
+#include "server/coordinator/group_table.h"
+#include "server/coordinator/registry.h"
+#include "tests/testing/fake_clock.h"
+
+namespace chorus {
+namespace {
+
+[[noreturn]] void Fail(const char* file, int line, const char* condition,
+                       const std::string& detail) {
+  std::fprintf(stderr, "%s:%d: invariant failed: %s\n  %s\n", file, line,
+               condition, detail.c_str());
+  std::abort();
+}
+
+#define FUZZ_CHECK(condition, detail)                           \
+  do {                                                          \
+    if (!(condition)) {                                         \
+      ::chorus::Fail(__FILE__, __LINE__, #condition, (detail)); \
+    }                                                           \
+  } while (false)
+
+// Small, so that inputs reach it.
+constexpr uint64_t kMaxFrame = 4096;
+constexpr int kMaxRequests = 64;
+
+class Core final : public CollectiveCallHost {
+ public:
+  Core()
+      : registry_(&clock_, absl::Seconds(5)),
+        table_(&clock_, &registry_, Options()) {
+    Device cpu;
+    cpu.kind = DeviceKind::kCpu;
+    for (int w = 0; w < 2; ++w) {
+      WorkerRegistration r;
+      r.name = absl::StrCat("w", w);
+      r.host = "h";
+      r.address = absl::StrCat("h:", 7000 + w);
+      r.incarnation = 1;
+      r.devices = {cpu};
+      FUZZ_CHECK(registry_.Register(r).ok(), "setup");
+    }
+    int joined = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      JoinRequest join;
+      join.group = "g";
+      join.world_size = 2;
+      join.rank = rank;
+      join.worker_id = rank + 1;
+      join.device = cpu;
+      table_.Join(std::move(join), [&joined](absl::StatusOr<GroupView> view) {
+        FUZZ_CHECK(view.ok() && view->epoch == 1, view.status().ToString());
+        ++joined;
+      });
+    }
+    FUZZ_CHECK(joined == 2, "setup");
+  }
+
+  void StartCollective(const v1::CollectiveRequest& request,
+                       absl::Time client_deadline,
+                       GroupTable::CollectiveCallback done) override {
+    table_.Collective(CollectiveCallFromProto(
+                          request, CoreDeadline(clock_.Now(), client_deadline,
+                                                absl::Minutes(10))),
+                      std::move(done));
+  }
+
+  void StartCommit(const v1::CommitRequest& request, absl::Time client_deadline,
+                   std::function<void(absl::Status)> done) override {
+    CommitCall call;
+    call.group = request.group();
+    call.epoch = request.epoch();
+    call.rank = request.rank();
+    call.sequence = request.sequence();
+    call.deadline =
+        CoreDeadline(clock_.Now(), client_deadline, absl::Minutes(10));
+    table_.Commit(std::move(call), std::move(done));
+  }
+
+  absl::Time Now() override { return clock_.Now(); }
+
+  // Lets every deadline pass.
+  void ExpireAll() {
+    clock_.Advance(absl::Hours(1));
+    table_.ExpireDeadlines();
+  }
+
+ private:
+  static GroupTableOptions Options() {
+    GroupTableOptions options;
+    options.max_world_size = 16;
+    options.first_epoch = 0;
+    return options;
+  }
+
+  FakeClock clock_;
+  Registry registry_;
+  GroupTable table_;
+};
+
+struct Taken {
+  uint64_t call_id = 0;
+  bool commit = false;
+  int replies = 0;
+};
+
+void Run(const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  const size_t piece = 1 + data[0] % 64;
+  const absl::string_view stream(reinterpret_cast<const char*>(data) + 1,
+                                 size - 1);
+  // Before the core: callbacks point into it until the core is gone.
+  std::vector<Taken> taken;
+  taken.reserve(kMaxRequests);
+  Core core;
+  CallFrameParser frames(kMaxFrame);
+  std::string consumed;  // the frames handed out, re-encoded
+  bool open = true;
+  bool over_limit = false;
+  std::string payload;
+  for (size_t at = 0; open && at < stream.size(); at += piece) {
+    frames.Append(stream.substr(at, piece));
+    while (open) {
+      absl::StatusOr<bool> next = frames.Next(&payload);
+      if (!next.ok()) {
+        FUZZ_CHECK(absl::IsResourceExhausted(next.status()),
+                   next.status().ToString());
+        FUZZ_CHECK(!frames.Next(&payload).ok(),
+                   "the parser went on after a frame over the limit");
+        over_limit = true;
+        open = false;
+        break;
+      }
+      if (!*next) break;
+      FUZZ_CHECK(payload.size() <= kMaxFrame, "a frame over the limit");
+      AppendCallFrame(payload, &consumed);
+      v1::CollectiveStreamRequest request;
+      if (!request.ParseFromString(payload) ||
+          static_cast<int>(taken.size()) == kMaxRequests) {
+        open = false;
+        break;
+      }
+      taken.push_back(Taken{request.call_id(), request.has_commit(), 0});
+      Taken* mine = &taken.back();
+      StartStreamedCall(core, request, [mine](v1::CollectiveStreamReply reply) {
+        ++mine->replies;
+        FUZZ_CHECK(reply.call_id() == mine->call_id,
+                   absl::StrCat("reply for call ", reply.call_id(), " to call ",
+                                mine->call_id));
+        if (reply.code() == 0) {
+          FUZZ_CHECK(mine->commit != reply.has_response(),
+                     "an OK reply of the wrong shape");
+        }
+      });
+    }
+  }
+  FUZZ_CHECK(absl::string_view(stream).substr(0, consumed.size()) == consumed,
+             "the frames handed out are not the bytes that came in");
+  (void)over_limit;
+  core.ExpireAll();
+  for (const Taken& t : taken) {
+    FUZZ_CHECK(t.replies == 1, absl::StrCat("call ", t.call_id, " got ",
+                                            t.replies, " replies"));
+  }
+}
+
+}  // namespace
+}  // namespace chorus
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  chorus::Run(data, size);
+  return 0;
+}
