@@ -117,7 +117,6 @@ absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
 
 CallPort::~CallPort() {
   Shutdown();
-  if (listen_fd_ >= 0) close(listen_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
 }
@@ -133,6 +132,9 @@ void CallPort::Shutdown() {
     LOG(WARNING) << "call port: cannot wake the serving thread";
   }
   if (thread_.joinable()) thread_.join();
+  // New connections are refused from now on instead of left unserved.
+  if (listen_fd_ >= 0) close(listen_fd_);
+  listen_fd_ = -1;
 }
 
 void CallPort::Serve() {
@@ -178,9 +180,15 @@ void CallPort::Accept() {
         accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      // EAGAIN: none left; anything else (e.g. out of descriptors) is
-      // retried at the next readiness.
-      return;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: the pending connection would wake this
+        // thread forever. Stop watching the listener until one closes.
+        LOG(WARNING) << "call port: out of file descriptors; not accepting "
+                        "until a connection closes";
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        accept_paused_ = true;
+      }
+      return;  // EAGAIN: none left
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -196,15 +204,15 @@ void CallPort::Accept() {
 
 bool CallPort::ReadFrom(const std::shared_ptr<Connection>& connection) {
   char buffer[64 << 10];
-  bool open = true;
-  while (open) {
+  // At most this much per wake-up, so one busy connection does not starve
+  // the others (epoll reports it again while data is left).
+  size_t budget = 1 << 20;
+  while (budget > 0) {
     const ssize_t n = recv(connection->fd, buffer, sizeof(buffer), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (n <= 0) {
-      open = false;  // closed by the peer, or failed
-      break;
-    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n <= 0) return false;  // closed by the peer, or failed
+    budget -= std::min(budget, static_cast<size_t>(n));
     absl::string_view bytes(buffer, static_cast<size_t>(n));
     if (connection->hello.size() < kCallHello.size()) {
       const size_t take =
@@ -216,7 +224,12 @@ bool CallPort::ReadFrom(const std::shared_ptr<Connection>& connection) {
       }
     }
     connection->frames.Append(bytes);
+    if (!TakeFrames(connection)) return false;
   }
+  return true;
+}
+
+bool CallPort::TakeFrames(const std::shared_ptr<Connection>& connection) {
   std::weak_ptr<Connection> weak = connection;
   std::string payload;
   while (true) {
@@ -225,7 +238,7 @@ bool CallPort::ReadFrom(const std::shared_ptr<Connection>& connection) {
       connection->Send(ErrorFrame(next.status()));
       return false;
     }
-    if (!*next) break;
+    if (!*next) return true;
     v1::CollectiveStreamRequest request;
     if (!request.ParseFromString(payload)) {
       connection->Send(ErrorFrame(absl::InvalidArgumentError(
@@ -242,7 +255,6 @@ bool CallPort::ReadFrom(const std::shared_ptr<Connection>& connection) {
                         to->Send(frame);
                       });
   }
-  return open;
 }
 
 void CallPort::Close(int fd) {
@@ -255,6 +267,13 @@ void CallPort::Close(int fd) {
     close(fd);
   }
   connections_.erase(it);
+  if (accept_paused_ && listen_fd_ >= 0) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = listen_fd_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &event);
+    accept_paused_ = false;
+  }
 }
 
 }  // namespace chorus

@@ -9,12 +9,15 @@
 // One thread serves every connection with epoll: it reads frames and takes
 // the calls into the core in the order each connection sent them. Verdicts
 // are written by whichever thread produces them, straight to the socket when
-// it has room, else queued for the serving thread. A malformed connection
-// (a wrong hello, a frame over the limit, a payload that does not parse)
-// gets one reply with call id 0 and the reason (INVALID_ARGUMENT or
-// RESOURCE_EXHAUSTED) and is closed; a request without a call or with a
-// negative timeout gets INVALID_ARGUMENT under its call id, as on the
-// stream. A connection that closes drops the verdicts still due to it.
+// it has room, else queued for the serving thread. A connection that does
+// not start with the hello is closed without a reply; a frame over the
+// limit or a payload that does not parse gets one reply with call id 0 and
+// the reason (RESOURCE_EXHAUSTED or INVALID_ARGUMENT) and the connection is
+// closed; a request with neither or both of a call and a commit, or with a
+// negative timeout, gets INVALID_ARGUMENT under its call id, as on the
+// stream. A connection that closes drops the verdicts still due to it. Each
+// wake-up reads at most 1 MiB of one connection, so none starves the
+// others; out of file descriptors, it stops accepting until one closes.
 //
 // Lifecycle: Start() listens and serves until Shutdown() (or destruction),
 // which closes every connection. The host must outlive it.
@@ -51,8 +54,8 @@ class CallPort {
 
   int port() const { return port_; }
 
-  // Stops serving and closes every connection; verdicts still due are
-  // dropped. Idempotent.
+  // Stops serving, closes every connection (verdicts still due are
+  // dropped) and the listener. Idempotent.
   void Shutdown();
 
   struct Connection;
@@ -66,6 +69,9 @@ class CallPort {
   // Reads what `connection` has and handles its whole frames. Returns false
   // when the connection must be closed.
   bool ReadFrom(const std::shared_ptr<Connection>& connection);
+  // Takes the whole frames buffered for `connection` into the core. Returns
+  // false when the connection must be closed.
+  bool TakeFrames(const std::shared_ptr<Connection>& connection);
   void Close(int fd);
 
   CollectiveCallHost* const calls_;  // not owned
@@ -79,6 +85,7 @@ class CallPort {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by the serving thread.
   absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_;
+  bool accept_paused_ = false;
 };
 
 }  // namespace chorus

@@ -18,19 +18,8 @@ namespace {
 
 // Replies carry at most a rank's inline result.
 constexpr uint64_t kMaxReplyBytes = uint64_t{kDefaultMaxMessageBytes} + 4096;
-
-// True when the peer closed `fd` or it failed; data waiting to be read
-// counts as open.
-bool PeerClosed(int fd) {
-  char byte;
-  while (true) {
-    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return false;
-    if (n == 0) return true;
-    if (errno == EINTR) continue;
-    return errno != EAGAIN && errno != EWOULDBLOCK;
-  }
-}
+// How long a call port that could not be reached is not tried again.
+constexpr absl::Duration kUnreachableBackoff = absl::Seconds(10);
 
 }  // namespace
 
@@ -74,8 +63,10 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
     }
     // A connection nobody was reading may have ended unnoticed (the
     // coordinator stopped or restarted, maybe on another port).
+    // Late replies still queued are read (and dropped) first, so that a
+    // close behind them is seen.
     if (fd_ >= 0 &&
-        (address != connected_address_ || (!reader_ && PeerClosed(fd_)))) {
+        (address != connected_address_ || (!reader_ && !DrainLocked()))) {
       BreakLocked(generation_,
                   absl::UnavailableError("the coordinator's call port "
                                          "connection ended"));
@@ -89,6 +80,14 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
   if (address.empty()) {
     return absl::FailedPreconditionError("the coordinator has no call port");
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (address == unreachable_address_ && absl::Now() < unreachable_until_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the coordinator's call port at ", address,
+                       " was unreachable moments ago"));
+    }
+  }
   absl::StatusOr<HostPort> target = SplitHostPort(address);
   if (!target.ok()) return target.status();
   // A coordinator that does not answer should not hold a caller (or
@@ -97,7 +96,12 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
       ConnectTcp(target->host, target->port,
                  std::min(deadline, absl::Now() + absl::Seconds(5)));
   if (!connected.ok()) {
-    return absl::UnavailableError(
+    // Nothing was sent: the caller may take another way, and callers in
+    // the next seconds skip the attempt.
+    absl::MutexLock lock(&mu_);
+    unreachable_address_ = address;
+    unreachable_until_ = absl::Now() + kUnreachableBackoff;
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot reach the coordinator's call port at ", address,
                      ": ", connected.status().message()));
   }
@@ -127,6 +131,12 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
   *fd = fd_;
   *generation = generation_;
   return absl::OkStatus();
+}
+
+absl::Status CallPortClient::Ready(absl::Time deadline) {
+  int fd = -1;
+  uint64_t generation = 0;
+  return Connect(deadline, &fd, &generation);
 }
 
 absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
@@ -171,11 +181,17 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::RoundTrip(
   uint64_t generation = 0;
   if (absl::Status connected = Connect(deadline, &fd, &generation);
       !connected.ok()) {
-    return connected;
+    return absl::UnavailableError(connected.message());
   }
   Waiter waiter;
   {
     absl::MutexLock lock(&mu_);
+    // The connection may have broken since Connect() returned; a waiter
+    // registered now would be missed by that break.
+    if (shut_down_ || generation_ != generation) {
+      return absl::UnavailableError(
+          "the connection to the coordinator's call port broke");
+    }
     framed.set_call_id(next_call_id_++);
     waiters_[framed.call_id()] = &waiter;
   }
@@ -186,9 +202,17 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::RoundTrip(
   AppendCallFrame(framed.SerializeAsString(), &frame);
   absl::Status sent;
   {
+    // Retired sockets are closed only under write_mu_, so `fd` stays this
+    // connection's socket while the write runs, if it still is now.
     absl::MutexLock writing(&write_mu_);
+    bool current;
+    {
+      absl::MutexLock lock(&mu_);
+      current = generation_ == generation && !shut_down_;
+    }
     const absl::string_view bytes = frame;
-    sent = WriteAll(fd, &bytes, 1, deadline, cancel_fd_);
+    sent = current ? WriteAll(fd, &bytes, 1, deadline, cancel_fd_)
+                   : absl::UnavailableError("the connection was replaced");
   }
 
   absl::MutexLock lock(&mu_);
@@ -205,7 +229,11 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::RoundTrip(
       return absl::DeadlineExceededError(absl::StrCat(
           "the coordinator did not answer ", what, " before the deadline"));
     }
-    if (!reader_ && fd_ == fd && generation_ == generation) {
+    if (generation_ != generation || shut_down_) {
+      waiter.done = true;
+      waiter.result = absl::UnavailableError(
+          "the connection to the coordinator's call port broke");
+    } else if (!reader_ && fd_ == fd) {
       reader_ = true;
       ReadAsReader(fd, generation, deadline);
     } else {
@@ -227,42 +255,7 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
   if (generation != generation_) {
     // The connection was replaced meanwhile; what was read belongs to it.
   } else if (got.ok()) {
-    frames_.Append(absl::string_view(buffer, *got));
-    std::string payload;
-    while (true) {
-      absl::StatusOr<bool> next = frames_.Next(&payload);
-      if (!next.ok()) {
-        BreakLocked(generation,
-                    absl::UnavailableError(next.status().message()));
-        break;
-      }
-      if (!*next) break;
-      v1::CollectiveStreamReply reply;
-      if (!reply.ParseFromString(payload)) {
-        BreakLocked(generation,
-                    absl::UnavailableError(
-                        "the coordinator's call port sent a malformed reply"));
-        break;
-      }
-      const absl::Status verdict(static_cast<absl::StatusCode>(reply.code()),
-                                 reply.message());
-      if (reply.call_id() == 0) {
-        // About the connection, not a call.
-        BreakLocked(generation,
-                    absl::UnavailableError(absl::StrCat(
-                        "the coordinator's call port refused this worker: ",
-                        verdict.ToString())));
-        break;
-      }
-      auto it = waiters_.find(reply.call_id());
-      if (it == waiters_.end()) continue;  // its caller gave up
-      it->second->done = true;
-      if (verdict.ok()) {
-        it->second->result = std::move(*reply.mutable_response());
-      } else {
-        it->second->result = verdict;
-      }
-    }
+    HandleBytesLocked(generation, absl::string_view(buffer, *got));
   } else if (!absl::IsDeadlineExceeded(got.status())) {
     BreakLocked(generation,
                 absl::UnavailableError(absl::StrCat(
@@ -271,6 +264,61 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
   }
   // Replies handed out, or the reader role is free for another caller.
   changed_.SignalAll();
+}
+
+void CallPortClient::HandleBytesLocked(uint64_t generation,
+                                       absl::string_view bytes) {
+  frames_.Append(bytes);
+  std::string payload;
+  while (generation == generation_) {
+    absl::StatusOr<bool> next = frames_.Next(&payload);
+    if (!next.ok()) {
+      BreakLocked(generation, absl::UnavailableError(next.status().message()));
+      return;
+    }
+    if (!*next) return;
+    v1::CollectiveStreamReply reply;
+    if (!reply.ParseFromString(payload)) {
+      BreakLocked(generation,
+                  absl::UnavailableError(
+                      "the coordinator's call port sent a malformed reply"));
+      return;
+    }
+    const absl::Status verdict(static_cast<absl::StatusCode>(reply.code()),
+                               reply.message());
+    if (reply.call_id() == 0) {
+      // About the connection, not a call.
+      BreakLocked(generation,
+                  absl::UnavailableError(absl::StrCat(
+                      "the coordinator's call port refused this worker: ",
+                      verdict.ToString())));
+      return;
+    }
+    auto it = waiters_.find(reply.call_id());
+    if (it == waiters_.end()) continue;  // its caller gave up
+    it->second->done = true;
+    if (verdict.ok()) {
+      it->second->result = std::move(*reply.mutable_response());
+    } else {
+      it->second->result = verdict;
+    }
+  }
+}
+
+bool CallPortClient::DrainLocked() {
+  char buffer[16 << 10];
+  while (fd_ >= 0) {
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) {
+      HandleBytesLocked(generation_,
+                        absl::string_view(buffer, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;  // closed by the peer, or failed
+  }
+  return false;
 }
 
 void CallPortClient::BreakLocked(uint64_t generation,

@@ -46,11 +46,16 @@ class CallPortClient {
 
   // Sends `request` and waits for its reply until `deadline`. Returns the
   // response, or the coordinator's verdict (any code, as on the stream),
-  // DEADLINE_EXCEEDED, UNAVAILABLE when the connection broke or could not
-  // be made or the client is shutting down, FAILED_PRECONDITION when the
-  // coordinator has no call port.
+  // DEADLINE_EXCEEDED, or UNAVAILABLE when the connection broke or could
+  // not be made or the client is shutting down.
   absl::StatusOr<v1::CollectiveResponse> Call(v1::CollectiveRequest request,
                                               absl::Time deadline);
+
+  // Connects unless connected. Returns OK when calls can be sent now;
+  // FAILED_PRECONDITION when the coordinator has no call port or it cannot
+  // be reached (then for 10 s without trying again), UNAVAILABLE when
+  // shutting down. Nothing is sent to the core.
+  absl::Status Ready(absl::Time deadline);
 
   // Sends the commit of a data-plane collective and waits for the verdict
   // until `deadline`. Returns the coordinator's verdict (as Coordinator.
@@ -80,6 +85,13 @@ class CallPortClient {
   // with reader_ set; returns with it cleared.
   void ReadAsReader(int fd, uint64_t generation, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends bytes read from connection `generation` and hands out the
+  // replies they complete.
+  void HandleBytesLocked(uint64_t generation, absl::string_view bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads what the open connection has without waiting (late replies) and
+  // returns false when the peer closed it or it failed.
+  bool DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends connection `generation` (if still current): its calls get
   // `status`, its socket is shut down and closed once unused.
   void BreakLocked(uint64_t generation, const absl::Status& status)
@@ -99,6 +111,9 @@ class CallPortClient {
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
   // The address fd_ was connected to.
   std::string connected_address_ ABSL_GUARDED_BY(mu_);
+  // A call port that could not be reached, and until when it is not tried.
+  std::string unreachable_address_ ABSL_GUARDED_BY(mu_);
+  absl::Time unreachable_until_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   CallFrameParser frames_ ABSL_GUARDED_BY(mu_);
   // A caller is reading the connection.

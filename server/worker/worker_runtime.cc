@@ -298,7 +298,7 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     request.set_inline_data(host_input.data(), host_input.size());
   }
   v1::CollectiveResponse response;
-  if (call_port_ != nullptr && session_->call_port() > 0) {
+  if (CallPortReady(deadline)) {
     absl::StatusOr<v1::CollectiveResponse> answered =
         call_port_->Call(std::move(request), deadline);
     if (!answered.ok()) return answered.status();
@@ -425,6 +425,13 @@ absl::Status WorkerRuntime::RunPlanned(
                      : ReportFailure(membership, sequence, status);
 }
 
+bool WorkerRuntime::CallPortReady(absl::Time deadline) {
+  // Not ready (no port, or it cannot be reached, e.g. firewalled): the
+  // gRPC paths carry the call instead.
+  return call_port_ != nullptr && session_->call_port() > 0 &&
+         call_port_->Ready(deadline).ok();
+}
+
 absl::Status WorkerRuntime::Commit(const Membership& membership,
                                    uint64_t sequence, absl::Time deadline) {
   v1::CommitRequest request;
@@ -432,9 +439,7 @@ absl::Status WorkerRuntime::Commit(const Membership& membership,
   request.set_epoch(membership.epoch);
   request.set_rank(membership.rank);
   request.set_sequence(sequence);
-  if (call_port_ != nullptr && session_->call_port() > 0) {
-    return call_port_->Commit(request, deadline);
-  }
+  if (CallPortReady(deadline)) return call_port_->Commit(request, deadline);
   v1::CommitResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));

@@ -208,6 +208,9 @@ class WorkerRuntime {
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline);
 
+  // Whether calls can go to the coordinator's call port now (connecting
+  // when needed).
+  bool CallPortReady(absl::Time deadline);
   // Ends a data-plane collective: waits until every rank committed it.
   absl::Status Commit(const Membership& membership, uint64_t sequence,
                       absl::Time deadline);

@@ -1,11 +1,12 @@
 // The coordinator's call port, spoken to over raw sockets by the test: the
-// port workers learn at registration, a wrong hello, a frame over the limit,
-// a frame that is not a request (each: one reply with call id 0, then the
-// connection closes), requests the core refuses, calls and commits alike
-// (answered under their call id, the connection stays), a request trickling in
-// byte by byte, and a coordinator with the port turned off (workers then call
-// on the gRPC stream and collectives still run). A real chorus-coordinator
-// process.
+// port workers learn at registration, a wrong hello (closed at once), a
+// frame over the limit, a frame that is not a request (each: one reply with
+// call id 0, then the connection closes), requests the core refuses, calls and
+// commits alike (answered under their call id, the connection stays), a request
+// trickling in byte by byte, the worker's client (a verdict as a status,
+// shutdown, a port nothing listens on), and a coordinator with the port
+// turned off (workers then call on the gRPC stream and collectives still
+// run). A real chorus-coordinator process.
 
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "server/common/call_frame.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
+#include "server/worker/call_port_client.h"
 #include "tests/testing/collective_harness.h"
 #include "tests/testing/daemons.h"
 
@@ -207,6 +209,43 @@ TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   EXPECT_EQ(reply->call_id(), 9u);
   EXPECT_EQ(reply->code(), static_cast<int>(absl::StatusCode::kNotFound));
   EXPECT_THAT(reply->message(), HasSubstr("no-such-group"));
+}
+
+TEST_F(CallPortTest, Client_Verdict_ReturnedAsStatus) {
+  CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
+  ASSERT_TRUE(client.Ready(absl::Now() + kWait).ok());
+  v1::CollectiveRequest request;
+  request.set_group("no-such-group");
+  request.set_epoch(1);
+  request.set_sequence(1);
+  request.set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  absl::StatusOr<v1::CollectiveResponse> r =
+      client.Call(request, absl::Now() + kWait);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("no-such-group"));
+  client.Shutdown();
+  EXPECT_EQ(client.Call(request, absl::Now() + kWait).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(CallPortClientTest, Ready_NothingListening_FailedPreconditionThenBackoff) {
+  // A port that was just free: nothing listens there.
+  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int port = listener->port;
+  CloseSocket(listener->fd);
+  CallPortClient client([port] { return absl::StrCat("127.0.0.1:", port); });
+  absl::Status ready = client.Ready(absl::Now() + kWait);
+  EXPECT_EQ(ready.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ready.message()), HasSubstr("cannot reach"));
+  // Not tried again for a while: the runtime takes the gRPC paths.
+  ready = client.Ready(absl::Now() + kWait);
+  EXPECT_EQ(ready.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ready.message()), HasSubstr("moments ago"));
+  v1::CollectiveRequest request;
+  request.set_group("g");
+  EXPECT_EQ(client.Call(request, absl::Now() + kWait).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST(CallPortOffTest, Collectives_CoordinatorWithoutCallPort_RunOnStream) {
