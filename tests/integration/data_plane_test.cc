@@ -17,11 +17,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/common/net.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_pool.h"
 #include "server/worker/dataplane/peer_service.h"
 #include "server/worker/dataplane/tcp_listener.h"
-#include "server/common/tcp_socket.h"
 #include "server/worker/dataplane/wire_frame.h"
 
 namespace chorus {

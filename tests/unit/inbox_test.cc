@@ -96,9 +96,8 @@ TEST(InboxTest, Abort_NewerEpoch_ForgetsOlderAbort) {
 TEST(InboxTest, Take_WaitingOnEpochWhenNewerArrives_EndsAborted) {
   Inbox inbox;
   absl::StatusOr<std::string> taken = absl::UnknownError("not run");
-  std::thread waiter([&] {
-    taken = inbox.Take(Key(3), absl::Now() + absl::Hours(1));
-  });
+  std::thread waiter(
+      [&] { taken = inbox.Take(Key(3), absl::Now() + absl::Hours(1)); });
   // Whether the waiter is already waiting or not yet, epoch 4 ends it.
   EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), Key(4), "new", nullptr));
   waiter.join();

@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/dataplane/frame_reader.h"
 #include "server/worker/dataplane/recent_groups.h"
-#include "server/common/tcp_socket.h"
 
 namespace chorus {
 namespace {
