@@ -28,6 +28,17 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   return call;
 }
 
+CommitCall CommitCallFromProto(const v1::CommitRequest& request,
+                               absl::Time deadline) {
+  CommitCall call;
+  call.group = request.group();
+  call.epoch = request.epoch();
+  call.rank = request.rank();
+  call.sequence = request.sequence();
+  call.deadline = deadline;
+  return call;
+}
+
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               v1::CollectiveResponse* response) {
   response->set_sequence(outcome.sequence);

@@ -21,6 +21,10 @@ namespace chorus {
 CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
                                        absl::Time deadline);
 
+// Returns the group table's commit for `request`, ending at `deadline`.
+CommitCall CommitCallFromProto(const v1::CommitRequest& request,
+                               absl::Time deadline);
+
 // Fills `response` with `outcome` (its inline data is moved).
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               v1::CollectiveResponse* response);

@@ -257,15 +257,9 @@ void CoordinatorService::StartCollective(const v1::CollectiveRequest& request,
 void CoordinatorService::StartCommit(const v1::CommitRequest& request,
                                      absl::Time client_deadline,
                                      std::function<void(absl::Status)> done) {
-  CommitCall call;
-  call.group = request.group();
-  call.epoch = request.epoch();
-  call.rank = request.rank();
-  call.sequence = request.sequence();
-  call.deadline =
+  const absl::Time deadline =
       chorus::CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
-  const absl::Time deadline = call.deadline;
-  groups_->Commit(std::move(call), std::move(done));
+  groups_->Commit(CommitCallFromProto(request, deadline), std::move(done));
   deadline_added_(deadline);
 }
 
@@ -337,16 +331,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* context, const v1::CommitRequest* request,
     v1::CommitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  CommitCall call;
-  call.group = request->group();
-  call.epoch = request->epoch();
-  call.rank = request->rank();
-  call.sequence = request->sequence();
-  call.deadline = CoreDeadline(*context);
-  const absl::Time deadline = call.deadline;
-  groups_->Commit(std::move(call), [reactor](absl::Status status) {
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  const absl::Time deadline = CoreDeadline(*context);
+  groups_->Commit(CommitCallFromProto(*request, deadline),
+                  [reactor](absl::Status status) {
+                    reactor->Finish(ToGrpcStatus(status));
+                  });
   deadline_added_(deadline);
   return reactor;
 }

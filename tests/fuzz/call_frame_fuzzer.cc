@@ -27,24 +27,11 @@
 #include "server/coordinator/collective_proto.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/registry.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/testing/fake_clock.h"
 
 namespace chorus {
 namespace {
-
-[[noreturn]] void Fail(const char* file, int line, const char* condition,
-                       const std::string& detail) {
-  std::fprintf(stderr, "%s:%d: invariant failed: %s\n  %s\n", file, line,
-               condition, detail.c_str());
-  std::abort();
-}
-
-#define FUZZ_CHECK(condition, detail)                           \
-  do {                                                          \
-    if (!(condition)) {                                         \
-      ::chorus::Fail(__FILE__, __LINE__, #condition, (detail)); \
-    }                                                           \
-  } while (false)
 
 // Small, so that inputs reach it.
 constexpr uint64_t kMaxFrame = 4096;
@@ -93,14 +80,10 @@ class Core final : public CollectiveCallHost {
 
   void StartCommit(const v1::CommitRequest& request, absl::Time client_deadline,
                    std::function<void(absl::Status)> done) override {
-    CommitCall call;
-    call.group = request.group();
-    call.epoch = request.epoch();
-    call.rank = request.rank();
-    call.sequence = request.sequence();
-    call.deadline =
-        CoreDeadline(clock_.Now(), client_deadline, absl::Minutes(10));
-    table_.Commit(std::move(call), std::move(done));
+    table_.Commit(
+        CommitCallFromProto(request, CoreDeadline(clock_.Now(), client_deadline,
+                                                  absl::Minutes(10))),
+        std::move(done));
   }
 
   absl::Time Now() override { return clock_.Now(); }

@@ -39,25 +39,11 @@
 #include "chorus/v1/worker.pb.h"
 #include "google/protobuf/stubs/logging.h"
 #include "server/worker/dataplane/inbox.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_format.h"
 
 namespace chorus {
 namespace {
-
-[[noreturn]] void Fail(const char* file, int line, const char* condition,
-                       const std::string& detail) {
-  std::fprintf(stderr, "%s:%d: invariant failed: %s\n  %s\n", file, line,
-               condition, detail.c_str());
-  std::abort();
-}
-
-// Aborts with `detail` (evaluated only on failure) unless `condition` holds.
-#define FUZZ_CHECK(condition, detail)                           \
-  do {                                                          \
-    if (!(condition)) {                                         \
-      ::chorus::Fail(__FILE__, __LINE__, #condition, (detail)); \
-    }                                                           \
-  } while (false)
 
 // Small, so that inputs reach it.
 constexpr uint64_t kStreamLimit = 256;

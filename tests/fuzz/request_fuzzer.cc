@@ -44,26 +44,12 @@
 #include "server/common/device_proto.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/registry.h"
+#include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_format.h"
 #include "tests/testing/fake_clock.h"
 
 namespace chorus {
 namespace {
-
-[[noreturn]] void Fail(const char* file, int line, const char* condition,
-                       const std::string& detail) {
-  std::fprintf(stderr, "%s:%d: invariant failed: %s\n  %s\n", file, line,
-               condition, detail.c_str());
-  std::abort();
-}
-
-// Aborts with `detail` (evaluated only on failure) unless `condition` holds.
-#define FUZZ_CHECK(condition, detail)                           \
-  do {                                                          \
-    if (!(condition)) {                                         \
-      ::chorus::Fail(__FILE__, __LINE__, #condition, (detail)); \
-    }                                                           \
-  } while (false)
 
 constexpr absl::Duration kLease = absl::Seconds(10);
 constexpr int kMaxRecords = 64;
