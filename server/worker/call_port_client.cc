@@ -134,6 +134,14 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
 }
 
 absl::Status CallPortClient::Ready(absl::Time deadline) {
+  {
+    // Cheap when connected: the call itself checks the connection.
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      return absl::UnavailableError("this worker is shutting down");
+    }
+    if (fd_ >= 0) return absl::OkStatus();
+  }
   int fd = -1;
   uint64_t generation = 0;
   return Connect(deadline, &fd, &generation);

@@ -51,7 +51,8 @@ class CallPortClient {
   absl::StatusOr<v1::CollectiveResponse> Call(v1::CollectiveRequest request,
                                               absl::Time deadline);
 
-  // Connects unless connected. Returns OK when calls can be sent now;
+  // Connects unless connected (without checking an open connection, which
+  // Call() does). Returns OK when calls can be sent now;
   // FAILED_PRECONDITION when the coordinator has no call port or it cannot
   // be reached (then for 10 s without trying again), UNAVAILABLE when
   // shutting down. Nothing is sent to the core.
