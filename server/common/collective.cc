@@ -66,6 +66,13 @@ bool KindReduces(CollectiveKind kind) {
          kind == CollectiveKind::kReduceScatter;
 }
 
+CollectiveSpec WorkSpec(const CollectiveSpec& spec) {
+  CollectiveSpec work = spec;
+  if (KindReduces(spec.kind))
+    work.dtype = AccumulatorDType(spec.dtype, spec.op);
+  return work;
+}
+
 bool KindHasRoot(CollectiveKind kind) {
   return kind == CollectiveKind::kReduce ||
          kind == CollectiveKind::kBroadcast ||

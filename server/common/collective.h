@@ -77,6 +77,12 @@ absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
 bool KindReduces(CollectiveKind kind);
 bool KindHasRoot(CollectiveKind kind);
 
+// The spec a data-plane reduction works in: `spec` with its dtype replaced
+// by AccumulatorDType(dtype, op) for kinds that reduce (partials of f16/bf16
+// travel as f32, those of an integer avg as 64-bit integers), `spec` itself
+// for every other kind.
+CollectiveSpec WorkSpec(const CollectiveSpec& spec);
+
 // Largest element count a spec may carry; keeps every byte size below 2^62.
 inline constexpr uint64_t kMaxCount = uint64_t{1} << 40;
 

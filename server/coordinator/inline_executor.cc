@@ -11,18 +11,16 @@ absl::StatusOr<std::string> ReduceBlocks(
     const CollectiveSpec& spec, int world_size,
     const std::vector<const std::string*>& inputs, size_t offset,
     size_t block_bytes) {
-  std::string out = inputs[0]->substr(offset, block_bytes);
-  for (int rank = 1; rank < world_size; ++rank) {
-    absl::Status status =
-        cpu_reduce::ReduceInto(spec.op, spec.dtype, out.data(),
-                               inputs[rank]->data() + offset, spec.count);
-    if (!status.ok()) return status;
+  std::vector<const void*> sources(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    sources[rank] = inputs[rank]->data() + offset;
   }
-  if (spec.op == ReduceOp::kAvg) {
-    absl::Status status =
-        cpu_reduce::FinalizeAvg(spec.dtype, out.data(), spec.count, world_size);
-    if (!status.ok()) return status;
-  }
+  std::string out(block_bytes, '\0');
+  std::string scratch;
+  absl::Status status =
+      cpu_reduce::ReduceSources(spec.op, spec.dtype, out.data(), sources.data(),
+                                world_size, spec.count, &scratch);
+  if (!status.ok()) return status;
   return out;
 }
 

@@ -54,6 +54,24 @@ size_t DTypeSize(DType dtype) {
   return 0;
 }
 
+DType AccumulatorDType(DType dtype, ReduceOp op) {
+  if (!IsValidDType(dtype) || !IsValidReduceOp(op)) return DType::kUnspecified;
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax) return dtype;
+  switch (dtype) {
+    case DType::kF16:
+    case DType::kBF16:
+      return DType::kF32;
+    case DType::kI8:
+    case DType::kI32:
+      return op == ReduceOp::kAvg ? DType::kI64 : dtype;
+    case DType::kU8:
+    case DType::kU32:
+      return op == ReduceOp::kAvg ? DType::kU64 : dtype;
+    default:
+      return dtype;
+  }
+}
+
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kUnspecified:

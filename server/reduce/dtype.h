@@ -52,6 +52,17 @@ bool IsValidReduceOp(ReduceOp op);
 // or 0 for an invalid dtype.
 size_t DTypeSize(DType dtype);
 
+// Returns the type `op` over `dtype` combines in across ranks, so that every
+// plan computes the same result and rounds once:
+// - f16 and bf16 under sum, prod and avg: f32 (partials travel as f32 and
+//   are rounded to the 16-bit type once, at the end);
+// - integers under avg: the 64-bit integer of the same signedness, so the
+//   sum does not wrap before the single division;
+// - `dtype` itself otherwise (min and max are exact in every type; integer
+//   sum and prod wrap modulo 2^bits whatever width they are computed in).
+// Returns kUnspecified for an invalid dtype or op.
+DType AccumulatorDType(DType dtype, ReduceOp op);
+
 // Returns the short name: "f16", "bf16", "f32", "f64", "i8", "u8", "i32",
 // "i64", "u32", "u64"; "unspecified" for kUnspecified and "unknown" for values
 // outside the enum.

@@ -7,14 +7,18 @@
 // Semantics, per storage type:
 // - Integers (int8_t .. uint64_t): sum and prod wrap modulo 2^bits, for signed
 //   types too (computed in unsigned arithmetic, no undefined behaviour);
-//   min and max are exact. AvgFinalize divides the wrapped sum by the number
-//   of ranks, truncating toward zero.
+//   min and max are exact. AvgFinalize divides a sum by the number of ranks,
+//   truncating toward zero (collectives sum an integer avg in 64 bits first,
+//   see AccumulatorDType).
 // - float and double: IEEE-754 arithmetic, round to nearest even. min and max
 //   propagate NaN: if either operand is NaN the result is NaN (the first
 //   operand's NaN when both are). Between -0 and +0, min gives -0 and max
 //   gives +0, whatever the order of the operands.
 // - Float16 and BFloat16: widen both operands to float, apply the float
-//   operator, round the result back (half.h); avg divides in float.
+//   operator, round the result back (half.h); avg divides in float. These
+//   pairwise forms round after every step; collectives combine sum, prod
+//   and avg of these types in f32 instead (AccumulatorDType in dtype.h) and
+//   use them only for min and max, which are exact.
 //
 // All functors are stateless values (AvgFinalize holds the rank count) and
 // thread-safe.

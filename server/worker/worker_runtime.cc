@@ -332,7 +332,7 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
                                              buffers.device_output);
     }
   } else {
-    status = RunPlanned(membership, sequence, spec, result, device, buffers,
+    status = RunPlanned(membership, sequence, spec, &result, device, buffers,
                         host_input, host_output, deadline);
   }
   if (!status.ok()) {
@@ -344,7 +344,7 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
 
 absl::Status WorkerRuntime::RunPlanned(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
-    const RunResult& plan, const Device& device, const CallBuffers& buffers,
+    RunResult* plan, const Device& device, const CallBuffers& buffers,
     absl::string_view host_input, std::string* host_output,
     absl::Time deadline) {
   LinkOptions link_options;
@@ -358,19 +358,46 @@ absl::Status WorkerRuntime::RunPlanned(
   CollectiveLink link(std::move(link_options), &inbox_, pool_.get());
   AlgorithmArgs args;
   args.spec = spec;
-  args.chunk_bytes = std::max<uint64_t>(1, plan.chunk_bytes);
+  args.chunk_bytes = std::max<uint64_t>(1, plan->chunk_bytes);
   args.link = &link;
   args.output = host_output;
 
   // A Cuda(n) rank reduces on its GPU under the ring and recursive doubling.
   const bool on_gpu = device.kind == DeviceKind::kCuda &&
                       KindReduces(spec.kind) &&
-                      (plan.algorithm == Algorithm::kRing ||
-                       plan.algorithm == Algorithm::kRecursiveDoubling);
+                      (plan->algorithm == Algorithm::kRing ||
+                       plan->algorithm == Algorithm::kRecursiveDoubling);
   std::unique_ptr<DeviceReduceBuffer> gpu;
   std::string staged_input;
   absl::Status status;
-  if (on_gpu) {
+  // A reduction in a wider type than the spec's (f16/bf16 in f32, integer
+  // avg in 64 bits) converts on the host: the GPU buffer holds the wide
+  // accumulators that travel between ranks.
+  const CollectiveSpec work_spec = WorkSpec(spec);
+  const bool widens = on_gpu && work_spec.dtype != spec.dtype;
+  std::string host_copy;
+  if (widens) {
+    if (buffers.on_device) {
+      status = device_buffers_->CopyFromDevice(
+          device.index, buffers.device_input, buffers.host_input.size(),
+          &host_copy);
+      host_input = host_copy;
+    }
+    if (status.ok()) {
+      status =
+          ConvertBytes(spec.dtype, work_spec.dtype, host_input, &staged_input);
+    }
+    absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> made =
+        status.ok()
+            ? device_buffers_->FromHost(device.index, work_spec, staged_input)
+            : absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>>(status);
+    if (made.ok()) {
+      gpu = *std::move(made);
+      args.work = gpu.get();
+    } else {
+      status = made.status();
+    }
+  } else if (on_gpu) {
     absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> made =
         buffers.on_device
             ? device_buffers_->FromDevice(device.index, spec,
@@ -393,7 +420,7 @@ absl::Status WorkerRuntime::RunPlanned(
   args.input = gpu != nullptr ? absl::string_view() : host_input;
 
   if (status.ok()) {
-    switch (plan.algorithm) {
+    switch (plan->algorithm) {
       case Algorithm::kRing:
         status = RunRing(args);
         break;
@@ -401,11 +428,11 @@ absl::Status WorkerRuntime::RunPlanned(
         status = RunRecursiveDoubling(args);
         break;
       case Algorithm::kSameHost:
-        status = RunSameHost(args);
+        status = RunSameHost(args, &plan->algorithm);
         break;
       default:
         status = absl::InternalError(absl::StrCat(
-            "the coordinator planned ", AlgorithmName(plan.algorithm),
+            "the coordinator planned ", AlgorithmName(plan->algorithm),
             ", which this worker does not run"));
     }
   }
@@ -413,7 +440,18 @@ absl::Status WorkerRuntime::RunPlanned(
   // device call are on the host. Either reaches its place before the commit,
   // so a failed copy is reported like any data-plane failure.
   if (status.ok() && gpu != nullptr &&
-      spec.kind == CollectiveKind::kAllReduce) {
+      spec.kind == CollectiveKind::kAllReduce && widens) {
+    std::string wide;
+    status = gpu->CopyToHost(&wide);
+    if (status.ok()) {
+      status = ConvertBytes(work_spec.dtype, spec.dtype, wide, host_output);
+    }
+    if (status.ok() && buffers.on_device) {
+      status = device_buffers_->CopyToDevice(device.index, *host_output,
+                                             buffers.device_output);
+    }
+  } else if (status.ok() && gpu != nullptr &&
+             spec.kind == CollectiveKind::kAllReduce) {
     status = buffers.on_device ? gpu->CopyToDevice(buffers.device_output)
                                : gpu->CopyToHost(host_output);
   } else if (status.ok() && buffers.on_device && !host_output->empty()) {

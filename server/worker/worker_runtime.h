@@ -94,6 +94,8 @@ struct RunOptions {
 
 struct RunResult {
   uint64_t sequence = 0;
+  // The algorithm the call ran: the coordinator's plan, or kRing when a
+  // same_host plan fell back to the ring on every rank.
   Algorithm algorithm = Algorithm::kUnspecified;
   uint64_t chunk_bytes = 0;
 };
@@ -201,9 +203,10 @@ class WorkerRuntime {
                                     const CallBuffers& buffers,
                                     const RunOptions& options);
   // Runs the planned data-plane algorithm; `host_input` is the input when
-  // it is on the host (or was copied there).
+  // it is on the host (or was copied there). Sets plan->algorithm to the
+  // algorithm that ran.
   absl::Status RunPlanned(const Membership& membership, uint64_t sequence,
-                          const CollectiveSpec& spec, const RunResult& plan,
+                          const CollectiveSpec& spec, RunResult* plan,
                           const Device& device, const CallBuffers& buffers,
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline);

@@ -318,12 +318,49 @@ struct FloatReduction {
   long double tolerance;
 };
 
+bool IsHalfDType(DType dtype) {
+  return dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+// The spacing of `dtype`'s values at `v` (its unit in the last place).
+long double Ulp(DType dtype, long double v) {
+  const int p = Precision(dtype);
+  const int min_exponent = dtype == DType::kF16    ? -14
+                           : dtype == DType::kBF16 ? -126
+                           : dtype == DType::kF32  ? -126
+                                                   : -1022;
+  int exponent = min_exponent;
+  if (v != 0 && std::isfinite(v)) {
+    exponent = std::max(min_exponent, std::ilogb(v));
+  }
+  return std::ldexp(1.0L, exponent - (p - 1));
+}
+
+// `v` rounded once to the nearest value of `dtype` (ties to even), ignoring
+// overflow (the test values stay far below it).
+long double RoundTo(DType dtype, long double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const long double ulp = Ulp(dtype, v);
+  return std::nearbyint(v / ulp) * ulp;
+}
+
+// f16 and bf16 reductions combine in f32 and round once: the result lies
+// within one 16-bit ulp of the exact value rounded once, plus what the f32
+// partials can lose (`f32_error`).
+FloatReduction HalfReduction(DType dtype, long double exact,
+                             long double f32_error) {
+  const long double want = RoundTo(dtype, exact);
+  return {want, Ulp(dtype, want) + f32_error};
+}
+
 FloatReduction ReduceFloats(const CollectiveCase& c, int world,
                             const std::vector<long double>& x) {
   const DType dtype = c.spec.dtype;
   const long double eps = Epsilon(dtype);
   const long double tiny = Tiny(dtype);
   const bool exact = c.values == Values::kExact;
+  const bool half = IsHalfDType(dtype);
+  const long double f32_eps = Epsilon(DType::kF32);
   long double sum = 0;
   long double magnitude = 0;
   long double product = 1;
@@ -334,14 +371,26 @@ FloatReduction ReduceFloats(const CollectiveCase& c, int world,
   }
   switch (c.spec.op) {
     case ReduceOp::kSum:
+      if (half) {
+        return HalfReduction(dtype, sum,
+                             exact ? 0 : world * f32_eps * magnitude);
+      }
       return {sum, exact ? 0 : world * eps * magnitude + world * tiny};
     case ReduceOp::kProd:
+      if (half) {
+        return HalfReduction(dtype, product,
+                             exact ? 0 : world * f32_eps * std::fabs(product));
+      }
       return {product,
               exact ? 0 : world * eps * std::fabs(product) + world * tiny};
     case ReduceOp::kAvg: {
       const long double avg = sum / world;
-      // The quotient rounds once (twice for f16/bf16: to float, then to the
-      // type); the sum as above.
+      if (half) {
+        // The f32 sum as above, then one f32 division.
+        return HalfReduction(
+            dtype, avg, exact ? 0 : f32_eps * (magnitude + std::fabs(avg)));
+      }
+      // The quotient rounds once; the sum as above.
       const long double sum_error =
           exact ? 0 : world * eps * magnitude + world * tiny;
       return {avg, sum_error / world + 2 * eps * std::fabs(avg) + tiny};
@@ -399,9 +448,14 @@ uint64_t ReduceIntegers(const CollectiveCase& c, int world,
     }
   }
   if (c.spec.op == ReduceOp::kAvg) {
-    // The wrapped sum divided by the world size, truncating toward zero.
-    acc = is_signed ? static_cast<uint64_t>(AsSigned(dtype, acc) / world)
-                    : acc / static_cast<uint64_t>(world);
+    // The sum in a 64-bit integer (wrapping only past 64 bits), divided by
+    // the world size once, truncating toward zero.
+    uint64_t sum = 0;
+    for (uint64_t v : x) {
+      sum += is_signed ? static_cast<uint64_t>(AsSigned(dtype, v)) : v;
+    }
+    acc = is_signed ? static_cast<uint64_t>(static_cast<int64_t>(sum) / world)
+                    : sum / static_cast<uint64_t>(world);
     acc &= mask;
   }
   return acc;

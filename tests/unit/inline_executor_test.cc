@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "server/reduce/half.h"
 
 namespace chorus {
 namespace {
@@ -70,6 +71,15 @@ std::vector<T> ReduceRange(const CollectiveSpec& spec, int world,
                            size_t offset) {
   std::vector<T> out(spec.count);
   for (size_t i = 0; i < spec.count; ++i) {
+    if (spec.op == ReduceOp::kAvg && std::is_integral<T>::value) {
+      // Integer avg sums in 64 bits and divides once.
+      using Wide =
+          std::conditional_t<std::is_signed<T>::value, int64_t, uint64_t>;
+      Wide sum = 0;
+      for (int r = 0; r < world; ++r) sum += in[r][offset + i];
+      out[i] = static_cast<T>(sum / static_cast<Wide>(world));
+      continue;
+    }
     T acc = in[0][offset + i];
     for (int r = 1; r < world; ++r)
       acc = Combine(spec.op, acc, in[r][offset + i]);
@@ -296,6 +306,82 @@ TEST(RunInlineTest, RunInline_HalfTypes_AccumulateAndRoundBack) {
       Pointers(f16));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(Decode<uint16_t>((*out)[0]), std::vector<uint16_t>{0x4000});
+}
+
+TEST(RunInlineTest, RunInline_F16Sum_AccumulatesInF32AndRoundsOnce) {
+  // Rounding to f16 after each add gives 0.016113; f32 accumulation rounds
+  // once, to 0.016235.
+  const float x[] = {0.12537f, 0.43384f, -0.54297f};
+  std::vector<std::string> in;
+  float wide = 0;
+  for (float v : x) {
+    const Float16 h = ToFloat16(v);
+    in.push_back(Encode<uint16_t>({h.bits}));
+    wide += ToFloat(h);
+  }
+  absl::StatusOr<std::vector<std::string>> out = RunInline(
+      Spec(CollectiveKind::kAllReduce, DType::kF16, 1), 3, Pointers(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  const uint16_t got = Decode<uint16_t>((*out)[0])[0];
+  EXPECT_EQ(got, ToFloat16(wide).bits);
+  EXPECT_NEAR(ToFloat(Float16{got}), 0.016235f, 1e-6f);
+}
+
+TEST(RunInlineTest, RunInline_BF16AvgAndProd_AccumulateInF32) {
+  // 1 + 2^-8 + 2^-8 + ... : every partial sum rounds back to 1 in bf16, but
+  // not in f32.
+  const uint16_t one = ToBFloat16(1.0f).bits;
+  const uint16_t small = ToBFloat16(1.0f / 256).bits;
+  const std::vector<std::string> in = {
+      Encode<uint16_t>({one, one}), Encode<uint16_t>({small, one}),
+      Encode<uint16_t>({small, one}), Encode<uint16_t>({small, one})};
+  absl::StatusOr<std::vector<std::string>> out = RunInline(
+      Spec(CollectiveKind::kAllReduce, DType::kBF16, 2, ReduceOp::kSum), 4,
+      Pointers(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Decode<uint16_t>((*out)[0])[0], ToBFloat16(1.0f + 3.0f / 256).bits);
+  out = RunInline(
+      Spec(CollectiveKind::kAllReduce, DType::kBF16, 2, ReduceOp::kAvg), 4,
+      Pointers(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Decode<uint16_t>((*out)[0])[0],
+            ToBFloat16((1.0f + 3.0f / 256) / 4).bits);
+  EXPECT_EQ(Decode<uint16_t>((*out)[0])[1], one);
+}
+
+TEST(RunInlineTest, RunInline_AvgI8_SumsInSixtyFourBits) {
+  // Maximum, minimum and mixed signs; the sum of three 127s would wrap in
+  // eight bits.
+  const std::vector<std::string> in = {Encode<int8_t>({127, -128, 127, -7, 1}),
+                                       Encode<int8_t>({127, -128, -128, 0, 1}),
+                                       Encode<int8_t>({127, -128, 1, 0, 0})};
+  absl::StatusOr<std::vector<std::string>> out =
+      RunInline(Spec(CollectiveKind::kAllReduce, DType::kI8, 5, ReduceOp::kAvg),
+                3, Pointers(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (const std::string& o : *out) {
+    // 381/3, -384/3, 0/3, -7/3 -> -2 (toward zero), 2/3 -> 0.
+    EXPECT_EQ(Decode<int8_t>(o), (std::vector<int8_t>{127, -128, 0, -2, 0}));
+  }
+}
+
+TEST(RunInlineTest, RunInline_AvgUnsigned_SumsInSixtyFourBits) {
+  const std::vector<std::string> u8 = {Encode<uint8_t>({255, 255}),
+                                       Encode<uint8_t>({255, 0})};
+  absl::StatusOr<std::vector<std::string>> out =
+      RunInline(Spec(CollectiveKind::kAllReduce, DType::kU8, 2, ReduceOp::kAvg),
+                2, Pointers(u8));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Decode<uint8_t>((*out)[0]), (std::vector<uint8_t>{255, 127}));
+  const uint32_t max32 = 0xffffffffu;
+  const std::vector<std::string> u32 = {Encode<uint32_t>({max32}),
+                                        Encode<uint32_t>({max32}),
+                                        Encode<uint32_t>({max32})};
+  out = RunInline(
+      Spec(CollectiveKind::kAllReduce, DType::kU32, 1, ReduceOp::kAvg), 3,
+      Pointers(u32));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Decode<uint32_t>((*out)[2]), std::vector<uint32_t>{max32});
 }
 
 TEST(RunInlineTest, RunInline_Barrier_EmptyOutputs) {

@@ -13,6 +13,7 @@
 #define CHORUS_SERVER_REDUCE_CPU_CPU_REDUCE_H_
 
 #include <cstddef>
+#include <string>
 
 #include "absl/status/status.h"
 #include "server/reduce/dtype.h"
@@ -41,6 +42,36 @@ absl::Status Reduce(ReduceOp op, DType dtype, void* dst, const void* a,
 // invalid dtype, an overflowing byte count, a null or misaligned pointer, or
 // world_size < 1.
 absl::Status FinalizeAvg(DType dtype, void* data, size_t count, int world_size);
+
+// dst[i] = src[i] converted from `from` to `to`, for i in [0, count): the
+// conversions between a dtype and its accumulator (AccumulatorDType).
+// f16/bf16 -> f32 is exact; f32 -> f16/bf16 rounds to nearest even (NaN
+// stays NaN); an integer -> its 64-bit integer is exact; a 64-bit integer
+// -> a narrower integer keeps the low bits. from == to copies. dst and src
+// must not overlap unless from == to and dst == src. Returns OK, or
+// INVALID_ARGUMENT (message starting "Cpu: ") for another pair of types, an
+// overflowing byte count, or a null or misaligned pointer.
+absl::Status Convert(DType from, DType to, void* dst, const void* src,
+                     size_t count);
+
+// acc[i] = op(acc[i], src[i] converted to the accumulator type), for i in
+// [0, count): combines `count` elements of `dtype` at `src` into `count`
+// accumulators of AccumulatorDType(dtype, op) at `acc` (avg sums; finalize
+// the accumulators with FinalizeAvg of the accumulator type). Same checks
+// and codes as Convert().
+absl::Status AccumulateInto(ReduceOp op, DType dtype, void* acc,
+                            const void* src, size_t count);
+
+// dst[i] = the reduction of sources[0][i], ..., sources[n - 1][i], combined
+// in that order in AccumulatorDType(dtype, op), divided by n for avg, and
+// rounded to `dtype` once. `scratch` holds the accumulators between calls
+// (resized as needed). Every source holds `count` elements of `dtype`; dst
+// may equal sources[0] but must not partially overlap any source. Returns
+// OK, or INVALID_ARGUMENT (message starting "Cpu: ") for n < 1 and the
+// cases ReduceInto() refuses.
+absl::Status ReduceSources(ReduceOp op, DType dtype, void* dst,
+                           const void* const* sources, int n, size_t count,
+                           std::string* scratch);
 
 }  // namespace cpu_reduce
 }  // namespace chorus

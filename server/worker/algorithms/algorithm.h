@@ -56,9 +56,10 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args);
 // (SharedSegments): each rank copies its input into a segment its peers
 // map, reduces one block of every segment, then copies the others' blocks.
 // Falls back to RunRing, on every rank alike, when some rank cannot map
-// another's segment. Returns the link's errors, or INVALID_ARGUMENT for
-// another kind.
-absl::Status RunSameHost(const AlgorithmArgs& args);
+// another's segment. Sets *ran (when not null) to the algorithm that ran:
+// kSameHost, or kRing after a fallback. Returns the link's errors, or
+// INVALID_ARGUMENT for another kind.
+absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran = nullptr);
 
 }  // namespace chorus
 

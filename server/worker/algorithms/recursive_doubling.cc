@@ -46,12 +46,21 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args) {
     return absl::InvalidArgumentError(
         "recursive doubling runs all_reduce only");
   }
-  const CollectiveSpec& spec = args.spec;
   if (args.work != nullptr) return RunOn(args, *args.work);
-  std::string& host = *args.output;
-  host.assign(args.input.data(), args.input.size());
-  HostReduceBuffer buffer(spec, &host);
-  return RunOn(args, buffer);
+  // Partials travel in the work type (WorkSpec); without widening the host
+  // work buffer is the output itself.
+  const CollectiveSpec work_spec = WorkSpec(args.spec);
+  const bool widens = work_spec.dtype != args.spec.dtype;
+  std::string wide;
+  std::string& host = widens ? wide : *args.output;
+  absl::Status status =
+      ConvertBytes(args.spec.dtype, work_spec.dtype, args.input, &host);
+  HostReduceBuffer buffer(work_spec, &host);
+  if (status.ok()) status = RunOn(args, buffer);
+  if (status.ok() && widens) {
+    status = ConvertBytes(work_spec.dtype, args.spec.dtype, wide, args.output);
+  }
+  return status;
 }
 
 namespace {
@@ -61,7 +70,7 @@ absl::Status RunOn(const AlgorithmArgs& args, ReduceBuffer& buffer) {
   const int rank = args.link->rank();
   const int world = args.link->world_size();
   const uint64_t chunk =
-      ElementChunkBytes(args.chunk_bytes, DTypeSize(spec.dtype));
+      ElementChunkBytes(args.chunk_bytes, DTypeSize(WorkSpec(spec).dtype));
 
   // Fold the ranks beyond the largest power of two: among the first
   // 2 * extra ranks, each even rank hands its data to the odd rank above it.

@@ -20,6 +20,17 @@ absl::Status CheckRange(const Range& range, uint64_t size, uint64_t data_size) {
   return absl::OkStatus();
 }
 
+absl::Status ConvertBytes(DType from, DType to, absl::string_view in,
+                          std::string* out) {
+  const uint64_t count = in.size() / DTypeSize(from);
+  if (from == to) {
+    out->assign(in.data(), in.size());
+    return absl::OkStatus();
+  }
+  out->resize(count * DTypeSize(to));
+  return cpu_reduce::Convert(from, to, out->data(), in.data(), count);
+}
+
 absl::StatusOr<absl::string_view> HostReduceBuffer::Read(const Range& range) {
   absl::Status valid = CheckRange(range, size());
   if (!valid.ok()) return valid;

@@ -71,6 +71,12 @@ class HostReduceBuffer : public ReduceBuffer {
   std::string* const bytes_;  // not owned
 };
 
+// Sets *out to the elements of `in` (whole elements of `from`) converted to
+// `to` (cpu_reduce::Convert: a dtype and its accumulator type, or equal
+// types). Returns INVALID_ARGUMENT for another pair of types.
+absl::Status ConvertBytes(DType from, DType to, absl::string_view in,
+                          std::string* out);
+
 // An Exchange() source reading `buffer` (not owned; must outlive the source).
 inline ChunkSource SourceOf(ReduceBuffer& buffer) {
   return [&buffer](const Range& range) { return buffer.Read(range); };

@@ -12,6 +12,9 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 struct Ring {
   const AlgorithmArgs& args;
+  // What reductions work in (WorkSpec): the element size below is its
+  // dtype's, so blocks and chunks hold whole accumulators.
+  CollectiveSpec work_spec;
   int rank;
   int world;
   int next;
@@ -23,8 +26,10 @@ struct Ring {
 Ring MakeRing(const AlgorithmArgs& args) {
   const int rank = args.link->rank();
   const int world = args.link->world_size();
-  const uint64_t element = DTypeSize(args.spec.dtype);
+  const CollectiveSpec work_spec = WorkSpec(args.spec);
+  const uint64_t element = DTypeSize(work_spec.dtype);
   return Ring{args,
+              work_spec,
               rank,
               world,
               Mod(rank + 1, world),
@@ -76,15 +81,29 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
   return absl::OkStatus();
 }
 
-// Runs `body` on args.work, or on a host copy of the input when there is
-// none (kept in `host`).
+// Whether the reduction works in a wider type than the spec's (WorkSpec).
+bool Widens(const Ring& ring) {
+  return ring.work_spec.dtype != ring.args.spec.dtype;
+}
+
+// Runs `body` on args.work, or on a host copy of the input in the work
+// type when there is none (kept in `host`).
 template <typename Body>
-absl::Status WithWorkBuffer(const AlgorithmArgs& args, std::string& host,
-                            Body body) {
+absl::Status WithWorkBuffer(const Ring& ring, std::string& host, Body body) {
+  const AlgorithmArgs& args = ring.args;
   if (args.work != nullptr) return body(*args.work);
-  host.assign(args.input.data(), args.input.size());
-  HostReduceBuffer buffer(args.spec, &host);
+  absl::Status converted =
+      ConvertBytes(args.spec.dtype, ring.work_spec.dtype, args.input, &host);
+  if (!converted.ok()) return converted;
+  HostReduceBuffer buffer(ring.work_spec, &host);
   return body(buffer);
+}
+
+// Sets *out to `work_bytes` (elements of the work type) in the spec's type.
+absl::Status Narrow(const Ring& ring, absl::string_view work_bytes,
+                    std::string* out) {
+  return ConvertBytes(ring.work_spec.dtype, ring.args.spec.dtype, work_bytes,
+                      out);
 }
 
 absl::Status AllReduce(const Ring& ring) {
@@ -92,7 +111,10 @@ absl::Status AllReduce(const Ring& ring) {
   auto block = [&](int i) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
-  return WithWorkBuffer(ring.args, *ring.args.output, [&](ReduceBuffer& work) {
+  // Without widening the host work buffer is the output itself.
+  std::string wide;
+  std::string& host = Widens(ring) ? wide : *ring.args.output;
+  absl::Status status = WithWorkBuffer(ring, host, [&](ReduceBuffer& work) {
     absl::Status status = ReduceScatterRing(ring, work, block);
     if (status.ok()) {
       status = Finalize(spec, work, block(ring.rank), ring.world);
@@ -100,6 +122,10 @@ absl::Status AllReduce(const Ring& ring) {
     if (status.ok()) status = AllGatherRing(ring, work, block);
     return status;
   });
+  if (status.ok() && Widens(ring) && ring.args.work == nullptr) {
+    status = Narrow(ring, wide, ring.args.output);
+  }
+  return status;
 }
 
 absl::Status ReduceScatter(const Ring& ring) {
@@ -107,7 +133,7 @@ absl::Status ReduceScatter(const Ring& ring) {
   const uint64_t block_bytes = spec.count * ring.element;
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
   std::string host;
-  return WithWorkBuffer(ring.args, host, [&](ReduceBuffer& work) {
+  return WithWorkBuffer(ring, host, [&](ReduceBuffer& work) {
     absl::Status status = ReduceScatterRing(ring, work, block);
     if (status.ok()) {
       status = Finalize(spec, work, block(ring.rank), ring.world);
@@ -115,8 +141,7 @@ absl::Status ReduceScatter(const Ring& ring) {
     if (!status.ok()) return status;
     absl::StatusOr<absl::string_view> own = work.Read(block(ring.rank));
     if (!own.ok()) return own.status();
-    ring.args.output->assign(own->data(), own->size());
-    return absl::OkStatus();
+    return Narrow(ring, *own, ring.args.output);
   });
 }
 
@@ -196,20 +221,21 @@ absl::Status Reduce(const Ring& ring) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
   std::string host;
-  return WithWorkBuffer(ring.args, host, [&](ReduceBuffer& work) {
+  std::string gathered;
+  absl::Status status = WithWorkBuffer(ring, host, [&](ReduceBuffer& work) {
     absl::Status status = ReduceScatterRing(ring, work, block);
     if (status.ok()) {
       status = Finalize(spec, work, block(ring.rank), ring.world);
     }
-    std::string& out = *ring.args.output;
-    if (ring.rank == spec.root) {
-      out.assign(work.size(), '\0');
-    } else {
-      out.clear();
-    }
-    if (status.ok()) status = GatherBlocks(ring, work, out, block);
+    if (ring.rank == spec.root) gathered.assign(work.size(), '\0');
+    if (status.ok()) status = GatherBlocks(ring, work, gathered, block);
     return status;
   });
+  ring.args.output->clear();
+  if (status.ok() && ring.rank == spec.root) {
+    status = Narrow(ring, gathered, ring.args.output);
+  }
+  return status;
 }
 
 absl::Status Gather(const Ring& ring) {

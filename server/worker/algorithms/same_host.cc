@@ -13,7 +13,8 @@
 //      tells everyone it is done reading, so no rank reuses its segment (or
 //      returns) while another still reads it.
 //
-// Each block is combined once, in rank order, and copied: every rank gets
+// Each block is combined once, in rank order (in the accumulator type, e.g.
+// f32 for f16/bf16, and rounded once), and copied: every rank gets
 // bit-identical results.
 #include <unistd.h>
 
@@ -78,7 +79,7 @@ class PeerSegments {
 
 }  // namespace
 
-absl::Status RunSameHost(const AlgorithmArgs& args) {
+absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   const CollectiveSpec& spec = args.spec;
   if (spec.kind != CollectiveKind::kAllReduce) {
     return absl::InvalidArgumentError(
@@ -141,7 +142,10 @@ absl::Status RunSameHost(const AlgorithmArgs& args) {
   for (int peer = 0; peer < world; ++peer) {
     if (peer != rank) all_mapped = all_mapped && (*verdicts)[peer] == "1";
   }
-  if (!all_mapped) return RunRing(args);
+  if (!all_mapped) {
+    if (ran != nullptr) *ran = Algorithm::kRing;
+    return RunRing(args);
+  }
   auto source = [&](int r) -> const char* {
     return r == rank ? own->data : peers[r].data;
   };
@@ -150,21 +154,17 @@ absl::Status RunSameHost(const AlgorithmArgs& args) {
   // then publish it in this rank's segment.
   const Range mine = SplitRange(spec.count, element, world, rank);
   const uint64_t piece_bytes = ElementChunkBytes(kPieceBytes, element);
+  // Combined in the accumulator type and rounded once (ReduceSources).
+  std::vector<const void*> sources(world);
+  std::string accumulators;
   for (uint64_t c = 0; c < ChunkCount(mine.size, piece_bytes); ++c) {
     const Range piece = ChunkOf(mine, piece_bytes, c);
     char* dst = out.data() + piece.offset;
-    std::memcpy(dst, source(0) + piece.offset, piece.size);
-    for (int r = 1; r < world; ++r) {
-      absl::Status reduced = cpu_reduce::ReduceInto(spec.op, spec.dtype, dst,
-                                                    source(r) + piece.offset,
-                                                    piece.size / element);
-      if (!reduced.ok()) return reduced;
-    }
-    if (spec.op == ReduceOp::kAvg) {
-      absl::Status finalized =
-          cpu_reduce::FinalizeAvg(spec.dtype, dst, piece.size / element, world);
-      if (!finalized.ok()) return finalized;
-    }
+    for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
+    absl::Status reduced =
+        cpu_reduce::ReduceSources(spec.op, spec.dtype, dst, sources.data(),
+                                  world, piece.size / element, &accumulators);
+    if (!reduced.ok()) return reduced;
     std::memcpy(own->data + piece.offset, dst, piece.size);
   }
   absl::StatusOr<std::vector<std::string>> reduced = AllToAll(link, "r");
