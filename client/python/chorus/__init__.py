@@ -1,0 +1,31 @@
+"""chorus: collective operations (all-reduce, all-gather, broadcast, ...)
+across ranks, through the local API of a Chorus worker daemon.
+
+    import numpy as np, chorus
+    with chorus.join("g", world_size=2, rank=0, worker="127.0.0.1:7001") as comm:
+        total = comm.all_reduce(np.array([1, 2, 3], dtype=np.float32))
+
+Every failure is a chorus.Error subclass carrying the gRPC status code and,
+where the status says so, the ranks and workers involved. See README.md next
+to this package for the whole API.
+"""
+
+from chorus._dtypes import DTYPES, bf16_to_f32, dtype_name, f32_to_bf16
+from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
+                                 Communicator, Work, join)
+from chorus.errors import (Aborted, Cancelled, DataLoss, DeadlineExceeded,
+                           Error, FailedPrecondition, Internal,
+                           InvalidArgument, NotFound, PermissionDenied,
+                           ResourceExhausted, Unavailable, Unimplemented)
+
+__version__ = "0.1.0"
+"""The version of this package."""
+
+__all__ = [
+    "join", "Communicator", "Work", "DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES",
+    "DTYPES", "dtype_name", "bf16_to_f32", "f32_to_bf16",
+    "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
+    "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",
+    "ResourceExhausted", "DataLoss", "PermissionDenied", "Internal",
+    "Cancelled",
+]

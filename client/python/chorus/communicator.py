@@ -1,0 +1,933 @@
+"""Joining a Chorus group through a worker daemon and running collectives.
+
+A Communicator is one rank of one group, reached through the local API of a
+worker daemon (chorus.v1.WorkerLocal). It numbers its collectives from 1 in
+the order they are issued and carries the group's epoch, so the n-th call of
+every rank is matched with the n-th call of the others.
+
+Thread safety: every method may be called from any thread. Calls issued
+concurrently from several threads are numbered in the order they take the
+communicator's lock, so ranks that do that must agree on the order some
+other way.
+"""
+
+import math
+import os
+import threading
+from concurrent import futures
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Tuple, Union
+
+import grpc
+import numpy as np
+
+from chorus import _dtypes
+from chorus.errors import (Cancelled, Error, Internal, InvalidArgument,
+                           ResourceExhausted, Unavailable, from_rpc_error)
+from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+
+__all__ = ["join", "Communicator", "Work", "DEFAULT_TIMEOUT",
+           "MAX_MESSAGE_BYTES"]
+
+DEFAULT_TIMEOUT: float = 60.0
+"""Seconds a join or a collective may take unless `timeout` says otherwise."""
+
+MAX_MESSAGE_BYTES: int = 64 * 1024 * 1024
+"""The largest gRPC message the worker daemon accepts or sends (64 MiB). A
+collective whose request (the input plus about 60 bytes) or reply (the
+output plus about 60 bytes) would be larger is refused with
+ResourceExhausted before anything is sent."""
+
+# Bytes a reply adds around its data: the data field's tag and length, the
+# sequence and the plan.
+_REPLY_OVERHEAD = 64
+
+# How long join() waits for the channel to connect before it asks anyway.
+_CONNECT_WAIT = 5.0
+
+Buffer = Any
+"""A numpy array, any object with the buffer protocol (C-contiguous), or an
+object with __dlpack__ (e.g. a torch CPU tensor)."""
+
+_KINDS = {
+    "all_reduce": types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
+    "reduce": types_pb2.COLLECTIVE_KIND_REDUCE,
+    "broadcast": types_pb2.COLLECTIVE_KIND_BROADCAST,
+    "all_gather": types_pb2.COLLECTIVE_KIND_ALL_GATHER,
+    "reduce_scatter": types_pb2.COLLECTIVE_KIND_REDUCE_SCATTER,
+    "gather": types_pb2.COLLECTIVE_KIND_GATHER,
+    "scatter": types_pb2.COLLECTIVE_KIND_SCATTER,
+    "all_to_all": types_pb2.COLLECTIVE_KIND_ALL_TO_ALL,
+    "barrier": types_pb2.COLLECTIVE_KIND_BARRIER,
+}
+
+_OPS = {
+    "sum": types_pb2.REDUCE_OP_SUM,
+    "prod": types_pb2.REDUCE_OP_PROD,
+    "min": types_pb2.REDUCE_OP_MIN,
+    "max": types_pb2.REDUCE_OP_MAX,
+    "avg": types_pb2.REDUCE_OP_AVG,
+}
+
+_ALGORITHMS = {
+    "auto": types_pb2.ALGORITHM_UNSPECIFIED,
+    "inline": types_pb2.ALGORITHM_INLINE,
+    "recursive_doubling": types_pb2.ALGORITHM_RECURSIVE_DOUBLING,
+    "ring": types_pb2.ALGORITHM_RING,
+    "same_host": types_pb2.ALGORITHM_SAME_HOST,
+}
+_ALGORITHM_NAMES = {v: k for k, v in _ALGORITHMS.items()}
+_ALGORITHM_NAMES[types_pb2.ALGORITHM_TREE] = "tree"
+# Forced algorithms that only all_reduce (and barrier) can run.
+_ALL_REDUCE_ONLY = ("recursive_doubling", "same_host")
+
+_DEVICE_KINDS = {
+    "cpu": types_pb2.DEVICE_KIND_CPU,
+    "cuda": types_pb2.DEVICE_KIND_CUDA,
+    "rocm": types_pb2.DEVICE_KIND_ROCM,
+    "vulkan": types_pb2.DEVICE_KIND_VULKAN,
+    "metal": types_pb2.DEVICE_KIND_METAL,
+    "wgpu": types_pb2.DEVICE_KIND_WGPU,
+    "tpu": types_pb2.DEVICE_KIND_TPU,
+}
+
+# The largest element count a call may carry (server/common/collective.h).
+_MAX_COUNT = 1 << 40
+
+_COLLECTIVE_METHOD = "/chorus.v1.WorkerLocal/Collective"
+
+
+def _varint_size(value: int) -> int:
+    size = 1
+    while value >= 0x80:
+        value >>= 7
+        size += 1
+    return size
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# LocalCollectiveRequest.data is field 9, length-delimited: tag (9 << 3) | 2.
+_DATA_TAG = bytes([(9 << 3) | 2])
+
+
+def _parse_device(device: Union[str, types_pb2.Device]) -> types_pb2.Device:
+    """Returns the chorus.v1.Device for "cpu", "cuda:0", "Vulkan(0)", ..."""
+    if isinstance(device, types_pb2.Device):
+        return device
+    if not isinstance(device, str) or not device.strip():
+        raise InvalidArgument(
+            f"device must be a string such as 'cpu' or 'cuda:0', "
+            f"got {device!r}")
+    text = device.strip()
+    kind_text, index_text = text, ""
+    if text.endswith(")") and "(" in text:  # canonical form, Cuda(0)
+        kind_text, index_text = text[:-1].split("(", 1)
+    elif ":" in text:
+        kind_text, index_text = text.split(":", 1)
+    index = 0
+    if index_text:
+        if not index_text.isdigit():
+            raise InvalidArgument(
+                f"device {device!r} needs a non-negative index, e.g. cuda:0")
+        index = int(index_text)
+    kind = _DEVICE_KINDS.get(kind_text.lower())
+    if kind is None:
+        if not kind_text.replace("_", "").isalnum():
+            raise InvalidArgument(f"device {device!r} has an invalid kind")
+        return types_pb2.Device(kind=types_pb2.DEVICE_KIND_OTHER,
+                                other_kind=kind_text, index=index)
+    if kind == types_pb2.DEVICE_KIND_CPU and index != 0:
+        raise InvalidArgument(f"the CPU device has index 0, got {device!r}")
+    return types_pb2.Device(kind=kind, index=index)
+
+
+def _canonical_name(device: types_pb2.Device) -> str:
+    """Returns the device's canonical name as servers print it (Cuda(0))."""
+    if device.kind == types_pb2.DEVICE_KIND_CPU:
+        return "Cpu"
+    if device.kind == types_pb2.DEVICE_KIND_OTHER:
+        return f"{device.other_kind}({device.index})"
+    for name, kind in _DEVICE_KINDS.items():
+        if kind == device.kind:
+            return f"{name.capitalize()}({device.index})"
+    return f"UnknownKind{device.kind}({device.index})"
+
+
+def _env_int(names: Sequence[str], given: Optional[int],
+             what: str) -> int:
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+            raise InvalidArgument(f"{what} must be an int, got {given!r}")
+        return int(given)
+    for name in names:
+        text = os.environ.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidArgument(
+                f"{name}={text!r} is not an integer ({what})") from None
+    raise InvalidArgument(
+        f"no {what}: pass {what}= or set {' or '.join(names)}")
+
+
+def _check_timeout(timeout: Optional[float], default: float) -> float:
+    if timeout is None:
+        return default
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidArgument(f"timeout must be seconds, got {timeout!r}")
+    if not timeout > 0 or math.isinf(timeout):
+        raise InvalidArgument(
+            f"timeout must be a finite number of seconds > 0, got {timeout}")
+    return float(timeout)
+
+
+def join(group: Optional[str] = None, world_size: Optional[int] = None,
+         rank: Optional[int] = None, *, worker: Optional[str] = None,
+         device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
+         max_message_bytes: int = MAX_MESSAGE_BYTES) -> "Communicator":
+    """Joins `group` as `rank` of `world_size` ranks through the worker daemon
+    at `worker` and returns the Communicator once every rank joined.
+
+    Args:
+        group: the group's name; default $CHORUS_GROUP.
+        world_size: number of ranks; default $CHORUS_WORLD_SIZE, then
+            $WORLD_SIZE (as torchrun sets it).
+        rank: this rank, 0 .. world_size - 1; default $CHORUS_RANK, then
+            $RANK.
+        worker: the daemon's local API, "host:port" or "unix:/path";
+            default $CHORUS_WORKER.
+        device: the device this rank reduces on: "cpu", "cuda:0", ...
+        timeout: seconds the join may wait for the other ranks; also the
+            default deadline of every collective of the communicator.
+        max_message_bytes: the largest gRPC message the daemon takes and
+            sends (MAX_MESSAGE_BYTES unless the daemon was built otherwise).
+
+    Raises:
+        InvalidArgument: a missing or malformed argument (nothing is sent),
+            or one the coordinator refuses (rank taken, world size differs).
+        DeadlineExceeded: not every rank joined in time; `missing_ranks`
+            names the others.
+        Unimplemented: the device cannot take part in distributed
+            operations.
+        Unavailable: the daemon cannot be reached or is not registered yet.
+    """
+    if group is None:
+        group = os.environ.get("CHORUS_GROUP") or None
+    if not isinstance(group, str) or not group:
+        raise InvalidArgument("no group: pass group= or set CHORUS_GROUP")
+    world_size = _env_int(("CHORUS_WORLD_SIZE", "WORLD_SIZE"), world_size,
+                          "world_size")
+    rank = _env_int(("CHORUS_RANK", "RANK"), rank, "rank")
+    if world_size < 1:
+        raise InvalidArgument(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise InvalidArgument(
+            f"rank {rank} is out of range for world size {world_size}")
+    if worker is None:
+        worker = os.environ.get("CHORUS_WORKER") or None
+    if not isinstance(worker, str) or not worker:
+        raise InvalidArgument(
+            "no worker: pass worker='host:port' (the worker daemon's local "
+            "API) or set CHORUS_WORKER")
+    timeout = _check_timeout(timeout, DEFAULT_TIMEOUT)
+    if (isinstance(max_message_bytes, bool) or
+            not isinstance(max_message_bytes, int) or max_message_bytes < 1):
+        raise InvalidArgument(
+            f"max_message_bytes must be a positive int, got "
+            f"{max_message_bytes!r}")
+    device_proto = _parse_device(device)
+
+    channel = grpc.insecure_channel(worker, options=[
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ])
+    try:
+        # A fresh channel's first attempt can fail on a busy host; give it a
+        # moment, then ask anyway so that an absent daemon fails the join.
+        try:
+            grpc.channel_ready_future(channel).result(
+                timeout=min(timeout, _CONNECT_WAIT))
+        except grpc.FutureTimeoutError:
+            pass
+        stub = worker_pb2_grpc.WorkerLocalStub(channel)
+        request = worker_pb2.LocalJoinRequest(
+            group=group, world_size=world_size, rank=rank,
+            device=device_proto)
+        try:
+            response = stub.JoinGroup(request, timeout=timeout)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+            if isinstance(error, Unavailable):
+                raise Unavailable(
+                    f"worker daemon at {worker}: {error.message}",
+                    error.code, error.details) from None
+            raise error from None
+    except BaseException:
+        channel.close()
+        raise
+    return Communicator(
+        _channel=channel, _worker=worker, _group=group,
+        _world_size=world_size, _rank=rank, _epoch=response.epoch,
+        _device=_canonical_name(device_proto),
+        _member_devices=list(response.member_devices), _timeout=timeout,
+        _max_message_bytes=max_message_bytes)
+
+
+class Work(futures.Future):
+    """The future of a collective issued with async_op=True: a
+    concurrent.futures.Future whose result() is what the blocking call
+    returns, and whose exception() is a chorus.Error. It cannot be cancelled:
+    the other ranks match the call by its number.
+
+    Attributes:
+        sequence: the call's number in the group (from 1).
+        algorithm: the plan it ran with ("inline", "ring", ...), once done.
+        chunk_bytes: the plan's data-plane chunk size, once done.
+    """
+
+    def __init__(self, sequence: int) -> None:
+        super().__init__()
+        self.sequence: int = sequence
+        self.algorithm: Optional[str] = None
+        self.chunk_bytes: Optional[int] = None
+        self.set_running_or_notify_cancel()
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Same as result(): waits for the call and returns its output."""
+        return self.result(timeout)
+
+
+class _Call:
+    """What one collective sends and expects back."""
+
+    __slots__ = ("kind", "dtype", "count", "op", "root", "data", "out_shape",
+                 "out", "out_dtype")
+
+    def __init__(self, kind: str, dtype: Optional[str], count: int,
+                 op: str = "", root: int = 0,
+                 data: Optional[np.ndarray] = None,
+                 out_shape: Optional[Tuple[int, ...]] = None,
+                 out: Optional[np.ndarray] = None) -> None:
+        self.kind = kind
+        self.dtype = dtype
+        self.count = count
+        self.op = op
+        self.root = root
+        self.data = data
+        self.out_shape = out_shape
+        self.out = out
+        self.out_dtype = None if dtype is None else _dtypes.numpy_dtype(dtype)
+
+    def output_bytes(self) -> int:
+        if self.out_shape is None or self.out_dtype is None:
+            return 0
+        return int(np.prod(self.out_shape, dtype=np.int64)) * \
+            self.out_dtype.itemsize
+
+
+def _as_array(x: Buffer, dtype: Optional[str], what: str
+              ) -> Tuple[np.ndarray, str]:
+    """Returns (a C-contiguous numpy view of x, its Chorus dtype name).
+
+    Raises InvalidArgument for anything that cannot be sent without a copy
+    or whose dtype Chorus does not have."""
+    want = None
+    if dtype is not None:
+        try:
+            want = _dtypes.dtype_name(dtype)
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+    raw = False  # bytes of a buffer whose format says nothing of its type
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif hasattr(x, "__dlpack__"):
+        arr = _from_dlpack(x, what)
+        if str(getattr(x, "dtype", "")).endswith("bfloat16") and \
+                arr.dtype == np.int16:
+            want = want or "bf16"
+    else:
+        try:
+            view = memoryview(x)
+        except TypeError:
+            raise InvalidArgument(
+                f"{what} must be a numpy array, a C-contiguous buffer or a "
+                f"DLPack tensor, got {type(x).__name__}; e.g. pass "
+                f"numpy.asarray({what}, dtype='float32')") from None
+        if not view.c_contiguous:
+            raise InvalidArgument(
+                f"{what} is not C-contiguous; pass a contiguous copy "
+                "(numpy.ascontiguousarray)")
+        raw = view.format in ("B", "b", "c")
+        arr = np.asarray(view)
+    if not arr.flags.c_contiguous:
+        raise InvalidArgument(
+            f"{what} is not C-contiguous (strides {arr.strides} for shape "
+            f"{arr.shape}); pass numpy.ascontiguousarray({what})")
+    have = _dtypes.numpy_dtype_name(arr.dtype)
+    if want is None:
+        if have is None:
+            raise InvalidArgument(
+                f"{what} has dtype {arr.dtype}, which Chorus does not have; "
+                f"it supports {', '.join(_dtypes.DTYPES)} (bf16 as uint16 "
+                "with dtype='bf16')")
+        return arr, have
+    if want == have:
+        return arr, want
+    if want == "bf16" and arr.dtype.kind in "ui" and arr.dtype.itemsize == 2:
+        return arr.view(_dtypes.numpy_dtype("bf16")), want
+    if raw:
+        size = _dtypes.numpy_dtype(want).itemsize
+        if arr.nbytes % size:
+            raise InvalidArgument(
+                f"{what} has {arr.nbytes} bytes, not a whole number of "
+                f"{want} elements ({size} bytes each)")
+        return arr.reshape(-1).view(_dtypes.numpy_dtype(want)), want
+    raise InvalidArgument(
+        f"{what} holds {arr.dtype} but dtype={dtype!r} was asked for; "
+        f"convert it first (e.g. {what}.astype(...)) or leave dtype out")
+
+
+def _from_dlpack(x: Any, what: str) -> np.ndarray:
+    try:
+        return np.from_dlpack(x)
+    except (TypeError, BufferError, RuntimeError, ValueError) as first:
+        # numpy has no bfloat16: take a torch bfloat16 tensor's bits.
+        if str(getattr(x, "dtype", "")).endswith("bfloat16"):
+            import sys
+            torch = sys.modules.get("torch")
+            if torch is not None and hasattr(x, "view"):
+                return np.from_dlpack(x.view(torch.int16))
+        raise InvalidArgument(
+            f"{what} cannot be read through DLPack ({first}); Chorus takes "
+            "host (CPU) memory of its ten dtypes") from None
+
+
+def _as_output(out: Buffer, dtype: str, size: int) -> np.ndarray:
+    """Returns a writable numpy view of `out` holding `size` elements of
+    `dtype`, or raises InvalidArgument."""
+    element = _dtypes.numpy_dtype(dtype)
+    if isinstance(out, np.ndarray):
+        arr = out
+    else:
+        try:
+            view = memoryview(out)
+        except TypeError:
+            raise InvalidArgument(
+                f"out must be a writable numpy array or buffer, got "
+                f"{type(out).__name__} (for a torch tensor pass "
+                "out=tensor.numpy())") from None
+        if view.readonly:
+            raise InvalidArgument("out is read-only")
+        if not view.c_contiguous:
+            raise InvalidArgument("out is not C-contiguous")
+        arr = np.asarray(view)
+        if view.format in ("B", "b", "c"):
+            if arr.nbytes != size * element.itemsize:
+                raise InvalidArgument(
+                    f"out has {arr.nbytes} bytes; the result takes "
+                    f"{size * element.itemsize} ({size} x {dtype})")
+            return arr.reshape(-1).view(element)
+    if not arr.flags.writeable:
+        raise InvalidArgument("out is read-only")
+    if not arr.flags.c_contiguous:
+        raise InvalidArgument("out is not C-contiguous")
+    fits = (_dtypes.numpy_dtype_name(arr.dtype) == dtype or
+            (dtype == "bf16" and arr.dtype.kind in "ui" and
+             arr.dtype.itemsize == 2))
+    if not fits:
+        raise InvalidArgument(
+            f"out holds {arr.dtype}; the result is {dtype}"
+            f"{' (as uint16)' if dtype == 'bf16' else ''}")
+    if arr.size != size:
+        raise InvalidArgument(
+            f"out has {arr.size} elements; the result has {size}")
+    return arr
+
+
+def _split_blocks(shape: Tuple[int, ...], world: int, what: str
+                  ) -> Tuple[int, ...]:
+    """Returns the shape of one of `world` blocks of an array of `shape`: the
+    first axis holds the blocks, (world, *block) or (world * n, *rest)."""
+    if len(shape) == 0 or shape[0] % world:
+        raise InvalidArgument(
+            f"{what} of shape {shape} does not split into {world} equal "
+            f"blocks along its first axis; pass shape (world_size, *block) "
+            f"or (world_size * n, ...)")
+    if shape[0] == world and len(shape) >= 2:
+        return tuple(shape[1:])
+    return (shape[0] // world,) + tuple(shape[1:])
+
+
+def _shape_of(shape: Union[int, Sequence[int]]) -> Tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError:
+        raise InvalidArgument(
+            f"shape must be an int or a tuple of ints, got {shape!r}"
+        ) from None
+    if any(s < 0 for s in out):
+        raise InvalidArgument(f"shape {out} has a negative size")
+    return out
+
+
+class Communicator:
+    """One rank of a Chorus group, joined through a worker daemon. Made by
+    chorus.join(); use it as a context manager or call close().
+
+    Each collective takes this rank's input and returns its output as a new
+    numpy array (or writes it into `out` and returns `out`). Inputs are numpy
+    arrays, C-contiguous buffers or DLPack tensors of the ten Chorus dtypes;
+    bf16 travels as its 16-bit patterns: pass a uint16 array with
+    dtype="bf16" and get uint16 back (chorus.bf16_to_f32 widens it).
+
+    Common keyword arguments:
+        async_op: return a Work future at once instead of waiting; calls in
+            flight are matched in the order they were issued.
+        timeout: seconds the call may take, including the wait for the other
+            ranks (default: the join's timeout).
+        algorithm: force a plan: "auto" (default), "inline", "ring",
+            "recursive_doubling" or "same_host" (the last two for all_reduce
+            only); every rank must force the same.
+        device: the device the daemon reduces this call on ("cuda:0"); the
+            rank's device when None.
+
+    Checks this class can make itself (dtypes, sizes, contiguity, roots,
+    message sizes) raise InvalidArgument or ResourceExhausted at once, before
+    the call takes a sequence number; errors from the servers come as
+    chorus.Error subclasses (from result() for async calls), after the call
+    used up its number.
+    """
+
+    def __init__(self, *, _channel: grpc.Channel, _worker: str, _group: str,
+                 _world_size: int, _rank: int, _epoch: int, _device: str,
+                 _member_devices: List[str], _timeout: float,
+                 _max_message_bytes: int) -> None:
+        """Made by chorus.join(); not meant to be called directly."""
+        self._channel = _channel
+        self._worker = _worker
+        self._group = _group
+        self._world_size = _world_size
+        self._rank = _rank
+        self._epoch = _epoch
+        self._device = _device
+        self._member_devices = _member_devices
+        self._timeout = _timeout
+        self._max_message_bytes = _max_message_bytes
+        # The request is serialized here (see _issue), so the stub takes
+        # bytes as they are.
+        self._collective = _channel.unary_unary(
+            _COLLECTIVE_METHOD,
+            request_serializer=None,
+            response_deserializer=worker_pb2.LocalCollectiveResponse.FromString)
+        self._lock = threading.Condition()
+        self._next_sequence = 1
+        self._in_flight = 0
+        self._closed = False
+
+    # --- properties ---------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        """The group's name."""
+        return self._group
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the group."""
+        return self._world_size
+
+    @property
+    def rank(self) -> int:
+        """This rank, 0 .. world_size - 1."""
+        return self._rank
+
+    @property
+    def epoch(self) -> int:
+        """The group's epoch this communicator joined; calls carry it."""
+        return self._epoch
+
+    @property
+    def device(self) -> str:
+        """This rank's device, by canonical name ("Cpu", "Cuda(0)")."""
+        return self._device
+
+    @property
+    def member_devices(self) -> List[str]:
+        """Every rank's device by canonical name, in rank order."""
+        return list(self._member_devices)
+
+    @property
+    def worker(self) -> str:
+        """The address of the worker daemon's local API."""
+        return self._worker
+
+    @property
+    def timeout(self) -> float:
+        """The default deadline of each call, in seconds."""
+        return self._timeout
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest request or reply message a call may need."""
+        return self._max_message_bytes
+
+    @property
+    def next_sequence(self) -> int:
+        """The number the next collective will take."""
+        with self._lock:
+            return self._next_sequence
+
+    def __repr__(self) -> str:
+        return (f"Communicator(group={self._group!r}, rank={self._rank}, "
+                f"world_size={self._world_size}, worker={self._worker!r}, "
+                f"epoch={self._epoch})")
+
+    # --- lifecycle ----------------------------------------------------------
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Waits for the calls in flight (at most `timeout` seconds; their
+        own deadlines bound the wait anyway), then closes the connection to
+        the daemon. Later calls raise InvalidArgument. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._lock.wait_for(lambda: self._in_flight == 0, timeout)
+        self._channel.close()
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # --- collectives --------------------------------------------------------
+
+    def all_reduce(self, x: Buffer, op: str = "sum", *,
+                   out: Optional[Buffer] = None, dtype: Any = None,
+                   async_op: bool = False, timeout: Optional[float] = None,
+                   algorithm: Optional[str] = None,
+                   device: Optional[str] = None) -> Any:
+        """Reduces `x` elementwise across all ranks with `op` ("sum",
+        "prod", "min", "max", "avg"); every rank gets the result, shaped as
+        x. count = x.size; every rank passes the same shape and dtype."""
+        arr, name = _as_array(x, dtype, "x")
+        call = _Call("all_reduce", name, arr.size, op=op, data=arr,
+                     out_shape=arr.shape)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def reduce(self, x: Buffer, root: int = 0, op: str = "sum", *,
+               out: Optional[Buffer] = None, dtype: Any = None,
+               async_op: bool = False, timeout: Optional[float] = None,
+               algorithm: Optional[str] = None,
+               device: Optional[str] = None) -> Any:
+        """Reduces `x` elementwise across all ranks with `op`; the root gets
+        the result shaped as x, every other rank gets None (and `out` is left
+        alone). count = x.size; every rank passes its input."""
+        arr, name = _as_array(x, dtype, "x")
+        root = self._check_root(root)
+        call = _Call("reduce", name, arr.size, op=op, root=root, data=arr,
+                     out_shape=arr.shape if self._rank == root else None)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def broadcast(self, x: Optional[Buffer] = None, root: int = 0, *,
+                  shape: Optional[Union[int, Sequence[int]]] = None,
+                  out: Optional[Buffer] = None, dtype: Any = None,
+                  async_op: bool = False, timeout: Optional[float] = None,
+                  algorithm: Optional[str] = None,
+                  device: Optional[str] = None) -> Any:
+        """Sends the root's `x` to every rank; every rank (the root too) gets
+        a copy shaped as x. count = x.size. Other ranks need not pass data,
+        but must say what they receive: an `x` of the root's shape and dtype
+        (its contents are not sent), an `out`, or shape= and dtype=."""
+        root = self._check_root(root)
+        if self._rank == root or x is not None:
+            if x is None:
+                raise InvalidArgument(f"the root (rank {root}) of broadcast "
+                                      "must pass x")
+            arr, name = _as_array(x, dtype, "x")
+            block = arr.shape
+        else:
+            name, block = self._receive_only(shape, out, dtype, "broadcast")
+            arr = None
+        count = int(np.prod(block, dtype=np.int64))
+        call = _Call("broadcast", name, count, root=root,
+                     data=arr if self._rank == root else None,
+                     out_shape=block)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def all_gather(self, x: Buffer, *, out: Optional[Buffer] = None,
+                   dtype: Any = None, async_op: bool = False,
+                   timeout: Optional[float] = None,
+                   algorithm: Optional[str] = None,
+                   device: Optional[str] = None) -> Any:
+        """Gathers every rank's `x`; every rank gets shape
+        (world_size, *x.shape), row i from rank i. count = x.size."""
+        arr, name = _as_array(x, dtype, "x")
+        call = _Call("all_gather", name, arr.size, data=arr,
+                     out_shape=(self._world_size,) + arr.shape)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def reduce_scatter(self, x: Buffer, op: str = "sum", *,
+                       out: Optional[Buffer] = None, dtype: Any = None,
+                       async_op: bool = False,
+                       timeout: Optional[float] = None,
+                       algorithm: Optional[str] = None,
+                       device: Optional[str] = None) -> Any:
+        """Reduces `x` elementwise across ranks and gives rank i block i of
+        the result. x holds world_size blocks along its first axis: shape
+        (world_size, *block) gives block-shaped results, (world_size * n,
+        *rest) gives (n, *rest). count = elements per block = x.size /
+        world_size."""
+        arr, name = _as_array(x, dtype, "x")
+        block = _split_blocks(arr.shape, self._world_size, "x")
+        call = _Call("reduce_scatter", name, arr.size // self._world_size,
+                     op=op, data=arr, out_shape=block)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def gather(self, x: Buffer, root: int = 0, *,
+               out: Optional[Buffer] = None, dtype: Any = None,
+               async_op: bool = False, timeout: Optional[float] = None,
+               algorithm: Optional[str] = None,
+               device: Optional[str] = None) -> Any:
+        """Gathers every rank's `x` at the root, which gets shape
+        (world_size, *x.shape), row i from rank i; every other rank gets None.
+        count = x.size; every rank passes its input."""
+        arr, name = _as_array(x, dtype, "x")
+        root = self._check_root(root)
+        out_shape = ((self._world_size,) + arr.shape
+                     if self._rank == root else None)
+        call = _Call("gather", name, arr.size, root=root, data=arr,
+                     out_shape=out_shape)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def scatter(self, x: Optional[Buffer] = None, root: int = 0, *,
+                shape: Optional[Union[int, Sequence[int]]] = None,
+                out: Optional[Buffer] = None, dtype: Any = None,
+                async_op: bool = False, timeout: Optional[float] = None,
+                algorithm: Optional[str] = None,
+                device: Optional[str] = None) -> Any:
+        """Sends block i of the root's `x` to rank i. x holds world_size
+        blocks along its first axis, as for reduce_scatter; every rank (the
+        root too) gets its block. count = elements per block. Other ranks
+        need not pass data, but must say what they receive: an `x` shaped as
+        the root's (not sent), an `out` of the block's size, or shape= (the
+        block's shape) and dtype=."""
+        root = self._check_root(root)
+        if self._rank == root or x is not None:
+            if x is None:
+                raise InvalidArgument(f"the root (rank {root}) of scatter "
+                                      "must pass x")
+            arr, name = _as_array(x, dtype, "x")
+            block = _split_blocks(arr.shape, self._world_size, "x")
+        else:
+            name, block = self._receive_only(shape, out, dtype, "scatter")
+            arr = None
+        count = int(np.prod(block, dtype=np.int64))
+        call = _Call("scatter", name, count, root=root,
+                     data=arr if self._rank == root else None,
+                     out_shape=block)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def all_to_all(self, x: Buffer, *, out: Optional[Buffer] = None,
+                   dtype: Any = None, async_op: bool = False,
+                   timeout: Optional[float] = None,
+                   algorithm: Optional[str] = None,
+                   device: Optional[str] = None) -> Any:
+        """Sends block i of `x` to rank i; rank j gets x's shape back with
+        block i from rank i. x holds world_size blocks along its first axis,
+        as for reduce_scatter. count = elements per block = x.size /
+        world_size."""
+        arr, name = _as_array(x, dtype, "x")
+        _split_blocks(arr.shape, self._world_size, "x")
+        call = _Call("all_to_all", name, arr.size // self._world_size,
+                     data=arr, out_shape=arr.shape)
+        return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def barrier(self, *, async_op: bool = False,
+                timeout: Optional[float] = None,
+                algorithm: Optional[str] = None) -> Any:
+        """Returns (None) once every rank reached this barrier. count = 0."""
+        call = _Call("barrier", None, 0)
+        return self._run(call, None, async_op, timeout, algorithm, None)
+
+    # --- internals ----------------------------------------------------------
+
+    def _check_root(self, root: Any) -> int:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+            raise InvalidArgument(f"root must be an int, got {root!r}")
+        if not 0 <= root < self._world_size:
+            raise InvalidArgument(
+                f"root {root} is out of range for world size "
+                f"{self._world_size}")
+        return int(root)
+
+    def _receive_only(self, shape: Any, out: Optional[Buffer], dtype: Any,
+                      kind: str) -> Tuple[str, Tuple[int, ...]]:
+        """The dtype and block shape a non-root of broadcast or scatter
+        receives, from shape= and dtype=, or from out."""
+        name = None
+        if dtype is not None:
+            try:
+                name = _dtypes.dtype_name(dtype)
+            except ValueError as e:
+                raise InvalidArgument(str(e)) from None
+        if shape is not None:
+            block = _shape_of(shape)
+        elif out is not None and isinstance(out, np.ndarray):
+            block = out.shape
+        else:
+            raise InvalidArgument(
+                f"rank {self._rank} is not the root of {kind}: pass x (as "
+                "the root's), out, or shape= and dtype= to say what it "
+                "receives")
+        if name is None:
+            if isinstance(out, np.ndarray):
+                name = _dtypes.numpy_dtype_name(out.dtype)
+            if name is None:
+                raise InvalidArgument(
+                    f"rank {self._rank} is not the root of {kind}: pass "
+                    "dtype= (or an out array) to say what it receives")
+        return name, block
+
+    def _run(self, call: _Call, out: Optional[Buffer], async_op: bool,
+             timeout: Optional[float], algorithm: Optional[str],
+             device: Optional[str]) -> Any:
+        timeout = _check_timeout(timeout, self._timeout)
+        request = worker_pb2.LocalCollectiveRequest(
+            group=self._group, rank=self._rank, kind=_KINDS[call.kind],
+            epoch=self._epoch)
+        if call.dtype is not None:
+            request.dtype = _dtypes.proto_dtype(call.dtype)
+        request.count = call.count
+        if call.count > _MAX_COUNT:
+            raise InvalidArgument(
+                f"{call.count} elements are over the maximum of {_MAX_COUNT}")
+        if call.kind in ("all_reduce", "reduce", "reduce_scatter"):
+            if not isinstance(call.op, str) or call.op.lower() not in _OPS:
+                raise InvalidArgument(
+                    f"unknown reduce op {call.op!r}; Chorus has "
+                    f"{', '.join(_OPS)}")
+            request.op = _OPS[call.op.lower()]
+        request.root = call.root
+        if algorithm is not None:
+            if not isinstance(algorithm, str) or \
+                    algorithm.lower() not in _ALGORITHMS:
+                raise InvalidArgument(
+                    f"unknown algorithm {algorithm!r}; Chorus has "
+                    f"{', '.join(_ALGORITHMS)}")
+            algorithm = algorithm.lower()
+            if algorithm in _ALL_REDUCE_ONLY and \
+                    call.kind not in ("all_reduce", "barrier"):
+                raise InvalidArgument(
+                    f"{algorithm} is available for all_reduce only, not "
+                    f"{call.kind}")
+            request.algorithm = _ALGORITHMS[algorithm]
+        if device is not None:
+            request.device.CopyFrom(_parse_device(device))
+        target = None
+        if call.out_shape is not None and out is not None:
+            size = int(np.prod(call.out_shape, dtype=np.int64))
+            target = _as_output(out, call.dtype, size)
+        data = call.data
+        data_bytes = 0 if data is None else data.nbytes
+        # The request as sent: these fields, the sequence (at most 11
+        # bytes) and the data field.
+        request_bytes = request.ByteSize() + 11 + (
+            1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
+        reply_bytes = call.output_bytes() + _REPLY_OVERHEAD
+        if max(request_bytes, reply_bytes) > self._max_message_bytes:
+            which, size = (("request", request_bytes)
+                           if request_bytes >= reply_bytes
+                           else ("reply", reply_bytes))
+            raise ResourceExhausted(
+                f"{call.kind} of {call.dtype}[{call.count}] needs a {which} "
+                f"of about {size} bytes, over the worker daemon's message "
+                f"limit of {self._max_message_bytes} bytes "
+                f"({self._max_message_bytes / 2**20:g} MiB); split the "
+                "tensor into smaller calls")
+        payload: List[Any] = []
+        if data_bytes:
+            payload = [_DATA_TAG, _varint(data_bytes),
+                       data.reshape(-1).view(np.uint8).data]
+        with self._lock:
+            if self._closed:
+                raise InvalidArgument("this communicator is closed")
+            sequence = self._next_sequence
+            self._next_sequence += 1
+            request.sequence = sequence
+            wire = b"".join([request.SerializeToString()] + payload)
+            work = Work(sequence)
+            self._in_flight += 1
+            try:
+                rpc = self._collective.future(wire, timeout=timeout)
+            except BaseException:
+                self._in_flight -= 1
+                self._lock.notify_all()
+                raise
+        del wire
+        rpc.add_done_callback(
+            lambda done: self._finish(done, call, target, work))
+        if async_op:
+            return work
+        return work.result()
+
+    def _finish(self, rpc: Any, call: _Call, target: Optional[np.ndarray],
+                work: Work) -> None:
+        try:
+            try:
+                response = rpc.result()
+            except grpc.FutureCancelledError:
+                raise Cancelled(f"{call.kind} #{work.sequence} was cancelled",
+                                grpc.StatusCode.CANCELLED) from None
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+                if error.sequence is None:
+                    error.sequence = work.sequence
+                if error.group is None:
+                    error.group = self._group
+                raise error from None
+            work.algorithm = _ALGORITHM_NAMES.get(response.plan.algorithm,
+                                                  str(response.plan.algorithm))
+            work.chunk_bytes = response.plan.chunk_bytes
+            work.set_result(self._output(call, target, response.data,
+                                         work.sequence))
+        except Error as e:
+            work.set_exception(e)
+        except BaseException as e:  # never leave a future unfinished
+            work.set_exception(Internal(
+                f"{call.kind} #{work.sequence}: {type(e).__name__}: {e}",
+                grpc.StatusCode.INTERNAL))
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._lock.notify_all()
+
+    def _output(self, call: _Call, target: Optional[np.ndarray], data: bytes,
+                sequence: int) -> Optional[np.ndarray]:
+        if call.out_shape is None:
+            return None
+        expected = call.output_bytes()
+        if len(data) != expected:
+            raise Internal(
+                f"{call.kind} #{sequence}: the worker returned {len(data)} "
+                f"bytes; the result takes {expected}",
+                grpc.StatusCode.INTERNAL)
+        result = np.frombuffer(data, dtype=call.out_dtype)
+        if target is not None:
+            target.reshape(-1)[...] = result.view(target.dtype)
+            return target
+        return result.reshape(call.out_shape).copy()

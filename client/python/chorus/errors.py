@@ -1,0 +1,333 @@
+"""Chorus errors: one exception class per status code Chorus uses, with the
+structure of the status (missing ranks, the lost worker, the per-rank account
+of a mismatch) as attributes.
+
+The attributes come from the google.rpc.Status details a server attaches
+(trailing metadata "grpc-status-details-bin") where it does, and are parsed
+from the message text otherwise; details win where both say something.
+"""
+
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+
+import grpc
+
+from chorus import _status_details
+
+__all__ = [
+    "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
+    "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",
+    "ResourceExhausted", "DataLoss", "PermissionDenied", "Internal",
+    "Cancelled", "from_rpc_error", "error_for_code",
+]
+
+
+class Error(Exception):
+    """An error from Chorus: a status code and a message, plus what the status
+    says about the ranks and workers involved.
+
+    Attributes:
+        code: the grpc.StatusCode.
+        message: the status message, as the server wrote it.
+        group: the group the status names; for a failed collective, the
+            communicator's group when the status names none.
+        epoch: the group epoch it names, if any.
+        sequence: the collective's sequence number the status names; for a
+            failed collective, the call's own number when it names none.
+        missing_ranks: ranks that did not reach a collective (or a join)
+            before the deadline; None when the status names none.
+        lost_worker: name of the worker whose loss aborted the group.
+        lost_worker_id: the coordinator's id of that worker.
+        lost_rank: the first rank that was on the lost worker.
+        lost_ranks: every rank that was on the lost worker.
+        ranks: the per-rank account of a mismatch or a refusal, rank ->
+            what that rank asked for ("all_reduce f32[3] sum") or why it was
+            refused.
+        device: the device a refusal names, e.g. "Vulkan(0)".
+        reason: the reason of a google.rpc.ErrorInfo detail, if any.
+        details: every google.rpc.Status detail, as (type name, fields dict
+            or raw bytes) pairs; empty when the server attached none.
+    """
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str, code: Optional[grpc.StatusCode] = None,
+                 details: Sequence[Tuple[str, Any]] = ()) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message: str = message
+        self.details: List[Tuple[str, Any]] = list(details)
+        self.group: Optional[str] = None
+        self.epoch: Optional[int] = None
+        self.sequence: Optional[int] = None
+        self.missing_ranks: Optional[List[int]] = None
+        self.lost_worker: Optional[str] = None
+        self.lost_worker_id: Optional[int] = None
+        self.lost_rank: Optional[int] = None
+        self.lost_ranks: Optional[List[int]] = None
+        self.ranks: Optional[Dict[int, str]] = None
+        self.device: Optional[str] = None
+        self.reason: Optional[str] = None
+        for name, value in _parse_message(message).items():
+            setattr(self, name, value)
+        for name, value in _from_details(self.details).items():
+            setattr(self, name, value)
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (self.code.name, self.message, self.details))
+
+
+def _rebuild(code_name: str, message: str,
+             details: List[Tuple[str, Any]]) -> "Error":
+    code = grpc.StatusCode[code_name]
+    return error_for_code(code)(message, code, details)
+
+
+class InvalidArgument(Error, ValueError):
+    """INVALID_ARGUMENT: bad input, or ranks that disagree on a collective
+    (then `ranks` holds each rank's call). Also raised by this package, before
+    anything is sent, for input it can check itself."""
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeadlineExceeded(Error, TimeoutError):
+    """DEADLINE_EXCEEDED: not every rank arrived in time (`missing_ranks`)."""
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class Aborted(Error):
+    """ABORTED: the group was aborted, e.g. a worker was lost (`lost_worker`,
+    `lost_rank`); join again."""
+    code = grpc.StatusCode.ABORTED
+
+
+class FailedPrecondition(Error):
+    """FAILED_PRECONDITION: the call cannot run in the group's state (stale
+    epoch, not joined, another rank's device refused)."""
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Unimplemented(Error):
+    """UNIMPLEMENTED: a device with no distributed support (`device`)."""
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class Unavailable(Error, ConnectionError):
+    """UNAVAILABLE: the worker daemon or the coordinator cannot be reached."""
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class NotFound(Error):
+    """NOT_FOUND: an unknown group or worker."""
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class ResourceExhausted(Error):
+    """RESOURCE_EXHAUSTED: a message over the size limit, or a server out of
+    a resource."""
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class DataLoss(Error):
+    """DATA_LOSS: ranks' results that must agree did not."""
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class PermissionDenied(Error):
+    """PERMISSION_DENIED: the caller may not act for that worker or rank."""
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Internal(Error):
+    """INTERNAL: a server bug or a broken invariant."""
+    code = grpc.StatusCode.INTERNAL
+
+
+class Cancelled(Error):
+    """CANCELLED: the call was cancelled (e.g. the channel was closed)."""
+    code = grpc.StatusCode.CANCELLED
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[Error]] = {
+    cls.code: cls for cls in (
+        InvalidArgument, DeadlineExceeded, Aborted, FailedPrecondition,
+        Unimplemented, Unavailable, NotFound, ResourceExhausted, DataLoss,
+        PermissionDenied, Internal, Cancelled)
+}
+_BY_VALUE: Dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def error_for_code(code: grpc.StatusCode) -> Type[Error]:
+    """Returns the Error subclass for a status code (Error itself for codes
+    Chorus does not use)."""
+    return _BY_CODE.get(code, Error)
+
+
+def from_rpc_error(error: grpc.RpcError) -> Error:
+    """Turns a failed gRPC call into the matching Error subclass, with the
+    google.rpc.Status details of its trailing metadata when it has any."""
+    code = error.code() if hasattr(error, "code") else None
+    if not isinstance(code, grpc.StatusCode):
+        code = grpc.StatusCode.UNKNOWN
+    message = (error.details() if hasattr(error, "details") else None) or ""
+    trailing = (error.trailing_metadata()
+                if hasattr(error, "trailing_metadata") else None)
+    details: List[Tuple[str, Any]] = []
+    decoded = _status_details.decode(trailing)
+    if decoded is not None:
+        status_code, status_message, details = decoded
+        code = _BY_VALUE.get(status_code, code)
+        message = status_message or message
+    return error_for_code(code)(message, code, details)
+
+
+# --- message parsing -------------------------------------------------------
+# The servers write ranks as FormatRanks does: "rank 3", "ranks 0, 2-4".
+
+_RANKS = r"ranks? (\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)"
+
+
+def parse_ranks(text: str) -> List[int]:
+    """Returns the ranks of a rank list such as "0, 2-4" ([0, 2, 3, 4])."""
+    ranks: List[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            first, last = part.split("-", 1)
+            ranks.extend(range(int(first), int(last) + 1))
+        else:
+            ranks.append(int(part))
+    return ranks
+
+
+def _account(text: str) -> Dict[int, str]:
+    """Parses "rank 0: A; ranks 1, 2: B" into {0: A, 1: B, 2: B}."""
+    account: Dict[int, str] = {}
+    for entry in re.split(r"; (?=ranks? \d)", text):
+        found = re.match(_RANKS + r": (.*)$", entry, re.S)
+        if found:
+            for rank in parse_ranks(found.group(1)):
+                account[rank] = found.group(2)
+    return account
+
+
+_MISSING = re.compile(
+    _RANKS + r" of group (.+?) did not (?:reach (\w+) #(\d+)|join|"
+    r"finish #(\d+)) within the deadline")
+_LOST = re.compile(
+    r"group (.+?) \(epoch (\d+)\) aborted: " + _RANKS +
+    r" on worker \"(.*?)\" \(id (\d+)\) lost")
+_WORKER_LOST = re.compile(r"worker \"(.*?)\" \(id (\d+)\) lost")
+_ABORTED = re.compile(r"group (.+?) \(epoch (\d+)\) aborted")
+_FAILED = re.compile(r"aborted: rank (\d+) failed collective #(\d+)")
+_MISMATCH = re.compile(
+    r"collective #(\d+) of group (.+?) does not match across ranks: (.*)$",
+    re.S)
+_REFUSED = re.compile(r"(\w+) #(\d+) of group (.+?) cannot run: (.*)$", re.S)
+_DEVICE = re.compile(
+    r"Distributed operations are not supported for device "
+    r"([A-Za-z0-9_]+(?:\(\d+\))?)")
+_STALE = re.compile(r"stale epoch (\d+) for group (\S+?)[,;]? ")
+
+
+def _parse_message(message: str) -> Dict[str, Any]:
+    """Returns the attributes the message text carries today."""
+    found: Dict[str, Any] = {}
+    m = _MISSING.search(message)
+    if m:
+        found["missing_ranks"] = parse_ranks(m.group(1))
+        found["group"] = m.group(2)
+        sequence = m.group(4) or m.group(5)
+        if sequence:
+            found["sequence"] = int(sequence)
+    m = _LOST.search(message)
+    if m:
+        found["group"], found["epoch"] = m.group(1), int(m.group(2))
+        found["lost_ranks"] = parse_ranks(m.group(3))
+        found["lost_rank"] = found["lost_ranks"][0]
+        found["lost_worker"] = m.group(4)
+        found["lost_worker_id"] = int(m.group(5))
+    else:
+        m = _WORKER_LOST.search(message)
+        if m:
+            found["lost_worker"] = m.group(1)
+            found["lost_worker_id"] = int(m.group(2))
+        m = _ABORTED.search(message)
+        if m:
+            found["group"], found["epoch"] = m.group(1), int(m.group(2))
+        m = _FAILED.search(message)
+        if m:
+            found["ranks"] = {int(m.group(1)): message[m.end():].lstrip(": ")}
+            found["sequence"] = int(m.group(2))
+    m = _MISMATCH.search(message)
+    if m:
+        found["sequence"], found["group"] = int(m.group(1)), m.group(2)
+        found["ranks"] = _account(m.group(3))
+    m = _REFUSED.search(message)
+    if m:
+        found["sequence"], found["group"] = int(m.group(2)), m.group(3)
+        found["ranks"] = _account(m.group(4))
+    m = _DEVICE.search(message)
+    if m:
+        found["device"] = m.group(1)
+    m = _STALE.search(message)
+    if m and "epoch" not in found:
+        found["epoch"], found["group"] = int(m.group(1)), m.group(2)
+    return found
+
+
+# --- details ---------------------------------------------------------------
+# A google.rpc.ErrorInfo's metadata, or any detail message the default pool
+# knows, may carry these keys (ranks as "2, 3", "2-4" or a list).
+
+_INT_KEYS = ("epoch", "sequence", "lost_worker_id", "lost_rank")
+_LIST_KEYS = ("missing_ranks", "lost_ranks")
+_TEXT_KEYS = ("group", "lost_worker", "device")
+
+
+def _as_ranks(value: Any) -> List[int]:
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return parse_ranks(str(value).strip("[]"))
+
+
+def _from_details(details: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
+    """Returns the attributes the google.rpc.Status details carry."""
+    found: Dict[str, Any] = {}
+    for type_name, fields in details:
+        if not isinstance(fields, dict):
+            continue
+        values = dict(fields)
+        if type_name == "google.rpc.ErrorInfo":
+            if fields.get("reason"):
+                found["reason"] = fields["reason"]
+            values = dict(fields.get("metadata") or {})
+        for key in _INT_KEYS:
+            if key in values and str(values[key]).strip():
+                found[key] = int(values[key])
+        for key in _LIST_KEYS:
+            if key in values:
+                found[key] = _as_ranks(values[key])
+        for key in _TEXT_KEYS:
+            if key in values:
+                found[key] = str(values[key])
+        account = values.get("ranks")
+        if isinstance(account, dict):
+            found["ranks"] = {int(k): str(v) for k, v in account.items()}
+        for key, value in values.items():
+            # ErrorInfo metadata can only hold strings: "rank.3" -> account.
+            if isinstance(key, str) and re.fullmatch(r"rank\.\d+", key):
+                found.setdefault("ranks", {})[int(key[5:])] = str(value)
+    if "lost_ranks" in found and "lost_rank" not in found and found[
+            "lost_ranks"]:
+        found["lost_rank"] = found["lost_ranks"][0]
+    return found

@@ -1,0 +1,90 @@
+"""Builds the chorus package.
+
+The chorus.v1 modules (messages and gRPC stubs) are generated from the
+repository's proto/chorus/v1/*.proto on every build, so they always match the
+protos the servers are built from. They are never checked in.
+
+protoc and the gRPC Python plugin are looked up in this order: $PROTOC and
+$CHORUS_GRPC_PYTHON_PLUGIN, Debian's /usr/bin/protoc and
+/usr/bin/grpc_python_plugin (packages protobuf-compiler and
+protobuf-compiler-grpc), then the PATH. Without them, the grpc_tools module
+(package grpcio-tools) is used when it is installed. $CHORUS_PROTO_DIR names
+another proto root (the folder that holds chorus/v1/).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+
+
+def _proto_root() -> Path:
+    """Returns the folder that holds chorus/v1/*.proto."""
+    configured = os.environ.get("CHORUS_PROTO_DIR")
+    return Path(configured) if configured else HERE.parent.parent / "proto"
+
+
+def _find_tool(name: str, env: str) -> Optional[str]:
+    """Returns the path of a code generator, or None when there is none."""
+    configured = os.environ.get(env)
+    if configured:
+        return configured
+    debian = Path("/usr/bin") / name
+    if debian.is_file() and os.access(debian, os.X_OK):
+        return str(debian)
+    return shutil.which(name)
+
+
+def _protoc_command() -> List[str]:
+    """Returns the protoc command line that writes Python messages and stubs."""
+    protoc = _find_tool("protoc", "PROTOC")
+    plugin = _find_tool("grpc_python_plugin", "CHORUS_GRPC_PYTHON_PLUGIN")
+    if protoc and plugin:
+        return [protoc, f"--plugin=protoc-gen-grpc_python={plugin}"]
+    try:
+        import grpc_tools  # noqa: F401  (only to learn that it is there)
+    except ImportError:
+        raise SystemExit(
+            "chorus: generating the chorus.v1 stubs needs protoc and "
+            "grpc_python_plugin (Debian: apt-get install protobuf-compiler "
+            "protobuf-compiler-grpc) or the grpcio-tools package")
+    return [sys.executable, "-m", "grpc_tools.protoc"]
+
+
+class BuildPyWithStubs(build_py):
+    """build_py that also generates chorus/v1/*_pb2*.py into the build."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.dry_run:
+            self._generate(Path(self.build_lib))
+
+    def _generate(self, out: Path) -> None:
+        root = _proto_root()
+        protos = sorted((root / "chorus" / "v1").glob("*.proto"))
+        if not protos:
+            raise SystemExit(
+                f"chorus: no protos in {root / 'chorus' / 'v1'}; build from "
+                "a Chorus checkout or set CHORUS_PROTO_DIR")
+        package = out / "chorus" / "v1"
+        # Start afresh so that a removed proto leaves no module behind.
+        shutil.rmtree(package, ignore_errors=True)
+        package.mkdir(parents=True)
+        command = _protoc_command() + [
+            f"-I{root}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+        ] + [str(p.relative_to(root)) for p in protos]
+        subprocess.run(command, check=True)
+        (package / "__init__.py").write_text(
+            '"""Messages and gRPC stubs generated from proto/chorus/v1."""\n')
+
+
+setup(cmdclass={"build_py": BuildPyWithStubs})
