@@ -1,0 +1,242 @@
+"""The client against a stand-in WorkerLocal server in this process: what
+each call puts on the wire, and how statuses (with and without
+google.rpc.Status details) become exceptions."""
+
+import threading
+from concurrent import futures
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import grpc
+import numpy as np
+import pytest
+
+import chorus
+from chorus import _status_details
+from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
+
+EPOCH = 77
+
+
+class StandIn(worker_pb2_grpc.WorkerLocalServicer):
+    """Records every request; answers collectives with `answer`."""
+
+    def __init__(self) -> None:
+        self.requests: List[worker_pb2.LocalCollectiveRequest] = []
+        self.lock = threading.Lock()
+        self.answer: Optional[Callable[[Any, Any], Any]] = None
+
+    def JoinGroup(self, request: Any, context: Any) -> Any:
+        return worker_pb2.LocalJoinResponse(
+            epoch=EPOCH, world_size=request.world_size,
+            member_devices=["Cpu"] * request.world_size)
+
+    def Collective(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            self.requests.append(request)
+        if self.answer is not None:
+            return self.answer(request, context)
+        return worker_pb2.LocalCollectiveResponse(
+            sequence=request.sequence, data=b"\0" * expected_output(request))
+
+
+def expected_output(request: Any) -> int:
+    """Output bytes of a request to a rank 1 of 2 (server rules)."""
+    size = {types_pb2.DTYPE_F16: 2, types_pb2.DTYPE_BF16: 2,
+            types_pb2.DTYPE_F32: 4, types_pb2.DTYPE_F64: 8,
+            types_pb2.DTYPE_I8: 1, types_pb2.DTYPE_U8: 1,
+            types_pb2.DTYPE_I32: 4, types_pb2.DTYPE_I64: 8,
+            types_pb2.DTYPE_U32: 4, types_pb2.DTYPE_U64: 8}.get(
+                request.dtype, 0)
+    block = request.count * size
+    k = request.kind
+    if k in (types_pb2.COLLECTIVE_KIND_ALL_GATHER,
+             types_pb2.COLLECTIVE_KIND_ALL_TO_ALL):
+        return 2 * block
+    if k == types_pb2.COLLECTIVE_KIND_REDUCE:
+        return block if request.rank == request.root else 0
+    if k == types_pb2.COLLECTIVE_KIND_GATHER:
+        return 2 * block if request.rank == request.root else 0
+    if k == types_pb2.COLLECTIVE_KIND_BARRIER:
+        return 0
+    return block
+
+
+@pytest.fixture
+def stand_in() -> Iterator[Any]:
+    servicer = StandIn()
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    worker_pb2_grpc.add_WorkerLocalServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    comm = chorus.join("wire", 2, 1, worker=f"127.0.0.1:{port}", timeout=10)
+    yield servicer, comm
+    comm.close()
+    server.stop(None)
+
+
+def test_requests_carry_numbers_epoch_counts_and_data(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    x = np.arange(6, dtype=np.float32)
+    comm.all_reduce(x, op="max")
+    comm.reduce_scatter(x.reshape(2, 3))
+    comm.broadcast(root=0, shape=(2, 3), dtype="i64")
+    comm.scatter(root=0, shape=3, dtype="u8")
+    comm.gather(x, root=0)
+    comm.all_to_all(x.astype(np.int8))
+    comm.all_gather(np.zeros(2, np.uint16), dtype="bf16")
+    comm.barrier()
+    kinds = [r.kind for r in servicer.requests]
+    assert kinds == [types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
+                     types_pb2.COLLECTIVE_KIND_REDUCE_SCATTER,
+                     types_pb2.COLLECTIVE_KIND_BROADCAST,
+                     types_pb2.COLLECTIVE_KIND_SCATTER,
+                     types_pb2.COLLECTIVE_KIND_GATHER,
+                     types_pb2.COLLECTIVE_KIND_ALL_TO_ALL,
+                     types_pb2.COLLECTIVE_KIND_ALL_GATHER,
+                     types_pb2.COLLECTIVE_KIND_BARRIER]
+    assert [r.sequence for r in servicer.requests] == list(range(1, 9))
+    assert all(r.epoch == EPOCH and r.group == "wire" and r.rank == 1
+               for r in servicer.requests)
+    # count: the whole buffer, or one rank's block.
+    assert [r.count for r in servicer.requests] == [6, 3, 6, 3, 6, 3, 2, 0]
+    assert servicer.requests[0].op == types_pb2.REDUCE_OP_MAX
+    assert servicer.requests[0].data == x.tobytes()
+    assert servicer.requests[1].op == types_pb2.REDUCE_OP_SUM
+    # Off the root, broadcast and scatter send nothing.
+    assert servicer.requests[2].data == b"" == servicer.requests[3].data
+    assert servicer.requests[2].dtype == types_pb2.DTYPE_I64
+    assert servicer.requests[6].dtype == types_pb2.DTYPE_BF16
+    assert servicer.requests[7].data == b""
+
+
+def test_non_roots_get_none(stand_in: Any) -> None:
+    _, comm = stand_in
+    assert comm.reduce(np.ones(3, np.float64), root=0) is None
+    assert comm.gather(np.ones(3, np.float64), root=0) is None
+    assert comm.reduce(np.ones(3, np.float64), root=1).shape == (3,)
+    assert comm.gather(np.ones(3, np.float64), root=1).shape == (2, 3)
+
+
+CODES = {
+    grpc.StatusCode.INVALID_ARGUMENT: chorus.InvalidArgument,
+    grpc.StatusCode.DEADLINE_EXCEEDED: chorus.DeadlineExceeded,
+    grpc.StatusCode.ABORTED: chorus.Aborted,
+    grpc.StatusCode.FAILED_PRECONDITION: chorus.FailedPrecondition,
+    grpc.StatusCode.UNIMPLEMENTED: chorus.Unimplemented,
+    grpc.StatusCode.UNAVAILABLE: chorus.Unavailable,
+    grpc.StatusCode.NOT_FOUND: chorus.NotFound,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: chorus.ResourceExhausted,
+    grpc.StatusCode.DATA_LOSS: chorus.DataLoss,
+    grpc.StatusCode.PERMISSION_DENIED: chorus.PermissionDenied,
+    grpc.StatusCode.INTERNAL: chorus.Internal,
+    grpc.StatusCode.UNKNOWN: chorus.Error,
+}
+
+
+def _fail(code: grpc.StatusCode, message: str,
+          details: Optional[bytes] = None) -> Callable[[Any, Any], Any]:
+    def answer(request: Any, context: Any) -> Any:
+        if details is not None:
+            context.set_trailing_metadata(
+                [(_status_details.DETAILS_KEY, details)])
+        context.abort(code, message)
+    return answer
+
+
+@pytest.mark.parametrize("code", list(CODES), ids=lambda c: c.name)
+def test_each_code_has_its_class(stand_in: Any,
+                                 code: grpc.StatusCode) -> None:
+    servicer, comm = stand_in
+    servicer.answer = _fail(code, f"something {code.name}")
+    work = comm.all_reduce(np.ones(1, np.float32), async_op=True)
+    error = work.exception(timeout=10)
+    assert type(error) is CODES[code]
+    assert error.code == code and error.message == f"something {code.name}"
+    assert error.sequence == work.sequence and error.group == "wire"
+    assert str(error) == f"{code.name}: something {code.name}"
+    with pytest.raises(CODES[code]):
+        comm.all_reduce(np.ones(1, np.float32))
+
+
+def test_message_text_is_parsed(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    servicer.answer = _fail(
+        grpc.StatusCode.ABORTED,
+        'group g (epoch 12) aborted: ranks 0, 2-3 on worker "w 1" (id 3) '
+        "lost: no heartbeat within the lease (5s); join the group again")
+    with pytest.raises(chorus.Aborted) as caught:
+        comm.barrier()
+    e = caught.value
+    assert (e.group, e.epoch, e.lost_worker, e.lost_worker_id) == (
+        "g", 12, "w 1", 3)
+    assert e.lost_ranks == [0, 2, 3] and e.lost_rank == 0
+    assert e.missing_ranks is None and e.details == []
+
+
+def test_details_win_over_the_message(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    info = _status_details.error_info(
+        "MISSING_RANKS", "chorus",
+        {"missing_ranks": "5, 7-8", "sequence": "9", "group": "from-details"})
+    servicer.answer = _fail(
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "rank 2 of group g did not reach all_reduce #1 within the deadline",
+        _status_details.encode(grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                               "the status's own message", [info]))
+    with pytest.raises(chorus.DeadlineExceeded) as caught:
+        comm.all_reduce(np.ones(1, np.float32))
+    e = caught.value
+    assert e.missing_ranks == [5, 7, 8]
+    assert e.sequence == 9 and e.group == "from-details"
+    assert e.reason == "MISSING_RANKS"
+    assert e.message == "the status's own message"
+    assert e.details[0][0] == "google.rpc.ErrorInfo"
+
+
+def test_details_of_a_known_message_type(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    # Any message the default descriptor pool knows is unpacked by field
+    # name; GroupAbort has "group" and "epoch".
+    from chorus.v1 import coordinator_pb2
+    detail = coordinator_pb2.GroupAbort(group="gx", epoch=42)
+    servicer.answer = _fail(
+        grpc.StatusCode.ABORTED, "aborted",
+        _status_details.encode(grpc.StatusCode.ABORTED.value[0], "aborted",
+                               [detail]))
+    with pytest.raises(chorus.Aborted) as caught:
+        comm.barrier()
+    assert caught.value.group == "gx" and caught.value.epoch == 42
+
+
+def test_malformed_details_fall_back_to_the_message(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    servicer.answer = _fail(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "collective #4 of group g does not match across ranks: ranks 0, 1: "
+        "all_reduce f32[3] sum; rank 2: all_reduce f32[2] sum",
+        b"\xff\xff not a status")
+    with pytest.raises(chorus.InvalidArgument) as caught:
+        comm.barrier()
+    assert caught.value.ranks == {0: "all_reduce f32[3] sum",
+                                  1: "all_reduce f32[3] sum",
+                                  2: "all_reduce f32[2] sum"}
+    assert caught.value.sequence == 4
+
+
+def test_a_short_reply_is_an_internal_error(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    servicer.answer = lambda request, context: \
+        worker_pb2.LocalCollectiveResponse(data=b"\0" * 3)
+    with pytest.raises(chorus.Internal) as caught:
+        comm.all_reduce(np.ones(2, np.float32))
+    assert "returned 3 bytes" in caught.value.message
+
+
+def test_errors_survive_pickling() -> None:
+    import pickle
+    error = chorus.DeadlineExceeded(
+        "ranks 1, 2 of group g did not reach barrier #3 within the deadline",
+        grpc.StatusCode.DEADLINE_EXCEEDED)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is chorus.DeadlineExceeded
+    assert copy.missing_ranks == [1, 2] and copy.sequence == 3
