@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
-#   1. unit and integration tests (real daemons on 127.0.0.1), GPU tests
-#      (they skip themselves where no GPU is present);
+#   1. unit and integration tests (real daemons on 127.0.0.1), the Python
+#      client's tests (tests/python, against the daemons just built), GPU
+#      tests (they skip themselves where no GPU is present);
 #   2. the unit and integration tests again under ASan+UBSan, built with
 #      clang, whose thread-safety analysis (-Werror=thread-safety) checks
 #      every ABSL_GUARDED_BY at compile time;
@@ -46,6 +47,35 @@ main_build() {
 }
 run_stage "build" main_build
 run_stage "unit and integration tests" ctest_labels build "unit|integration"
+
+# Installs the chorus package into a throwaway folder of the build and runs
+# its tests against that build's daemons with Debian's interpreter (another
+# python3 may come first on the PATH). pytest exits 5 when no test ran.
+python_tests() {
+  local build_dir="${CHORUS_BUILD_DIR:-build}"
+  local target="$build_dir/python"
+  case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+  local pip=(/usr/bin/python3 -m pip install --quiet --no-deps
+    --no-build-isolation --no-index --target "$target")
+  local pip_help flag
+  pip_help=$(/usr/bin/python3 -m pip install --help) || return 1
+  # Debian marks its Python as externally managed; --target leaves the
+  # system's packages alone, so say so where this pip asks for it.
+  for flag in --break-system-packages --root-user-action=ignore; do
+    if [[ "$pip_help" == *"${flag%%=*}"* ]]; then pip+=("$flag"); fi
+  done
+  rm -rf "$target"
+  "${pip[@]}" client/python || return 1
+  local rc=0
+  env -u CHORUS_BIN_DIR PYTHONPATH="$target" CHORUS_BUILD_DIR="$build_dir" \
+    /usr/bin/python3 -m pytest tests/python -q || rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "no Python test ran"
+    return 1
+  fi
+  return "$rc"
+}
+run_stage "python tests" python_tests
 run_stage "gpu tests (skipped without a GPU)" \
   ctest --test-dir build -L gpu --output-on-failure --no-tests=ignore
 
