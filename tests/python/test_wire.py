@@ -240,3 +240,22 @@ def test_errors_survive_pickling() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is chorus.DeadlineExceeded
     assert copy.missing_ranks == [1, 2] and copy.sequence == 3
+
+
+def test_a_deadline_without_a_verdict_names_the_call(stand_in: Any) -> None:
+    servicer, comm = stand_in
+    answered = threading.Event()
+
+    def late(request: Any, context: Any) -> Any:
+        answered.wait(10)  # until the client gave up
+        return worker_pb2.LocalCollectiveResponse()
+
+    servicer.answer = late
+    try:
+        with pytest.raises(chorus.DeadlineExceeded) as caught:
+            comm.barrier(timeout=0.3)
+    finally:
+        answered.set()
+    assert caught.value.message == (
+        f"barrier #{caught.value.sequence} of group wire got no answer from "
+        f"the worker daemon at {comm.worker} within its deadline")

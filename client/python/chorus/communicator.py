@@ -22,8 +22,9 @@ import grpc
 import numpy as np
 
 from chorus import _dtypes
-from chorus.errors import (Cancelled, Error, Internal, InvalidArgument,
-                           ResourceExhausted, Unavailable, from_rpc_error)
+from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
+                           InvalidArgument, ResourceExhausted, Unavailable,
+                           from_rpc_error)
 from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 
 __all__ = ["join", "Communicator", "Work", "DEFAULT_TIMEOUT",
@@ -895,6 +896,14 @@ class Communicator:
                                 grpc.StatusCode.CANCELLED) from None
             except grpc.RpcError as e:
                 error = from_rpc_error(e)
+                if (isinstance(error, DeadlineExceeded) and
+                        error.message == "Deadline Exceeded"):
+                    # gRPC's own deadline came before the daemon's verdict.
+                    error = DeadlineExceeded(
+                        f"{call.kind} #{work.sequence} of group "
+                        f"{self._group} got no answer from the worker daemon "
+                        f"at {self._worker} within its deadline",
+                        error.code, error.details)
                 if error.sequence is None:
                     error.sequence = work.sequence
                 if error.group is None:
