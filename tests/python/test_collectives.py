@@ -216,3 +216,22 @@ def test_bf16_helpers_round_trip() -> None:
     assert chorus.bf16_to_f32(chorus.f32_to_bf16(
         np.float32(1 + 2 ** -8))) == 1.0
     assert np.isnan(chorus.bf16_to_f32(chorus.f32_to_bf16(np.nan)))
+
+
+def test_torch_tensors(trio: Any) -> None:
+    torch = pytest.importorskip("torch")
+    outs = [torch.zeros(3, dtype=torch.float32) for _ in range(WORLD)]
+
+    def body(r: int) -> Any:
+        c = trio[r]
+        floats = torch.full((3,), float(r + 1))
+        halves = torch.tensor([0.5, 1.5, 2.5], dtype=torch.bfloat16) * (r + 1)
+        c.all_reduce(floats, out=outs[r].numpy())
+        return c.all_reduce(halves)
+
+    for r, bits in enumerate(run_ranks([lambda r=r: body(r)
+                                        for r in range(WORLD)])):
+        assert bits.dtype == np.uint16
+        np.testing.assert_array_equal(chorus.bf16_to_f32(bits),
+                                      [3.0, 9.0, 15.0])
+        assert outs[r].tolist() == [6.0, 6.0, 6.0]

@@ -181,6 +181,17 @@ def test_tensor_over_the_message_limit_is_refused_before_sending(
     assert pair[0].next_sequence == before  # nothing was sent
 
 
+def test_the_largest_tensor_that_fits_comes_back(cluster: Cluster) -> None:
+    (comm,) = join_all([cluster.address("w0")])
+    with comm:
+        # The request adds a few dozen bytes to the data; leave room for it.
+        x = np.arange(chorus.MAX_MESSAGE_BYTES - 128, dtype=np.uint8)
+        got = comm.all_reduce(x, timeout=CALL_TIMEOUT)
+        assert np.array_equal(got, x)
+        with pytest.raises(chorus.ResourceExhausted):
+            comm.all_reduce(np.zeros(chorus.MAX_MESSAGE_BYTES - 16, np.uint8))
+
+
 def test_results_over_grpc_default_limit_come_back(pair: Any) -> None:
     # 2 x 3 MiB gathered: a 6 MiB reply, over gRPC's default 4 MiB limit.
     x = [np.full(3 * 2 ** 18, r + 1, np.float32) for r in range(2)]
