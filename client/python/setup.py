@@ -43,7 +43,7 @@ def _find_tool(name: str, env: str) -> Optional[str]:
 
 
 def _protoc_command() -> List[str]:
-    """Returns the protoc command line that writes Python messages and stubs."""
+    """Returns the protoc command that writes Python messages and stubs."""
     protoc = _find_tool("protoc", "PROTOC")
     plugin = _find_tool("grpc_python_plugin", "CHORUS_GRPC_PYTHON_PLUGIN")
     if protoc and plugin:
@@ -62,6 +62,7 @@ class BuildPyWithStubs(build_py):
     """build_py that also generates chorus/v1/*_pb2*.py into the build."""
 
     def run(self) -> None:
+        """Builds the package, then generates the stubs into the build."""
         super().run()
         if not self.dry_run:
             self._generate(Path(self.build_lib))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two ranks all-reduce numpy arrays through two Chorus worker daemons.
+r"""Two ranks all-reduce numpy arrays through two Chorus worker daemons.
 
 From the top of a built checkout (scripts/build.sh), with the package
 installed into build/python (see client/python/README.md):
@@ -7,13 +7,14 @@ installed into build/python (see client/python/README.md):
     PYTHONPATH=build/python /usr/bin/python3 examples/python/allreduce.py
 
 starts a coordinator and two workers on 127.0.0.1 from build/ (or
-$CHORUS_BUILD_DIR, or a folder of binaries $CHORUS_BIN_DIR), runs rank 0 and rank 1 as two processes, each through its
-own worker, and stops the daemons again.
+$CHORUS_BUILD_DIR, or a folder of binaries $CHORUS_BIN_DIR), runs rank 0
+and rank 1 as two processes, each through its own worker, and stops the
+daemons again.
 
 With CHORUS_WORKER, CHORUS_GROUP, CHORUS_WORLD_SIZE and CHORUS_RANK set, it
 runs only that rank, against daemons you started yourself:
 
-    CHORUS_WORKER=127.0.0.1:PORT CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 \\
+    CHORUS_WORKER=127.0.0.1:PORT CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 \
         CHORUS_RANK=0 PYTHONPATH=build/python /usr/bin/python3 allreduce.py
 """
 
@@ -30,15 +31,17 @@ import numpy as np
 try:
     import chorus
 except ImportError:
-    sys.exit("the chorus package is not installed; see client/python/README.md "
-             "(e.g. PYTHONPATH=build/python after installing it there)")
+    sys.exit("the chorus package is not installed; see "
+             "client/python/README.md (e.g. PYTHONPATH=build/python after "
+             "installing it there)")
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_rank() -> None:
     """One rank: joins the group named by the CHORUS_* variables and runs a
-    few collectives."""
+    few collectives.
+    """
     with chorus.join(timeout=30) as comm:
         x = np.arange(4, dtype=np.float32) * (comm.rank + 1)
         total = comm.all_reduce(x)                       # every rank: sum
@@ -60,7 +63,8 @@ def run_rank() -> None:
 
 def _binary(name: str, subdir: str) -> str:
     """The path of a Chorus binary: in $CHORUS_BIN_DIR when set, else in the
-    build tree ($CHORUS_BUILD_DIR, default build/)."""
+    build tree ($CHORUS_BUILD_DIR, default build/).
+    """
     if os.environ.get("CHORUS_BIN_DIR"):
         path = Path(os.environ["CHORUS_BIN_DIR"]) / name
     else:

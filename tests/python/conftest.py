@@ -147,7 +147,8 @@ class Cluster:
 
     def add_worker(self, name: str) -> Daemon:
         """Starts a worker registered with the coordinator; returns it once
-        it is registered."""
+        it is registered.
+        """
         daemon = Daemon(name, [
             str(self.bins["chorus-worker"]),
             f"--coordinator={self.coordinator.address}",
@@ -182,7 +183,8 @@ def run_ranks(functions: Sequence[Callable[[], Any]],
               capture: bool = False) -> List[Any]:
     """Runs one function per rank, each on its own thread, and returns their
     results in rank order. With capture=True an exception is returned in its
-    rank's place; otherwise the first one (by rank) is raised."""
+    rank's place; otherwise the first one (by rank) is raised.
+    """
     with concurrent.futures.ThreadPoolExecutor(len(functions)) as pool:
         running = [pool.submit(f) for f in functions]
         done, pending = concurrent.futures.wait(running, timeout=timeout)
@@ -202,7 +204,8 @@ def run_ranks(functions: Sequence[Callable[[], Any]],
 def join_all(addresses: Sequence[str], group: Optional[str] = None,
              timeout: float = CALL_TIMEOUT, **kwargs: Any) -> List[Any]:
     """Joins len(addresses) ranks, rank i through addresses[i]; returns the
-    communicators in rank order."""
+    communicators in rank order.
+    """
     group = group or unique_group()
     world = len(addresses)
     return run_ranks([
@@ -242,4 +245,3 @@ def pair(cluster: Cluster) -> Any:
     yield comms
     for comm in comms:
         comm.close()
-

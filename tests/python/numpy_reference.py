@@ -65,7 +65,8 @@ def _values(dtype: str, op: str, shape: Sequence[int],
 def rank_input(kind: str, dtype: str, op: str, world: int, rank: int,
                count: int, seed: int = 0) -> np.ndarray:
     """The input rank `rank` passes: shape (count,), or (world, count) for
-    the kinds whose input holds a block per rank."""
+    the kinds whose input holds a block per rank.
+    """
     rng = np.random.default_rng([seed, rank, count, KINDS.index(kind)])
     shape = (world, count) if kind in BLOCKED else (count,)
     return _values(dtype, op, shape, rng)
@@ -79,7 +80,8 @@ def _as_float(values: np.ndarray, dtype: str) -> np.ndarray:
 
 def combine(inputs: List[np.ndarray], dtype: str, op: str) -> np.ndarray:
     """The reference of reducing `inputs` with `op`: float64 for floating
-    dtypes (to compare with `close`), the dtype itself for integers."""
+    dtypes (to compare with `close`), the dtype itself for integers.
+    """
     world = len(inputs)
     if dtype in ("f16", "bf16", "f32", "f64"):
         stacked = np.stack([_as_float(x, dtype) for x in inputs])
@@ -118,7 +120,8 @@ def _ulp(reference: np.ndarray, dtype: str) -> np.ndarray:
 def check_close(actual: np.ndarray, reference: np.ndarray, dtype: str,
                 op: Optional[str]) -> None:
     """Asserts that a result matches its reference as Chorus promises; `op`
-    is None for kinds that only move data."""
+    is None for kinds that only move data.
+    """
     assert actual.dtype == storage(dtype), (actual.dtype, dtype)
     assert actual.shape == reference.shape, (actual.shape, reference.shape)
     if op is None or dtype not in ("f16", "bf16", "f32", "f64"):
@@ -143,7 +146,8 @@ def check_close(actual: np.ndarray, reference: np.ndarray, dtype: str,
 def expected(kind: str, inputs: List[np.ndarray], dtype: str, op: str,
              root: int, rank: int) -> Optional[np.ndarray]:
     """What `rank` gets from `kind` given every rank's input (None where
-    it gets nothing). Reductions of floats are float64 (see check_close)."""
+    it gets nothing). Reductions of floats are float64 (see check_close).
+    """
     if kind == "all_reduce":
         return combine(inputs, dtype, op)
     if kind == "reduce":

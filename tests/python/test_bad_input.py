@@ -1,5 +1,6 @@
 """Bad input is refused with InvalidArgument before the call takes a
-sequence number, so the group goes on as if it had not happened."""
+sequence number, so the group goes on as if it had not happened.
+"""
 
 import array
 from typing import Any

@@ -1,6 +1,7 @@
 """Every collective, dtype and reduce op against numpy, on a group of three
 ranks (two of them on one worker), with the inline plan and on the data
-plane."""
+plane.
+"""
 
 from typing import Any, Optional
 

@@ -1,5 +1,6 @@
 """Errors from real daemons: their classes, codes and the attributes parsed
-from their statuses."""
+from their statuses.
+"""
 
 from pathlib import Path
 from typing import Any

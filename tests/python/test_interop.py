@@ -1,5 +1,6 @@
 """A Python rank next to a C++ rank (chorusctl), two ranks on one daemon,
-and joining from environment variables."""
+and joining from environment variables.
+"""
 
 import subprocess
 from typing import Any, Dict, List

@@ -1,6 +1,7 @@
 """The client against a stand-in WorkerLocal server in this process: what
 each call puts on the wire, and how statuses (with and without
-google.rpc.Status details) become exceptions."""
+google.rpc.Status details) become exceptions.
+"""
 
 import threading
 from concurrent import futures

@@ -2,7 +2,7 @@
 across ranks, through the local API of a Chorus worker daemon.
 
     import numpy as np, chorus
-    with chorus.join("g", world_size=2, rank=0, worker="127.0.0.1:7001") as comm:
+    with chorus.join("g", 2, 0, worker="127.0.0.1:7001") as comm:
         total = comm.all_reduce(np.array([1, 2, 3], dtype=np.float32))
 
 Every failure is a chorus.Error subclass carrying the gRPC status code and,

@@ -46,7 +46,8 @@ _FROM_NUMPY: Dict[Tuple[str, int], str] = {
 def dtype_name(dtype: Any) -> str:
     """Returns the Chorus name ("f32", "bf16", ...) of a dtype given as a
     Chorus name, a numpy name ("float32", "bfloat16"), a numpy dtype or a
-    numpy scalar type. Raises ValueError for any other dtype."""
+    numpy scalar type. Raises ValueError for any other dtype.
+    """
     if isinstance(dtype, str):
         lowered = dtype.strip().lower()
         if lowered in _TABLE:
@@ -72,7 +73,8 @@ def dtype_name(dtype: Any) -> str:
 
 def numpy_dtype_name(dtype: np.dtype) -> Optional[str]:
     """Returns the Chorus name for a numpy dtype, or None when it has none.
-    Big-endian dtypes have none: Chorus elements are little-endian."""
+    Big-endian dtypes have none: Chorus elements are little-endian.
+    """
     if dtype.byteorder == ">" or (dtype.byteorder == "=" and
                                   np.little_endian is False):
         return None
@@ -86,13 +88,15 @@ def proto_dtype(name: str) -> int:
 
 def numpy_dtype(name: str) -> np.dtype:
     """Returns the numpy dtype whose elements hold a Chorus dtype (uint16 for
-    bf16)."""
+    bf16).
+    """
     return _TABLE[name][1]
 
 
 def bf16_to_f32(bits: Any) -> np.ndarray:
     """Returns bf16 values (an array of their 16-bit patterns, as the bf16
-    results of this package are) widened exactly to float32."""
+    results of this package are) widened exactly to float32.
+    """
     patterns = np.asarray(bits)
     if patterns.dtype.itemsize != 2 or patterns.dtype.kind not in "ui":
         raise ValueError(
@@ -102,7 +106,8 @@ def bf16_to_f32(bits: Any) -> np.ndarray:
 
 def f32_to_bf16(values: Any) -> np.ndarray:
     """Returns float32 values rounded to bf16 (round to nearest even; NaN
-    stays NaN) as an array of 16-bit patterns (uint16)."""
+    stays NaN) as an array of 16-bit patterns (uint16).
+    """
     as_f32 = np.ascontiguousarray(values, dtype=np.float32)
     bits = as_f32.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16

@@ -91,7 +91,8 @@ def _unpack(detail: Any) -> Tuple[str, Any]:
 
 def encode(code: int, message: str, details: Sequence[Any] = ()) -> bytes:
     """Returns a serialized google.rpc.Status (used by tests and by servers
-    written in Python); `details` are messages packed into Any."""
+    written in Python); `details` are messages packed into Any.
+    """
     status = Status(code=code, message=message)
     for detail in details:
         packed = status.details.add()
@@ -108,7 +109,8 @@ def decode(trailing_metadata: Optional[Sequence[Tuple[str, Any]]]
            ) -> Optional[Tuple[int, str, List[Tuple[str, Any]]]]:
     """Returns (code, message, [(type name, fields)]) from the
     grpc-status-details-bin entry of trailing metadata, or None when there is
-    none or it does not parse."""
+    none or it does not parse.
+    """
     for key, value in trailing_metadata or ():
         if key != DETAILS_KEY:
             continue

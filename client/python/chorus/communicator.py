@@ -37,7 +37,8 @@ MAX_MESSAGE_BYTES: int = 64 * 1024 * 1024
 """The largest gRPC message the worker daemon accepts or sends (64 MiB). A
 collective whose request (the input plus about 60 bytes) or reply (the
 output plus about 60 bytes) would be larger is refused with
-ResourceExhausted before anything is sent."""
+ResourceExhausted before anything is sent.
+"""
 
 # Bytes a reply adds around its data: the data field's tag and length, the
 # sequence and the plan.
@@ -48,7 +49,8 @@ _CONNECT_WAIT = 5.0
 
 Buffer = Any
 """A numpy array, any object with the buffer protocol (C-contiguous), or an
-object with __dlpack__ (e.g. a torch CPU tensor)."""
+object with __dlpack__ (e.g. a torch CPU tensor).
+"""
 
 _KINDS = {
     "all_reduce": types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
@@ -230,7 +232,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
                           "world_size")
     rank = _env_int(("CHORUS_RANK", "RANK"), rank, "rank")
     if world_size < 1:
-        raise InvalidArgument(f"world_size must be at least 1, got {world_size}")
+        raise InvalidArgument(
+            f"world_size must be at least 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise InvalidArgument(
             f"rank {rank} is out of range for world size {world_size}")
@@ -344,7 +347,8 @@ def _as_array(x: Buffer, dtype: Optional[str], what: str
     """Returns (a C-contiguous numpy view of x, its Chorus dtype name).
 
     Raises InvalidArgument for anything that cannot be sent without a copy
-    or whose dtype Chorus does not have."""
+    or whose dtype Chorus does not have.
+    """
     want = None
     if dtype is not None:
         try:
@@ -418,7 +422,8 @@ def _from_dlpack(x: Any, what: str) -> np.ndarray:
 
 def _as_output(out: Buffer, dtype: str, size: int) -> np.ndarray:
     """Returns a writable numpy view of `out` holding `size` elements of
-    `dtype`, or raises InvalidArgument."""
+    `dtype`, or raises InvalidArgument.
+    """
     element = _dtypes.numpy_dtype(dtype)
     if isinstance(out, np.ndarray):
         arr = out
@@ -461,7 +466,8 @@ def _as_output(out: Buffer, dtype: str, size: int) -> np.ndarray:
 def _split_blocks(shape: Tuple[int, ...], world: int, what: str
                   ) -> Tuple[int, ...]:
     """Returns the shape of one of `world` blocks of an array of `shape`: the
-    first axis holds the blocks, (world, *block) or (world * n, *rest)."""
+    first axis holds the blocks, (world, *block) or (world * n, *rest).
+    """
     if len(shape) == 0 or shape[0] % world:
         raise InvalidArgument(
             f"{what} of shape {shape} does not split into {world} equal "
@@ -534,7 +540,8 @@ class Communicator:
         self._collective = _channel.unary_unary(
             _COLLECTIVE_METHOD,
             request_serializer=None,
-            response_deserializer=worker_pb2.LocalCollectiveResponse.FromString)
+            response_deserializer=(
+                worker_pb2.LocalCollectiveResponse.FromString))
         self._lock = threading.Condition()
         self._next_sequence = 1
         self._in_flight = 0
@@ -603,7 +610,8 @@ class Communicator:
     def close(self, timeout: Optional[float] = None) -> None:
         """Waits for the calls in flight (at most `timeout` seconds; their
         own deadlines bound the wait anyway), then closes the connection to
-        the daemon. Later calls raise InvalidArgument. Idempotent."""
+        the daemon. Later calls raise InvalidArgument. Idempotent.
+        """
         with self._lock:
             self._closed = True
             self._lock.wait_for(lambda: self._in_flight == 0, timeout)
@@ -624,7 +632,8 @@ class Communicator:
                    device: Optional[str] = None) -> Any:
         """Reduces `x` elementwise across all ranks with `op` ("sum",
         "prod", "min", "max", "avg"); every rank gets the result, shaped as
-        x. count = x.size; every rank passes the same shape and dtype."""
+        x. count = x.size; every rank passes the same shape and dtype.
+        """
         arr, name = _as_array(x, dtype, "x")
         call = _Call("all_reduce", name, arr.size, op=op, data=arr,
                      out_shape=arr.shape)
@@ -637,7 +646,8 @@ class Communicator:
                device: Optional[str] = None) -> Any:
         """Reduces `x` elementwise across all ranks with `op`; the root gets
         the result shaped as x, every other rank gets None (and `out` is left
-        alone). count = x.size; every rank passes its input."""
+        alone). count = x.size; every rank passes its input.
+        """
         arr, name = _as_array(x, dtype, "x")
         root = self._check_root(root)
         call = _Call("reduce", name, arr.size, op=op, root=root, data=arr,
@@ -653,7 +663,8 @@ class Communicator:
         """Sends the root's `x` to every rank; every rank (the root too) gets
         a copy shaped as x. count = x.size. Other ranks need not pass data,
         but must say what they receive: an `x` of the root's shape and dtype
-        (its contents are not sent), an `out`, or shape= and dtype=."""
+        (its contents are not sent), an `out`, or shape= and dtype=.
+        """
         root = self._check_root(root)
         if self._rank == root or x is not None:
             if x is None:
@@ -676,7 +687,8 @@ class Communicator:
                    algorithm: Optional[str] = None,
                    device: Optional[str] = None) -> Any:
         """Gathers every rank's `x`; every rank gets shape
-        (world_size, *x.shape), row i from rank i. count = x.size."""
+        (world_size, *x.shape), row i from rank i. count = x.size.
+        """
         arr, name = _as_array(x, dtype, "x")
         call = _Call("all_gather", name, arr.size, data=arr,
                      out_shape=(self._world_size,) + arr.shape)
@@ -692,7 +704,8 @@ class Communicator:
         the result. x holds world_size blocks along its first axis: shape
         (world_size, *block) gives block-shaped results, (world_size * n,
         *rest) gives (n, *rest). count = elements per block = x.size /
-        world_size."""
+        world_size.
+        """
         arr, name = _as_array(x, dtype, "x")
         block = _split_blocks(arr.shape, self._world_size, "x")
         call = _Call("reduce_scatter", name, arr.size // self._world_size,
@@ -706,7 +719,8 @@ class Communicator:
                device: Optional[str] = None) -> Any:
         """Gathers every rank's `x` at the root, which gets shape
         (world_size, *x.shape), row i from rank i; every other rank gets None.
-        count = x.size; every rank passes its input."""
+        count = x.size; every rank passes its input.
+        """
         arr, name = _as_array(x, dtype, "x")
         root = self._check_root(root)
         out_shape = ((self._world_size,) + arr.shape
@@ -726,7 +740,8 @@ class Communicator:
         root too) gets its block. count = elements per block. Other ranks
         need not pass data, but must say what they receive: an `x` shaped as
         the root's (not sent), an `out` of the block's size, or shape= (the
-        block's shape) and dtype=."""
+        block's shape) and dtype=.
+        """
         root = self._check_root(root)
         if self._rank == root or x is not None:
             if x is None:
@@ -751,7 +766,8 @@ class Communicator:
         """Sends block i of `x` to rank i; rank j gets x's shape back with
         block i from rank i. x holds world_size blocks along its first axis,
         as for reduce_scatter. count = elements per block = x.size /
-        world_size."""
+        world_size.
+        """
         arr, name = _as_array(x, dtype, "x")
         _split_blocks(arr.shape, self._world_size, "x")
         call = _Call("all_to_all", name, arr.size // self._world_size,
@@ -779,7 +795,8 @@ class Communicator:
     def _receive_only(self, shape: Any, out: Optional[Buffer], dtype: Any,
                       kind: str) -> Tuple[str, Tuple[int, ...]]:
         """The dtype and block shape a non-root of broadcast or scatter
-        receives, from shape= and dtype=, or from out."""
+        receives, from shape= and dtype=, or from out.
+        """
         name = None
         if dtype is not None:
             try:

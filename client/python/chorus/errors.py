@@ -93,7 +93,8 @@ def _rebuild(code_name: str, message: str,
 class InvalidArgument(Error, ValueError):
     """INVALID_ARGUMENT: bad input, or ranks that disagree on a collective
     (then `ranks` holds each rank's call). Also raised by this package, before
-    anything is sent, for input it can check itself."""
+    anything is sent, for input it can check itself.
+    """
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
@@ -104,13 +105,15 @@ class DeadlineExceeded(Error, TimeoutError):
 
 class Aborted(Error):
     """ABORTED: the group was aborted, e.g. a worker was lost (`lost_worker`,
-    `lost_rank`); join again."""
+    `lost_rank`); join again.
+    """
     code = grpc.StatusCode.ABORTED
 
 
 class FailedPrecondition(Error):
     """FAILED_PRECONDITION: the call cannot run in the group's state (stale
-    epoch, not joined, another rank's device refused)."""
+    epoch, not joined, another rank's device refused).
+    """
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -131,7 +134,8 @@ class NotFound(Error):
 
 class ResourceExhausted(Error):
     """RESOURCE_EXHAUSTED: a message over the size limit, or a server out of
-    a resource."""
+    a resource.
+    """
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
@@ -161,18 +165,21 @@ _BY_CODE: Dict[grpc.StatusCode, Type[Error]] = {
         Unimplemented, Unavailable, NotFound, ResourceExhausted, DataLoss,
         PermissionDenied, Internal, Cancelled)
 }
-_BY_VALUE: Dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
+_BY_VALUE: Dict[int, grpc.StatusCode] = {
+    c.value[0]: c for c in grpc.StatusCode}
 
 
 def error_for_code(code: grpc.StatusCode) -> Type[Error]:
     """Returns the Error subclass for a status code (Error itself for codes
-    Chorus does not use)."""
+    Chorus does not use).
+    """
     return _BY_CODE.get(code, Error)
 
 
 def from_rpc_error(error: grpc.RpcError) -> Error:
     """Turns a failed gRPC call into the matching Error subclass, with the
-    google.rpc.Status details of its trailing metadata when it has any."""
+    google.rpc.Status details of its trailing metadata when it has any.
+    """
     code = error.code() if hasattr(error, "code") else None
     if not isinstance(code, grpc.StatusCode):
         code = grpc.StatusCode.UNKNOWN
