@@ -7,6 +7,7 @@ The chorus package must be importable (scripts/test.sh installs it into
 build/python and puts that on PYTHONPATH).
 """
 
+import atexit
 import concurrent.futures
 import os
 import signal
@@ -61,6 +62,17 @@ def binaries() -> Dict[str, Path]:
     return paths
 
 
+# Every daemon still running when pytest exits (a test that failed before
+# its cleanup, an interrupted run) is killed then.
+_RUNNING: List["Daemon"] = []
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for daemon in list(_RUNNING):
+        daemon.kill()
+
+
 class Daemon:
     """A daemon process started by a test, with its log file and port."""
 
@@ -73,6 +85,7 @@ class Daemon:
         self.process = subprocess.Popen(
             args + [f"--port_file={self.port_file}"], stdout=self._log,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        _RUNNING.append(self)
         self.port = self._wait_for_port()
 
     def _wait_for_port(self) -> int:
@@ -111,7 +124,7 @@ class Daemon:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=STOP_TIMEOUT)
-        self._log.close()
+        self._done()
 
     def stop(self) -> None:
         """Stops the process with SIGTERM, then SIGKILL if it lingers."""
@@ -122,7 +135,12 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=STOP_TIMEOUT)
+        self._done()
+
+    def _done(self) -> None:
         self._log.close()
+        if self in _RUNNING:
+            _RUNNING.remove(self)
 
 
 class Cluster:
