@@ -120,6 +120,45 @@ void GroupTable::Join(JoinRequest request, JoinCallback done) {
   for (auto& complete : completions) complete();
 }
 
+bool GroupTable::FormationEmpty(const Formation& formation) {
+  return formation.joined == 0 && formation.refused.empty();
+}
+
+absl::Status GroupTable::RefusedFormationStatus(const std::string& group,
+                                                const Formation& formation) {
+  std::vector<std::string> parts;
+  for (const auto& [rank, refusal] : formation.refused) {
+    parts.push_back(absl::StrCat("rank ", rank, " of group ", group,
+                                 " was refused: ", refusal));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(absl::StrJoin(parts, "; "),
+                   "; the group cannot form until that rank joins on a "
+                   "device with distributed support"));
+}
+
+void GroupTable::RefuseJoinLocked(const JoinRequest& request,
+                                  const absl::Status& refusal,
+                                  Completions* completions) {
+  Formation& formation = forming_[request.group];
+  if (formation.slots.empty()) {
+    formation.world_size = request.world_size;
+    formation.slots.resize(request.world_size);
+  }
+  formation.refused[request.rank] = std::string(refusal.message());
+  formation.refused_until =
+      std::max(formation.refused_until,
+               std::min(request.deadline, clock_->Now() + kRefusalMemory));
+  const absl::Status failed = RefusedFormationStatus(request.group, formation);
+  for (std::optional<PendingJoin>& slot : formation.slots) {
+    if (!slot || slot->request.rank == request.rank) continue;
+    completions->push_back(
+        [done = std::move(slot->done), failed] { done(failed); });
+    slot.reset();
+    --formation.joined;
+  }
+}
+
 void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
                             Completions* completions) {
   absl::Status valid = ValidateJoinLocked(request);
@@ -127,6 +166,9 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
       valid.ok() ? registry_->ResolveMember(request.worker_id, request.device)
                  : absl::StatusOr<WorkerRecord>(valid);
   if (!worker.ok()) {
+    if (valid.ok() && absl::IsUnimplemented(worker.status())) {
+      RefuseJoinLocked(request, worker.status(), completions);
+    }
     completions->push_back(
         [done = std::move(done), status = worker.status()] { done(status); });
     return;
@@ -145,6 +187,14 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
   if (formation.slots.empty()) {
     formation.world_size = request.world_size;
     formation.slots.resize(request.world_size);
+  }
+  // A refused rank that joins on a supported device clears its refusal.
+  formation.refused.erase(request.rank);
+  if (!formation.refused.empty()) {
+    completions->push_back([done = std::move(done),
+                            status = RefusedFormationStatus(
+                                request.group, formation)] { done(status); });
+    return;
   }
   const int rank = request.rank;
   const std::string name = request.group;
@@ -552,7 +602,8 @@ void GroupTable::ExpireDeadlines() {
         slot.reset();
         --formation.joined;
       }
-      if (formation.joined == 0) {
+      if (formation.refused_until <= now) formation.refused.clear();
+      if (FormationEmpty(formation)) {
         forming_.erase(it++);
       } else {
         ++it;
@@ -723,7 +774,7 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
         slot.reset();
         --formation.joined;
       }
-      if (formation.joined == 0) {
+      if (FormationEmpty(formation)) {
         forming_.erase(it++);
       } else {
         ++it;
@@ -810,6 +861,9 @@ absl::Time GroupTable::NextDeadline() const {
   for (const auto& [name, formation] : forming_) {
     for (const std::optional<PendingJoin>& slot : formation.slots) {
       if (slot) next = std::min(next, slot->request.deadline);
+    }
+    if (!formation.refused.empty()) {
+      next = std::min(next, formation.refused_until);
     }
   }
   for (const auto& [name, group] : groups_) {

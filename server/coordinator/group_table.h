@@ -235,6 +235,10 @@ class GroupTable {
     int world_size = 0;
     std::vector<std::optional<PendingJoin>> slots;
     int joined = 0;
+    // Ranks whose join was refused for their device, with the refusal;
+    // until `refused_until` every other rank's join fails at once.
+    std::map<int, std::string> refused;
+    absl::Time refused_until = absl::InfinitePast();
   };
   struct ArrivedCall {
     CollectiveCall call;
@@ -292,6 +296,19 @@ class GroupTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JoinLocked(JoinRequest request, JoinCallback done,
                   Completions* completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long a join refused for its device fails the other ranks' joins
+  // at once (at most; no longer than the refused join's deadline).
+  static constexpr absl::Duration kRefusalMemory = absl::Seconds(60);
+  // True when a formation has neither waiting ranks nor refusals.
+  static bool FormationEmpty(const Formation& formation);
+  // FAILED_PRECONDITION naming every refused rank of `group` and why.
+  static absl::Status RefusedFormationStatus(const std::string& group,
+                                             const Formation& formation);
+  // Records that `request` was refused for its device (`refusal`) and
+  // fails the ranks waiting in its formation with FAILED_PRECONDITION.
+  void RefuseJoinLocked(const JoinRequest& request, const absl::Status& refusal,
+                        Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormGroupLocked(const std::string& name, Formation formation,
                        Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,9 +3,10 @@
 // per-rank account, on every rank); a rank whose call names a device without
 // distributed support (UNIMPLEMENTED there, FAILED_PRECONDITION naming it
 // everywhere else); a rank that never calls (DEADLINE_EXCEEDED naming it);
-// a plan the kind cannot use; an input of the wrong size. After each, the
-// group still runs the next collective. A real coordinator process, worker
-// runtimes embedded in the test, one thread per rank.
+// a plan the kind cannot use; an input of the wrong size; a join refused for
+// one rank's device (FAILED_PRECONDITION naming it on the other ranks). After
+// each, the group still runs the next collective. A real coordinator process,
+// worker runtimes embedded in the test, one thread per rank.
 
 #include <string>
 #include <vector>
@@ -472,6 +473,58 @@ TEST(RefusedCallTest, Run_InputOfWrongSize_InvalidArgumentThenOk) {
   // Refused before it took a sequence number.
   ExpectGroupStillWorks(ranks);
   ExpectManyCallsStillWork(ranks, kManyCalls);
+}
+
+// ---------------------------------------------------------------------------
+// A join refused for its device.
+
+// Rank 1 joins on Vulkan(0): it gets the refusal, and ranks 0 and 2, which
+// wait with a long deadline, get FAILED_PRECONDITION naming rank 1 and its
+// device at once, not at their deadline.
+TEST(JoinRefusalTest, Join_OneRankOnVulkan_OthersFailedPreconditionAtOnce) {
+  constexpr int kWorld = 3;
+  std::unique_ptr<EmbeddedCluster> cluster = StartCluster(kWorld);
+  ASSERT_NE(cluster, nullptr);
+  std::vector<absl::Status> statuses(kWorld);
+  std::vector<absl::Duration> elapsed(kWorld);
+  RunOnRanks(kWorld,
+             [&](int r) {
+               JoinOptions options;
+               options.timeout = kCallTimeout;
+               if (r == 1) {
+                 // Usually after the others, so that they wait already; in
+                 // either order every rank gets the same answer at once.
+                 absl::SleepFor(absl::Milliseconds(300));
+                 options.device = MakeDevice(DeviceKind::kVulkan, 0);
+               }
+               const absl::Time start = absl::Now();
+               statuses[r] = Communicator::JoinEmbedded(cluster->runtime(r),
+                                                        "g", kWorld, r, options)
+                                 .status();
+               elapsed[r] = absl::Now() - start;
+             },
+             {0, 2, 1});
+  EXPECT_EQ(statuses[1].code(), absl::StatusCode::kUnimplemented)
+      << statuses[1];
+  EXPECT_EQ(statuses[1].message(),
+            "Distributed operations are not supported for device Vulkan(0)");
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kFailedPrecondition)
+        << statuses[r];
+    EXPECT_THAT(std::string(statuses[r].message()),
+                StartsWith("rank 1 of group g was refused: Distributed "
+                           "operations are not supported for device "
+                           "Vulkan(0)"));
+    // Answered with the refusal, far from the deadline.
+    EXPECT_LT(elapsed[r], kCallTimeout / 4);
+  }
+  // The refusal changed nothing else: the same workers form another group.
+  // (That rank 1 on its CPU clears the refusal of g is a unit test:
+  // GroupTableTest.Join_UnsupportedDevice_UnimplementedExactMessage.)
+  auto group = cluster->JoinGroup("g2", kWorld);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ExpectGroupStillWorks(Pointers(*group));
 }
 
 }  // namespace

@@ -457,12 +457,8 @@ TEST_F(GroupTableTest, Join_InvalidRequests_RefusedAndFormationUnchanged) {
     cases.push_back({"malformed device", r, absl::StatusCode::kInvalidArgument,
                      "unknown device kind 99"});
   }
-  {
-    JoinRequest r = Req("g", 4, 2);
-    r.device = Dev(DeviceKind::kVulkan);
-    cases.push_back(
-        {"vulkan", r, absl::StatusCode::kUnimplemented, kVulkanRefusal});
-  }
+  // A join refused for its device is not in this table: it fails the
+  // waiting ranks too (Join_RankRefusedForDevice_...).
 
   for (const BadJoin& c : cases) {
     JoinWaiter w;
@@ -540,11 +536,65 @@ TEST_F(GroupTableTest, Join_UnsupportedDevice_UnimplementedExactMessage) {
     EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_EQ(Message(w.status()), r.message);
   }
-  EXPECT_FALSE(w0.done());
+  // The waiting rank heard of the first refusal.
+  ASSERT_EQ(w0.calls(), 1);
+  EXPECT_EQ(w0.status().code(), absl::StatusCode::kFailedPrecondition);
 
+  // Rank 1 on a supported device clears its refusal; the group forms.
   JoinWaiter w1;
   table_->Join(Req("g", 2, 1), w1.Callback());
-  EXPECT_TRUE(w0.status().ok()) << w0.status();
+  JoinWaiter w0_again;
+  table_->Join(Req("g", 2, 0), w0_again.Callback());
+  EXPECT_TRUE(w0_again.status().ok()) << w0_again.status();
+  EXPECT_TRUE(w1.status().ok()) << w1.status();
+}
+
+TEST_F(GroupTableTest,
+       Join_RankRefusedForDevice_WaitingRanksFailedPreconditionAtOnce) {
+  JoinWaiter w0, w2;
+  table_->Join(Req("g", 3, 0, absl::Seconds(30)), w0.Callback());
+  table_->Join(Req("g", 3, 2, absl::Seconds(30)), w2.Callback());
+  JoinRequest vulkan = Req("g", 3, 1, absl::Seconds(30));
+  vulkan.device = Dev(DeviceKind::kVulkan, 0);
+  JoinWaiter w1;
+  table_->Join(vulkan, w1.Callback());
+  ASSERT_EQ(w1.calls(), 1);
+  EXPECT_EQ(w1.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Message(w1.status()), kVulkanRefusal);
+  // No time passed: the others know at once, naming the rank and device.
+  for (JoinWaiter* w : {&w0, &w2}) {
+    ASSERT_EQ(w->calls(), 1);
+    EXPECT_EQ(w->status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(Message(w->status()),
+              absl::StrCat("rank 1 of group g was refused: ", kVulkanRefusal,
+                           "; the group cannot form until that rank joins "
+                           "on a device with distributed support"));
+  }
+}
+
+TEST_F(GroupTableTest, Join_AfterRefusal_LaterRanksRefusedUntilItExpires) {
+  JoinRequest vulkan = Req("g", 2, 1, absl::Seconds(10));
+  vulkan.device = Dev(DeviceKind::kVulkan, 0);
+  JoinWaiter refused;
+  table_->Join(vulkan, refused.Callback());
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+
+  JoinWaiter late;
+  table_->Join(Req("g", 2, 0, absl::Seconds(60)), late.Callback());
+  ASSERT_EQ(late.calls(), 1);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(Message(late.status()).find("Vulkan(0)"), std::string::npos);
+
+  // The refusal lasts as long as the refused join's deadline.
+  EXPECT_EQ(table_->NextDeadline(), clock_.Now() + absl::Seconds(10));
+  clock_.Advance(absl::Seconds(11));
+  table_->ExpireDeadlines();
+  JoinWaiter later;
+  table_->Join(Req("g", 2, 0, absl::Seconds(60)), later.Callback());
+  EXPECT_FALSE(later.done());
+  JoinWaiter w1;
+  table_->Join(Req("g", 2, 1, absl::Seconds(60)), w1.Callback());
+  EXPECT_TRUE(later.status().ok()) << later.status();
   EXPECT_TRUE(w1.status().ok()) << w1.status();
 }
 
