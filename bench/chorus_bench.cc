@@ -107,6 +107,9 @@ ABSL_FLAG(bool, collective_stream, true,
 ABSL_FLAG(bool, call_port, true,
           "Ranks send collective calls to the coordinator's call port (plain "
           "TCP frames); false: as --collective_stream says.");
+ABSL_FLAG(bool, check_results, false,
+          "Ranks hash their results and the coordinator compares them at "
+          "each commit (the workers' --check_results).");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
@@ -392,6 +395,7 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
   options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
   options.call_port = absl::GetFlag(FLAGS_call_port);
+  options.check_results = absl::GetFlag(FLAGS_check_results);
   absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
       WorkerRuntime::Start(options);
   if (!runtime.ok()) return runtime.status();
@@ -482,6 +486,8 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
                    absl::GetFlag(FLAGS_collective_stream) ? "true" : "false"),
       absl::StrCat("--call_port=",
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),
+      absl::StrCat("--check_results=",
+                   absl::GetFlag(FLAGS_check_results) ? "true" : "false"),
       absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
       absl::StrCat("--time_per_size=",

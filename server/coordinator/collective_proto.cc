@@ -35,6 +35,7 @@ CommitCall CommitCallFromProto(const v1::CommitRequest& request,
   call.epoch = request.epoch();
   call.rank = request.rank();
   call.sequence = request.sequence();
+  if (request.has_result_hash()) call.result_hash = request.result_hash();
   call.deadline = deadline;
   return call;
 }

@@ -120,6 +120,43 @@ void GroupTable::Join(JoinRequest request, JoinCallback done) {
   for (auto& complete : completions) complete();
 }
 
+absl::Status GroupTable::CheckResultHashes(const std::string& group,
+                                           uint64_t sequence,
+                                           const CommitMatch& commit) {
+  // Ranks by the hash they hold, in order of each hash's lowest rank.
+  std::vector<std::pair<uint64_t, std::vector<int>>> holders;
+  for (int rank = 0; rank < static_cast<int>(commit.calls.size()); ++rank) {
+    const std::optional<uint64_t>& hash = commit.calls[rank]->result_hash;
+    if (!hash.has_value()) return absl::OkStatus();
+    auto it = std::find_if(holders.begin(), holders.end(),
+                           [&](const auto& h) { return h.first == *hash; });
+    if (it == holders.end()) {
+      holders.push_back({*hash, {rank}});
+    } else {
+      it->second.push_back(rank);
+    }
+  }
+  if (holders.size() <= 1) return absl::OkStatus();
+  // The largest set of agreeing ranks (the lowest rank's on a tie) is taken
+  // as right; every other rank's result differs from it.
+  auto largest = std::max_element(holders.begin(), holders.end(),
+                                  [](const auto& a, const auto& b) {
+                                    return a.second.size() < b.second.size();
+                                  });
+  std::vector<int> differing;
+  for (const auto& [hash, ranks] : holders) {
+    if (&ranks == &largest->second) continue;
+    differing.insert(differing.end(), ranks.begin(), ranks.end());
+  }
+  std::sort(differing.begin(), differing.end());
+  return absl::DataLossError(absl::StrCat(
+      "the results of ", CallName(group, sequence, commit.spec), " differ: ",
+      FormatRanks(differing), differing.size() == 1 ? " holds" : " hold",
+      " other bytes than ", FormatRanks(largest->second),
+      " (result hashes differ); no rank's output of this call can be "
+      "trusted"));
+}
+
 bool GroupTable::FormationEmpty(const Formation& formation) {
   return formation.joined == 0 && formation.refused.empty();
 }
@@ -524,6 +561,7 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
 
   if (plan.ok() && plan->algorithm != Algorithm::kInline) {
     CommitMatch& commit = group.commits[sequence];
+    commit.spec = first;
     commit.calls.resize(world);
     commit.done.resize(world);
   }
@@ -698,9 +736,11 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
         commit->calls[rank] = std::move(call);
         commit->done[rank] = std::move(done);
         if (++commit->arrived == group.view.world_size) {
+          const absl::Status verdict =
+              CheckResultHashes(group.view.name, it->first, *commit);
           for (CommitCallback& waiter : commit->done) {
             completions.push_back(
-                [waiter = std::move(waiter)] { waiter(absl::OkStatus()); });
+                [waiter = std::move(waiter), verdict] { waiter(verdict); });
           }
           group.commits.erase(it);
         }

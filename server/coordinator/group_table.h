@@ -104,6 +104,8 @@ struct CommitCall {
   uint64_t epoch = 0;
   int rank = 0;
   uint64_t sequence = 0;
+  // The hash of the rank's output (CommitRequest.result_hash), when sent.
+  std::optional<uint64_t> result_hash;
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -251,6 +253,8 @@ class GroupTable {
     bool stall_reported = false;
   };
   struct CommitMatch {
+    // The matched call, for messages.
+    CollectiveSpec spec;
     std::vector<std::optional<CommitCall>> calls;
     std::vector<CommitCallback> done;
     int arrived = 0;
@@ -296,6 +300,11 @@ class GroupTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JoinLocked(JoinRequest request, JoinCallback done,
                   Completions* completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when every rank of a complete commit sent the same result hash (or
+  // some sent none); DATA_LOSS naming the ranks whose results differ.
+  static absl::Status CheckResultHashes(const std::string& group,
+                                        uint64_t sequence,
+                                        const CommitMatch& commit);
   // How long a join refused for its device fails the other ranks' joins
   // at once (at most; no longer than the refused join's deadline).
   static constexpr absl::Duration kRefusalMemory = absl::Seconds(60);

@@ -361,6 +361,16 @@ absl::Status WorkerRuntime::RunPlanned(
   args.chunk_bytes = std::max<uint64_t>(1, plan->chunk_bytes);
   args.link = &link;
   args.output = host_output;
+  // Kinds whose output every rank holds identically are checked at the
+  // commit: each rank hashes its output as it writes it.
+  std::optional<ResultHash> hash;
+  if (options_.check_results && (spec.kind == CollectiveKind::kAllReduce ||
+                                 spec.kind == CollectiveKind::kAllGather ||
+                                 spec.kind == CollectiveKind::kBroadcast)) {
+    hash.emplace(spec.dtype);
+    args.hash = &*hash;
+  }
+  args.corrupt_for_testing = corrupt_results_for_testing_.load();
 
   // A Cuda(n) rank reduces on its GPU under the ring and recursive doubling.
   const bool on_gpu = device.kind == DeviceKind::kCuda &&
@@ -439,19 +449,9 @@ absl::Status WorkerRuntime::RunPlanned(
   // all_reduce leaves its result in the GPU buffer; other results of a
   // device call are on the host. Either reaches its place before the commit,
   // so a failed copy is reported like any data-plane failure.
+  // (A widened all_reduce rounds its result into the host output.)
   if (status.ok() && gpu != nullptr &&
-      spec.kind == CollectiveKind::kAllReduce && widens) {
-    std::string wide;
-    status = gpu->CopyToHost(&wide);
-    if (status.ok()) {
-      status = ConvertBytes(work_spec.dtype, spec.dtype, wide, host_output);
-    }
-    if (status.ok() && buffers.on_device) {
-      status = device_buffers_->CopyToDevice(device.index, *host_output,
-                                             buffers.device_output);
-    }
-  } else if (status.ok() && gpu != nullptr &&
-             spec.kind == CollectiveKind::kAllReduce) {
+      spec.kind == CollectiveKind::kAllReduce && !widens) {
     status = buffers.on_device ? gpu->CopyToDevice(buffers.device_output)
                                : gpu->CopyToHost(host_output);
   } else if (status.ok() && buffers.on_device && !host_output->empty()) {
@@ -459,8 +459,16 @@ absl::Status WorkerRuntime::RunPlanned(
                                            buffers.device_output);
   }
   gpu.reset();
-  return status.ok() ? Commit(membership, sequence, deadline)
-                     : ReportFailure(membership, sequence, status);
+  if (!status.ok()) return ReportFailure(membership, sequence, status);
+  // A hash that missed part of the output (recursive doubling on a GPU
+  // buffer hashes nothing) is not sent: the call is then not checked.
+  std::optional<uint64_t> result_hash;
+  if (hash.has_value() &&
+      hash->bytes() ==
+          OutputBytes(spec, membership.world_size, membership.rank)) {
+    result_hash = hash->value();
+  }
+  return Commit(membership, sequence, deadline, result_hash);
 }
 
 bool WorkerRuntime::CallPortReady(absl::Time deadline) {
@@ -471,12 +479,14 @@ bool WorkerRuntime::CallPortReady(absl::Time deadline) {
 }
 
 absl::Status WorkerRuntime::Commit(const Membership& membership,
-                                   uint64_t sequence, absl::Time deadline) {
+                                   uint64_t sequence, absl::Time deadline,
+                                   std::optional<uint64_t> result_hash) {
   v1::CommitRequest request;
   request.set_group(membership.group);
   request.set_epoch(membership.epoch);
   request.set_rank(membership.rank);
   request.set_sequence(sequence);
+  if (result_hash.has_value()) request.set_result_hash(*result_hash);
   if (CallPortReady(deadline)) return call_port_->Commit(request, deadline);
   v1::CommitResponse response;
   grpc::ClientContext context;

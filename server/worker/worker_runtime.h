@@ -12,6 +12,7 @@
 #ifndef CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
 #define CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -65,6 +66,11 @@ struct RuntimeOptions {
   // Collective calls go to the coordinator's call port (plain TCP frames,
   // CallPortClient) when it has one; otherwise as collective_stream says.
   bool call_port = true;
+  // Each rank hashes the output of all_reduce, all_gather and broadcast
+  // under data-plane plans as it writes it, and the coordinator compares the
+  // hashes at the commit: a difference is DATA_LOSS on every rank. Off by
+  // default: it costs a pass over the output (see --check_results).
+  bool check_results = false;
   absl::Duration rpc_timeout = absl::Seconds(5);
   absl::Duration register_timeout = absl::Seconds(30);
   // Extra services served next to the data plane (not owned; must outlive
@@ -182,6 +188,14 @@ class WorkerRuntime {
   uint64_t worker_id() const { return session_->worker_id(); }
   const std::vector<Device>& devices() const { return devices_; }
 
+  // Test only: while set, every data-plane all_reduce, all_gather and
+  // broadcast of this worker flips one bit of its result (in a piece it
+  // takes from a peer and passes on to no one) before hashing it, as a
+  // corrupted transfer would.
+  void set_corrupt_results_for_testing(bool corrupt) {
+    corrupt_results_for_testing_ = corrupt;
+  }
+
  private:
   WorkerRuntime() = default;
 
@@ -215,8 +229,10 @@ class WorkerRuntime {
   // when needed).
   bool CallPortReady(absl::Time deadline);
   // Ends a data-plane collective: waits until every rank committed it.
+  // `result_hash` (when set) is checked against the other ranks' hashes.
   absl::Status Commit(const Membership& membership, uint64_t sequence,
-                      absl::Time deadline);
+                      absl::Time deadline,
+                      std::optional<uint64_t> result_hash = std::nullopt);
   // Reports a data-plane failure and returns the group's verdict (ABORTED),
   // or `failure` itself when it already is a verdict or cannot be reported.
   absl::Status ReportFailure(const Membership& membership, uint64_t sequence,
@@ -243,6 +259,7 @@ class WorkerRuntime {
   // null when options_.call_port is false.
   std::unique_ptr<CallPortClient> call_port_;
   bool shut_down_ = false;
+  std::atomic<bool> corrupt_results_for_testing_{false};
 };
 
 }  // namespace chorus

@@ -579,6 +579,9 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     // The non-TCP variants also send their collective calls the other way
     // (on the gRPC collective stream instead of the call port).
     options.call_port = options.tcp_data_plane;
+    // Every collective's result is checked at its commit, so the matrix
+    // also shows that ranks with equal results always agree on the hash.
+    options.check_results = true;
     options.register_timeout = kStartTimeout;
     absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
         WorkerRuntime::Start(std::move(options));

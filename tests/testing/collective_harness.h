@@ -59,8 +59,8 @@ bool IsFloatDType(DType dtype);
 std::vector<Algorithm> PlansFor(CollectiveKind kind);
 
 // A coordinator process and `workers` WorkerRuntime instances in this
-// process, each registered under the name "embedded-<i>" and serving its
-// data plane on 127.0.0.1:0.
+// process, each registered under the name "embedded-<i>", serving its
+// data plane on 127.0.0.1:0, with RuntimeOptions::check_results on.
 class EmbeddedCluster {
  public:
   // Which transport each runtime sends data-plane chunks with (every

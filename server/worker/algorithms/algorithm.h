@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "server/common/collective.h"
+#include "server/common/result_hash.h"
 #include "server/worker/algorithms/reduce_buffer.h"
 #include "server/worker/dataplane/collective_link.h"
 
@@ -33,11 +34,21 @@ struct AlgorithmArgs {
   CollectiveLink* link = nullptr;
   // For all_reduce, reduce and reduce_scatter under the ring and recursive
   // doubling: when set, the buffer to reduce in (not owned), already holding
-  // this rank's input, which `input` then need not repeat. all_reduce then
-  // leaves its result in *work and leaves `output` alone; reduce and
-  // reduce_scatter write `output` as usual. When null, the algorithms work
-  // on a host copy of `input`.
+  // this rank's input in the work type (WorkSpec(spec)), which `input` then
+  // need not repeat. all_reduce then leaves its result in *work and leaves
+  // `output` alone, except when the work type is wider than the spec's:
+  // then the result, rounded to the spec's type, is in `output`. reduce and
+  // reduce_scatter write `output` as usual. When null, the algorithms work on a
+  // host copy of `input`.
   ReduceBuffer* work = nullptr;
+  // When set (not owned), the algorithm adds every byte of this rank's
+  // output to it as it writes them, for the commit's check that every rank
+  // holds the same result. Used by all_reduce, all_gather and broadcast;
+  // recursive doubling on a `work` buffer adds nothing.
+  ResultHash* hash = nullptr;
+  // Test only: flips one bit of the first piece of the result this rank
+  // takes from a peer, as a corrupted transfer would, before hashing it.
+  bool corrupt_for_testing = false;
 };
 
 // Runs any collective kind except barrier with ring-style schedules:

@@ -2,6 +2,7 @@
 
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
+#include "server/worker/algorithms/scratch.h"
 
 namespace chorus {
 namespace {
@@ -46,20 +47,37 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args) {
     return absl::InvalidArgumentError(
         "recursive doubling runs all_reduce only");
   }
-  if (args.work != nullptr) return RunOn(args, *args.work);
   // Partials travel in the work type (WorkSpec); without widening the host
   // work buffer is the output itself.
   const CollectiveSpec work_spec = WorkSpec(args.spec);
   const bool widens = work_spec.dtype != args.spec.dtype;
-  std::string wide;
-  std::string& host = widens ? wide : *args.output;
+  if (args.work != nullptr) {
+    absl::Status status = RunOn(args, *args.work);
+    if (!status.ok() || !widens) return status;
+    // A wider result is rounded into the output (see AlgorithmArgs::work).
+    absl::StatusOr<absl::string_view> all =
+        args.work->Read(Range{0, args.work->size()});
+    if (!all.ok()) return all.status();
+    status = ConvertBytes(work_spec.dtype, args.spec.dtype, *all, args.output);
+    if (status.ok() && args.hash != nullptr) args.hash->Add(0, *args.output);
+    return status;
+  }
+  Scratch wide;
+  std::string& host = widens ? wide.bytes() : *args.output;
   absl::Status status =
       ConvertBytes(args.spec.dtype, work_spec.dtype, args.input, &host);
   HostReduceBuffer buffer(work_spec, &host);
   if (status.ok()) status = RunOn(args, buffer);
   if (status.ok() && widens) {
-    status = ConvertBytes(work_spec.dtype, args.spec.dtype, wide, args.output);
+    status = ConvertBytes(work_spec.dtype, args.spec.dtype, wide.bytes(),
+                          args.output);
   }
+  // Every element was combined up to the last step: the result is hashed
+  // once it is whole.
+  if (status.ok() && args.corrupt_for_testing && !args.output->empty()) {
+    (*args.output)[0] ^= 1;
+  }
+  if (status.ok() && args.hash != nullptr) args.hash->Add(0, *args.output);
   return status;
 }
 

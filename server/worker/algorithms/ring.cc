@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
+#include "server/worker/algorithms/scratch.h"
 
 namespace chorus {
 namespace {
@@ -63,19 +64,57 @@ absl::Status ReduceScatterRing(const Ring& ring, ReduceBuffer& buffer,
   return absl::OkStatus();
 }
 
+// The result piece `data` as this rank keeps it: the same bytes, or with
+// one bit flipped the first time when args.corrupt_for_testing. Used only
+// for pieces the rank does not pass on, so that one rank's result differs.
+absl::string_view TakeResultPiece(const AlgorithmArgs& args, bool& corrupted,
+                                  absl::string_view data, std::string& copy) {
+  if (!args.corrupt_for_testing || corrupted || data.empty()) return data;
+  corrupted = true;
+  copy.assign(data.data(), data.size());
+  copy[0] ^= 1;
+  return copy;
+}
+
 // All-gather ring: rank r starts with block r; at step s it sends block r-s
-// and stores block r-s-1 from its predecessor.
+// and stores block r-s-1 from its predecessor. Every block ends up stored
+// or sent exactly once, which is where args.hash sees it.
 template <typename BlockFn>
 absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
                            BlockFn block) {
+  ResultHash* hash = ring.args.hash;
+  if (ring.world == 1 && hash != nullptr) {
+    const Range own = block(ring.rank);
+    absl::StatusOr<absl::string_view> bytes = buffer.Read(own);
+    if (!bytes.ok()) return bytes.status();
+    hash->Add(own.offset, *bytes);
+  }
+  bool corrupted = false;
+  std::string copy;
   for (int s = 0; s + 1 < ring.world; ++s) {
     const Range send = block(Mod(ring.rank - s, ring.world));
     const Range recv = block(Mod(ring.rank - s - 1, ring.world));
-    absl::Status status = Exchange(
-        *ring.args.link, ring.next, SourceOf(buffer), send, ring.prev, recv,
-        ring.chunk, [&](const Range& piece, const std::string& data) {
-          return buffer.Store(piece, data);
-        });
+    ChunkSource source = SourceOf(buffer);
+    if (s == 0 && hash != nullptr) {
+      // This rank's own block, final now: hashed as it goes out.
+      source = [&](const Range& piece) -> absl::StatusOr<absl::string_view> {
+        absl::StatusOr<absl::string_view> bytes = buffer.Read(piece);
+        if (bytes.ok()) hash->Add(piece.offset, *bytes);
+        return bytes;
+      };
+    }
+    absl::Status status =
+        Exchange(*ring.args.link, ring.next, source, send, ring.prev, recv,
+                 ring.chunk, [&](const Range& piece, const std::string& data) {
+                   // Blocks of the last step are not passed on (see
+                   // TakeResultPiece).
+                   const absl::string_view kept =
+                       s + 2 == ring.world
+                           ? TakeResultPiece(ring.args, corrupted, data, copy)
+                           : absl::string_view(data);
+                   if (hash != nullptr) hash->Add(piece.offset, kept);
+                   return buffer.Store(piece, kept);
+                 });
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -111,29 +150,55 @@ absl::Status AllReduce(const Ring& ring) {
   auto block = [&](int i) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
-  // Without widening the host work buffer is the output itself.
-  std::string wide;
-  std::string& host = Widens(ring) ? wide : *ring.args.output;
-  absl::Status status = WithWorkBuffer(ring, host, [&](ReduceBuffer& work) {
+  if (!Widens(ring)) {
+    // The host work buffer is the output itself.
+    return WithWorkBuffer(ring, *ring.args.output, [&](ReduceBuffer& work) {
+      absl::Status status = ReduceScatterRing(ring, work, block);
+      if (status.ok()) {
+        status = Finalize(spec, work, block(ring.rank), ring.world);
+      }
+      if (status.ok()) status = AllGatherRing(ring, work, block);
+      return status;
+    });
+  }
+  // Partials travel in the work type; each rank rounds the block it reduced
+  // to the spec's type once and the rounded blocks are gathered.
+  Ring result_ring = ring;
+  result_ring.element = DTypeSize(spec.dtype);
+  result_ring.chunk =
+      ElementChunkBytes(ring.args.chunk_bytes, result_ring.element);
+  auto result_block = [&](int i) {
+    return SplitRange(spec.count, result_ring.element, ring.world, i);
+  };
+  std::string& out = *ring.args.output;
+  out.assign(spec.count * result_ring.element, '\0');
+  Scratch wide;
+  return WithWorkBuffer(ring, wide.bytes(), [&](ReduceBuffer& work) {
     absl::Status status = ReduceScatterRing(ring, work, block);
     if (status.ok()) {
       status = Finalize(spec, work, block(ring.rank), ring.world);
     }
-    if (status.ok()) status = AllGatherRing(ring, work, block);
-    return status;
+    if (!status.ok()) return status;
+    absl::StatusOr<absl::string_view> own = work.Read(block(ring.rank));
+    if (!own.ok()) return own.status();
+    std::string rounded;
+    status = Narrow(ring, *own, &rounded);
+    if (!status.ok()) return status;
+    if (!rounded.empty()) {
+      std::memcpy(out.data() + result_block(ring.rank).offset, rounded.data(),
+                  rounded.size());
+    }
+    HostReduceBuffer result(spec, &out);
+    return AllGatherRing(result_ring, result, result_block);
   });
-  if (status.ok() && Widens(ring) && ring.args.work == nullptr) {
-    status = Narrow(ring, wide, ring.args.output);
-  }
-  return status;
 }
 
 absl::Status ReduceScatter(const Ring& ring) {
   const CollectiveSpec& spec = ring.args.spec;
   const uint64_t block_bytes = spec.count * ring.element;
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
-  std::string host;
-  return WithWorkBuffer(ring, host, [&](ReduceBuffer& work) {
+  Scratch host;
+  return WithWorkBuffer(ring, host.bytes(), [&](ReduceBuffer& work) {
     absl::Status status = ReduceScatterRing(ring, work, block);
     if (status.ok()) {
       status = Finalize(spec, work, block(ring.rank), ring.world);
@@ -170,6 +235,9 @@ absl::Status Broadcast(const Ring& ring) {
   const Range all{0, bytes};
   const int from = position == 0 ? -1 : ring.prev;
   const int to = position == ring.world - 1 ? -1 : ring.next;
+  ResultHash* hash = ring.args.hash;
+  bool corrupted = false;
+  std::string copy;
   for (uint64_t c = 0; c < ChunkCount(bytes, ring.chunk); ++c) {
     const Range piece = ChunkOf(all, ring.chunk, c);
     if (from >= 0) {
@@ -178,7 +246,14 @@ absl::Status Broadcast(const Ring& ring) {
       if (data->size() != piece.size) {
         return absl::InternalError("broadcast chunk of the wrong size");
       }
-      std::memcpy(out.data() + piece.offset, data->data(), piece.size);
+      const absl::string_view kept =
+          to < 0 ? TakeResultPiece(ring.args, corrupted, *data, copy)
+                 : absl::string_view(*data);
+      std::memcpy(out.data() + piece.offset, kept.data(), piece.size);
+    }
+    if (hash != nullptr) {
+      hash->Add(piece.offset,
+                absl::string_view(out.data() + piece.offset, piece.size));
     }
     if (to >= 0) {
       absl::Status sent = ring.args.link->Send(
@@ -220,17 +295,18 @@ absl::Status Reduce(const Ring& ring) {
   auto block = [&](int i) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
-  std::string host;
+  Scratch host;
   std::string gathered;
-  absl::Status status = WithWorkBuffer(ring, host, [&](ReduceBuffer& work) {
-    absl::Status status = ReduceScatterRing(ring, work, block);
-    if (status.ok()) {
-      status = Finalize(spec, work, block(ring.rank), ring.world);
-    }
-    if (ring.rank == spec.root) gathered.assign(work.size(), '\0');
-    if (status.ok()) status = GatherBlocks(ring, work, gathered, block);
-    return status;
-  });
+  absl::Status status =
+      WithWorkBuffer(ring, host.bytes(), [&](ReduceBuffer& work) {
+        absl::Status status = ReduceScatterRing(ring, work, block);
+        if (status.ok()) {
+          status = Finalize(spec, work, block(ring.rank), ring.world);
+        }
+        if (ring.rank == spec.root) gathered.assign(work.size(), '\0');
+        if (status.ok()) status = GatherBlocks(ring, work, gathered, block);
+        return status;
+      });
   ring.args.output->clear();
   if (status.ok() && ring.rank == spec.root) {
     status = Narrow(ring, gathered, ring.args.output);

@@ -165,17 +165,28 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
         cpu_reduce::ReduceSources(spec.op, spec.dtype, dst, sources.data(),
                                   world, piece.size / element, &accumulators);
     if (!reduced.ok()) return reduced;
+    if (args.hash != nullptr) {
+      args.hash->Add(piece.offset, absl::string_view(dst, piece.size));
+    }
     std::memcpy(own->data + piece.offset, dst, piece.size);
   }
   absl::StatusOr<std::vector<std::string>> reduced = AllToAll(link, "r");
   if (!reduced.ok()) return reduced.status();
 
   // D. Copy every other block from the rank that reduced it.
+  bool corrupted = false;
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
     const Range block = SplitRange(spec.count, element, world, peer);
-    std::memcpy(out.data() + block.offset, source(peer) + block.offset,
-                block.size);
+    char* dst = out.data() + block.offset;
+    std::memcpy(dst, source(peer) + block.offset, block.size);
+    if (args.corrupt_for_testing && block.size > 0 && !corrupted) {
+      dst[0] ^= 1;
+      corrupted = true;
+    }
+    if (args.hash != nullptr) {
+      args.hash->Add(block.offset, absl::string_view(dst, block.size));
+    }
   }
   absl::StatusOr<std::vector<std::string>> done = AllToAll(link, "d");
   if (!done.ok()) return done.status();
