@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/worker/chunked_call_reactor.h"
 
 namespace chorus {
 namespace {
@@ -18,6 +19,11 @@ absl::Duration TimeLeft(const grpc::CallbackServerContext& context) {
 }
 
 }  // namespace
+
+void ToPlanProto(const RunResult& result, v1::Plan* plan) {
+  plan->set_algorithm(static_cast<v1::Algorithm>(result.algorithm));
+  plan->set_chunk_bytes(result.chunk_bytes);
+}
 
 void LocalApiService::Bind(WorkerRuntime* runtime) {
   absl::MutexLock lock(&mu_);
@@ -61,60 +67,95 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
   return reactor;
 }
 
+absl::StatusOr<LocalCall> LocalApiService::PrepareCall(
+    const v1::LocalCollectiveRequest& request) const {
+  LocalCall call;
+  {
+    absl::MutexLock lock(&mu_);
+    call.runtime = runtime_;
+    auto it = memberships_.find({request.group(), request.rank()});
+    if (call.runtime == nullptr) {
+      return absl::UnavailableError("this worker is not registered yet");
+    }
+    if (it == memberships_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this worker has not joined group ", request.group(),
+                       " as rank ", request.rank(), "; join first"));
+    }
+    if (it->second.epoch != request.epoch()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stale epoch ", request.epoch(), " for group ", request.group(),
+          "; this worker joined it at epoch ", it->second.epoch));
+    }
+    call.membership = it->second;
+  }
+  call.spec.kind = static_cast<CollectiveKind>(request.kind());
+  call.spec.dtype = static_cast<DType>(request.dtype());
+  call.spec.count = request.count();
+  call.spec.op = static_cast<ReduceOp>(request.op());
+  call.spec.root = request.root();
+  call.options.algorithm = static_cast<Algorithm>(request.algorithm());
+  if (request.has_device()) {
+    call.options.device = DeviceFromProto(request.device());
+  }
+  call.sequence = request.sequence();
+  return call;
+}
+
+absl::Status LocalApiService::CheckSizes(const LocalCall& call,
+                                         uint64_t input_bytes) const {
+  const Membership& m = call.membership;
+  absl::Status status = ValidateCall(call.spec, m.world_size, m.rank,
+                                     input_bytes, call.options.algorithm);
+  if (!status.ok()) return status;
+  const uint64_t output_bytes = OutputBytes(call.spec, m.world_size, m.rank);
+  if (input_bytes > max_tensor_bytes_ || output_bytes > max_tensor_bytes_) {
+    const bool input = input_bytes > max_tensor_bytes_;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", m.rank, "'s ", input ? "input" : "output", " of ",
+        input ? input_bytes : output_bytes, " bytes for ",
+        DescribeSpec(call.spec), " is over this worker's limit of ",
+        max_tensor_bytes_, " bytes per tensor (--max_tensor_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+void LocalApiService::StartCall(
+    LocalCall call, const grpc::CallbackServerContext& context,
+    absl::string_view input, std::string* output,
+    std::function<void(absl::StatusOr<RunResult>)> done) {
+  call.options.timeout = TimeLeft(context);
+  tasks_.Spawn([call = std::move(call), input, output, done = std::move(done)] {
+    done(call.runtime->Run(call.membership, call.sequence, call.spec, input,
+                           output, call.options));
+  });
+}
+
 grpc::ServerUnaryReactor* LocalApiService::Collective(
     grpc::CallbackServerContext* context,
     const v1::LocalCollectiveRequest* request,
     v1::LocalCollectiveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  WorkerRuntime* runtime = this->runtime();
-  Membership membership;
-  absl::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = memberships_.find({request->group(), request->rank()});
-    if (runtime == nullptr) {
-      status = absl::UnavailableError("this worker is not registered yet");
-    } else if (it == memberships_.end()) {
-      status = absl::FailedPreconditionError(
-          absl::StrCat("this worker has not joined group ", request->group(),
-                       " as rank ", request->rank(), "; join first"));
-    } else if (it->second.epoch != request->epoch()) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          "stale epoch ", request->epoch(), " for group ", request->group(),
-          "; this worker joined it at epoch ", it->second.epoch));
-    } else {
-      membership = it->second;
-    }
-  }
-  if (!status.ok()) {
-    reactor->Finish(ToGrpcStatus(status));
+  absl::StatusOr<LocalCall> call = PrepareCall(*request);
+  if (!call.ok()) {
+    reactor->Finish(ToGrpcStatus(call.status()));
     return reactor;
   }
-  CollectiveSpec spec;
-  spec.kind = static_cast<CollectiveKind>(request->kind());
-  spec.dtype = static_cast<DType>(request->dtype());
-  spec.count = request->count();
-  spec.op = static_cast<ReduceOp>(request->op());
-  spec.root = request->root();
-  RunOptions options;
-  options.algorithm = static_cast<Algorithm>(request->algorithm());
-  options.timeout = TimeLeft(*context);
-  if (request->has_device())
-    options.device = DeviceFromProto(request->device());
-  tasks_.Spawn(
-      [runtime, reactor, request, response, membership, spec, options] {
-        absl::StatusOr<RunResult> result =
-            runtime->Run(membership, request->sequence(), spec, request->data(),
-                         response->mutable_data(), options);
-        if (result.ok()) {
-          response->set_sequence(result->sequence);
-          response->mutable_plan()->set_algorithm(
-              static_cast<v1::Algorithm>(result->algorithm));
-          response->mutable_plan()->set_chunk_bytes(result->chunk_bytes);
-        }
-        reactor->Finish(ToGrpcStatus(result.status()));
-      });
+  StartCall(*std::move(call), *context, request->data(),
+            response->mutable_data(),
+            [reactor, response](absl::StatusOr<RunResult> result) {
+              if (result.ok()) {
+                response->set_sequence(result->sequence);
+                ToPlanProto(*result, response->mutable_plan());
+              }
+              reactor->Finish(ToGrpcStatus(result.status()));
+            });
   return reactor;
+}
+
+grpc::ServerBidiReactor<v1::LocalChunkedRequest, v1::LocalChunkedResponse>*
+LocalApiService::CollectiveChunked(grpc::CallbackServerContext* context) {
+  return new ChunkedCallReactor(this, context);
 }
 
 }  // namespace chorus

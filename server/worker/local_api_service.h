@@ -1,8 +1,11 @@
 // LocalApiService: the worker daemon's API for applications
 // (chorus.v1.WorkerLocal). An application joins a group as one rank through
 // the daemon and issues collectives by sequence number; the daemon runs them
-// with its WorkerRuntime. Each call that waits on peers runs on a task
-// thread, so gRPC's callback threads never block.
+// with its WorkerRuntime. Collective carries a call's tensors in one message
+// each way; CollectiveChunked streams them in pieces (ChunkedCallReactor).
+// Both go through PrepareCall() and StartCall(), the one way a local
+// collective runs. Each call that waits on peers runs on a task thread, so
+// gRPC's callback threads never block.
 //
 // Lifecycle: constructed before the runtime's server starts (it is one of
 // its services) and bound to the runtime with Bind(); Drain() waits for the
@@ -10,21 +13,49 @@
 #ifndef CHORUS_SERVER_WORKER_LOCAL_API_SERVICE_H_
 #define CHORUS_SERVER_WORKER_LOCAL_API_SERVICE_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/worker.grpc.pb.h"
+#include "server/common/collective.h"
 #include "server/worker/task_runner.h"
 #include "server/worker/worker_runtime.h"
 
 namespace chorus {
 
+// The largest input or output of one CollectiveChunked call unless the
+// daemon says otherwise (--max_tensor_bytes): 4 GiB.
+inline constexpr uint64_t kDefaultMaxTensorBytes = uint64_t{4} << 30;
+
+// The largest piece of a tensor in one CollectiveChunked message: 4 MiB.
+inline constexpr uint64_t kMaxPieceBytes = uint64_t{4} << 20;
+
+// One collective call checked against the daemon's memberships, ready to run.
+struct LocalCall {
+  WorkerRuntime* runtime = nullptr;  // not owned
+  Membership membership;
+  CollectiveSpec spec;
+  RunOptions options;
+  uint64_t sequence = 0;
+};
+
+// Writes the plan `result` ran with into `plan`.
+void ToPlanProto(const RunResult& result, v1::Plan* plan);
+
 class LocalApiService final : public v1::WorkerLocal::CallbackService {
  public:
-  LocalApiService() = default;
+  // `max_tensor_bytes` bounds the input and the output of a
+  // CollectiveChunked call.
+  explicit LocalApiService(uint64_t max_tensor_bytes = kDefaultMaxTensorBytes)
+      : max_tensor_bytes_(max_tensor_bytes) {}
 
   // Sets the runtime calls run on (not owned). Calls before Bind() get
   // UNAVAILABLE.
@@ -40,10 +71,34 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::LocalCollectiveRequest* request,
       v1::LocalCollectiveResponse* response) override;
+  grpc::ServerBidiReactor<v1::LocalChunkedRequest, v1::LocalChunkedResponse>*
+  CollectiveChunked(grpc::CallbackServerContext* context) override;
+
+  // Looks up the membership `request` names and reads its spec and options
+  // (all but `data`). Returns the call, UNAVAILABLE before Bind(), or
+  // FAILED_PRECONDITION when this daemon has not joined the group as that
+  // rank or the epoch is not the one it joined at. Takes no sequence number.
+  absl::StatusOr<LocalCall> PrepareCall(
+      const v1::LocalCollectiveRequest& request) const;
+
+  // Checks what a call of `input_bytes` bytes of input can be checked for
+  // before its input arrives: ValidateCall's INVALID_ARGUMENT (the messages
+  // Collective gives), then RESOURCE_EXHAUSTED when the input or the output
+  // is over max_tensor_bytes. Returns OK otherwise.
+  absl::Status CheckSizes(const LocalCall& call, uint64_t input_bytes) const;
+
+  // Runs `call` on `input` on a task thread, with the time left before
+  // `context`'s deadline, writing this rank's output to `output`; then calls
+  // `done` on that thread with WorkerRuntime::Run()'s result. `input` and
+  // `output` must stay valid until `done` runs.
+  void StartCall(LocalCall call, const grpc::CallbackServerContext& context,
+                 absl::string_view input, std::string* output,
+                 std::function<void(absl::StatusOr<RunResult>)> done);
 
  private:
   WorkerRuntime* runtime() const;
 
+  const uint64_t max_tensor_bytes_;
   mutable absl::Mutex mu_;
   WorkerRuntime* runtime_ ABSL_GUARDED_BY(mu_) = nullptr;  // not owned
   // (group, rank) -> membership.

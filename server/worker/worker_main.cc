@@ -61,6 +61,13 @@ ABSL_FLAG(std::string, devices, "",
           "Comma-separated devices to register instead of the discovered "
           "ones, e.g. cpu,cuda:0. Any device this worker cannot serve is "
           "refused with UNIMPLEMENTED and the worker exits non-zero.");
+ABSL_FLAG(uint64_t, max_tensor_bytes, chorus::kDefaultMaxTensorBytes,
+          "Largest input or output, in bytes, of one collective an "
+          "application streams through the local API (CollectiveChunked); "
+          "a larger one is refused with RESOURCE_EXHAUSTED before it takes "
+          "a sequence number. The daemon holds a call's whole input and "
+          "output in memory. Default 4 GiB. The unary Collective is bounded "
+          "by the 64 MiB gRPC message limit instead.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, write the bound port to this file once registered.");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5),
@@ -105,7 +112,7 @@ int main(int argc, char** argv) {
   options.check_results = absl::GetFlag(FLAGS_check_results);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
-  chorus::LocalApiService local_api;
+  chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes));
   options.extra_services = {&local_api};
 
   absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> created =
