@@ -6,6 +6,7 @@
 #include <grpcpp/support/slice.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -21,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "server/common/grpc_status.h"
@@ -300,6 +302,33 @@ absl::StatusOr<Daemon> StartWorker(
       extra_flags);
   return StartDaemon(WorkerBinary(), stem, args,
                      FlagValue(args, "--port_file"));
+}
+
+absl::StatusOr<Daemon> StartWrappedWorker(
+    const std::vector<std::string>& wrapper, const std::string& coordinator,
+    const std::vector<std::string>& extra_flags) {
+  if (wrapper.empty()) return StartWorker(coordinator, extra_flags);
+  const std::string stem = WorkerStem(extra_flags);
+  const std::string port_file = NewScratchPath(stem, ".port");
+  const std::vector<std::string> flags = MergeFlags(
+      {absl::StrCat("--coordinator=", coordinator), "--listen=127.0.0.1:0",
+       absl::StrCat("--port_file=", port_file)},
+      extra_flags);
+  std::string binary = wrapper[0];
+  if (binary.find('/') == std::string::npos) {
+    for (absl::string_view dir :
+         absl::StrSplit(getenv("PATH") ? getenv("PATH") : "", ':')) {
+      const std::string candidate = absl::StrCat(dir, "/", binary);
+      if (access(candidate.c_str(), X_OK) == 0) {
+        binary = candidate;
+        break;
+      }
+    }
+  }
+  std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
+  args.push_back(WorkerBinary());
+  args.insert(args.end(), flags.begin(), flags.end());
+  return StartDaemon(binary, stem, args, FlagValue(flags, "--port_file"));
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> SpawnWorker(

@@ -74,6 +74,14 @@ absl::StatusOr<Daemon> StartWorker(
     const std::string& coordinator,
     const std::vector<std::string>& extra_flags = {});
 
+// StartWorker with the worker run under `wrapper`: the command line is
+// wrapper..., chorus-worker, its flags (e.g. {"unshare", "--pid", "--fork",
+// "--mount-proc", "--kill-child"} for a worker in its own pid namespace).
+// wrapper[0] is looked up on the PATH. Errors as StartWorker.
+absl::StatusOr<Daemon> StartWrappedWorker(
+    const std::vector<std::string>& wrapper, const std::string& coordinator,
+    const std::vector<std::string>& extra_flags = {});
+
 // Starts chorus-worker like StartWorker but does not wait for anything: for
 // workers expected to exit on their own. Returns Subprocess::Start's errors.
 absl::StatusOr<std::unique_ptr<Subprocess>> SpawnWorker(
