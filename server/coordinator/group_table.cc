@@ -227,6 +227,7 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
   }
   // A refused rank that joins on a supported device clears its refusal.
   formation.refused.erase(request.rank);
+  formation.gave_up.erase(request.rank);
   if (!formation.refused.empty()) {
     completions->push_back([done = std::move(done),
                             status = RefusedFormationStatus(
@@ -627,14 +628,33 @@ void GroupTable::ExpireDeadlines() {
       Formation& formation = it->second;
       std::vector<int> missing;
       for (int rank = 0; rank < formation.world_size; ++rank) {
-        if (!formation.slots[rank]) missing.push_back(rank);
+        if (!formation.slots[rank] && formation.gave_up.count(rank) == 0) {
+          missing.push_back(rank);
+        }
+      }
+      const std::vector<int> gave_up(formation.gave_up.begin(),
+                                     formation.gave_up.end());
+      std::string why =
+          missing.empty()
+              ? ""
+              : absl::StrCat(FormatRanks(missing), " of group ", it->first,
+                             " did not join within the deadline (world size ",
+                             formation.world_size, ")");
+      if (!gave_up.empty()) {
+        absl::StrAppend(
+            &why,
+            why.empty() ? absl::StrCat("group ", it->first,
+                                       " did not form within the deadline "
+                                       "(world size ",
+                                       formation.world_size, "): ")
+                        : "; ",
+            FormatRanks(gave_up), " joined but left at ",
+            gave_up.size() == 1 ? "its own deadline" : "their own deadlines");
       }
       for (std::optional<PendingJoin>& slot : formation.slots) {
         if (!slot || slot->request.deadline > now) continue;
-        const absl::Status status = absl::DeadlineExceededError(
-            absl::StrCat(FormatRanks(missing), " of group ", it->first,
-                         " did not join within the deadline (world size ",
-                         formation.world_size, ")"));
+        const absl::Status status = absl::DeadlineExceededError(why);
+        formation.gave_up.insert(slot->request.rank);
         completions.push_back(
             [done = std::move(slot->done), status] { done(status); });
         slot.reset();

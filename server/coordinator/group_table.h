@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -241,6 +242,9 @@ class GroupTable {
     // until `refused_until` every other rank's join fails at once.
     std::map<int, std::string> refused;
     absl::Time refused_until = absl::InfinitePast();
+    // Ranks that joined but whose own deadline passed before the group
+    // formed (they are told apart from ranks that never joined).
+    std::set<int> gave_up;
   };
   struct ArrivedCall {
     CollectiveCall call;

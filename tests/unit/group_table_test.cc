@@ -549,6 +549,27 @@ TEST_F(GroupTableTest, Join_UnsupportedDevice_UnimplementedExactMessage) {
   EXPECT_TRUE(w1.status().ok()) << w1.status();
 }
 
+TEST_F(GroupTableTest, ExpireDeadlines_RankThatGaveUp_NotNamedAsMissing) {
+  JoinWaiter w0, w3;
+  table_->Join(Req("g", 4, 0, absl::Seconds(3)), w0.Callback());
+  clock_.Advance(absl::Milliseconds(700));
+  table_->Join(Req("g", 4, 3, absl::Seconds(3)), w3.Callback());
+  clock_.Advance(absl::Milliseconds(2300));
+  table_->ExpireDeadlines();
+  ASSERT_EQ(w0.calls(), 1);
+  EXPECT_EQ(w0.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(Message(w0.status()),
+            "ranks 1, 2 of group g did not join within the deadline (world "
+            "size 4)");
+  EXPECT_FALSE(w3.done());
+  clock_.Advance(absl::Milliseconds(700));
+  table_->ExpireDeadlines();
+  ASSERT_EQ(w3.calls(), 1);
+  EXPECT_EQ(Message(w3.status()),
+            "ranks 1, 2 of group g did not join within the deadline (world "
+            "size 4); rank 0 joined but left at its own deadline");
+}
+
 TEST_F(GroupTableTest,
        Join_RankRefusedForDevice_WaitingRanksFailedPreconditionAtOnce) {
   JoinWaiter w0, w2;
