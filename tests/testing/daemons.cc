@@ -294,26 +294,22 @@ absl::StatusOr<Daemon> StartCoordinator(
 absl::StatusOr<Daemon> StartWorker(
     const std::string& coordinator,
     const std::vector<std::string>& extra_flags) {
-  const std::string stem = WorkerStem(extra_flags);
-  const std::string port_file = NewScratchPath(stem, ".port");
-  const std::vector<std::string> args = MergeFlags(
-      {absl::StrCat("--coordinator=", coordinator), "--listen=127.0.0.1:0",
-       absl::StrCat("--port_file=", port_file)},
-      extra_flags);
-  return StartDaemon(WorkerBinary(), stem, args,
-                     FlagValue(args, "--port_file"));
+  return StartWrappedWorker({}, coordinator, extra_flags);
 }
 
 absl::StatusOr<Daemon> StartWrappedWorker(
     const std::vector<std::string>& wrapper, const std::string& coordinator,
     const std::vector<std::string>& extra_flags) {
-  if (wrapper.empty()) return StartWorker(coordinator, extra_flags);
   const std::string stem = WorkerStem(extra_flags);
   const std::string port_file = NewScratchPath(stem, ".port");
   const std::vector<std::string> flags = MergeFlags(
       {absl::StrCat("--coordinator=", coordinator), "--listen=127.0.0.1:0",
        absl::StrCat("--port_file=", port_file)},
       extra_flags);
+  if (wrapper.empty()) {
+    return StartDaemon(WorkerBinary(), stem, flags,
+                       FlagValue(flags, "--port_file"));
+  }
   std::string binary = wrapper[0];
   if (binary.find('/') == std::string::npos) {
     for (absl::string_view dir :
