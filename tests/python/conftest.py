@@ -163,14 +163,14 @@ class Cluster:
             self.stop()
             raise
 
-    def add_worker(self, name: str) -> Daemon:
-        """Starts a worker registered with the coordinator; returns it once
-        it is registered.
+    def add_worker(self, name: str, flags: Sequence[str] = ()) -> Daemon:
+        """Starts a worker registered with the coordinator, with extra
+        `flags`; returns it once it is registered.
         """
         daemon = Daemon(name, [
             str(self.bins["chorus-worker"]),
             f"--coordinator={self.coordinator.address}",
-            "--listen=127.0.0.1:0", f"--name={name}",
+            "--listen=127.0.0.1:0", f"--name={name}", *flags,
         ], self.folder)
         self.workers[name] = daemon
         return daemon

@@ -167,30 +167,47 @@ def test_rank_joined_twice(cluster: Cluster) -> None:
     assert "already joined" in refused.message
 
 
-def test_tensor_over_the_message_limit_is_refused_before_sending(
-        pair: Any) -> None:
-    before = pair[0].next_sequence
-    big = np.zeros(16 * 2 ** 20, np.float32)  # 64 MiB of data
-    with pytest.raises(chorus.ResourceExhausted) as caught:
-        pair[0].all_reduce(big)
-    assert "67108864 bytes (64 MiB)" in caught.value.message
-    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    # A result too large to come back is refused too.
-    with pytest.raises(chorus.ResourceExhausted) as caught:
-        pair[0].all_gather(np.zeros(9 * 2 ** 20, np.float32))
-    assert "reply" in caught.value.message
-    assert pair[0].next_sequence == before  # nothing was sent
+def test_tensor_over_the_daemons_cap_is_refused_without_a_number(
+        cluster: Cluster) -> None:
+    cap = 8 * 2 ** 20
+    workers = [cluster.add_worker(f"capped{r}", [f"--max_tensor_bytes={cap}"])
+               for r in range(2)]
+    try:
+        comms = join_all([w.address for w in workers])
+        big = np.zeros(cap // 4 + 1, np.float32)
+        with pytest.raises(chorus.ResourceExhausted) as caught:
+            comms[0].all_reduce(big, timeout=CALL_TIMEOUT)
+        assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"limit of {cap} bytes per tensor (--max_tensor_bytes)" in \
+            caught.value.message
+        # A result over the cap is refused too.
+        with pytest.raises(chorus.ResourceExhausted) as caught:
+            comms[0].all_gather(np.zeros(cap // 8 + 1, np.float32),
+                                timeout=CALL_TIMEOUT)
+        assert "output of" in caught.value.message
+        # Neither took a number: the next call of both ranks matches.
+        assert comms[0].next_sequence == 1
+        x = np.full(cap // 8, 1.5, np.float32)  # streamed, under the cap
+        got = run_ranks([(lambda c=c: c.all_reduce(x, timeout=CALL_TIMEOUT))
+                         for c in comms])
+        for g in got:
+            assert np.array_equal(g, x * 2)
+        for comm in comms:
+            comm.close()
+    finally:
+        for w in workers:
+            w.stop()
 
 
-def test_the_largest_tensor_that_fits_comes_back(cluster: Cluster) -> None:
+def test_tensor_of_the_whole_message_limit_comes_back(
+        cluster: Cluster) -> None:
     (comm,) = join_all([cluster.address("w0")])
     with comm:
-        # The request adds a few dozen bytes to the data; leave room for it.
-        x = np.arange(chorus.MAX_MESSAGE_BYTES - 128, dtype=np.uint8)
-        got = comm.all_reduce(x, timeout=CALL_TIMEOUT)
-        assert np.array_equal(got, x)
-        with pytest.raises(chorus.ResourceExhausted):
-            comm.all_reduce(np.zeros(chorus.MAX_MESSAGE_BYTES - 16, np.uint8))
+        # Over what one message holds with the request's other fields.
+        x = np.arange(chorus.MAX_MESSAGE_BYTES, dtype=np.uint8)
+        work = comm.all_reduce(x, timeout=CALL_TIMEOUT, async_op=True)
+        assert np.array_equal(work.result(), x)
+        assert comm.next_sequence == 2
 
 
 def test_results_over_grpc_default_limit_come_back(pair: Any) -> None:

@@ -15,8 +15,8 @@ import math
 import os
 import threading
 from concurrent import futures
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
-from typing import Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -28,17 +28,26 @@ from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
 from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 
 __all__ = ["join", "Communicator", "Work", "DEFAULT_TIMEOUT",
-           "MAX_MESSAGE_BYTES"]
+           "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES"]
 
 DEFAULT_TIMEOUT: float = 60.0
 """Seconds a join or a collective may take unless `timeout` says otherwise."""
 
 MAX_MESSAGE_BYTES: int = 64 * 1024 * 1024
-"""The largest gRPC message the worker daemon accepts or sends (64 MiB). A
-collective whose request (the input plus about 60 bytes) or reply (the
-output plus about 60 bytes) would be larger is refused with
-ResourceExhausted before anything is sent.
+"""The largest gRPC message the worker daemon accepts or sends (64 MiB).
+Collectives whose tensors would not fit one message go through the daemon's
+CollectiveChunked stream, in pieces, instead.
 """
+
+STREAM_THRESHOLD_BYTES: int = 4 * 1024 * 1024
+"""A collective whose request or reply would be over this many bytes (or
+over max_message_bytes, when that is smaller) streams its input and output
+in pieces of at most 4 MiB through WorkerLocal.CollectiveChunked; smaller
+ones go as one unary WorkerLocal.Collective call each.
+"""
+
+# The largest piece of a tensor in one CollectiveChunked message.
+_PIECE_BYTES = 4 * 1024 * 1024
 
 # Bytes a reply adds around its data: the data field's tag and length, the
 # sequence and the plan.
@@ -98,6 +107,7 @@ _DEVICE_KINDS = {
 _MAX_COUNT = 1 << 40
 
 _COLLECTIVE_METHOD = "/chorus.v1.WorkerLocal/Collective"
+_CHUNKED_METHOD = "/chorus.v1.WorkerLocal/CollectiveChunked"
 
 
 def _varint_size(value: int) -> int:
@@ -119,6 +129,22 @@ def _varint(value: int) -> bytes:
 
 # LocalCollectiveRequest.data is field 9, length-delimited: tag (9 << 3) | 2.
 _DATA_TAG = bytes([(9 << 3) | 2])
+# LocalChunkedRequest.data is field 2, length-delimited.
+_PIECE_TAG = bytes([(2 << 3) | 2])
+
+
+def _chunked_requests(header: bytes, data: Optional[np.ndarray]
+                      ) -> Iterator[bytes]:
+    """Yields a CollectiveChunked stream's requests as sent: the serialized
+    header, then `data` in pieces of at most _PIECE_BYTES.
+    """
+    yield header
+    if data is None or data.nbytes == 0:
+        return
+    view = data.reshape(-1).view(np.uint8).data
+    for at in range(0, len(view), _PIECE_BYTES):
+        piece = view[at:at + _PIECE_BYTES]
+        yield b"".join([_PIECE_TAG, _varint(len(piece)), piece])
 
 
 def _parse_device(device: Union[str, types_pb2.Device]) -> types_pb2.Device:
@@ -213,7 +239,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         timeout: seconds the join may wait for the other ranks; also the
             default deadline of every collective of the communicator.
         max_message_bytes: the largest gRPC message the daemon takes and
-            sends (MAX_MESSAGE_BYTES unless the daemon was built otherwise).
+            sends (MAX_MESSAGE_BYTES unless the daemon was built otherwise);
+            calls whose messages would be larger stream their tensors.
 
     Raises:
         InvalidArgument: a missing or malformed argument (nothing is sent),
@@ -513,11 +540,17 @@ class Communicator:
         device: the device the daemon reduces this call on ("cuda:0"); the
             rank's device when None.
 
-    Checks this class can make itself (dtypes, sizes, contiguity, roots,
-    message sizes) raise InvalidArgument or ResourceExhausted at once, before
-    the call takes a sequence number; errors from the servers come as
-    chorus.Error subclasses (from result() for async calls), after the call
-    used up its number.
+    Tensors of any size go through: a call whose request or reply would be
+    over STREAM_THRESHOLD_BYTES streams them in pieces (the daemon's
+    --max_tensor_bytes, 4 GiB by default, bounds one call's input and
+    output: ResourceExhausted over it).
+
+    Checks this class can make itself (dtypes, sizes, contiguity, roots)
+    raise InvalidArgument at once, before the call takes a sequence number;
+    so do the daemon's refusals of a call's size (InvalidArgument) and of a
+    tensor over its cap (ResourceExhausted). Other errors from the servers
+    come as chorus.Error subclasses (from result() for async calls), after
+    the call used up its number.
     """
 
     def __init__(self, *, _channel: grpc.Channel, _worker: str, _group: str,
@@ -542,6 +575,10 @@ class Communicator:
             request_serializer=None,
             response_deserializer=(
                 worker_pb2.LocalCollectiveResponse.FromString))
+        self._chunked = _channel.stream_stream(
+            _CHUNKED_METHOD,
+            request_serializer=None,
+            response_deserializer=worker_pb2.LocalChunkedResponse.FromString)
         self._lock = threading.Condition()
         self._next_sequence = 1
         self._in_flight = 0
@@ -591,7 +628,9 @@ class Communicator:
 
     @property
     def max_message_bytes(self) -> int:
-        """The largest request or reply message a call may need."""
+        """The largest gRPC message the daemon takes and sends; larger calls
+        stream their tensors.
+        """
         return self._max_message_bytes
 
     @property
@@ -867,18 +906,10 @@ class Communicator:
         request_bytes = request.ByteSize() + 11 + (
             1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
         reply_bytes = call.output_bytes() + _REPLY_OVERHEAD
-        if max(request_bytes, reply_bytes) > self._max_message_bytes:
-            which, size = (("request", request_bytes)
-                           if request_bytes >= reply_bytes
-                           else ("reply", reply_bytes))
-            raise ResourceExhausted(
-                f"{call.kind} of {call.dtype}[{call.count}] needs a {which} "
-                f"of about {size} bytes, over the worker daemon's message "
-                f"limit of {self._max_message_bytes} bytes "
-                f"({self._max_message_bytes / 2**20:g} MiB); split the "
-                "tensor into smaller calls")
+        streamed = max(request_bytes, reply_bytes) > min(
+            STREAM_THRESHOLD_BYTES, self._max_message_bytes)
         payload: List[Any] = []
-        if data_bytes:
+        if data_bytes and not streamed:
             payload = [_DATA_TAG, _varint(data_bytes),
                        data.reshape(-1).view(np.uint8).data]
         with self._lock:
@@ -887,27 +918,105 @@ class Communicator:
             sequence = self._next_sequence
             self._next_sequence += 1
             request.sequence = sequence
-            wire = b"".join([request.SerializeToString()] + payload)
             work = Work(sequence)
             self._in_flight += 1
             try:
-                rpc = self._collective.future(wire, timeout=timeout)
+                if streamed:
+                    header = worker_pb2.LocalChunkedRequest(
+                        header=worker_pb2.LocalChunkedHeader(
+                            call=request, input_bytes=data_bytes))
+                    rpc = self._chunked(
+                        _chunked_requests(header.SerializeToString(), data),
+                        timeout=timeout)
+                else:
+                    wire = b"".join([request.SerializeToString()] + payload)
+                    rpc = self._collective.future(wire, timeout=timeout)
+                    del wire
             except BaseException:
                 self._in_flight -= 1
                 self._lock.notify_all()
                 raise
-        del wire
-        rpc.add_done_callback(
-            lambda done: self._finish(done, call, target, work))
+        if streamed:
+            threading.Thread(
+                target=self._settle, daemon=True,
+                name=f"chorus-{call.kind}-{sequence}",
+                args=(call, work, lambda: self._receive_streamed(
+                    rpc, call, target, sequence), True)).start()
+        else:
+            rpc.add_done_callback(lambda done: self._settle(
+                call, work, lambda: self._receive_unary(
+                    done, call, target, sequence)))
         if async_op:
             return work
         return work.result()
 
-    def _finish(self, rpc: Any, call: _Call, target: Optional[np.ndarray],
-                work: Work) -> None:
+    def _receive_unary(self, rpc: Any, call: _Call,
+                       target: Optional[np.ndarray], sequence: int
+                       ) -> Tuple[Any, Optional[np.ndarray]]:
+        """Returns (the plan, the output) of a finished unary call."""
+        response = rpc.result()
+        return response.plan, self._output(call, target, response.data,
+                                           sequence)
+
+    def _receive_streamed(self, responses: Iterator[Any], call: _Call,
+                          target: Optional[np.ndarray], sequence: int
+                          ) -> Tuple[Any, Optional[np.ndarray]]:
+        """Reads a CollectiveChunked stream to its end and returns (the
+        plan, the output), writing the pieces straight into the result.
+        """
+        expected = call.output_bytes()
+        header = None
+        buffer = np.empty(0, np.uint8)
+        received = 0
+        for response in responses:
+            if response.WhichOneof("part") == "header":
+                if header is not None:
+                    raise Internal(f"{call.kind} #{sequence}: the worker "
+                                   "sent a second header",
+                                   grpc.StatusCode.INTERNAL)
+                header = response.header
+                if header.output_bytes != expected:
+                    raise Internal(
+                        f"{call.kind} #{sequence}: the worker returns "
+                        f"{header.output_bytes} bytes; the result takes "
+                        f"{expected}", grpc.StatusCode.INTERNAL)
+                if target is not None:
+                    buffer = target.reshape(-1).view(np.uint8)
+                else:
+                    buffer = np.empty(expected, np.uint8)
+                continue
+            piece = response.data
+            if header is None or received + len(piece) > expected:
+                raise Internal(
+                    f"{call.kind} #{sequence}: the worker sent more output "
+                    f"than the {expected} bytes it announced, or sent it "
+                    "before its header", grpc.StatusCode.INTERNAL)
+            buffer[received:received + len(piece)] = np.frombuffer(
+                piece, np.uint8)
+            received += len(piece)
+        if header is None or received != expected:
+            raise Internal(
+                f"{call.kind} #{sequence}: the worker's stream ended after "
+                f"{received} of {expected} bytes of output",
+                grpc.StatusCode.INTERNAL)
+        if call.out_shape is None:
+            return header.plan, None
+        if target is not None:
+            return header.plan, target
+        return header.plan, buffer.view(call.out_dtype).reshape(
+            call.out_shape)
+
+    def _settle(self, call: _Call, work: Work,
+                receive: Callable[[], Tuple[Any, Optional[np.ndarray]]],
+                streamed: bool = False) -> None:
+        """Completes `work` with what receive() returns (the plan and the
+        output) or with the chorus.Error it raises. A streamed call the
+        daemon refused over its --max_tensor_bytes took no number there: its
+        number is given back when no later call took one meanwhile.
+        """
         try:
             try:
-                response = rpc.result()
+                plan, output = receive()
             except grpc.FutureCancelledError:
                 raise Cancelled(f"{call.kind} #{work.sequence} was cancelled",
                                 grpc.StatusCode.CANCELLED) from None
@@ -925,12 +1034,15 @@ class Communicator:
                     error.sequence = work.sequence
                 if error.group is None:
                     error.group = self._group
+                if streamed and isinstance(error, ResourceExhausted):
+                    with self._lock:
+                        if self._next_sequence == work.sequence + 1:
+                            self._next_sequence = work.sequence
                 raise error from None
-            work.algorithm = _ALGORITHM_NAMES.get(response.plan.algorithm,
-                                                  str(response.plan.algorithm))
-            work.chunk_bytes = response.plan.chunk_bytes
-            work.set_result(self._output(call, target, response.data,
-                                         work.sequence))
+            work.algorithm = _ALGORITHM_NAMES.get(plan.algorithm,
+                                                  str(plan.algorithm))
+            work.chunk_bytes = plan.chunk_bytes
+            work.set_result(output)
         except Error as e:
             work.set_exception(e)
         except BaseException as e:  # never leave a future unfinished
