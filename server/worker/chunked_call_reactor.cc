@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "server/common/grpc_status.h"
 
 namespace chorus {
@@ -15,139 +16,166 @@ ChunkedCallReactor::ChunkedCallReactor(LocalApiService* service,
 }
 
 void ChunkedCallReactor::OnReadDone(bool ok) {
-  if (!ok) {
-    // The client half-closed, or the stream broke.
-    if (context_->IsCancelled()) {
-      End(absl::CancelledError("the client cancelled the stream"));
+  absl::Status status;
+  bool run = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ok) {
+      // The client half-closed, or the stream broke.
+      if (context_->IsCancelled()) {
+        status = absl::CancelledError("the client cancelled the stream");
+      } else {
+        status = InputComplete();
+        run = status.ok();
+      }
+    } else if (request_.part_case() == v1::LocalChunkedRequest::kHeader) {
+      status = phase_ == Phase::kHeader
+                   ? TakeHeader(request_.header())
+                   : absl::InvalidArgumentError(
+                         "CollectiveChunked got a second header; a stream "
+                         "carries one call: one header, then the input's "
+                         "pieces");
+    } else if (request_.part_case() == v1::LocalChunkedRequest::kData) {
+      status = phase_ == Phase::kInput
+                   ? TakePiece(request_.data())
+                   : absl::InvalidArgumentError(
+                         "CollectiveChunked got a piece of data before the "
+                         "header; the first message must be the header");
     } else {
-      EndOfInput();
+      status = absl::InvalidArgumentError(
+          "CollectiveChunked got a message with neither a header nor data");
     }
-    return;
+    if (!status.ok() && !MarkFinished()) return;
   }
-  switch (request_.part_case()) {
-    case v1::LocalChunkedRequest::kHeader:
-      if (phase_ != Phase::kHeader) {
-        End(absl::InvalidArgumentError(
-            "CollectiveChunked got a second header; a stream carries one "
-            "call: one header, then the input's pieces"));
-        return;
-      }
-      TakeHeader(request_.header());
-      break;
-    case v1::LocalChunkedRequest::kData:
-      if (phase_ != Phase::kInput) {
-        End(absl::InvalidArgumentError(
-            "CollectiveChunked got a piece of data before the header; the "
-            "first message must be the header"));
-        return;
-      }
-      TakePiece(request_.data());
-      break;
-    default:
-      End(absl::InvalidArgumentError(
-          "CollectiveChunked got a message with neither a header nor data"));
-      return;
+  if (!status.ok()) {
+    Finish(ToGrpcStatus(status));
+  } else if (run) {
+    StartRun();
+  } else {
+    StartRead(&request_);
   }
-  if (phase_ == Phase::kInput) StartRead(&request_);
 }
 
-void ChunkedCallReactor::TakeHeader(const v1::LocalChunkedHeader& header) {
+absl::Status ChunkedCallReactor::TakeHeader(
+    const v1::LocalChunkedHeader& header) {
   if (!header.call().data().empty()) {
-    End(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "CollectiveChunked: the header's call carries ",
         header.call().data().size(),
-        " bytes of data; send the input in data pieces after the header")));
-    return;
+        " bytes of data; send the input in data pieces after the header"));
   }
   absl::StatusOr<LocalCall> call = service_->PrepareCall(header.call());
-  absl::Status status = call.status();
-  if (status.ok()) status = service_->CheckSizes(*call, header.input_bytes());
-  if (!status.ok()) {
-    End(status);
-    return;
-  }
+  if (!call.ok()) return call.status();
+  absl::Status sizes = service_->CheckSizes(*call, header.input_bytes());
+  if (!sizes.ok()) return sizes;
   call_ = *std::move(call);
   input_bytes_ = header.input_bytes();
   input_.reserve(input_bytes_);
   phase_ = Phase::kInput;
+  return absl::OkStatus();
 }
 
-void ChunkedCallReactor::TakePiece(const std::string& piece) {
+absl::Status ChunkedCallReactor::TakePiece(const std::string& piece) {
   if (piece.size() > kMaxPieceBytes) {
-    End(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "CollectiveChunked: a piece of ", piece.size(),
-        " bytes is over the limit of ", kMaxPieceBytes, " bytes per piece")));
-    return;
+        " bytes is over the limit of ", kMaxPieceBytes, " bytes per piece"));
   }
   if (piece.size() > input_bytes_ - input_.size()) {
-    End(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "CollectiveChunked: the pieces add up to ",
         input_.size() + piece.size(),
-        " bytes, past the header's input_bytes of ", input_bytes_)));
-    return;
+        " bytes, past the header's input_bytes of ", input_bytes_));
   }
   input_.append(piece);
+  return absl::OkStatus();
 }
 
-void ChunkedCallReactor::EndOfInput() {
+absl::Status ChunkedCallReactor::InputComplete() const {
   if (phase_ == Phase::kHeader) {
-    End(absl::InvalidArgumentError(
-        "CollectiveChunked: the stream ended before its header"));
-    return;
+    return absl::InvalidArgumentError(
+        "CollectiveChunked: the stream ended before its header");
   }
   if (input_.size() != input_bytes_) {
-    End(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat("CollectiveChunked: the stream ended after ",
-                     input_.size(), " of ", input_bytes_, " bytes of input")));
-    return;
+                     input_.size(), " of ", input_bytes_, " bytes of input"));
   }
-  phase_ = Phase::kRunning;
+  return absl::OkStatus();
+}
+
+void ChunkedCallReactor::StartRun() {
+  LocalCall call;
+  absl::string_view input;
+  std::string* output;
+  {
+    absl::MutexLock lock(&mu_);
+    phase_ = Phase::kRunning;
+    call = std::move(call_);
+    input = input_;
+    output = &output_;
+  }
   service_->StartCall(
-      std::move(call_), *context_, input_, &output_,
+      std::move(call), *context_, input, output,
       [this](absl::StatusOr<RunResult> result) { Ran(std::move(result)); });
 }
 
 void ChunkedCallReactor::Ran(absl::StatusOr<RunResult> result) {
-  std::string().swap(input_);
-  if (!result.ok()) {
-    End(result.status());
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string().swap(input_);
+    if (result.ok()) {
+      phase_ = Phase::kOutput;
+      v1::LocalChunkedResult* header = response_.mutable_header();
+      header->set_sequence(result->sequence);
+      ToPlanProto(*result, header->mutable_plan());
+      header->set_output_bytes(output_.size());
+    } else if (!MarkFinished()) {
+      return;
+    }
   }
-  phase_ = Phase::kOutput;
-  v1::LocalChunkedResult* header = response_.mutable_header();
-  header->set_sequence(result->sequence);
-  ToPlanProto(*result, header->mutable_plan());
-  header->set_output_bytes(output_.size());
-  StartWrite(&response_);
+  if (result.ok()) {
+    StartWrite(&response_);
+  } else {
+    Finish(ToGrpcStatus(result.status()));
+  }
 }
 
 void ChunkedCallReactor::OnWriteDone(bool ok) {
-  if (!ok) {
-    End(absl::CancelledError(
-        "CollectiveChunked: the stream broke while the result was sent"));
-    return;
+  absl::Status status;  // to finish with when nothing is left to write
+  bool write = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ok) {
+      status = absl::CancelledError(
+          "CollectiveChunked: the stream broke while the result was sent");
+    } else {
+      write = NextPiece();
+    }
+    if (!write && !MarkFinished()) return;
   }
-  WriteNext();
+  if (write) {
+    StartWrite(&response_);
+  } else {
+    Finish(ToGrpcStatus(status));
+  }
 }
 
-void ChunkedCallReactor::WriteNext() {
-  if (written_ == output_.size()) {
-    End(absl::OkStatus());
-    return;
-  }
+bool ChunkedCallReactor::NextPiece() {
+  if (written_ == output_.size()) return false;
   const uint64_t n =
       std::min<uint64_t>(kMaxPieceBytes, output_.size() - written_);
   response_.set_data(output_.data() + written_, n);
   written_ += n;
-  StartWrite(&response_);
+  return true;
 }
 
-void ChunkedCallReactor::End(const absl::Status& status) {
-  if (phase_ == Phase::kFinished) return;
+bool ChunkedCallReactor::MarkFinished() {
+  if (phase_ == Phase::kFinished) return false;
   phase_ = Phase::kFinished;
   std::string().swap(input_);
   std::string().swap(output_);
-  Finish(ToGrpcStatus(status));
+  return true;
 }
 
 }  // namespace chorus

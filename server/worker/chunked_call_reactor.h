@@ -9,9 +9,11 @@
 //
 // Lifecycle: made by LocalApiService::CollectiveChunked for each stream;
 // gRPC owns it and it deletes itself in OnDone(). The service must outlive
-// it. Thread safety: gRPC calls one callback at a time in the order of the
-// phases (reads, then the run's completion, then writes); each phase starts
-// the next only after it is done with the state, so the state needs no lock.
+// it. Thread safety: gRPC's callbacks and the run's completion (on a task
+// thread) come one at a time, in the order of the phases, but on different
+// threads; each decides what to do next under mu_ and starts the next
+// operation (a read, the run, a write, Finish) after releasing it, since
+// gRPC may run a callback on the thread that starts an operation.
 #ifndef CHORUS_SERVER_WORKER_CHUNKED_CALL_REACTOR_H_
 #define CHORUS_SERVER_WORKER_CHUNKED_CALL_REACTOR_H_
 
@@ -20,8 +22,10 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/worker/local_api_service.h"
 
@@ -42,28 +46,41 @@ class ChunkedCallReactor final
  private:
   enum class Phase { kHeader, kInput, kRunning, kOutput, kFinished };
 
-  // Checks the header and makes room for the input; Finish()es on refusal.
-  void TakeHeader(const v1::LocalChunkedHeader& header);
-  // Appends one piece of the input; Finish()es on refusal.
-  void TakePiece(const std::string& piece);
-  // The client half-closed: runs the call when the whole input is there.
-  void EndOfInput();
+  // Checks the header and makes room for the input. Returns OK, or the
+  // status to end the stream with.
+  absl::Status TakeHeader(const v1::LocalChunkedHeader& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends one piece of the input. Returns OK or the status to end with.
+  absl::Status TakePiece(const std::string& piece)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The client half-closed: OK when the whole input is there.
+  absl::Status InputComplete() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the call to the service's task runner.
+  void StartRun();
   // Called on the task thread with the call's result.
   void Ran(absl::StatusOr<RunResult> result);
-  // Writes the next piece of the output, or finishes when none is left.
-  void WriteNext();
-  void End(const absl::Status& status);
+  // Puts the next piece of the output in response_. Returns false when none
+  // is left.
+  bool NextPiece() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the stream finished and frees its buffers. Returns false when it
+  // already was (Finish() must then not be called again).
+  bool MarkFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   LocalApiService* const service_;
   grpc::CallbackServerContext* const context_;
-  Phase phase_ = Phase::kHeader;
+  // Owned by gRPC while a read or a write is in flight.
   v1::LocalChunkedRequest request_;
   v1::LocalChunkedResponse response_;
-  LocalCall call_;
-  uint64_t input_bytes_ = 0;
-  std::string input_;
-  std::string output_;
-  uint64_t written_ = 0;
+
+  absl::Mutex mu_;
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kHeader;
+  LocalCall call_ ABSL_GUARDED_BY(mu_);
+  uint64_t input_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // While the call runs (kRunning), the task reads input_ and writes
+  // output_ without mu_; nothing else touches them then.
+  std::string input_ ABSL_GUARDED_BY(mu_);
+  std::string output_ ABSL_GUARDED_BY(mu_);
+  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace chorus
