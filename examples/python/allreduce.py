@@ -38,6 +38,15 @@ except ImportError:
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _say(line: str) -> None:
+    """Prints one line in one write, so that the two ranks' lines on a
+    shared stdout never interleave (print() writes the text and the newline
+    separately when Python runs unbuffered).
+    """
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def run_rank() -> None:
     """One rank: joins the group named by the CHORUS_* variables and runs a
     few collectives.
@@ -50,15 +59,14 @@ def run_rank() -> None:
         works = [comm.all_reduce(np.full(2, i, np.int64), async_op=True)
                  for i in range(3)]
         sums = [w.result().tolist() for w in works]
-        print(f"rank {comm.rank}: all_reduce({x.tolist()}) = "
-              f"{total.tolist()}; all_gather = {ranks.ravel().tolist()}; "
-              f"async sums = {sums}", flush=True)
+        _say(f"rank {comm.rank}: all_reduce({x.tolist()}) = "
+             f"{total.tolist()}; all_gather = {ranks.ravel().tolist()}; "
+             f"async sums = {sums}")
         # Ranks that disagree get an error naming what each one asked for.
         try:
             comm.all_reduce(np.zeros(3 if comm.rank == 0 else 2, np.float32))
         except chorus.InvalidArgument as e:
-            print(f"rank {comm.rank}: mismatch reported: {e.ranks}",
-                  flush=True)
+            _say(f"rank {comm.rank}: mismatch reported: {e.ranks}")
 
 
 def _binary(name: str, subdir: str) -> str:
