@@ -46,6 +46,13 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address));
   }
+  if (grpc::HealthCheckServiceInterface* health =
+          started.server->GetHealthCheckService();
+      health != nullptr) {
+    for (const std::string& name : options.health_names) {
+      health->SetServingStatus(name, true);
+    }
+  }
   return started;
 }
 

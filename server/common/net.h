@@ -34,6 +34,9 @@ struct ServerOptions {
   std::string listen_address;
   // Services to serve; not owned, must outlive the server.
   std::vector<grpc::Service*> services;
+  // Full names of the services ("chorus.v1.Coordinator") the health
+  // service reports SERVING, besides "" (the whole server).
+  std::vector<std::string> health_names;
   int max_message_bytes = kDefaultMaxMessageBytes;
 };
 
@@ -43,8 +46,10 @@ struct StartedServer {
   int port = 0;
 };
 
-// Builds and starts a server with the grpc.health.v1 health service and
-// server reflection. Returns UNAVAILABLE when the address cannot be bound.
+// Builds and starts a server with the grpc.health.v1 health service (SERVING
+// for "" and every name in options.health_names; NOT_FOUND for any other
+// name) and server reflection. Returns UNAVAILABLE when the address cannot be
+// bound.
 absl::StatusOr<StartedServer> StartServer(const ServerOptions& options);
 
 // Returns the deadline `timeout` from now, for a client context.

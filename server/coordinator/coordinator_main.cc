@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
   chorus::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.services = {&service};
+  options.health_names = {chorus::v1::Coordinator::service_full_name()};
   absl::StatusOr<chorus::StartedServer> server = chorus::StartServer(options);
   if (!server.ok()) {
     LOG(ERROR) << server.status();

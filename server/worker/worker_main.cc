@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes));
   options.extra_services = {&local_api};
+  options.extra_service_names = {chorus::v1::WorkerLocal::service_full_name()};
 
   absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> created =
       chorus::WorkerRuntime::Create(options);

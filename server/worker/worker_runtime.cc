@@ -74,6 +74,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   server_options.listen_address = options.listen;
   server_options.services = options.extra_services;
   server_options.services.push_back(runtime->peer_service_.get());
+  server_options.health_names = options.extra_service_names;
+  server_options.health_names.push_back(v1::Peer::service_full_name());
   absl::StatusOr<StartedServer> server = StartServer(server_options);
   if (!server.ok()) return server.status();
   runtime->server_ = std::move(server->server);

@@ -76,6 +76,8 @@ struct RuntimeOptions {
   // Extra services served next to the data plane (not owned; must outlive
   // the runtime), e.g. the daemon's local API.
   std::vector<grpc::Service*> extra_services;
+  // Their full names, which the health service reports SERVING.
+  std::vector<std::string> extra_service_names;
 };
 
 // One rank's membership in a formed group.

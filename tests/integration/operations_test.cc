@@ -2,6 +2,7 @@
 // grpc.health.v1 health service and --help of each binary.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -31,6 +32,28 @@ TEST(OperationsTest, HealthCheck_Worker_Serving) {
   absl::StatusOr<int> serving = HealthCheck(worker->address);
   ASSERT_TRUE(serving.ok()) << serving.status();
   EXPECT_EQ(*serving, kHealthServing);
+}
+
+TEST(OperationsTest, HealthCheck_ServiceNames_ServingAndUnknownNotFound) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::StatusOr<Daemon> worker =
+      StartWorker(coordinator->address, {"--name=worker-a", "--devices=cpu"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::vector<std::pair<std::string, std::string>> served = {
+      {coordinator->address, "chorus.v1.Coordinator"},
+      {worker->address, "chorus.v1.WorkerLocal"},
+      {worker->address, "chorus.v1.Peer"},
+  };
+  for (const auto& [address, service] : served) {
+    absl::StatusOr<int> serving = HealthCheck(address, service);
+    ASSERT_TRUE(serving.ok()) << service << ": " << serving.status();
+    EXPECT_EQ(*serving, kHealthServing) << service;
+  }
+  absl::StatusOr<int> unknown =
+      HealthCheck(coordinator->address, "chorus.v1.NoSuchService");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound)
+      << unknown.status();
 }
 
 // Debian's Abseil (20220623) prints the usage to stdout and exits with 1 on
