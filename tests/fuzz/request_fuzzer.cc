@@ -269,7 +269,8 @@ class Harness {
   }
 
   // Everything a refused request must leave as it was.
-  std::string Fingerprint() const {
+  // `with_deadline` false leaves out the table's next deadline.
+  std::string Fingerprint(bool with_deadline = true) const {
     std::string out;
     for (const GroupSummary& s : table_.List()) {
       absl::StrAppend(&out, "group ", s.view.name, " e", s.view.epoch, " w",
@@ -289,8 +290,10 @@ class Harness {
     }
     uint64_t latest = 0;
     table_.AbortsFor(0, 0, &latest);
-    absl::StrAppend(&out, "next ", absl::FormatTime(table_.NextDeadline()),
-                    " notices ", latest, "\n");
+    absl::StrAppend(
+        &out, "next ",
+        with_deadline ? absl::FormatTime(table_.NextDeadline()) : "-",
+        " notices ", latest, "\n");
     for (const WorkerRecord& r : registry_.List()) {
       absl::StrAppend(&out, "worker ", r.id, " ", r.registration.name, " ",
                       r.registration.host, " ", r.registration.address, " ",
@@ -340,12 +343,26 @@ class Harness {
   // After a request whose callback `id` ran with an error: when it was the
   // only callback that ran, the request was refused at once and must have
   // changed nothing since `before` was taken.
+  // A join refused for its device (UNIMPLEMENTED), or because another
+  // rank's was (FAILED_PRECONDITION), may record or clear that refusal,
+  // which moves only the next deadline: `before_without_deadline` (when
+  // given) is compared for those.
   void CheckRefusal(int id, int runs_before, const std::string& before,
-                    absl::string_view what) {
+                    absl::string_view what,
+                    const std::string* before_without_deadline = nullptr) {
     if (!log_.ran(id)) return;
     const absl::Status& status = log_.status(id);
     if (status.ok()) return;
     if (log_.total() != runs_before + 1) return;
+    if (before_without_deadline != nullptr &&
+        (absl::IsUnimplemented(status) || absl::IsFailedPrecondition(status))) {
+      const std::string after = Fingerprint(/*with_deadline=*/false);
+      FUZZ_CHECK(after == *before_without_deadline,
+                 absl::StrCat(what, " was refused with ", status.ToString(),
+                              " but changed the state from\n",
+                              *before_without_deadline, "to\n", after));
+      return;
+    }
     const std::string after = Fingerprint();
     FUZZ_CHECK(
         after == before,
@@ -428,6 +445,7 @@ class Harness {
     // (see the report that came with this fuzzer).
     const int world = join.request_id.empty() ? join.world_size : 0;
     const std::string before = Fingerprint();
+    const std::string before_without_deadline = Fingerprint(false);
     const int runs_before = log_.total();
     const int id = log_.Add(absl::StrCat("join ", group, " rank ", join.rank));
     table_.Join(std::move(join), [this, id, group,
@@ -442,7 +460,7 @@ class Harness {
         FUZZ_CHECK(view->members[rank].rank == rank, group);
       }
     });
-    CheckRefusal(id, runs_before, before, "join");
+    CheckRefusal(id, runs_before, before, "join", &before_without_deadline);
   }
 
   void Collective(const v1::CollectiveRequest& request, absl::Duration wait,
