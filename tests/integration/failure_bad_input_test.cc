@@ -399,12 +399,21 @@ TEST_F(BadInputTest, JoinGroup_BadRequests_RefusedWithoutStateChange) {
          *r.mutable_device() = DeviceOf(v1::DEVICE_KIND_CUDA, -1);
        },
        kInvalid, "device index must not be negative"},
+      // A join refused for its device is remembered for its formation (the
+      // other ranks are told at once; see the test below), so these two go
+      // to groups of their own.
       {"a GPU the worker did not register",
-       [](Request& r) { *r.mutable_device() = DeviceOf(v1::DEVICE_KIND_CUDA); },
+       [](Request& r) {
+         r.set_group("refused-cuda");
+         *r.mutable_device() = DeviceOf(v1::DEVICE_KIND_CUDA);
+       },
        absl::StatusCode::kUnimplemented,
        "Distributed operations are not supported for device Cuda(0)"},
       {"a device kind without distributed support",
-       [](Request& r) { *r.mutable_device() = DeviceOf(v1::DEVICE_KIND_WGPU); },
+       [](Request& r) {
+         r.set_group("refused-wgpu");
+         *r.mutable_device() = DeviceOf(v1::DEVICE_KIND_WGPU);
+       },
        absl::StatusCode::kUnimplemented,
        "Distributed operations are not supported for device Wgpu(0)"},
   };
@@ -420,6 +429,31 @@ TEST_F(BadInputTest, JoinGroup_BadRequests_RefusedWithoutStateChange) {
   // None of them left a pending join behind: the group forms with exactly
   // the members of a fresh rendezvous.
   EXPECT_NE(Form("join-table", 2), 0u);
+}
+
+// A join refused for its device: the other rank's join fails at once
+// naming it; once the refused rank has joined on its CPU the group forms.
+TEST_F(BadInputTest, JoinGroup_UnsupportedDevice_OthersRefusedUntilItRejoins) {
+  v1::JoinGroupRequest wgpu = JoinRequest("refused", 2, 0, worker_ids_[0]);
+  *wgpu.mutable_device() = DeviceOf(v1::DEVICE_KIND_WGPU);
+  EXPECT_THAT(JoinGroup(*stub_, wgpu),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       HasSubstr("not supported for device Wgpu(0)")));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(
+      JoinGroup(*stub_, JoinRequest("refused", 2, 1, worker_ids_[1])),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("rank 0 of group refused was refused: Distributed "
+                         "operations are not supported for device Wgpu(0)")));
+  EXPECT_LT(absl::Now() - start, kRpcTimeout / 2);
+  // Rank 0 on its CPU clears the refusal even though it then gives up
+  // waiting; afterwards the group forms whichever rank comes first.
+  EXPECT_EQ(JoinGroup(*stub_, JoinRequest("refused", 2, 0, worker_ids_[0]),
+                      absl::Seconds(1))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(Form("refused", 2), 0u);
 }
 
 TEST_F(BadInputTest, JoinGroup_DuplicateRankOrOtherWorldSize_Refused) {
