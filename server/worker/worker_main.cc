@@ -26,9 +26,10 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:0",
           "Address this worker serves its peers and its local API on, "
           "host:port; port 0 picks a free port.");
 ABSL_FLAG(std::string, advertise_address, "",
-          "Address peers use to reach this worker; default: the listen host "
-          "(or this machine's hostname when listening on all interfaces) and "
-          "the bound port.");
+          "Address peers use to reach this worker, host:port or just host "
+          "(then with the bound port); default: the listen host (or this "
+          "machine's hostname when listening on all interfaces) and the "
+          "bound port. Anything else ends the worker with INVALID_ARGUMENT.");
 ABSL_FLAG(int32_t, data_port, 0,
           "Port of the TCP data plane (on the listen host) that peers send "
           "collective data to; 0 picks a free port. Peers learn it from this "

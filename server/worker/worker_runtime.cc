@@ -32,6 +32,30 @@ std::string AdvertisedAddress(const std::string& listen, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+// The address peers use: `advertise` as given when it has a port, else its
+// host with the bound port. INVALID_ARGUMENT for anything else.
+absl::StatusOr<std::string> AdvertiseWithPort(const std::string& advertise,
+                                              int port) {
+  if (SplitHostPort(advertise).ok()) return advertise;
+  const absl::Status bad = absl::InvalidArgumentError(absl::StrCat(
+      "advertise address \"", advertise,
+      "\" is neither host nor host:port with a port in [0, 65535]"));
+  const size_t colons = std::count(advertise.begin(), advertise.end(), ':');
+  // One colon is a host:port whose port is wrong; an unclosed bracket is
+  // not an address.
+  if (advertise.empty() || colons == 1 ||
+      (advertise.front() == '[' && advertise.back() != ']')) {
+    return bad;
+  }
+  // A bare IPv6 address takes brackets before its port.
+  const std::string host = colons >= 2 && advertise.front() != '['
+                               ? absl::StrCat("[", advertise, "]")
+                               : advertise;
+  const std::string with_port = absl::StrCat(host, ":", port);
+  if (!SplitHostPort(with_port).ok()) return bad;
+  return with_port;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Start(
@@ -80,9 +104,14 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!server.ok()) return server.status();
   runtime->server_ = std::move(server->server);
   runtime->port_ = server->port;
-  runtime->address_ = options.advertise_address.empty()
-                          ? AdvertisedAddress(options.listen, server->port)
-                          : options.advertise_address;
+  if (options.advertise_address.empty()) {
+    runtime->address_ = AdvertisedAddress(options.listen, server->port);
+  } else {
+    absl::StatusOr<std::string> advertised =
+        AdvertiseWithPort(options.advertise_address, server->port);
+    if (!advertised.ok()) return advertised.status();
+    runtime->address_ = *std::move(advertised);
+  }
 
   SessionOptions session;
   session.coordinator = options.coordinator;

@@ -48,7 +48,8 @@ struct RuntimeOptions {
   std::string coordinator;
   // Where the peer data plane (and any extra services) listen.
   std::string listen = "127.0.0.1:0";
-  // Address peers use; default: the listen host and the bound port.
+  // Address peers use, "host:port" or just "host" (then with the bound
+  // port); default: the listen host and the bound port.
   std::string advertise_address;
   // The data plane: chunks to peers go over raw TCP (wire frames, no
   // protobuf copies) when true, through gRPC Exchange streams when false.

@@ -112,6 +112,33 @@ TEST(RegistrationTest, Register_TwoWorkers_BothListed) {
   }
 }
 
+// --advertise_address without a port gets the bound port (it used to be
+// registered as given and fail at the first data-plane collective); one
+// that is not an address ends the worker at once.
+TEST(RegistrationTest, WorkerStart_AdvertiseHostWithoutPort_BoundPortAdded) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::StatusOr<Daemon> worker =
+      StartWorker(coordinator->address,
+                  {"--name=worker-a", "--advertise_address=127.0.0.1"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto stub = NewCoordinatorStub(coordinator->address);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = ListWorkers(*stub);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].address(), worker->address);
+
+  absl::StatusOr<std::unique_ptr<Subprocess>> bad =
+      SpawnWorker(coordinator->address,
+                  {"--name=worker-bad", "--advertise_address=host:99999"});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  absl::StatusOr<int> code = (*bad)->WaitForExit(kExitTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT((*bad)->ReadLog(),
+              HasSubstr("INVALID_ARGUMENT: advertise address \"host:99999\""));
+}
+
 TEST(RegistrationTest, ChorusctlWorkers_TwoWorkers_PrintsNamesAddressesCpu) {
   absl::StatusOr<Daemon> coordinator = StartCoordinator();
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
