@@ -264,7 +264,8 @@ TEST_F(ChunkedCollectiveTest,
   for (int r = 0; r < 2; ++r) {
     std::vector<uint32_t> values(kCount);
     for (uint64_t i = 0; i < kCount; ++i) {
-      values[i] = static_cast<uint32_t>(i) ^ (static_cast<uint32_t>(r + 1) << 28);
+      values[i] =
+          static_cast<uint32_t>(i) ^ (static_cast<uint32_t>(r + 1) << 28);
     }
     inputs.push_back(Bytes(values));
   }
