@@ -101,12 +101,9 @@ ABSL_FLAG(bool, keep_logs, false,
 ABSL_FLAG(std::string, data_plane, "tcp",
           "How ranks send collective data to each other: tcp (wire frames "
           "on raw TCP connections) or grpc (chunks on gRPC streams).");
-ABSL_FLAG(bool, collective_stream, true,
-          "Ranks send their collective calls to the coordinator on one "
-          "stream each; false: one unary RPC per call.");
 ABSL_FLAG(bool, call_port, true,
           "Ranks send collective calls to the coordinator's call port (plain "
-          "TCP frames); false: as --collective_stream says.");
+          "TCP frames); false: one unary gRPC call each.");
 ABSL_FLAG(bool, check_results, false,
           "Ranks hash their results and the coordinator compares them at "
           "each commit (the workers' --check_results).");
@@ -393,7 +390,6 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.devices = {JoinOptions::CpuDevice()};
   options.register_timeout = c.timeout;
   options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
-  options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
   options.call_port = absl::GetFlag(FLAGS_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
   absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
@@ -482,8 +478,6 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
       absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane)),
-      absl::StrCat("--collective_stream=",
-                   absl::GetFlag(FLAGS_collective_stream) ? "true" : "false"),
       absl::StrCat("--call_port=",
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),
       absl::StrCat("--check_results=",

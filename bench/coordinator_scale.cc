@@ -7,9 +7,8 @@
 // callback threads (no thread per rank); every call has a deadline. The
 // barriers go as frames on the coordinator's call port, one connection per
 // --connections with a thread each that writes every request and reads
-// every reply, as workers send their collectives (--transport=stream: one
-// CollectiveStream per gRPC connection; --transport=unary: one Collective
-// RPC each).
+// every reply, as workers send their collectives (--transport=unary: one
+// Collective RPC each).
 //
 // It prints the time of the rendezvous, of the barriers and of both, the
 // median time per barrier, and the CPU time the coordinator and this process
@@ -63,7 +62,6 @@
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
-#include "server/worker/collective_stream_client.h"
 
 ABSL_FLAG(int32_t, ranks, 1024, "Ranks in the group.");
 ABSL_FLAG(int32_t, workers, 0,
@@ -75,8 +73,7 @@ ABSL_FLAG(int32_t, connections, 16,
 ABSL_FLAG(std::string, transport, "callport",
           "How the barriers reach the coordinator: \"callport\" (each "
           "connection carries its ranks' calls as frames on the call port, "
-          "as workers do), \"stream\" (one CollectiveStream per connection) "
-          "or \"unary\" (one Collective RPC per call).");
+          "as workers do) or \"unary\" (one Collective RPC per call).");
 ABSL_FLAG(bool, decode_every_join, false,
           "Decode every rank's JoinGroup reply; by default one is decoded and "
           "the others are compared with it byte for byte.");
@@ -274,8 +271,6 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(
 struct RankCalls {
   int rank = 0;
   v1::Coordinator::Stub* stub = nullptr;
-  // Set with --transport=stream.
-  CollectiveStreamClient* stream = nullptr;
   std::unique_ptr<grpc::ClientContext> context[2];
   v1::CollectiveRequest request[2];
   v1::CollectiveResponse response[2];
@@ -302,7 +297,6 @@ class ScaleRun {
         timeout_(absl::GetFlag(FLAGS_timeout)),
         coordinator_pid_(coordinator_pid),
         decode_every_join_(absl::GetFlag(FLAGS_decode_every_join)),
-        use_stream_(absl::GetFlag(FLAGS_transport) == "stream"),
         use_call_port_(absl::GetFlag(FLAGS_transport) == "callport"),
         barrier_done_(barriers_),
         barrier_end_ns_(barriers_) {
@@ -316,10 +310,6 @@ class ScaleRun {
           std::make_unique<grpc::TemplatedGenericStub<v1::JoinGroupRequest,
                                                       grpc::ByteBuffer>>(
               channel));
-      if (use_stream_) {
-        stream_clients_.push_back(
-            std::make_unique<CollectiveStreamClient>(stubs_.back().get()));
-      }
     }
   }
 
@@ -447,9 +437,6 @@ class ScaleRun {
     for (int r = 0; r < ranks_; ++r) {
       calls_[r].rank = r;
       calls_[r].stub = StubFor(r);
-      if (use_stream_) {
-        calls_[r].stream = stream_clients_[r % stream_clients_.size()].get();
-      }
       for (v1::CollectiveRequest& request : calls_[r].request) {
         request.set_group("scale");
         request.set_epoch(epoch_);
@@ -491,7 +478,7 @@ class ScaleRun {
     } closer{*fd};
     std::string out(kCallHello);
     auto request = [&](int r, int sequence) {
-      v1::CollectiveStreamRequest framed;
+      v1::CallPortRequest framed;
       framed.set_call_id(static_cast<uint64_t>(r) + 1);
       framed.set_timeout_us(absl::ToInt64Microseconds(timeout_));
       *framed.mutable_call() = calls_[r].request[0];
@@ -523,7 +510,7 @@ class ScaleRun {
         absl::StatusOr<bool> next = frames.Next(&payload);
         if (!next.ok()) return next.status();
         if (!*next) break;
-        v1::CollectiveStreamReply reply;
+        v1::CallPortReply reply;
         if (!reply.ParseFromString(payload) || reply.call_id() == 0 ||
             reply.call_id() > static_cast<uint64_t>(ranks_)) {
           return absl::InternalError("a malformed call port reply");
@@ -548,16 +535,6 @@ class ScaleRun {
   // next, or ends the rank after the last or on a failure.
   void StartBarrier(RankCalls& calls, int sequence) {
     const int slot = sequence % 2;
-    if (calls.stream != nullptr) {
-      v1::CollectiveRequest request = calls.request[slot];
-      request.set_sequence(sequence);
-      calls.stream->Start(
-          std::move(request), absl::Now() + timeout_,
-          [this, &calls, sequence](absl::StatusOr<v1::CollectiveResponse> r) {
-            BarrierDone(calls, sequence, ToGrpcStatus(r.status()));
-          });
-      return;
-    }
     calls.context[slot] = ContextWithDeadline(timeout_);
     calls.request[slot].set_sequence(sequence);
     calls.response[slot].Clear();
@@ -589,7 +566,6 @@ class ScaleRun {
   const absl::Duration timeout_;
   const pid_t coordinator_pid_;
   const bool decode_every_join_;
-  const bool use_stream_;
   const bool use_call_port_;
   // The coordinator's host and call port (from registration).
   std::string host_;
@@ -598,8 +574,6 @@ class ScaleRun {
   std::vector<std::unique_ptr<
       grpc::TemplatedGenericStub<v1::JoinGroupRequest, grpc::ByteBuffer>>>
       join_stubs_;
-  // One per connection with --transport=stream; ended before the stubs.
-  std::vector<std::unique_ptr<CollectiveStreamClient>> stream_clients_;
   CallTracker tracker_;
   std::vector<uint64_t> worker_ids_;
   uint64_t epoch_ = 0;
@@ -616,9 +590,8 @@ std::string CpuFigure(int64_t cpu_ns) {
 int Main() {
   const int ranks = absl::GetFlag(FLAGS_ranks);
   const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport != "callport" && transport != "stream" &&
-      transport != "unary") {
-    std::fprintf(stderr, "want --transport=callport, stream or unary\n");
+  if (transport != "callport" && transport != "unary") {
+    std::fprintf(stderr, "want --transport=callport or unary\n");
     return 2;
   }
   if (ranks < 1 || absl::GetFlag(FLAGS_barriers) < 0 ||
@@ -691,7 +664,7 @@ int main(int argc, char** argv) {
       "chorus-coordinator-scale: times a rendezvous and barriers of one large "
       "group at one chorus-coordinator, with simulated ranks.\n"
       "Usage: chorus-coordinator-scale [--ranks=1024] [--barriers=100] "
-      "[--workers=N] [--connections=16] [--transport=callport|stream|unary] "
+      "[--workers=N] [--connections=16] [--transport=callport|unary] "
       "[--coordinator=ADDR]");
   absl::ParseCommandLine(argc, argv);
   signal(SIGPIPE, SIG_IGN);

@@ -1,11 +1,10 @@
-// The framing of the coordinator's call port: collective calls between a
-// worker and the coordinator as plain TCP frames, for calls whose cost is
-// mostly the round trip (small all-reduces, barriers). A connection starts
-// with the client's hello, kCallHello; then each side sends frames, a 4-byte
-// little-endian length followed by that many bytes of a serialized message:
-// chorus.v1.CollectiveStreamRequest from the worker, CollectiveStreamReply
-// from the coordinator (the same messages as Coordinator.CollectiveStream,
-// so both paths share their meaning).
+// The framing of the coordinator's call port: collective calls, commits and
+// failure reports between a worker and the coordinator as plain TCP frames,
+// for calls whose cost is mostly the round trip (small all-reduces,
+// barriers). A connection starts with the client's hello, kCallHello; then
+// each side sends frames, a 4-byte little-endian length followed by that many
+// bytes of a serialized message: chorus.v1.CallPortRequest from the worker,
+// CallPortReply from the coordinator (see coordinator.proto).
 //
 // Stateless functions and a parser used by one thread at a time.
 #ifndef CHORUS_SERVER_COMMON_CALL_FRAME_H_

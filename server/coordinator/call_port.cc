@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/call_frame.h"
 #include "server/common/tcp_socket.h"
+#include "server/coordinator/collective_proto.h"
 
 namespace chorus {
 
@@ -79,7 +80,7 @@ void SetNonBlocking(int fd) {
 }
 
 std::string ErrorFrame(absl::Status status) {
-  v1::CollectiveStreamReply reply;
+  v1::CallPortReply reply;
   reply.set_call_id(0);
   reply.set_code(static_cast<int>(status.code()));
   reply.set_message(std::string(status.message()));
@@ -91,9 +92,9 @@ std::string ErrorFrame(absl::Status status) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
-    const std::string& host, int port, CollectiveCallHost* calls,
+    const std::string& host, int port, Coordinator* core,
     uint64_t max_frame_bytes) {
-  std::unique_ptr<CallPort> server(new CallPort(calls, max_frame_bytes));
+  std::unique_ptr<CallPort> server(new CallPort(core, max_frame_bytes));
   absl::StatusOr<Listener> listener = ListenTcp(host, port);
   if (!listener.ok()) return listener.status();
   server->listen_fd_ = listener->fd;
@@ -239,21 +240,20 @@ bool CallPort::TakeFrames(const std::shared_ptr<Connection>& connection) {
       return false;
     }
     if (!*next) return true;
-    v1::CollectiveStreamRequest request;
+    v1::CallPortRequest request;
     if (!request.ParseFromString(payload)) {
       connection->Send(ErrorFrame(absl::InvalidArgumentError(
-          "a call frame that is not a CollectiveStreamRequest")));
+          "a call frame that is not a CallPortRequest")));
       return false;
     }
     // In the order sent: each call is in the core before the next is read.
-    StartStreamedCall(*calls_, request,
-                      [weak](v1::CollectiveStreamReply reply) {
-                        std::shared_ptr<Connection> to = weak.lock();
-                        if (to == nullptr) return;
-                        std::string frame;
-                        AppendCallFrame(reply.SerializeAsString(), &frame);
-                        to->Send(frame);
-                      });
+    TakeCallPortRequest(*core_, request, [weak](v1::CallPortReply reply) {
+      std::shared_ptr<Connection> to = weak.lock();
+      if (to == nullptr) return;
+      std::string frame;
+      AppendCallFrame(reply.SerializeAsString(), &frame);
+      to->Send(frame);
+    });
   }
 }
 

@@ -1,10 +1,10 @@
 // CallPort: the coordinator's call port, a plain TCP listener next to its
-// gRPC port where workers send collective calls as frames (call_frame.h)
-// instead of gRPC messages. A call costs one small write and one small read
-// on each side, with no HTTP/2 framing and no thread hand-offs in between,
-// which is most of the time of a small all-reduce. Each request goes into
-// the core exactly as a Coordinator.CollectiveStream request does
-// (StartStreamedCall), so verdicts, deadlines and errors are the same.
+// gRPC port where workers send collective calls, commits and failure
+// reports as frames (call_frame.h) instead of gRPC messages. A call costs one
+// small write and one small read on each side, with no HTTP/2 framing and no
+// thread hand-offs in between, which is most of the time of a small
+// all-reduce. Each request goes into the core (TakeCallPortRequest) exactly
+// as the unary RPC would, so verdicts, deadlines and errors are the same.
 //
 // One thread serves every connection with epoll: it reads frames and takes
 // the calls into the core in the order each connection sent them. Verdicts
@@ -13,14 +13,14 @@
 // not start with the hello is closed without a reply; a frame over the
 // limit or a payload that does not parse gets one reply with call id 0 and
 // the reason (RESOURCE_EXHAUSTED or INVALID_ARGUMENT) and the connection is
-// closed; a request with neither or both of a call and a commit, or with a
-// negative timeout, gets INVALID_ARGUMENT under its call id, as on the
-// stream. A connection that closes drops the verdicts still due to it. Each
-// wake-up reads at most 1 MiB of one connection, so none starves the
-// others; out of file descriptors, it stops accepting until one closes.
+// closed; a request that carries nothing, or has a negative timeout, gets
+// INVALID_ARGUMENT under its call id. A connection that closes drops the
+// verdicts still due to it. Each wake-up reads at most 1 MiB of one connection,
+// so none starves the others; out of file descriptors, it stops accepting until
+// one closes.
 //
 // Lifecycle: Start() listens and serves until Shutdown() (or destruction),
-// which closes every connection. The host must outlive it.
+// which closes every connection. The core must outlive it.
 // Thread safety: Shutdown() and port() may be called from any thread.
 #ifndef CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
 #define CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
@@ -34,18 +34,18 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/coordinator/collective_proto.h"
+#include "server/coordinator/coordinator.h"
 
 namespace chorus {
 
 class CallPort {
  public:
   // Listens on `host` at `port` (0 picks a free one) and serves calls
-  // through `calls` (not owned). Frames over `max_frame_bytes` are refused.
+  // into `core` (not owned). Frames over `max_frame_bytes` are refused.
   // Returns UNAVAILABLE when the address cannot be bound, INTERNAL when the
   // serving thread's epoll or eventfd cannot be made.
   static absl::StatusOr<std::unique_ptr<CallPort>> Start(
-      const std::string& host, int port, CollectiveCallHost* calls,
+      const std::string& host, int port, Coordinator* core,
       uint64_t max_frame_bytes);
 
   ~CallPort();
@@ -61,8 +61,8 @@ class CallPort {
   struct Connection;
 
  private:
-  CallPort(CollectiveCallHost* calls, uint64_t max_frame_bytes)
-      : calls_(calls), max_frame_bytes_(max_frame_bytes) {}
+  CallPort(Coordinator* core, uint64_t max_frame_bytes)
+      : core_(core), max_frame_bytes_(max_frame_bytes) {}
 
   void Serve();
   void Accept();
@@ -74,7 +74,7 @@ class CallPort {
   bool TakeFrames(const std::shared_ptr<Connection>& connection);
   void Close(int fd);
 
-  CollectiveCallHost* const calls_;  // not owned
+  Coordinator* const core_;  // not owned
   const uint64_t max_frame_bytes_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;

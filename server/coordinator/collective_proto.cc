@@ -1,15 +1,53 @@
 #include "server/coordinator/collective_proto.h"
 
-#include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/device_proto.h"
 
 namespace chorus {
+namespace {
+
+v1::CallPortReply StatusReply(uint64_t call_id, const absl::Status& status) {
+  v1::CallPortReply reply;
+  reply.set_call_id(call_id);
+  reply.set_code(static_cast<int>(status.code()));
+  reply.set_message(std::string(status.message()));
+  return reply;
+}
+
+}  // namespace
+
+WorkerRegistration RegistrationFromProto(
+    const v1::RegisterWorkerRequest& request) {
+  WorkerRegistration registration;
+  registration.name = request.name();
+  registration.host = request.host();
+  registration.address = request.address();
+  registration.incarnation = request.incarnation();
+  registration.cuda_support = request.cuda_support();
+  for (const v1::Device& device : request.devices()) {
+    registration.devices.push_back(DeviceFromProto(device));
+  }
+  return registration;
+}
+
+JoinRequest JoinFromProto(const v1::JoinGroupRequest& request,
+                          absl::Time client_deadline) {
+  JoinRequest join;
+  join.group = request.group();
+  join.world_size = request.world_size();
+  join.rank = request.rank();
+  join.worker_id = request.worker_id();
+  join.device = DeviceFromProto(request.device());
+  join.request_id = request.request_id();
+  join.deadline = client_deadline;
+  return join;
+}
 
 CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
-                                       absl::Time deadline) {
+                                       absl::Time client_deadline) {
   CollectiveCall call;
   call.group = request.group();
   call.epoch = request.epoch();
@@ -24,19 +62,19 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   if (request.has_device()) call.device = DeviceFromProto(request.device());
   call.has_data = request.has_inline_data();
   call.data = request.inline_data();
-  call.deadline = deadline;
+  call.deadline = client_deadline;
   return call;
 }
 
 CommitCall CommitCallFromProto(const v1::CommitRequest& request,
-                               absl::Time deadline) {
+                               absl::Time client_deadline) {
   CommitCall call;
   call.group = request.group();
   call.epoch = request.epoch();
   call.rank = request.rank();
   call.sequence = request.sequence();
   if (request.has_result_hash()) call.result_hash = request.result_hash();
-  call.deadline = deadline;
+  call.deadline = client_deadline;
   return call;
 }
 
@@ -49,67 +87,85 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
   response->set_inline_result(std::move(outcome.data));
 }
 
-absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
-                        absl::Duration max_wait) {
-  const absl::Time deadline = std::min(now + max_wait, client_deadline);
-  const absl::Duration margin = std::clamp(
-      (deadline - now) / 10, absl::Milliseconds(5), absl::Milliseconds(250));
-  return deadline - margin;
+v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
+                            const absl::Status& status) {
+  v1::GroupAbort proto;
+  proto.set_group(group);
+  proto.set_epoch(epoch);
+  proto.set_code(static_cast<int>(status.code()));
+  proto.set_message(std::string(status.message()));
+  return proto;
 }
 
-v1::CollectiveStreamReply StreamReply(
-    uint64_t call_id, absl::StatusOr<CollectiveOutcome> outcome) {
-  v1::CollectiveStreamReply reply;
-  reply.set_call_id(call_id);
-  if (outcome.ok()) {
-    CollectiveOutcomeToProto(*std::move(outcome), reply.mutable_response());
-  } else {
-    reply.set_code(static_cast<int>(outcome.status().code()));
-    reply.set_message(std::string(outcome.status().message()));
-  }
-  return reply;
+absl::Status ReportFailureToCore(Coordinator& core,
+                                 const v1::ReportFailureRequest& request,
+                                 v1::ReportFailureResponse* response) {
+  const absl::Status failure(static_cast<absl::StatusCode>(request.code()),
+                             request.message());
+  absl::Status verdict =
+      core.ReportFailure(request.group(), request.epoch(), request.rank(),
+                         request.sequence(), failure);
+  if (!absl::IsAborted(verdict)) return verdict;
+  *response->mutable_abort() =
+      AbortToProto(request.group(), request.epoch(), verdict);
+  return absl::OkStatus();
 }
 
-void StartStreamedCall(CollectiveCallHost& host,
-                       const v1::CollectiveStreamRequest& request,
-                       std::function<void(v1::CollectiveStreamReply)> reply) {
+void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
+                         std::function<void(v1::CallPortReply)> reply) {
   const uint64_t call_id = request.call_id();
-  if (request.has_call() == request.has_commit()) {
-    reply(StreamReply(
-        call_id, absl::InvalidArgumentError(absl::StrCat(
-                     "collective stream call ", call_id,
-                     request.has_call() ? " carries both a CollectiveRequest "
-                                          "and a CommitRequest"
-                                        : " carries no CollectiveRequest"))));
+  if (request.kind_case() == v1::CallPortRequest::KIND_NOT_SET) {
+    reply(StatusReply(call_id,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "call port call ", call_id,
+                          " carries no CollectiveRequest, CommitRequest or "
+                          "ReportFailureRequest"))));
     return;
   }
   if (request.timeout_us() < 0) {
-    reply(StreamReply(call_id, absl::InvalidArgumentError(absl::StrCat(
-                                   "collective stream call ", call_id,
-                                   " has a negative timeout (",
-                                   request.timeout_us(), " us)"))));
+    reply(StatusReply(
+        call_id, absl::InvalidArgumentError(absl::StrCat(
+                     "call port call ", call_id, " has a negative timeout (",
+                     request.timeout_us(), " us)"))));
     return;
   }
   const absl::Time client_deadline =
       request.timeout_us() == 0
           ? absl::InfiniteFuture()
-          : host.Now() + absl::Microseconds(request.timeout_us());
-  if (request.has_commit()) {
-    host.StartCommit(request.commit(), client_deadline,
-                     [call_id, reply = std::move(reply)](absl::Status status) {
-                       v1::CollectiveStreamReply verdict;
-                       verdict.set_call_id(call_id);
-                       verdict.set_code(static_cast<int>(status.code()));
-                       verdict.set_message(std::string(status.message()));
-                       reply(std::move(verdict));
-                     });
-    return;
+          : core.clock()->Now() + absl::Microseconds(request.timeout_us());
+  switch (request.kind_case()) {
+    case v1::CallPortRequest::kCommit:
+      core.Commit(CommitCallFromProto(request.commit(), client_deadline),
+                  [call_id, reply = std::move(reply)](absl::Status status) {
+                    reply(StatusReply(call_id, status));
+                  });
+      return;
+    case v1::CallPortRequest::kFailure: {
+      v1::ReportFailureResponse response;
+      const absl::Status status =
+          ReportFailureToCore(core, request.failure(), &response);
+      v1::CallPortReply verdict = StatusReply(call_id, status);
+      if (response.has_abort()) {
+        *verdict.mutable_abort() = std::move(*response.mutable_abort());
+      }
+      reply(std::move(verdict));
+      return;
+    }
+    default:
+      core.Collective(CollectiveCallFromProto(request.call(), client_deadline),
+                      [call_id, reply = std::move(reply)](
+                          absl::StatusOr<CollectiveOutcome> outcome) {
+                        if (!outcome.ok()) {
+                          reply(StatusReply(call_id, outcome.status()));
+                          return;
+                        }
+                        v1::CallPortReply verdict;
+                        verdict.set_call_id(call_id);
+                        CollectiveOutcomeToProto(*std::move(outcome),
+                                                 verdict.mutable_response());
+                        reply(std::move(verdict));
+                      });
   }
-  host.StartCollective(request.call(), client_deadline,
-                       [call_id, reply = std::move(reply)](
-                           absl::StatusOr<CollectiveOutcome> outcome) {
-                         reply(StreamReply(call_id, std::move(outcome)));
-                       });
 }
 
 }  // namespace chorus

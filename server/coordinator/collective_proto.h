@@ -1,74 +1,64 @@
-// Conversions between chorus.v1 collective messages and the group table's
-// calls and outcomes, shared by the unary Collective call, the collective
-// stream and the call port so all take exactly the same path into the core.
+// Conversions between chorus.v1 coordinator messages and the core's
+// (coordinator.h) calls and outcomes, shared by the gRPC service, the call
+// port and the fuzzers, so every way in takes exactly the same path into
+// the core.
 //
-// Pure functions; thread-safe.
+// Pure functions, except TakeCallPortRequest and ReportFailureToCore, which
+// call the core; all are thread-safe.
 #ifndef CHORUS_SERVER_COORDINATOR_COLLECTIVE_PROTO_H_
 #define CHORUS_SERVER_COORDINATOR_COLLECTIVE_PROTO_H_
 
 #include <cstdint>
 #include <functional>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "server/coordinator/group_table.h"
+#include "server/coordinator/coordinator.h"
 
 namespace chorus {
 
-// Returns the group table's call for `request`, ending at `deadline`. The
-// inline data is copied; the group table validates the rest.
-CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
-                                       absl::Time deadline);
+// Returns the registration `request` asks for.
+WorkerRegistration RegistrationFromProto(
+    const v1::RegisterWorkerRequest& request);
 
-// Returns the group table's commit for `request`, ending at `deadline`.
+// Returns the join `request` asks for, from a client whose deadline is
+// `client_deadline`.
+JoinRequest JoinFromProto(const v1::JoinGroupRequest& request,
+                          absl::Time client_deadline);
+
+// Returns the core's call for `request`, from a client whose deadline is
+// `client_deadline`. The inline data is copied; the core validates the rest.
+CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
+                                       absl::Time client_deadline);
+
+// Returns the core's commit for `request`, from a client whose deadline is
+// `client_deadline`.
 CommitCall CommitCallFromProto(const v1::CommitRequest& request,
-                               absl::Time deadline);
+                               absl::Time client_deadline);
 
 // Fills `response` with `outcome` (its inline data is moved).
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               v1::CollectiveResponse* response);
 
-// Returns when the core should end a waiting call that arrived at `now`
-// from a client whose own deadline is `client_deadline` (InfiniteFuture()
-// for none): at most `max_wait` away, and a little before the client gives
-// up (a tenth of the time left, between 5 ms and 250 ms), so the client
-// receives the descriptive DEADLINE_EXCEEDED rather than its own bare one.
-absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
-                        absl::Duration max_wait);
+// Returns `status` as a GroupAbort of `group` at `epoch`.
+v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
+                            const absl::Status& status);
 
-// What serves collective calls into the core: the coordinator's service.
-class CollectiveCallHost {
- public:
-  virtual ~CollectiveCallHost() = default;
-  // Takes one collective call into the core, exactly as the unary
-  // Collective does, for a client whose deadline is `client_deadline`;
-  // `done` runs once with the verdict, on any thread, possibly before this
-  // returns.
-  virtual void StartCollective(const v1::CollectiveRequest& request,
-                               absl::Time client_deadline,
-                               GroupTable::CollectiveCallback done) = 0;
-  // Takes one commit into the core, exactly as the unary Commit does;
-  // `done` runs once with the verdict, on any thread.
-  virtual void StartCommit(const v1::CommitRequest& request,
-                           absl::Time client_deadline,
-                           std::function<void(absl::Status)> done) = 0;
-  // The current time on the core's clock.
-  virtual absl::Time Now() = 0;
-};
+// Reports the failure `request` describes to `core`. Returns OK with the
+// group's abort in `response` once the group is aborted, or the core's
+// NOT_FOUND / FAILED_PRECONDITION for an unknown group or stale epoch.
+absl::Status ReportFailureToCore(Coordinator& core,
+                                 const v1::ReportFailureRequest& request,
+                                 v1::ReportFailureResponse* response);
 
-// The reply to call `call_id` with `outcome`.
-v1::CollectiveStreamReply StreamReply(
-    uint64_t call_id, absl::StatusOr<CollectiveOutcome> outcome);
-
-// Takes one streamed call (from a collective stream or the call port) into
-// `host`: refuses a request with neither or both of a call and a commit, or
-// with a negative timeout, at once (INVALID_ARGUMENT), else starts it with
-// the deadline its timeout gives. `reply` runs once, on any thread, possibly
-// before this returns.
-void StartStreamedCall(CollectiveCallHost& host,
-                       const v1::CollectiveStreamRequest& request,
-                       std::function<void(v1::CollectiveStreamReply)> reply);
+// Takes one call-port request into `core`: refuses a request that carries
+// no call, commit or failure report, or has a negative timeout, at once
+// (INVALID_ARGUMENT), else starts it with the deadline its timeout gives.
+// `reply` runs once, on any thread, possibly before this returns.
+void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
+                         std::function<void(v1::CallPortReply)> reply);
 
 }  // namespace chorus
 

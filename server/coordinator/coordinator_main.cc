@@ -2,8 +2,6 @@
 
 #include <glog/logging.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,15 +12,12 @@
 #include "absl/time/time.h"
 #include "server/common/clock.h"
 #include "server/common/daemon.h"
-#include "server/common/device.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
-#include "server/common/wakeup_loop.h"
 #include "server/coordinator/call_port.h"
+#include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_service.h"
-#include "server/coordinator/group_table.h"
 #include "server/coordinator/planner.h"
-#include "server/coordinator/registry.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7000",
           "Address to serve on, host:port; port 0 picks a free port.");
@@ -93,8 +88,11 @@ int main(int argc, char** argv) {
   }
 
   chorus::Clock* clock = chorus::RealClock::Get();
-  chorus::Registry registry(clock, lease);
-  chorus::GroupTableOptions group_options;
+  chorus::CoordinatorOptions core_options;
+  core_options.lease_timeout = lease;
+  core_options.max_wait = absl::GetFlag(FLAGS_max_wait);
+  core_options.stall_report_after = absl::GetFlag(FLAGS_stall_report_after);
+  chorus::GroupTableOptions& group_options = core_options.groups;
   group_options.max_world_size = absl::GetFlag(FLAGS_max_world_size);
   group_options.planner.inline_max_bytes =
       absl::GetFlag(FLAGS_inline_max_bytes);
@@ -105,62 +103,17 @@ int main(int argc, char** argv) {
   group_options.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   group_options.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
   group_options.first_epoch = absl::ToUnixMicros(clock->Now());
-  chorus::GroupTable groups(clock, &registry, group_options);
-
-  // Ends joins and collectives at their deadlines. `planned` is when the loop
-  // will next look; a call with an earlier deadline pokes it. While the loop
-  // computes, `planned` reads kComputing and every new call pokes.
-  constexpr int64_t kComputing = INT64_MIN;
-  std::atomic<int64_t> planned{kComputing};
-  chorus::WakeupLoop deadlines([&groups, &planned] {
-    planned.store(kComputing);
-    groups.ExpireDeadlines();
-    const absl::Time next = groups.NextDeadline();
-    planned.store(next == absl::InfiniteFuture() ? INT64_MAX
-                                                 : absl::ToUnixNanos(next));
-    return next;
-  });
-  const absl::Duration stall_after = absl::GetFlag(FLAGS_stall_report_after);
-  chorus::WakeupLoop stall_reporter([&groups, stall_after] {
-    for (const std::string& stall : groups.NewStalls(stall_after)) {
-      LOG(WARNING) << "stalled: " << stall;
-    }
-    return absl::Now() + std::max(stall_after / 4, absl::Milliseconds(100));
-  });
-  chorus::CoordinatorServiceOptions service_options;
-  service_options.max_wait = absl::GetFlag(FLAGS_max_wait);
-  chorus::CoordinatorService service(
-      &registry, &groups, clock, service_options,
-      [&deadlines, &planned](absl::Time deadline) {
-        const int64_t at = planned.load();
-        if (at == kComputing || absl::ToUnixNanos(deadline) < at) {
-          deadlines.Poke();
-        }
-      });
-  // Evicts workers as their leases expire: wakes just after the earliest
-  // lease can expire, and at least once a lease period (a worker registered
-  // meanwhile expires no earlier than that).
-  chorus::WakeupLoop sweeper([&registry, &groups, lease] {
-    for (const chorus::WorkerRecord& r : registry.EvictExpired()) {
-      LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
-                   << "\": no heartbeat within the lease";
-      groups.AbortWorker(r.id, r.registration.name,
-                         absl::StrCat("no heartbeat within the lease (",
-                                      absl::FormatDuration(lease), ")"));
-    }
-    return std::min(registry.NextExpiry() + absl::Milliseconds(1),
-                    absl::Now() + registry.lease_timeout());
-  });
+  chorus::Coordinator core(clock, core_options);
+  chorus::CoordinatorService service(&core);
 
   std::unique_ptr<chorus::CallPort> call_port;
   if (const int port = absl::GetFlag(FLAGS_call_port); port >= 0) {
     absl::StatusOr<chorus::HostPort> listen =
         chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));
     absl::StatusOr<std::unique_ptr<chorus::CallPort>> started =
-        listen.ok()
-            ? chorus::CallPort::Start(listen->host, port, service.call_host(),
-                                      chorus::kDefaultMaxMessageBytes)
-            : listen.status();
+        listen.ok() ? chorus::CallPort::Start(listen->host, port, &core,
+                                              chorus::kDefaultMaxMessageBytes)
+                    : listen.status();
     if (!started.ok()) {
       LOG(ERROR) << "call port: " << started.status();
       return 1;
@@ -181,9 +134,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << server.status();
     return 1;
   }
-  sweeper.Start();
-  deadlines.Start();
-  stall_reporter.Start();
+  core.StartTimers();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
             << " (port " << server->port << "), lease " << lease
             << (call_port != nullptr
@@ -199,21 +150,13 @@ int main(int argc, char** argv) {
 
   const int signal = chorus::WaitForTerminationSignal();
   LOG(INFO) << "signal " << signal << ": shutting down";
-  groups.AbortAll(absl::UnavailableError(
-      "the coordinator is shutting down; join the group again once it is "
-      "back"));
-  // The streams carried the verdicts above; end them so the server need
-  // not wait out its grace for them.
-  service.EndStreams(absl::UnavailableError(
+  core.Shutdown(absl::UnavailableError(
       "the coordinator is shutting down; join the group again once it is "
       "back"));
   // Connections to the call port close; their workers see UNAVAILABLE.
   if (call_port != nullptr) call_port->Shutdown();
   server->server->Shutdown(
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
-  sweeper.Stop();
-  deadlines.Stop();
-  stall_reporter.Stop();
   LOG(INFO) << "chorus-coordinator stopped";
   return 0;
 }

@@ -30,16 +30,6 @@ std::string DeviceNames(const std::vector<Device>& devices) {
   });
 }
 
-v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
-                            const absl::Status& status) {
-  v1::GroupAbort proto;
-  proto.set_group(group);
-  proto.set_epoch(epoch);
-  proto.set_code(static_cast<int>(status.code()));
-  proto.set_message(std::string(status.message()));
-  return proto;
-}
-
 v1::GroupMember MemberToProto(const GroupMember& member) {
   v1::GroupMember proto;
   proto.set_rank(member.rank);
@@ -51,51 +41,28 @@ v1::GroupMember MemberToProto(const GroupMember& member) {
   return proto;
 }
 
+// The client's deadline of `context`; InfiniteFuture() for none.
+absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
+  const auto client = context.deadline();
+  return client == std::chrono::system_clock::time_point::max()
+             ? absl::InfiniteFuture()
+             : absl::FromChrono(client);
+}
+
 }  // namespace
 
-CoordinatorService::CoordinatorService(
-    Registry* registry, GroupTable* groups, Clock* clock,
-    CoordinatorServiceOptions options,
-    std::function<void(absl::Time)> deadline_added)
-    : registry_(registry),
-      groups_(groups),
-      clock_(clock),
-      options_(options),
-      deadline_added_(std::move(deadline_added)) {}
-
-absl::Time CoordinatorService::CoreDeadline(
-    const grpc::CallbackServerContext& context) const {
-  const auto client = context.deadline();
-  return chorus::CoreDeadline(
-      clock_->Now(),
-      client == std::chrono::system_clock::time_point::max()
-          ? absl::InfiniteFuture()
-          : absl::FromChrono(client),
-      options_.max_wait);
-}
+CoordinatorService::CoordinatorService(Coordinator* core) : core_(core) {}
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     grpc::CallbackServerContext* context,
     const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
-  WorkerRegistration registration;
-  registration.name = request->name();
-  registration.host = request->host();
-  registration.address = request->address();
-  registration.incarnation = request->incarnation();
-  registration.cuda_support = request->cuda_support();
-  for (const v1::Device& device : request->devices()) {
-    registration.devices.push_back(DeviceFromProto(device));
-  }
-  absl::StatusOr<RegisterResult> result = registry_->Register(registration);
+  const WorkerRegistration registration = RegistrationFromProto(*request);
+  absl::StatusOr<RegisterResult> result = core_->Register(registration);
   if (!result.ok()) {
     LOG(WARNING) << "refused registration of worker \"" << request->name()
                  << "\" from " << context->peer() << ": " << result.status();
     return Finish(context, result.status());
-  }
-  if (result->replaced) {
-    groups_->AbortWorker(result->replaced_id, registration.name,
-                         "it restarted with a new incarnation");
   }
   if (!result->retried) {
     LOG(INFO) << (result->replaced ? "re-registered" : "registered")
@@ -105,7 +72,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
               << DeviceNames(registration.devices);
   }
   response->set_worker_id(result->worker_id);
-  const absl::Duration lease = registry_->lease_timeout();
+  const absl::Duration lease = core_->lease_timeout();
   response->set_lease_timeout_ms(absl::ToInt64Milliseconds(lease));
   response->set_heartbeat_interval_ms(
       std::max<int64_t>(1, absl::ToInt64Milliseconds(lease / 4)));
@@ -116,18 +83,18 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  HeartbeatReply reply;
   absl::Status status =
-      registry_->Renew(request->worker_id(), request->incarnation());
+      core_->Heartbeat(request->worker_id(), request->incarnation(),
+                       request->aborts_seen(), &reply);
   response->set_lease_timeout_ms(
-      absl::ToInt64Milliseconds(registry_->lease_timeout()));
+      absl::ToInt64Milliseconds(core_->lease_timeout()));
   if (status.ok()) {
-    uint64_t latest = 0;
-    for (const AbortNotice& notice : groups_->AbortsFor(
-             request->worker_id(), request->aborts_seen(), &latest)) {
+    for (const AbortNotice& notice : reply.aborts) {
       *response->add_aborts() =
           AbortToProto(notice.group, notice.epoch, notice.status);
     }
-    response->set_aborts_latest(latest);
+    response->set_aborts_latest(reply.aborts_latest);
   }
   return Finish(context, status);
 }
@@ -135,20 +102,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorService::Deregister(
     grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
     v1::DeregisterResponse* response) {
-  absl::StatusOr<WorkerRecord> record =
-      registry_->Deregister(request->worker_id(), request->incarnation());
-  if (record.ok()) {
-    LOG(INFO) << "deregistered worker " << request->worker_id();
-    groups_->AbortWorker(record->id, record->registration.name, "it shut down");
-  }
-  return Finish(context, record.status());
+  return Finish(
+      context, core_->Deregister(request->worker_id(), request->incarnation()));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
     grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
-  const absl::Time now = clock_->Now();
-  for (const WorkerRecord& record : registry_->List()) {
+  const absl::Time now = core_->clock()->Now();
+  for (const WorkerRecord& record : core_->Workers()) {
     v1::WorkerInfo* info = response->add_workers();
     info->set_worker_id(record.id);
     info->set_name(record.registration.name);
@@ -170,7 +132,8 @@ grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view) {
     v1::JoinGroupResponse response;
     response.set_group(view.name);
     response.set_epoch(view.epoch);
-    response.set_inline_max_bytes(groups_->options().planner.inline_max_bytes);
+    response.set_inline_max_bytes(
+        core_->group_options().planner.inline_max_bytes);
     response.mutable_members()->Reserve(view.members.size());
     for (const GroupMember& m : view.members) {
       *response.add_members() = MemberToProto(m);
@@ -201,27 +164,17 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
                                "malformed JoinGroupRequest message"));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  JoinRequest join;
-  join.group = request.group();
-  join.world_size = request.world_size();
-  join.rank = request.rank();
-  join.worker_id = request.worker_id();
-  join.device = DeviceFromProto(request.device());
-  join.request_id = request.request_id();
-  join.deadline = CoreDeadline(*context);
-  const absl::Time deadline = join.deadline;
-  groups_->Join(std::move(join), [this, reactor, response](
-                                     const absl::StatusOr<GroupView>& view) {
-    absl::Status status = view.status();
-    if (status.ok()) {
-      *response = JoinResponseBytes(*view);
-      if (response->Length() == 0) {
-        status = absl::InternalError("cannot serialize the group");
-      }
-    }
-    reactor->Finish(ToGrpcStatus(status));
-  });
-  deadline_added_(deadline);
+  core_->Join(JoinFromProto(request, ClientDeadline(*context)),
+              [this, reactor, response](const absl::StatusOr<GroupView>& view) {
+                absl::Status status = view.status();
+                if (status.ok()) {
+                  *response = JoinResponseBytes(*view);
+                  if (response->Length() == 0) {
+                    status = absl::InternalError("cannot serialize the group");
+                  }
+                }
+                reactor->Finish(ToGrpcStatus(status));
+              });
   return reactor;
 }
 
@@ -229,12 +182,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
     grpc::CallbackServerContext* context, const v1::CollectiveRequest* request,
     v1::CollectiveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const auto client = context->deadline();
-  StartCollective(
-      *request,
-      client == std::chrono::system_clock::time_point::max()
-          ? absl::InfiniteFuture()
-          : absl::FromChrono(client),
+  core_->Collective(
+      CollectiveCallFromProto(*request, ClientDeadline(*context)),
       [reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
         if (outcome.ok()) {
           CollectiveOutcomeToProto(*std::move(outcome), response);
@@ -244,67 +193,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
   return reactor;
 }
 
-void CoordinatorService::StartCollective(const v1::CollectiveRequest& request,
-                                         absl::Time client_deadline,
-                                         GroupTable::CollectiveCallback done) {
-  const absl::Time deadline =
-      chorus::CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
-  groups_->Collective(CollectiveCallFromProto(request, deadline),
-                      std::move(done));
-  deadline_added_(deadline);
-}
-
-void CoordinatorService::StartCommit(const v1::CommitRequest& request,
-                                     absl::Time client_deadline,
-                                     std::function<void(absl::Status)> done) {
-  const absl::Time deadline =
-      chorus::CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
-  groups_->Commit(CommitCallFromProto(request, deadline), std::move(done));
-  deadline_added_(deadline);
-}
-
-grpc::ServerBidiReactor<v1::CollectiveStreamRequest, v1::CollectiveStreamReply>*
-CoordinatorService::CollectiveStream(grpc::CallbackServerContext* context) {
-  auto* stream = new CollectiveStreamReactor(this);
-  absl::Status ended;
-  {
-    absl::MutexLock lock(&streams_mu_);
-    if (streams_ended_) {
-      ended = streams_end_status_;
-    } else {
-      streams_.insert(stream);
-    }
-  }
-  if (!ended.ok()) stream->End(ended);
-  return stream;
-}
-
-void CoordinatorService::StreamDone(CollectiveStreamReactor* stream) {
-  absl::MutexLock lock(&streams_mu_);
-  streams_.erase(stream);
-}
-
-void CoordinatorService::EndStreams(const absl::Status& status) {
-  std::vector<CollectiveStreamReactor*> streams;
-  {
-    absl::MutexLock lock(&streams_mu_);
-    streams_ended_ = true;
-    streams_end_status_ = status;
-    streams.assign(streams_.begin(), streams_.end());
-    // Held, a stream cannot be deleted before End() below returned.
-    for (CollectiveStreamReactor* stream : streams) stream->Hold();
-  }
-  for (CollectiveStreamReactor* stream : streams) {
-    stream->End(status);
-    stream->Release();
-  }
-}
-
 grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
-  const absl::Time now = clock_->Now();
-  for (const GroupSummary& summary : groups_->List()) {
+  const absl::Time now = core_->clock()->Now();
+  for (const GroupSummary& summary : core_->Groups()) {
     v1::GroupInfo* info = response->add_groups();
     info->set_name(summary.view.name);
     info->set_world_size(summary.view.world_size);
@@ -331,12 +224,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* context, const v1::CommitRequest* request,
     v1::CommitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Time deadline = CoreDeadline(*context);
-  groups_->Commit(CommitCallFromProto(*request, deadline),
-                  [reactor](absl::Status status) {
-                    reactor->Finish(ToGrpcStatus(status));
-                  });
-  deadline_added_(deadline);
+  core_->Commit(CommitCallFromProto(*request, ClientDeadline(*context)),
+                [reactor](absl::Status status) {
+                  reactor->Finish(ToGrpcStatus(status));
+                });
   return reactor;
 }
 
@@ -344,18 +235,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     grpc::CallbackServerContext* context,
     const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
-  const absl::Status failure(static_cast<absl::StatusCode>(request->code()),
-                             request->message());
-  absl::Status verdict =
-      groups_->ReportFailure(request->group(), request->epoch(),
-                             request->rank(), request->sequence(), failure);
-  if (absl::IsAborted(verdict)) {
-    LOG(WARNING) << verdict;
-    *response->mutable_abort() =
-        AbortToProto(request->group(), request->epoch(), verdict);
-    verdict = absl::OkStatus();
-  }
-  return Finish(context, verdict);
+  return Finish(context, ReportFailureToCore(*core_, *request, response));
 }
 
 }  // namespace chorus

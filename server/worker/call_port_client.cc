@@ -151,14 +151,31 @@ absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
     v1::CollectiveRequest request, absl::Time deadline) {
   const std::string what = absl::StrCat("collective #", request.sequence(),
                                         " of group ", request.group());
-  v1::CollectiveStreamRequest framed;
+  v1::CallPortRequest framed;
   *framed.mutable_call() = std::move(request);
-  return RoundTrip(std::move(framed), deadline, what);
+  absl::StatusOr<v1::CallPortReply> reply =
+      RoundTrip(std::move(framed), deadline, what);
+  if (!reply.ok()) return reply.status();
+  return std::move(*reply->mutable_response());
+}
+
+absl::StatusOr<v1::ReportFailureResponse> CallPortClient::ReportFailure(
+    const v1::ReportFailureRequest& request, absl::Time deadline) {
+  v1::CallPortRequest framed;
+  *framed.mutable_failure() = request;
+  absl::StatusOr<v1::CallPortReply> reply = RoundTrip(
+      std::move(framed), deadline,
+      absl::StrCat("the failure report of collective #", request.sequence(),
+                   " of group ", request.group()));
+  if (!reply.ok()) return reply.status();
+  v1::ReportFailureResponse response;
+  if (reply->has_abort()) *response.mutable_abort() = reply->abort();
+  return response;
 }
 
 absl::Status CallPortClient::Commit(const v1::CommitRequest& request,
                                     absl::Time deadline) {
-  v1::CollectiveStreamRequest framed;
+  v1::CallPortRequest framed;
   *framed.mutable_commit() = request;
   return RoundTrip(
              std::move(framed), deadline,
@@ -167,9 +184,8 @@ absl::Status CallPortClient::Commit(const v1::CommitRequest& request,
       .status();
 }
 
-absl::StatusOr<v1::CollectiveResponse> CallPortClient::RoundTrip(
-    v1::CollectiveStreamRequest framed, absl::Time deadline,
-    const std::string& what) {
+absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
+    v1::CallPortRequest framed, absl::Time deadline, const std::string& what) {
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
@@ -285,7 +301,7 @@ void CallPortClient::HandleBytesLocked(uint64_t generation,
       return;
     }
     if (!*next) return;
-    v1::CollectiveStreamReply reply;
+    v1::CallPortReply reply;
     if (!reply.ParseFromString(payload)) {
       BreakLocked(generation,
                   absl::UnavailableError(
@@ -306,7 +322,7 @@ void CallPortClient::HandleBytesLocked(uint64_t generation,
     if (it == waiters_.end()) continue;  // its caller gave up
     it->second->done = true;
     if (verdict.ok()) {
-      it->second->result = std::move(*reply.mutable_response());
+      it->second->result = std::move(reply);
     } else {
       it->second->result = verdict;
     }

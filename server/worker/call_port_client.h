@@ -1,8 +1,8 @@
 // CallPortClient: a worker's collective calls on the coordinator's call port
-// (server/coordinator/call_port.h), one TCP connection shared by every call
-// of the worker and told apart by call id, as on Coordinator.CollectiveStream
-// but without gRPC between the two: a call is one frame written by the
-// calling thread and one frame read back.
+// (server/coordinator/call_port.h) — collective calls, commits and failure
+// reports — on one TCP connection shared by every call of the worker and
+// told apart by call id: a call is one frame written by the calling thread
+// and one frame read back.
 //
 // No thread of its own: a waiting caller reads the connection itself and
 // hands other callers' replies to them, so a lone call (the common case)
@@ -45,7 +45,8 @@ class CallPortClient {
   CallPortClient& operator=(const CallPortClient&) = delete;
 
   // Sends `request` and waits for its reply until `deadline`. Returns the
-  // response, or the coordinator's verdict (any code, as on the stream),
+  // response, or the coordinator's verdict (any code, as Coordinator.
+  // Collective),
   // DEADLINE_EXCEEDED, or UNAVAILABLE when the connection broke or could
   // not be made or the client is shutting down.
   absl::StatusOr<v1::CollectiveResponse> Call(v1::CollectiveRequest request,
@@ -63,6 +64,13 @@ class CallPortClient {
   // Commit) or the codes of Call().
   absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
 
+  // Reports a data-plane failure and waits for the verdict until
+  // `deadline`. Returns the group's abort (as Coordinator.ReportFailure),
+  // the coordinator's NOT_FOUND / FAILED_PRECONDITION, or the codes of
+  // Call().
+  absl::StatusOr<v1::ReportFailureResponse> ReportFailure(
+      const v1::ReportFailureRequest& request, absl::Time deadline);
+
   // Ends the calls in flight with UNAVAILABLE and waits for them to return;
   // later calls fail at once. Idempotent.
   void Shutdown();
@@ -70,14 +78,14 @@ class CallPortClient {
  private:
   struct Waiter {
     bool done = false;
-    absl::StatusOr<v1::CollectiveResponse> result;
+    absl::StatusOr<v1::CallPortReply> result;
   };
 
   // Sends `framed` (its call id and timeout are set here) and waits for its
   // reply; `what` names it in a DEADLINE_EXCEEDED message.
-  absl::StatusOr<v1::CollectiveResponse> RoundTrip(
-      v1::CollectiveStreamRequest framed, absl::Time deadline,
-      const std::string& what);
+  absl::StatusOr<v1::CallPortReply> RoundTrip(v1::CallPortRequest framed,
+                                              absl::Time deadline,
+                                              const std::string& what);
   // Returns the open connection's socket and generation, connecting first
   // when there is none.
   absl::Status Connect(absl::Time deadline, int* fd, uint64_t* generation)

@@ -38,14 +38,10 @@ ABSL_FLAG(bool, tcp_data_plane, true,
           "Send collective data to peers over raw TCP; false sends it "
           "through gRPC streams on the listen port instead (slower; for "
           "networks that only let that port through).");
-ABSL_FLAG(bool, collective_stream, true,
-          "Send collective calls to the coordinator on one long-lived "
-          "stream; false sends one unary RPC per call (for a coordinator "
-          "without CollectiveStream).");
 ABSL_FLAG(bool, use_call_port, true,
-          "Send collective calls to the coordinator's call port (plain TCP "
-          "frames, lower latency) when it has one; false: as "
-          "--collective_stream says.");
+          "Send collective calls, commits and failure reports to the "
+          "coordinator's call port (plain TCP frames, lower latency) when it "
+          "has one; false sends one unary gRPC call each.");
 ABSL_FLAG(bool, check_results, false,
           "Hash the result of every data-plane all_reduce, all_gather and "
           "broadcast as it is written and have the coordinator compare the "
@@ -108,7 +104,6 @@ int main(int argc, char** argv) {
   options.name = absl::GetFlag(FLAGS_name);
   options.data_port = absl::GetFlag(FLAGS_data_port);
   options.tcp_data_plane = absl::GetFlag(FLAGS_tcp_data_plane);
-  options.collective_stream = absl::GetFlag(FLAGS_collective_stream);
   options.call_port = absl::GetFlag(FLAGS_use_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

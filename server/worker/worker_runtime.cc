@@ -134,10 +134,6 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   runtime->session_ = std::make_unique<CoordinatorSession>(session);
   runtime->coordinator_ =
       v1::Coordinator::NewStub(MakeChannel(options.coordinator));
-  if (options.collective_stream) {
-    runtime->collective_stream_ =
-        std::make_unique<CollectiveStreamClient>(runtime->coordinator_.get());
-  }
   if (options.call_port) {
     CoordinatorSession* session_ptr = runtime->session_.get();
     runtime->call_port_ = std::make_unique<CallPortClient>(
@@ -161,7 +157,6 @@ void WorkerRuntime::Shutdown() {
   shut_down_ = true;
   // Calls waiting on peers end now rather than at their deadlines.
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
-  if (collective_stream_ != nullptr) collective_stream_->Shutdown();
   if (call_port_ != nullptr) call_port_->Shutdown();
   if (session_ != nullptr) session_->Shutdown();
   if (pool_ != nullptr) pool_->Shutdown();
@@ -334,11 +329,6 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
         call_port_->Call(std::move(request), deadline);
     if (!answered.ok()) return answered.status();
     response = *std::move(answered);
-  } else if (collective_stream_ != nullptr) {
-    absl::StatusOr<v1::CollectiveResponse> streamed =
-        collective_stream_->Call(std::move(request), deadline);
-    if (!streamed.ok()) return streamed.status();
-    response = *std::move(streamed);
   } else {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
@@ -541,11 +531,20 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
   request.set_sequence(sequence);
   request.set_code(static_cast<int>(failure.code()));
   request.set_message(std::string(failure.message()));
+  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
   v1::ReportFailureResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(options_.rpc_timeout));
-  absl::Status reported =
-      FromGrpcStatus(coordinator_->ReportFailure(&context, request, &response));
+  absl::Status reported;
+  if (CallPortReady(deadline)) {
+    absl::StatusOr<v1::ReportFailureResponse> answered =
+        call_port_->ReportFailure(request, deadline);
+    reported = answered.status();
+    if (answered.ok()) response = *std::move(answered);
+  } else {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    reported = FromGrpcStatus(
+        coordinator_->ReportFailure(&context, request, &response));
+  }
   if (!reported.ok() || !response.has_abort()) {
     LOG(WARNING) << "could not report " << failure << ": " << reported;
     return failure;

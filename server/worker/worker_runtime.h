@@ -28,7 +28,6 @@
 #include "server/common/device.h"
 #include "server/common/net.h"
 #include "server/worker/call_port_client.h"
-#include "server/worker/collective_stream_client.h"
 #include "server/worker/coordinator_session.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_pool.h"
@@ -61,11 +60,9 @@ struct RuntimeOptions {
   std::string name;
   // Devices to register; empty registers every discovered device.
   std::vector<Device> devices;
-  // Collective calls go on one long-lived stream to the coordinator
-  // (CollectiveStreamClient) when true, as one unary RPC each when false.
-  bool collective_stream = true;
-  // Collective calls go to the coordinator's call port (plain TCP frames,
-  // CallPortClient) when it has one; otherwise as collective_stream says.
+  // Collective calls, commits and failure reports go to the coordinator's
+  // call port (plain TCP frames, CallPortClient) when it has one and it can
+  // be reached; otherwise, or when false, as one unary gRPC call each.
   bool call_port = true;
   // Each rank hashes the output of all_reduce, all_gather and broadcast
   // under data-plane plans as it writes it, and the coordinator compares the
@@ -255,11 +252,8 @@ class WorkerRuntime {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CoordinatorSession> session_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_;
-  // Carries Run()'s collective calls; null when options_.collective_stream
-  // is false.
-  std::unique_ptr<CollectiveStreamClient> collective_stream_;
-  // Carries Run()'s collective calls when the coordinator has a call port;
-  // null when options_.call_port is false.
+  // Carries Run()'s collective calls, commits and failure reports when the
+  // coordinator has a call port; null when options_.call_port is false.
   std::unique_ptr<CallPortClient> call_port_;
   bool shut_down_ = false;
   std::atomic<bool> corrupt_results_for_testing_{false};

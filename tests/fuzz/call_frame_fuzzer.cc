@@ -2,8 +2,9 @@
 // after the hello. The input's first byte sets the size of the pieces the
 // rest arrives in (1 to 64 bytes, as reads might return it); the pieces go
 // through CallFrameParser and every frame is parsed as a
-// CollectiveStreamRequest and taken into a real GroupTable (group "g" of two
-// ranks already formed, epoch 1) through StartStreamedCall, as CallPort does.
+// CallPortRequest and taken into a real Coordinator core (group "g" of two
+// ranks already formed, epoch 1) through TakeCallPortRequest, as CallPort
+// does.
 // A frame that does not parse, or one over the limit, ends the connection.
 //
 // Checked, besides crashes and ASan/UBSan reports:
@@ -11,7 +12,9 @@
 // - after a frame over the limit the parser keeps refusing;
 // - every request taken gets exactly one reply, carrying its call id, by the
 //   time every deadline has passed; a call's OK reply carries a response, a
-//   commit's never does.
+//   failure report's the group's abort, a commit's neither.
+#include <glog/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -25,8 +28,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "server/common/call_frame.h"
 #include "server/coordinator/collective_proto.h"
-#include "server/coordinator/group_table.h"
-#include "server/coordinator/registry.h"
+#include "server/coordinator/coordinator.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/testing/fake_clock.h"
 
@@ -37,11 +39,10 @@ namespace {
 constexpr uint64_t kMaxFrame = 4096;
 constexpr int kMaxRequests = 64;
 
-class Core final : public CollectiveCallHost {
+// The coordinator core with group "g" of two ranks formed at epoch 1.
+class Core {
  public:
-  Core()
-      : registry_(&clock_, absl::Seconds(5)),
-        table_(&clock_, &registry_, Options()) {
+  Core() : core_(&clock_, Options()) {
     Device cpu;
     cpu.kind = DeviceKind::kCpu;
     for (int w = 0; w < 2; ++w) {
@@ -51,7 +52,7 @@ class Core final : public CollectiveCallHost {
       r.address = absl::StrCat("h:", 7000 + w);
       r.incarnation = 1;
       r.devices = {cpu};
-      FUZZ_CHECK(registry_.Register(r).ok(), "setup");
+      FUZZ_CHECK(core_.Register(r).ok(), "setup");
     }
     int joined = 0;
     for (int rank = 0; rank < 2; ++rank) {
@@ -61,7 +62,7 @@ class Core final : public CollectiveCallHost {
       join.rank = rank;
       join.worker_id = rank + 1;
       join.device = cpu;
-      table_.Join(std::move(join), [&joined](absl::StatusOr<GroupView> view) {
+      core_.Join(std::move(join), [&joined](absl::StatusOr<GroupView> view) {
         FUZZ_CHECK(view.ok() && view->epoch == 1, view.status().ToString());
         ++joined;
       });
@@ -69,47 +70,31 @@ class Core final : public CollectiveCallHost {
     FUZZ_CHECK(joined == 2, "setup");
   }
 
-  void StartCollective(const v1::CollectiveRequest& request,
-                       absl::Time client_deadline,
-                       GroupTable::CollectiveCallback done) override {
-    table_.Collective(CollectiveCallFromProto(
-                          request, CoreDeadline(clock_.Now(), client_deadline,
-                                                absl::Minutes(10))),
-                      std::move(done));
-  }
-
-  void StartCommit(const v1::CommitRequest& request, absl::Time client_deadline,
-                   std::function<void(absl::Status)> done) override {
-    table_.Commit(
-        CommitCallFromProto(request, CoreDeadline(clock_.Now(), client_deadline,
-                                                  absl::Minutes(10))),
-        std::move(done));
-  }
-
-  absl::Time Now() override { return clock_.Now(); }
+  Coordinator& core() { return core_; }
 
   // Lets every deadline pass.
   void ExpireAll() {
     clock_.Advance(absl::Hours(1));
-    table_.ExpireDeadlines();
+    core_.RunTimers();
   }
 
  private:
-  static GroupTableOptions Options() {
-    GroupTableOptions options;
-    options.max_world_size = 16;
-    options.first_epoch = 0;
+  static CoordinatorOptions Options() {
+    CoordinatorOptions options;
+    // Longer than ExpireAll() moves the clock: nobody is evicted.
+    options.lease_timeout = absl::Hours(2);
+    options.groups.max_world_size = 16;
+    options.groups.first_epoch = 0;
     return options;
   }
 
   FakeClock clock_;
-  Registry registry_;
-  GroupTable table_;
+  Coordinator core_;
 };
 
 struct Taken {
   uint64_t call_id = 0;
-  bool commit = false;
+  v1::CallPortRequest::KindCase kind = v1::CallPortRequest::KIND_NOT_SET;
   int replies = 0;
 };
 
@@ -143,24 +128,28 @@ void Run(const uint8_t* data, size_t size) {
       if (!*next) break;
       FUZZ_CHECK(payload.size() <= kMaxFrame, "a frame over the limit");
       AppendCallFrame(payload, &consumed);
-      v1::CollectiveStreamRequest request;
+      v1::CallPortRequest request;
       if (!request.ParseFromString(payload) ||
           static_cast<int>(taken.size()) == kMaxRequests) {
         open = false;
         break;
       }
-      taken.push_back(Taken{request.call_id(), request.has_commit(), 0});
+      taken.push_back(Taken{request.call_id(), request.kind_case(), 0});
       Taken* mine = &taken.back();
-      StartStreamedCall(core, request, [mine](v1::CollectiveStreamReply reply) {
-        ++mine->replies;
-        FUZZ_CHECK(reply.call_id() == mine->call_id,
-                   absl::StrCat("reply for call ", reply.call_id(), " to call ",
-                                mine->call_id));
-        if (reply.code() == 0) {
-          FUZZ_CHECK(mine->commit != reply.has_response(),
-                     "an OK reply of the wrong shape");
-        }
-      });
+      TakeCallPortRequest(
+          core.core(), request, [mine](v1::CallPortReply reply) {
+            ++mine->replies;
+            FUZZ_CHECK(reply.call_id() == mine->call_id,
+                       absl::StrCat("reply for call ", reply.call_id(),
+                                    " to call ", mine->call_id));
+            if (reply.code() == 0) {
+              FUZZ_CHECK(reply.has_response() ==
+                                 (mine->kind == v1::CallPortRequest::kCall) &&
+                             reply.has_abort() ==
+                                 (mine->kind == v1::CallPortRequest::kFailure),
+                         "an OK reply of the wrong shape");
+            }
+          });
     }
   }
   FUZZ_CHECK(absl::string_view(stream).substr(0, consumed.size()) == consumed,
@@ -178,6 +167,8 @@ void Run(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   google::protobuf::SetLogHandler(nullptr);
+  // The core logs evictions and aborts; at fuzzing speed that is noise.
+  FLAGS_minloglevel = google::GLOG_ERROR;
   return 0;
 }
 

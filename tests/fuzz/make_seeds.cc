@@ -588,15 +588,15 @@ Seeds FrameSeeds() {
 // ---- call_frame_fuzzer ------------------------------------------------------
 
 // A call-port frame of `request`.
-std::string CallFrame(const v1::CollectiveStreamRequest& request) {
+std::string CallFrame(const v1::CallPortRequest& request) {
   std::string frame;
   AppendCallFrame(request.SerializeAsString(), &frame);
   return frame;
 }
 
-v1::CollectiveStreamRequest CallOf(uint64_t call_id, int rank,
-                                   uint64_t sequence, v1::CollectiveKind kind) {
-  v1::CollectiveStreamRequest request;
+v1::CallPortRequest CallOf(uint64_t call_id, int rank, uint64_t sequence,
+                           v1::CollectiveKind kind) {
+  v1::CallPortRequest request;
   request.set_call_id(call_id);
   request.set_timeout_us(1'000'000);
   v1::CollectiveRequest& call = *request.mutable_call();
@@ -613,23 +613,30 @@ Seeds CallFrameSeeds() {
   const std::string barriers =
       CallFrame(CallOf(1, 0, 1, v1::COLLECTIVE_KIND_BARRIER)) +
       CallFrame(CallOf(2, 1, 1, v1::COLLECTIVE_KIND_BARRIER));
-  v1::CollectiveStreamRequest sum0 =
-      CallOf(3, 0, 2, v1::COLLECTIVE_KIND_ALL_REDUCE);
+  v1::CallPortRequest sum0 = CallOf(3, 0, 2, v1::COLLECTIVE_KIND_ALL_REDUCE);
   sum0.mutable_call()->set_dtype(v1::DTYPE_F32);
   sum0.mutable_call()->set_count(2);
   sum0.mutable_call()->set_op(v1::REDUCE_OP_SUM);
   sum0.mutable_call()->set_has_inline_data(true);
   sum0.mutable_call()->set_inline_data(std::string(8, '\0'));
-  v1::CollectiveStreamRequest sum1 = sum0;
+  v1::CallPortRequest sum1 = sum0;
   sum1.set_call_id(4);
   sum1.mutable_call()->set_rank(1);
-  v1::CollectiveStreamRequest commit;
+  v1::CallPortRequest commit;
   commit.set_call_id(5);
   commit.mutable_commit()->set_group("g");
   commit.mutable_commit()->set_epoch(1);
   commit.mutable_commit()->set_sequence(2);
-  v1::CollectiveStreamRequest empty;
+  v1::CallPortRequest empty;
   empty.set_call_id(6);
+  v1::CallPortRequest failure;
+  failure.set_call_id(7);
+  failure.mutable_failure()->set_group("g");
+  failure.mutable_failure()->set_epoch(1);
+  failure.mutable_failure()->set_rank(1);
+  failure.mutable_failure()->set_sequence(3);
+  failure.mutable_failure()->set_code(14);
+  failure.mutable_failure()->set_message("peer lost");
   return {
       {"barriers_whole", std::string(1, '\x3f') + barriers},
       {"barriers_bytewise", std::string(1, '\0') + barriers},
@@ -637,6 +644,8 @@ Seeds CallFrameSeeds() {
                                     CallFrame(sum0) + CallFrame(sum1) +
                                     CallFrame(commit)},
       {"no_call", std::string(1, '\x10') + CallFrame(empty)},
+      {"failure_report",
+       std::string(1, '\x09') + barriers + CallFrame(failure)},
       {"over_limit",
        std::string(1, '\x03') + std::string("\xff\xff\x00\x00", 4)},
       {"not_a_request", std::string(1, '\x05') + barriers +

@@ -1,6 +1,7 @@
 // request_fuzzer: coordinator requests, decoded from the wire format and
-// converted as CoordinatorService does, driven through an in-process Registry
-// and GroupTable on a FakeClock. Input: records as fuzz_format.h describes.
+// converted as the coordinator's gRPC service does (collective_proto.h),
+// driven through an in-process Coordinator core on a FakeClock. Input:
+// records as fuzz_format.h describes.
 //
 // Each input starts from the same small state: workers "w0" (id 1, Cpu) and
 // "w1" (id 2, Cpu and Cuda(0), CUDA support), and group "g" of world size 2
@@ -19,6 +20,8 @@
 // ParseDeviceList also runs on the whole input: an accepted list is
 // non-empty, valid, free of duplicates and parses the same when written out
 // again.
+#include <glog/logging.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -42,8 +45,8 @@
 #include "server/common/collective.h"
 #include "server/common/device.h"
 #include "server/common/device_proto.h"
-#include "server/coordinator/group_table.h"
-#include "server/coordinator/registry.h"
+#include "server/coordinator/collective_proto.h"
+#include "server/coordinator/coordinator.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_format.h"
 #include "tests/testing/fake_clock.h"
@@ -139,27 +142,24 @@ class CallLog {
 
 // ---- The coordinator core ---------------------------------------------------
 
-GroupTableOptions TableOptions() {
-  GroupTableOptions options;
+CoordinatorOptions CoreOptions() {
+  CoordinatorOptions options;
+  options.lease_timeout = kLease;
   // Small, so that joins with arbitrary world sizes stay cheap.
-  options.max_world_size = 16;
+  options.groups.max_world_size = 16;
   return options;
 }
 
 class Harness {
  public:
-  Harness()
-      : registry_(&clock_, kLease),
-        table_(&clock_, &registry_, TableOptions()) {
-    Setup();
-  }
+  Harness() : core_(&clock_, CoreOptions()) { Setup(); }
 
   Harness(const Harness&) = delete;
   Harness& operator=(const Harness&) = delete;
 
   // Ends everything still pending; every callback must have run then.
   ~Harness() {
-    table_.AbortAll(absl::UnavailableError("fuzz input done"));
+    core_.Shutdown(absl::UnavailableError("fuzz input done"));
     log_.CheckAllRan();
   }
 
@@ -249,8 +249,8 @@ class Harness {
     w1.incarnation = 1;
     w1.devices = {cpu, cuda};
     w1.cuda_support = true;
-    FUZZ_CHECK(registry_.Register(w0).ok(), "setup");
-    FUZZ_CHECK(registry_.Register(w1).ok(), "setup");
+    FUZZ_CHECK(core_.Register(w0).ok(), "setup");
+    FUZZ_CHECK(core_.Register(w1).ok(), "setup");
     int joined = 0;
     for (int rank = 0; rank < 2; ++rank) {
       JoinRequest join;
@@ -260,7 +260,7 @@ class Harness {
       join.worker_id = rank + 1;
       join.device = cpu;
       join.request_id = absl::StrCat("setup-", rank);
-      table_.Join(std::move(join), [&joined](absl::StatusOr<GroupView> view) {
+      core_.Join(std::move(join), [&joined](absl::StatusOr<GroupView> view) {
         FUZZ_CHECK(view.ok() && view->epoch == 1, view.status().ToString());
         ++joined;
       });
@@ -272,7 +272,7 @@ class Harness {
   // `with_deadline` false leaves out the table's next deadline.
   std::string Fingerprint(bool with_deadline = true) const {
     std::string out;
-    for (const GroupSummary& s : table_.List()) {
+    for (const GroupSummary& s : core_.Groups()) {
       absl::StrAppend(&out, "group ", s.view.name, " e", s.view.epoch, " w",
                       s.view.world_size, " [");
       for (const GroupMember& m : s.view.members) {
@@ -288,13 +288,11 @@ class Harness {
                       absl::FormatTime(s.pending_since), " a",
                       s.aborted.ToString(), "\n");
     }
-    uint64_t latest = 0;
-    table_.AbortsFor(0, 0, &latest);
     absl::StrAppend(
         &out, "next ",
-        with_deadline ? absl::FormatTime(table_.NextDeadline()) : "-",
-        " notices ", latest, "\n");
-    for (const WorkerRecord& r : registry_.List()) {
+        with_deadline ? absl::FormatTime(core_.NextDeadline()) : "-",
+        " notices ", core_.LatestAbortNotice(), "\n");
+    for (const WorkerRecord& r : core_.Workers()) {
       absl::StrAppend(&out, "worker ", r.id, " ", r.registration.name, " ",
                       r.registration.host, " ", r.registration.address, " ",
                       r.registration.incarnation, " ",
@@ -310,7 +308,7 @@ class Harness {
 
   // The group's world size, or 0 when there is no such group at `epoch`.
   int WorldOf(const std::string& group, uint64_t epoch) const {
-    for (const GroupSummary& s : table_.List()) {
+    for (const GroupSummary& s : core_.Groups()) {
       if (s.view.name == group && s.view.epoch == epoch) {
         return s.view.world_size;
       }
@@ -319,9 +317,9 @@ class Harness {
   }
 
   void CheckGroups() const {
-    for (const GroupSummary& s : table_.List()) {
+    for (const GroupSummary& s : core_.Groups()) {
       FUZZ_CHECK(s.view.world_size >= 1 &&
-                     s.view.world_size <= TableOptions().max_world_size,
+                     s.view.world_size <= CoreOptions().groups.max_world_size,
                  s.view.name);
       FUZZ_CHECK(static_cast<int>(s.view.members.size()) == s.view.world_size,
                  s.view.name);
@@ -371,74 +369,52 @@ class Harness {
   }
 
   void Register(const v1::RegisterWorkerRequest& request) {
-    WorkerRegistration registration;
-    registration.name = request.name();
-    registration.host = request.host();
-    registration.address = request.address();
-    registration.incarnation = request.incarnation();
-    registration.cuda_support = request.cuda_support();
-    for (const v1::Device& device : request.devices()) {
-      registration.devices.push_back(DeviceFromProto(device));
-    }
     const std::string before = Fingerprint();
-    absl::StatusOr<RegisterResult> result = registry_.Register(registration);
+    absl::StatusOr<RegisterResult> result =
+        core_.Register(RegistrationFromProto(request));
     if (!result.ok()) {
       FUZZ_CHECK(absl::IsInvalidArgument(result.status()) ||
                      IsDeviceRefusal(result.status()),
                  result.status().ToString());
       FUZZ_CHECK(Fingerprint() == before, "refused registration changed state");
-      return;
-    }
-    if (result->replaced) {
-      table_.AbortWorker(result->replaced_id, registration.name,
-                         "it restarted with a new incarnation");
     }
   }
 
   void Heartbeat(const v1::HeartbeatRequest& request) {
     const std::string before = Fingerprint();
+    HeartbeatReply reply;
     absl::Status status =
-        registry_.Renew(request.worker_id(), request.incarnation());
+        core_.Heartbeat(request.worker_id(), request.incarnation(),
+                        request.aborts_seen(), &reply);
     if (!status.ok()) {
       FUZZ_CHECK(absl::IsNotFound(status) || absl::IsFailedPrecondition(status),
                  status.ToString());
       FUZZ_CHECK(Fingerprint() == before, "refused heartbeat changed state");
       return;
     }
-    uint64_t latest = 0;
     uint64_t last = request.aborts_seen();
-    for (const AbortNotice& notice : table_.AbortsFor(
-             request.worker_id(), request.aborts_seen(), &latest)) {
+    for (const AbortNotice& notice : reply.aborts) {
       FUZZ_CHECK(notice.id > last && absl::IsAborted(notice.status),
                  notice.status.ToString());
       last = notice.id;
     }
-    FUZZ_CHECK(last <= std::max(latest, request.aborts_seen()), "notice ids");
+    FUZZ_CHECK(last <= std::max(reply.aborts_latest, request.aborts_seen()),
+               "notice ids");
   }
 
   void Deregister(const v1::DeregisterRequest& request) {
     const std::string before = Fingerprint();
-    absl::StatusOr<WorkerRecord> record =
-        registry_.Deregister(request.worker_id(), request.incarnation());
-    if (!record.ok()) {
-      FUZZ_CHECK(absl::IsNotFound(record.status()) ||
-                     absl::IsFailedPrecondition(record.status()),
-                 record.status().ToString());
+    absl::Status status =
+        core_.Deregister(request.worker_id(), request.incarnation());
+    if (!status.ok()) {
+      FUZZ_CHECK(absl::IsNotFound(status) || absl::IsFailedPrecondition(status),
+                 status.ToString());
       FUZZ_CHECK(Fingerprint() == before, "refused deregister changed state");
-      return;
     }
-    table_.AbortWorker(record->id, record->registration.name, "it shut down");
   }
 
   void Join(const v1::JoinGroupRequest& request, absl::Duration wait) {
-    JoinRequest join;
-    join.group = request.group();
-    join.world_size = request.world_size();
-    join.rank = request.rank();
-    join.worker_id = request.worker_id();
-    join.device = DeviceFromProto(request.device());
-    join.request_id = request.request_id();
-    join.deadline = clock_.Now() + wait;
+    JoinRequest join = JoinFromProto(request, clock_.Now() + wait);
     const std::string group = join.group;
     // A join with a request id the group already knows is answered with the
     // group its first attempt formed, whatever world size it asks for now
@@ -448,8 +424,8 @@ class Harness {
     const std::string before_without_deadline = Fingerprint(false);
     const int runs_before = log_.total();
     const int id = log_.Add(absl::StrCat("join ", group, " rank ", join.rank));
-    table_.Join(std::move(join), [this, id, group,
-                                  world](absl::StatusOr<GroupView> view) {
+    core_.Join(std::move(join), [this, id, group,
+                                 world](absl::StatusOr<GroupView> view) {
       log_.Ran(id, view.status());
       if (!view.ok()) return;
       FUZZ_CHECK(view->name == group && view->epoch > 0 &&
@@ -465,21 +441,7 @@ class Harness {
 
   void Collective(const v1::CollectiveRequest& request, absl::Duration wait,
                   bool mirror) {
-    CollectiveCall call;
-    call.group = request.group();
-    call.epoch = request.epoch();
-    call.rank = request.rank();
-    call.sequence = request.sequence();
-    call.spec.kind = static_cast<CollectiveKind>(request.kind());
-    call.spec.dtype = static_cast<DType>(request.dtype());
-    call.spec.count = request.count();
-    call.spec.op = static_cast<ReduceOp>(request.op());
-    call.spec.root = request.root();
-    call.algorithm = static_cast<Algorithm>(request.algorithm());
-    if (request.has_device()) call.device = DeviceFromProto(request.device());
-    call.has_data = request.has_inline_data();
-    call.data = request.inline_data();
-    call.deadline = clock_.Now() + wait;
+    CollectiveCall call = CollectiveCallFromProto(request, clock_.Now() + wait);
     const int world = WorldOf(call.group, call.epoch);
     std::vector<CollectiveCall> others;
     if (mirror && world > 1 && world <= kMaxMirrorWorld) {
@@ -517,7 +479,7 @@ class Harness {
     const std::string before = Fingerprint();
     const int runs_before = log_.total();
     const int id = log_.Add(what);
-    table_.Collective(
+    core_.Collective(
         std::move(call), [this, id, key, sequence, rank, world, forced,
                           what](absl::StatusOr<CollectiveOutcome> outcome) {
           log_.Ran(id, outcome.status());
@@ -552,12 +514,7 @@ class Harness {
 
   void Commit(const v1::CommitRequest& request, absl::Duration wait,
               bool mirror) {
-    CommitCall call;
-    call.group = request.group();
-    call.epoch = request.epoch();
-    call.rank = request.rank();
-    call.sequence = request.sequence();
-    call.deadline = clock_.Now() + wait;
+    CommitCall call = CommitCallFromProto(request, clock_.Now() + wait);
     const int world = WorldOf(call.group, call.epoch);
     std::vector<CommitCall> calls = {call};
     if (mirror && world <= kMaxMirrorWorld) {
@@ -574,20 +531,23 @@ class Harness {
       const std::string before = Fingerprint();
       const int runs_before = log_.total();
       const int id = log_.Add(what);
-      table_.Commit(std::move(c),
-                    [this, id](absl::Status status) { log_.Ran(id, status); });
+      core_.Commit(std::move(c),
+                   [this, id](absl::Status status) { log_.Ran(id, status); });
       CheckRefusal(id, runs_before, before, what);
     }
   }
 
   void ReportFailure(const v1::ReportFailureRequest& request) {
-    const absl::Status failure(static_cast<absl::StatusCode>(request.code()),
-                               request.message());
     const std::string before = Fingerprint();
-    absl::Status verdict =
-        table_.ReportFailure(request.group(), request.epoch(), request.rank(),
-                             request.sequence(), failure);
-    if (absl::IsAborted(verdict)) return;
+    v1::ReportFailureResponse response;
+    absl::Status verdict = ReportFailureToCore(core_, request, &response);
+    if (verdict.ok()) {
+      FUZZ_CHECK(response.has_abort() &&
+                     response.abort().code() ==
+                         static_cast<int>(absl::StatusCode::kAborted),
+                 "a failure report answered OK without the abort");
+      return;
+    }
     FUZZ_CHECK(absl::IsNotFound(verdict) || absl::IsFailedPrecondition(verdict),
                verdict.ToString());
     FUZZ_CHECK(Fingerprint() == before, "refused failure report changed state");
@@ -595,21 +555,16 @@ class Harness {
 
   void Advance(absl::Duration by) {
     clock_.Advance(by);
-    for (const WorkerRecord& record : registry_.EvictExpired()) {
-      table_.AbortWorker(record.id, record.registration.name,
-                         "no heartbeat within the lease");
-    }
-    table_.ExpireDeadlines();
-    FUZZ_CHECK(table_.NextDeadline() > clock_.Now(),
+    core_.RunTimers();
+    FUZZ_CHECK(core_.NextDeadline() > clock_.Now(),
                "a deadline is left in the past after ExpireDeadlines()");
-    for (const std::string& stall : table_.NewStalls(absl::Seconds(2))) {
+    for (const std::string& stall : core_.NewStalls(absl::Seconds(2))) {
       FUZZ_CHECK(!stall.empty(), "empty stall report");
     }
   }
 
   FakeClock clock_;
-  Registry registry_;
-  GroupTable table_;
+  Coordinator core_;
   // Read by the callbacks, which run at the latest in ~Harness().
   CallLog log_;
   std::map<CallKey, CollectiveSpec> first_spec_;
@@ -623,6 +578,8 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   // Inputs with strings that are not UTF-8 fail to parse, as they would on
   // the wire; the log line protobuf writes for each only slows fuzzing.
   google::protobuf::SetLogHandler(nullptr);
+  // The core logs evictions and aborts; at fuzzing speed that is noise.
+  FLAGS_minloglevel = google::GLOG_ERROR;
   return 0;
 }
 

@@ -59,14 +59,14 @@ class RawConnection {
   void Send(absl::string_view bytes) {
     ASSERT_TRUE(WriteAll(fd_, &bytes, 1, absl::Now() + kWait, -1).ok());
   }
-  void SendRequest(const v1::CollectiveStreamRequest& request) {
+  void SendRequest(const v1::CallPortRequest& request) {
     std::string frame;
     AppendCallFrame(request.SerializeAsString(), &frame);
     Send(frame);
   }
 
   // The next reply, or an error when the connection closed first.
-  absl::StatusOr<v1::CollectiveStreamReply> NextReply() {
+  absl::StatusOr<v1::CallPortReply> NextReply() {
     std::string payload;
     while (true) {
       absl::StatusOr<bool> next = frames_.Next(&payload);
@@ -78,7 +78,7 @@ class RawConnection {
       if (!got.ok()) return got.status();
       frames_.Append(absl::string_view(buffer, *got));
     }
-    v1::CollectiveStreamReply reply;
+    v1::CallPortReply reply;
     if (!reply.ParseFromString(payload)) {
       return absl::InternalError("malformed reply");
     }
@@ -124,7 +124,7 @@ TEST_F(CallPortTest, Frame_OverLimit_ResourceExhaustedThenClosed) {
   RawConnection connection(port_);
   connection.Send(kCallHello);
   connection.Send(std::string("\xff\xff\xff\x7f", 4));  // ~2 GiB announced
-  absl::StatusOr<v1::CollectiveStreamReply> reply = connection.NextReply();
+  absl::StatusOr<v1::CallPortReply> reply = connection.NextReply();
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->call_id(), 0u);
   EXPECT_EQ(reply->code(),
@@ -139,7 +139,7 @@ TEST_F(CallPortTest, Frame_NotARequest_InvalidArgumentThenClosed) {
   std::string frame;
   AppendCallFrame(std::string("\x0f", 1), &frame);  // wire type 7: invalid
   connection.Send(frame);
-  absl::StatusOr<v1::CollectiveStreamReply> reply = connection.NextReply();
+  absl::StatusOr<v1::CallPortReply> reply = connection.NextReply();
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->call_id(), 0u);
   EXPECT_EQ(reply->code(),
@@ -150,17 +150,17 @@ TEST_F(CallPortTest, Frame_NotARequest_InvalidArgumentThenClosed) {
 TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   RawConnection connection(port_);
   connection.Send(kCallHello);
-  v1::CollectiveStreamRequest no_call;
+  v1::CallPortRequest no_call;
   no_call.set_call_id(7);
   connection.SendRequest(no_call);
-  absl::StatusOr<v1::CollectiveStreamReply> reply = connection.NextReply();
+  absl::StatusOr<v1::CallPortReply> reply = connection.NextReply();
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->call_id(), 7u);
   EXPECT_EQ(reply->code(),
             static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(reply->message(), HasSubstr("carries no CollectiveRequest"));
 
-  v1::CollectiveStreamRequest negative;
+  v1::CallPortRequest negative;
   negative.set_call_id(8);
   negative.set_timeout_us(-5);
   negative.mutable_call()->set_group("g");
@@ -170,17 +170,19 @@ TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   EXPECT_EQ(reply->call_id(), 8u);
   EXPECT_THAT(reply->message(), HasSubstr("negative timeout"));
 
-  v1::CollectiveStreamRequest both;
-  both.set_call_id(10);
-  both.mutable_call()->set_group("g");
-  both.mutable_commit()->set_group("g");
-  connection.SendRequest(both);
+  v1::CallPortRequest failure;
+  failure.set_call_id(10);
+  failure.mutable_failure()->set_group("no-such-group");
+  failure.mutable_failure()->set_epoch(1);
+  failure.mutable_failure()->set_code(14);
+  connection.SendRequest(failure);
   reply = connection.NextReply();
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->call_id(), 10u);
-  EXPECT_THAT(reply->message(), HasSubstr("carries both"));
+  EXPECT_EQ(reply->code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_FALSE(reply->has_abort());
 
-  v1::CollectiveStreamRequest commit;
+  v1::CallPortRequest commit;
   commit.set_call_id(11);
   commit.set_timeout_us(10'000'000);
   commit.mutable_commit()->set_group("no-such-group");
@@ -194,7 +196,7 @@ TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   EXPECT_THAT(reply->message(), HasSubstr("no-such-group"));
 
   // Sent one byte at a time: still one request.
-  v1::CollectiveStreamRequest unknown;
+  v1::CallPortRequest unknown;
   unknown.set_call_id(9);
   unknown.set_timeout_us(10'000'000);
   unknown.mutable_call()->set_group("no-such-group");
@@ -248,7 +250,7 @@ TEST(CallPortClientTest, Ready_NothingListening_FailedPreconditionThenBackoff) {
             absl::StatusCode::kUnavailable);
 }
 
-TEST(CallPortOffTest, Collectives_CoordinatorWithoutCallPort_RunOnStream) {
+TEST(CallPortOffTest, Collectives_CoordinatorWithoutCallPort_RunOnUnaryCalls) {
   auto cluster = EmbeddedCluster::Start(2, {"--call_port=-1"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   EXPECT_EQ(CallPortOf((*cluster)->coordinator_address()), 0);

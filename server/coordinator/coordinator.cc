@@ -1,0 +1,169 @@
+#include "server/coordinator/coordinator.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+
+absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
+                        absl::Duration max_wait) {
+  const absl::Time deadline = std::min(now + max_wait, client_deadline);
+  const absl::Duration margin = std::clamp(
+      (deadline - now) / 10, absl::Milliseconds(5), absl::Milliseconds(250));
+  return deadline - margin;
+}
+
+Coordinator::Coordinator(Clock* clock, CoordinatorOptions options)
+    : clock_(clock),
+      options_(std::move(options)),
+      registry_(clock, options_.lease_timeout),
+      groups_(clock, &registry_, options_.groups) {}
+
+Coordinator::~Coordinator() {
+  // Stopped before the registry and groups go: their steps use both.
+  if (deadlines_ != nullptr) deadlines_->Stop();
+  if (sweeper_ != nullptr) sweeper_->Stop();
+  if (stall_reporter_ != nullptr) stall_reporter_->Stop();
+}
+
+void Coordinator::StartTimers() {
+  deadlines_ = std::make_unique<WakeupLoop>([this] {
+    planned_.store(kComputing);
+    const absl::Time next = ExpireDeadlines();
+    planned_.store(next == absl::InfiniteFuture() ? INT64_MAX
+                                                  : absl::ToUnixNanos(next));
+    return next;
+  });
+  sweeper_ = std::make_unique<WakeupLoop>([this] { return EvictExpired(); });
+  stall_reporter_ =
+      std::make_unique<WakeupLoop>([this] { return ReportStalls(); });
+  sweeper_->Start();
+  deadlines_->Start();
+  stall_reporter_->Start();
+}
+
+void Coordinator::RunTimers() {
+  EvictExpired();
+  ExpireDeadlines();
+}
+
+absl::Time Coordinator::EvictExpired() {
+  for (const WorkerRecord& r : registry_.EvictExpired()) {
+    LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
+                 << "\": no heartbeat within the lease";
+    groups_.AbortWorker(
+        r.id, r.registration.name,
+        absl::StrCat("no heartbeat within the lease (",
+                     absl::FormatDuration(registry_.lease_timeout()), ")"));
+  }
+  // Just after the earliest lease can expire, and at least once a lease
+  // period (a worker registered meanwhile expires no earlier than that).
+  return std::min(registry_.NextExpiry() + absl::Milliseconds(1),
+                  clock_->Now() + registry_.lease_timeout());
+}
+
+absl::Time Coordinator::ExpireDeadlines() {
+  groups_.ExpireDeadlines();
+  return groups_.NextDeadline();
+}
+
+absl::Time Coordinator::ReportStalls() {
+  for (const std::string& stall :
+       groups_.NewStalls(options_.stall_report_after)) {
+    LOG(WARNING) << "stalled: " << stall;
+  }
+  return clock_->Now() +
+         std::max(options_.stall_report_after / 4, absl::Milliseconds(100));
+}
+
+absl::Time Coordinator::CoreDeadlineFor(absl::Time client_deadline) const {
+  return CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
+}
+
+void Coordinator::DeadlineAdded(absl::Time deadline) {
+  const int64_t at = planned_.load();
+  if (deadlines_ != nullptr &&
+      (at == kComputing || absl::ToUnixNanos(deadline) < at)) {
+    deadlines_->Poke();
+  }
+}
+
+absl::StatusOr<RegisterResult> Coordinator::Register(
+    const WorkerRegistration& request) {
+  absl::StatusOr<RegisterResult> result = registry_.Register(request);
+  if (result.ok() && result->replaced) {
+    groups_.AbortWorker(result->replaced_id, request.name,
+                        "it restarted with a new incarnation");
+  }
+  return result;
+}
+
+absl::Status Coordinator::Heartbeat(uint64_t id, uint64_t incarnation,
+                                    uint64_t aborts_seen,
+                                    HeartbeatReply* reply) {
+  absl::Status status = registry_.Renew(id, incarnation);
+  if (!status.ok()) return status;
+  reply->aborts = groups_.AbortsFor(id, aborts_seen, &reply->aborts_latest);
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Deregister(uint64_t id, uint64_t incarnation) {
+  absl::StatusOr<WorkerRecord> record = registry_.Deregister(id, incarnation);
+  if (!record.ok()) return record.status();
+  LOG(INFO) << "deregistered worker " << id;
+  groups_.AbortWorker(record->id, record->registration.name, "it shut down");
+  return absl::OkStatus();
+}
+
+std::vector<WorkerRecord> Coordinator::Workers() const {
+  return registry_.List();
+}
+
+std::vector<GroupSummary> Coordinator::Groups() const { return groups_.List(); }
+
+void Coordinator::Join(JoinRequest request, JoinCallback done) {
+  const absl::Time deadline = CoreDeadlineFor(request.deadline);
+  request.deadline = deadline;
+  groups_.Join(std::move(request), std::move(done));
+  DeadlineAdded(deadline);
+}
+
+void Coordinator::Collective(CollectiveCall call, CollectiveCallback done) {
+  const absl::Time deadline = CoreDeadlineFor(call.deadline);
+  call.deadline = deadline;
+  groups_.Collective(std::move(call), std::move(done));
+  DeadlineAdded(deadline);
+}
+
+void Coordinator::Commit(CommitCall call, CommitCallback done) {
+  const absl::Time deadline = CoreDeadlineFor(call.deadline);
+  call.deadline = deadline;
+  groups_.Commit(std::move(call), std::move(done));
+  DeadlineAdded(deadline);
+}
+
+absl::Status Coordinator::ReportFailure(const std::string& group,
+                                        uint64_t epoch, int rank,
+                                        uint64_t sequence,
+                                        const absl::Status& failure) {
+  absl::Status verdict =
+      groups_.ReportFailure(group, epoch, rank, sequence, failure);
+  if (absl::IsAborted(verdict)) LOG(WARNING) << verdict;
+  return verdict;
+}
+
+uint64_t Coordinator::LatestAbortNotice() const {
+  uint64_t latest = 0;
+  groups_.AbortsFor(0, 0, &latest);
+  return latest;
+}
+
+void Coordinator::Shutdown(const absl::Status& status) {
+  groups_.AbortAll(status);
+}
+
+}  // namespace chorus

@@ -1,0 +1,170 @@
+// Coordinator: the coordinator's core. It owns the registry of workers, the
+// groups and their collectives, and the timers, and it keeps the rules that
+// span them: a worker that is evicted (no heartbeat within its lease), that
+// deregisters, or that registers again with a new incarnation aborts every
+// group with one of its devices, and the workers holding those groups hear
+// of it in their next heartbeat. It knows nothing about gRPC or sockets:
+// the gRPC service, the call port and the fuzzers translate wire messages
+// into these calls and statuses back into wire statuses.
+//
+// Every waiting call (join, collective, commit) carries the deadline its
+// client set (InfiniteFuture() for none); the core ends it a little before
+// that (CoreDeadline), and at most `max_wait` after it arrived, so the
+// client receives the descriptive DEADLINE_EXCEEDED rather than its own bare
+// one.
+//
+// Lifecycle: construct, then either StartTimers() (a real clock: background
+// threads evict workers, end calls at their deadlines and log stalls) or
+// drive RunTimers() by hand (a fake clock in tests). Shutdown() ends every
+// pending call; the destructor stops the timers.
+// Thread safety: every method is thread-safe. Callbacks run after the core's
+// locks are released, on the calling thread or a timer thread. The clock is
+// not owned and must outlive the core.
+#ifndef CHORUS_SERVER_COORDINATOR_COORDINATOR_H_
+#define CHORUS_SERVER_COORDINATOR_COORDINATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/common/clock.h"
+#include "server/common/wakeup_loop.h"
+#include "server/coordinator/group_table.h"
+#include "server/coordinator/registry.h"
+
+namespace chorus {
+
+struct CoordinatorOptions {
+  // A worker that sends no heartbeat for this long is evicted.
+  absl::Duration lease_timeout = absl::Seconds(5);
+  // Deadline of a waiting call whose client set none, and the most any call
+  // may wait.
+  absl::Duration max_wait = absl::Minutes(10);
+  // A collective that has waited this long for some ranks is logged once.
+  absl::Duration stall_report_after = absl::Seconds(10);
+  GroupTableOptions groups;
+};
+
+// What a heartbeat returns besides its status.
+struct HeartbeatReply {
+  // The abort notices after the one the worker saw last, for its groups.
+  std::vector<AbortNotice> aborts;
+  // The newest notice id (the worker passes it back next time).
+  uint64_t aborts_latest = 0;
+};
+
+// Returns when the core should end a waiting call that arrived at `now`
+// from a client whose own deadline is `client_deadline` (InfiniteFuture()
+// for none): at most `max_wait` away, and a little before the client gives
+// up (a tenth of the time left, between 5 ms and 250 ms).
+absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
+                        absl::Duration max_wait);
+
+class Coordinator {
+ public:
+  using JoinCallback = GroupTable::JoinCallback;
+  using CollectiveCallback = GroupTable::CollectiveCallback;
+  using CommitCallback = GroupTable::CommitCallback;
+
+  // `clock` is not owned.
+  Coordinator(Clock* clock, CoordinatorOptions options);
+  ~Coordinator();
+
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Starts the timer threads (for a real clock). Call once.
+  void StartTimers();
+
+  // Does at once what the timers do when they are due: evicts the workers
+  // whose leases expired (aborting their groups) and ends every join and
+  // collective whose deadline passed. For tests that move a fake clock.
+  void RunTimers();
+
+  // Registers a worker (see Registry::Register for the codes: INVALID_ARGUMENT
+  // for a malformed registration, UNIMPLEMENTED for an unsupported device).
+  // A registration that replaces an older incarnation of the same name
+  // aborts that incarnation's groups.
+  absl::StatusOr<RegisterResult> Register(const WorkerRegistration& request);
+
+  // Renews worker `id`'s lease and fills `reply` with the abort notices after
+  // `aborts_seen`. Returns NOT_FOUND for an unknown (e.g. evicted) worker,
+  // FAILED_PRECONDITION for another incarnation; `reply` is then untouched.
+  absl::Status Heartbeat(uint64_t id, uint64_t incarnation,
+                         uint64_t aborts_seen, HeartbeatReply* reply);
+
+  // Removes worker `id` and aborts its groups. Returns the codes of
+  // Heartbeat for an unknown worker or another incarnation.
+  absl::Status Deregister(uint64_t id, uint64_t incarnation);
+
+  // Every registered worker, ordered by id.
+  std::vector<WorkerRecord> Workers() const;
+
+  // Every formed group, ordered by name.
+  std::vector<GroupSummary> Groups() const;
+
+  // GroupTable::Join, Collective and Commit (see there for the verdicts),
+  // with `deadline` in the request being the client's and the core's own
+  // deadline derived from it.
+  void Join(JoinRequest request, JoinCallback done);
+  void Collective(CollectiveCall call, CollectiveCallback done);
+  void Commit(CommitCall call, CommitCallback done);
+
+  // GroupTable::ReportFailure: the group's abort status (ABORTED), or
+  // NOT_FOUND / FAILED_PRECONDITION for an unknown group or stale epoch.
+  absl::Status ReportFailure(const std::string& group, uint64_t epoch, int rank,
+                             uint64_t sequence, const absl::Status& failure);
+
+  // Ends every pending join and collective with `status` and forgets every
+  // group; for the coordinator's shutdown.
+  void Shutdown(const absl::Status& status);
+
+  // For tests and fuzzers, what the timers look at: the earliest pending
+  // deadline (InfiniteFuture() for none), the newest abort notice id, and
+  // the stall lines not reported before (see GroupTable::NewStalls).
+  absl::Time NextDeadline() const { return groups_.NextDeadline(); }
+  uint64_t LatestAbortNotice() const;
+  std::vector<std::string> NewStalls(absl::Duration threshold) {
+    return groups_.NewStalls(threshold);
+  }
+
+  Clock* clock() const { return clock_; }
+  absl::Duration lease_timeout() const { return registry_.lease_timeout(); }
+  const GroupTableOptions& group_options() const { return groups_.options(); }
+
+ private:
+  // The core's deadline for a call from a client whose deadline is
+  // `client_deadline`.
+  absl::Time CoreDeadlineFor(absl::Time client_deadline) const;
+  // Makes sure the deadline timer runs by `deadline`, that of a call just
+  // added.
+  void DeadlineAdded(absl::Time deadline);
+  // Evicts the workers whose leases expired; returns when to look again.
+  absl::Time EvictExpired();
+  // Ends the calls whose deadlines passed; returns the next deadline.
+  absl::Time ExpireDeadlines();
+  // Logs the collectives newly stalled; returns when to look again.
+  absl::Time ReportStalls();
+
+  Clock* const clock_;  // not owned
+  const CoordinatorOptions options_;
+  Registry registry_;
+  GroupTable groups_;
+
+  // When the deadline timer will next look (unix ns); kComputing while it
+  // computes, so that every new call pokes it then.
+  static constexpr int64_t kComputing = INT64_MIN;
+  std::atomic<int64_t> planned_{kComputing};
+  std::unique_ptr<WakeupLoop> deadlines_;
+  std::unique_ptr<WakeupLoop> sweeper_;
+  std::unique_ptr<WakeupLoop> stall_reporter_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COORDINATOR_COORDINATOR_H_
