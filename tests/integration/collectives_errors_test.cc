@@ -8,12 +8,18 @@
 // each, the group still runs the next collective. A real coordinator process,
 // worker runtimes embedded in the test, one thread per rank.
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/common/device_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/common/net.h"
 #include "tests/testing/collective_harness.h"
 
 namespace chorus::test {
@@ -382,11 +388,38 @@ void ExpectManyCallsStillWork(const std::vector<Communicator*>& ranks,
   });
 }
 
+// Sends rank `rank`'s next call (sequence 1) straight to the coordinator as
+// a unary Collective, past the client's own checks, and returns the
+// coordinator's verdict.
+absl::Status CallCoordinator(const EmbeddedCluster& cluster,
+                             const Communicator& rank, CollectiveKind kind,
+                             Algorithm algorithm,
+                             std::optional<Device> device = std::nullopt) {
+  v1::CollectiveRequest request;
+  request.set_group(rank.group());
+  request.set_epoch(rank.epoch());
+  request.set_rank(rank.rank());
+  request.set_sequence(1);
+  request.set_kind(static_cast<v1::CollectiveKind>(kind));
+  request.set_dtype(v1::DTYPE_F32);
+  request.set_count(8);
+  request.set_op(v1::REDUCE_OP_SUM);
+  request.set_algorithm(static_cast<v1::Algorithm>(algorithm));
+  if (device.has_value()) *request.mutable_device() = DeviceToProto(*device);
+  std::unique_ptr<v1::Coordinator::Stub> stub =
+      v1::Coordinator::NewStub(MakeChannel(cluster.coordinator_address()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+  v1::CollectiveResponse response;
+  return FromGrpcStatus(stub->Collective(&context, request, &response));
+}
+
 // A call the coordinator refuses before matching it (a plan the kind cannot
-// use, a malformed device) has already taken a sequence number in the
-// communicator; the rank's later calls must still be matched.
+// use, a malformed device) changes nothing: the sequence number it carried
+// is still free, and the group's calls go on. The calls go to the
+// coordinator directly, since the client library refuses them itself.
 TEST(RefusedCallTest,
-     Run_RecursiveDoublingForAllGather_InvalidArgumentThenGroupWorks) {
+     Collective_RecursiveDoublingForAllGather_InvalidArgumentThenGroupWorks) {
   constexpr int kWorld = 2;
   std::unique_ptr<EmbeddedCluster> cluster = StartCluster(kWorld);
   ASSERT_NE(cluster, nullptr);
@@ -394,24 +427,23 @@ TEST(RefusedCallTest,
   ASSERT_TRUE(group.ok()) << group.status();
   const std::vector<Communicator*> ranks = Pointers(*group);
 
-  const std::vector<Outcome> outcomes = RunCalls(
-      ranks, std::vector<RankCall>(
-                 kWorld, Call(Spec(CollectiveKind::kAllGather, DType::kF32, 8),
-                              Algorithm::kRecursiveDoubling)));
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    const absl::Status& status = outcomes[r].result.status();
+    const absl::Status status =
+        CallCoordinator(*cluster, *ranks[r], CollectiveKind::kAllGather,
+                        Algorithm::kRecursiveDoubling);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_THAT(std::string(status.message()),
                 HasSubstr("recursive_doubling is available for all_reduce "
                           "only, not all_gather"));
   }
-  // A refused call changes no state: the next call is matched normally.
+  // The communicators' first call uses sequence 1, which must be free.
   ExpectGroupStillWorks(ranks);
 }
 
 // The same for a device of malformed shape (Cpu(1)).
-TEST(RefusedCallTest, Run_MalformedDevice_InvalidArgumentThenGroupWorks) {
+TEST(RefusedCallTest,
+     Collective_MalformedDevice_InvalidArgumentThenGroupWorks) {
   constexpr int kWorld = 2;
   std::unique_ptr<EmbeddedCluster> cluster = StartCluster(kWorld);
   ASSERT_NE(cluster, nullptr);
@@ -419,14 +451,14 @@ TEST(RefusedCallTest, Run_MalformedDevice_InvalidArgumentThenGroupWorks) {
   ASSERT_TRUE(group.ok()) << group.status();
   const std::vector<Communicator*> ranks = Pointers(*group);
 
-  std::vector<RankCall> calls(kWorld, Call(kF32Sum1024));
-  for (RankCall& call : calls)
-    call.options.device = MakeDevice(DeviceKind::kCpu, 1);
-  const std::vector<Outcome> outcomes = RunCalls(ranks, calls);
   for (int r = 0; r < kWorld; ++r) {
-    EXPECT_EQ(outcomes[r].result.status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << outcomes[r].result.status();
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    const absl::Status status = CallCoordinator(
+        *cluster, *ranks[r], CollectiveKind::kAllReduce,
+        Algorithm::kUnspecified, MakeDevice(DeviceKind::kCpu, 1));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("the CPU device has index 0, got 1"));
   }
   ExpectGroupStillWorks(ranks);
 }
