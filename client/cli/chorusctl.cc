@@ -75,25 +75,25 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-std::string Devices(const chorus::v1::WorkerInfo& worker) {
-  return absl::StrJoin(
-      worker.devices(), ",", [](std::string* out, const chorus::v1::Device& d) {
-        out->append(chorus::CanonicalName(chorus::DeviceFromProto(d)));
-      });
+std::string Devices(const chorus::WorkerInfo& worker) {
+  return absl::StrJoin(worker.devices, ",",
+                       [](std::string* out, const chorus::Device& d) {
+                         out->append(chorus::CanonicalName(d));
+                       });
 }
 
 int ListWorkers(const chorus::AdminClient& client) {
-  absl::StatusOr<std::vector<chorus::v1::WorkerInfo>> workers =
+  absl::StatusOr<std::vector<chorus::WorkerInfo>> workers =
       client.ListWorkers();
   if (!workers.ok()) return Fail(workers.status());
   std::cout << absl::StrFormat("%-4s %-24s %-16s %-22s %-20s %-9s %s\n", "ID",
                                "NAME", "HOST", "ADDRESS", "INCARNATION",
                                "LEASE_AGE", "DEVICES");
-  for (const chorus::v1::WorkerInfo& w : *workers) {
+  for (const chorus::WorkerInfo& w : *workers) {
     std::cout << absl::StrFormat(
-        "%-4d %-24s %-16s %-22s %-20d %-9s %s\n", w.worker_id(), w.name(),
-        w.host(), w.address(), w.incarnation(),
-        absl::StrCat(w.lease_age_ms(), "ms"), Devices(w));
+        "%-4d %-24s %-16s %-22s %-20d %-9s %s\n", w.id, w.name, w.host,
+        w.address, w.incarnation,
+        absl::StrCat(absl::ToInt64Milliseconds(w.lease_age), "ms"), Devices(w));
   }
   std::cout << workers->size() << " worker" << (workers->size() == 1 ? "" : "s")
             << std::endl;
@@ -101,30 +101,26 @@ int ListWorkers(const chorus::AdminClient& client) {
 }
 
 int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
-  absl::StatusOr<std::vector<chorus::v1::GroupInfo>> groups =
-      client.ListGroups();
+  absl::StatusOr<std::vector<chorus::GroupInfo>> groups = client.ListGroups();
   if (!groups.ok()) return Fail(groups.status());
   int shown = 0;
-  for (const chorus::v1::GroupInfo& g : *groups) {
-    if (stalls_only && g.pending_sequence() == 0) continue;
+  for (const chorus::GroupInfo& g : *groups) {
+    if (stalls_only && g.pending_sequence == 0) continue;
     ++shown;
-    std::cout << "group " << g.name() << ": world " << g.world_size()
-              << ", epoch " << g.epoch() << ", " << g.completed()
-              << " collectives done";
-    if (g.pending_sequence() != 0) {
-      std::vector<int> missing(g.missing_ranks().begin(),
-                               g.missing_ranks().end());
-      std::cout << "; #" << g.pending_sequence() << " waiting "
-                << g.pending_ms() << "ms for " << chorus::FormatRanks(missing);
+    std::cout << "group " << g.name << ": world " << g.world_size << ", epoch "
+              << g.epoch << ", " << g.completed << " collectives done";
+    if (g.pending_sequence != 0) {
+      std::cout << "; #" << g.pending_sequence << " waiting "
+                << absl::ToInt64Milliseconds(g.pending) << "ms for "
+                << chorus::FormatRanks(g.missing_ranks);
     }
-    if (g.has_aborted()) std::cout << "; aborted: " << g.aborted().message();
+    if (!g.aborted.ok()) std::cout << "; aborted: " << g.aborted.message();
     std::cout << "\n";
     if (stalls_only) continue;
-    for (const chorus::v1::GroupMember& m : g.members()) {
-      std::cout << "  rank " << m.rank() << ": worker " << m.worker_id()
-                << " \"" << m.worker_name() << "\" at " << m.address() << " "
-                << chorus::CanonicalName(chorus::DeviceFromProto(m.device()))
-                << "\n";
+    for (const chorus::GroupMemberInfo& m : g.members) {
+      std::cout << "  rank " << m.rank << ": worker " << m.worker_id << " \""
+                << m.worker_name << "\" at " << m.address << " "
+                << chorus::CanonicalName(m.device) << "\n";
     }
   }
   std::cout << shown << (stalls_only ? " stalled group" : " group")

@@ -4,41 +4,103 @@
 
 #include <utility>
 
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
 
 namespace chorus {
+namespace {
+
+WorkerInfo WorkerFromProto(const v1::WorkerInfo& proto) {
+  WorkerInfo info;
+  info.id = proto.worker_id();
+  info.name = proto.name();
+  info.host = proto.host();
+  info.address = proto.address();
+  info.incarnation = proto.incarnation();
+  info.cuda_support = proto.cuda_support();
+  info.lease_age = absl::Milliseconds(proto.lease_age_ms());
+  for (const v1::Device& device : proto.devices()) {
+    info.devices.push_back(DeviceFromProto(device));
+  }
+  return info;
+}
+
+GroupInfo GroupFromProto(const v1::GroupInfo& proto) {
+  GroupInfo info;
+  info.name = proto.name();
+  info.world_size = proto.world_size();
+  info.epoch = proto.epoch();
+  info.completed = proto.completed();
+  for (const v1::GroupMember& m : proto.members()) {
+    GroupMemberInfo member;
+    member.rank = m.rank();
+    member.worker_id = m.worker_id();
+    member.worker_name = m.worker_name();
+    member.host = m.host();
+    member.address = m.address();
+    member.device = DeviceFromProto(m.device());
+    info.members.push_back(std::move(member));
+  }
+  info.pending_sequence = proto.pending_sequence();
+  info.missing_ranks.assign(proto.missing_ranks().begin(),
+                            proto.missing_ranks().end());
+  info.pending = absl::Milliseconds(proto.pending_ms());
+  if (proto.has_aborted()) {
+    info.aborted =
+        absl::Status(static_cast<absl::StatusCode>(proto.aborted().code()),
+                     proto.aborted().message());
+  }
+  return info;
+}
+
+}  // namespace
+
+class AdminClient::Stub {
+ public:
+  explicit Stub(const std::string& coordinator)
+      : stub(v1::Coordinator::NewStub(MakeChannel(coordinator))) {}
+  std::unique_ptr<v1::Coordinator::Stub> stub;
+};
 
 std::unique_ptr<AdminClient> AdminClient::Connect(
     const std::string& coordinator, absl::Duration timeout) {
-  return std::unique_ptr<AdminClient>(new AdminClient(
-      v1::Coordinator::NewStub(MakeChannel(coordinator)), timeout));
+  return std::unique_ptr<AdminClient>(
+      new AdminClient(std::make_unique<Stub>(coordinator), timeout));
 }
 
-AdminClient::AdminClient(std::unique_ptr<v1::Coordinator::Stub> stub,
-                         absl::Duration timeout)
+AdminClient::AdminClient(std::unique_ptr<Stub> stub, absl::Duration timeout)
     : stub_(std::move(stub)), timeout_(timeout) {}
 
-absl::StatusOr<std::vector<v1::WorkerInfo>> AdminClient::ListWorkers() const {
+AdminClient::~AdminClient() = default;
+
+absl::StatusOr<std::vector<WorkerInfo>> AdminClient::ListWorkers() const {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout_));
   v1::ListWorkersResponse response;
   absl::Status status = FromGrpcStatus(
-      stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response));
+      stub_->stub->ListWorkers(&context, v1::ListWorkersRequest(), &response));
   if (!status.ok()) return status;
-  return std::vector<v1::WorkerInfo>(response.workers().begin(),
-                                     response.workers().end());
+  std::vector<WorkerInfo> workers;
+  for (const v1::WorkerInfo& w : response.workers()) {
+    workers.push_back(WorkerFromProto(w));
+  }
+  return workers;
 }
 
-absl::StatusOr<std::vector<v1::GroupInfo>> AdminClient::ListGroups() const {
+absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout_));
   v1::ListGroupsResponse response;
   absl::Status status = FromGrpcStatus(
-      stub_->ListGroups(&context, v1::ListGroupsRequest(), &response));
+      stub_->stub->ListGroups(&context, v1::ListGroupsRequest(), &response));
   if (!status.ok()) return status;
-  return std::vector<v1::GroupInfo>(response.groups().begin(),
-                                    response.groups().end());
+  std::vector<GroupInfo> groups;
+  for (const v1::GroupInfo& g : response.groups()) {
+    groups.push_back(GroupFromProto(g));
+  }
+  return groups;
 }
 
 }  // namespace chorus

@@ -1,17 +1,7 @@
-// CollectiveSpec: what one rank asks of one collective call — kind, element
-// type, element count, reduce op and root — with the buffer sizes each kind
-// implies and the one-line description used in every mismatch message
-// ("all_reduce f32[1024] sum").
-//
-// `count` is always the number of elements in one rank's block:
-//   all_reduce, reduce, broadcast: every buffer holds count elements;
-//   all_gather, gather: input count, output world*count (gather: root only);
-//   reduce_scatter: input world*count, output count;
-//   scatter: root input world*count, output count;
-//   all_to_all: input and output world*count (block i goes to rank i);
-//   barrier: no data, count 0.
-// Inputs a rank does not need (broadcast or scatter off the root) may be
-// empty.
+// What Chorus computes from a CollectiveSpec (chorus/types.h, where the
+// buffer sizes of each kind are documented): names, validation, the buffer
+// sizes each kind implies and the one-line description used in every
+// mismatch message ("all_reduce f32[1024] sum").
 //
 // Plain values; pure functions; thread-safe.
 #ifndef CHORUS_SERVER_COMMON_COLLECTIVE_H_
@@ -23,43 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chorus/types.h"
 #include "server/reduce/dtype.h"
 
 namespace chorus {
-
-// Mirrors chorus.v1.CollectiveKind.
-enum class CollectiveKind : int {
-  kUnspecified = 0,
-  kAllReduce = 1,
-  kReduce = 2,
-  kBroadcast = 3,
-  kAllGather = 4,
-  kReduceScatter = 5,
-  kGather = 6,
-  kScatter = 7,
-  kAllToAll = 8,
-  kBarrier = 9,
-};
-
-// Mirrors chorus.v1.Algorithm.
-enum class Algorithm : int {
-  kUnspecified = 0,
-  kInline = 1,
-  kRecursiveDoubling = 2,
-  kTree = 3,
-  kRing = 4,
-  kSameHost = 5,
-};
-
-struct CollectiveSpec {
-  CollectiveKind kind = CollectiveKind::kUnspecified;
-  DType dtype = DType::kUnspecified;
-  uint64_t count = 0;
-  // Only for kinds that reduce.
-  ReduceOp op = ReduceOp::kUnspecified;
-  // Only for kinds with a root.
-  int32_t root = 0;
-};
 
 // Returns "all_reduce", "reduce", ...; "unknown" for values outside the enum.
 absl::string_view CollectiveKindName(CollectiveKind kind);

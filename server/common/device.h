@@ -14,32 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chorus/types.h"
 
 namespace chorus {
-
-// Mirrors chorus.v1.DeviceKind. kUnspecified is never valid in a request.
-enum class DeviceKind {
-  kUnspecified = 0,
-  kCpu = 1,
-  kCuda = 2,
-  kRocm = 3,
-  kVulkan = 4,
-  kMetal = 5,
-  kWgpu = 6,
-  kTpu = 7,
-  kOther = 15,
-};
-
-struct Device {
-  DeviceKind kind = DeviceKind::kUnspecified;
-  int32_t index = 0;
-  // Names the kind when kind == kOther, as given (e.g. "Npu").
-  std::string other_kind;
-  // Descriptive fields reported by the owning worker.
-  std::string model;
-  uint64_t memory_bytes = 0;
-  std::string compute_capability;
-};
 
 // Two devices are the same device when kind, index and other_kind match.
 bool SameDevice(const Device& a, const Device& b);

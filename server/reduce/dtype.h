@@ -12,33 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chorus/types.h"
 
 namespace chorus {
-
-// Mirrors chorus.v1.DType. kUnspecified is never valid for an operation.
-enum class DType : int {
-  kUnspecified = 0,
-  kF16 = 1,
-  kBF16 = 2,
-  kF32 = 3,
-  kF64 = 4,
-  kI8 = 5,
-  kU8 = 6,
-  kI32 = 7,
-  kI64 = 8,
-  kU32 = 9,
-  kU64 = 10,
-};
-
-// Mirrors chorus.v1.ReduceOp. kUnspecified is never valid for an operation.
-enum class ReduceOp : int {
-  kUnspecified = 0,
-  kSum = 1,
-  kProd = 2,
-  kMin = 3,
-  kMax = 4,
-  kAvg = 5,
-};
 
 // Returns true for kF16 .. kU64; false for kUnspecified and for any value
 // outside the enum (e.g. a static_cast of an unknown proto value).

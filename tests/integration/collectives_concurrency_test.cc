@@ -375,15 +375,15 @@ TEST(ConcurrencyTest, AllReduce_ThousandBackToBack_AllCountedNothingPending) {
 
   std::unique_ptr<AdminClient> admin =
       AdminClient::Connect(cluster->coordinator_address(), kRpcTimeout);
-  absl::StatusOr<std::vector<v1::GroupInfo>> groups = admin->ListGroups();
+  absl::StatusOr<std::vector<GroupInfo>> groups = admin->ListGroups();
   ASSERT_TRUE(groups.ok()) << groups.status();
   ASSERT_EQ(groups->size(), 1u);
-  const v1::GroupInfo& info = (*groups)[0];
-  EXPECT_EQ(info.name(), "thousand");
-  EXPECT_EQ(info.world_size(), kWorld);
-  EXPECT_EQ(info.completed(), static_cast<uint64_t>(kCalls));
-  EXPECT_EQ(info.pending_sequence(), 0u);
-  EXPECT_EQ(info.missing_ranks_size(), 0);
+  const GroupInfo& info = (*groups)[0];
+  EXPECT_EQ(info.name, "thousand");
+  EXPECT_EQ(info.world_size, kWorld);
+  EXPECT_EQ(info.completed, static_cast<uint64_t>(kCalls));
+  EXPECT_EQ(info.pending_sequence, 0u);
+  EXPECT_TRUE(info.missing_ranks.empty());
 
   // Nothing per call is kept: no thread or memory grows with the count.
   EXPECT_LE(threads_after, threads_before + 32)

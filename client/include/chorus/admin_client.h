@@ -7,35 +7,81 @@
 #ifndef CHORUS_CLIENT_INCLUDE_CHORUS_ADMIN_CLIENT_H_
 #define CHORUS_CLIENT_INCLUDE_CHORUS_ADMIN_CLIENT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "chorus/v1/coordinator.grpc.pb.h"
+#include "chorus/types.h"
 
 namespace chorus {
+
+// A registered worker as the coordinator sees it.
+struct WorkerInfo {
+  uint64_t id = 0;
+  std::string name;
+  std::string host;
+  // Where the worker serves its peers, "host:port".
+  std::string address;
+  uint64_t incarnation = 0;
+  bool cuda_support = false;
+  // Time since its last heartbeat.
+  absl::Duration lease_age;
+  std::vector<Device> devices;
+};
+
+// One rank of a formed group.
+struct GroupMemberInfo {
+  int rank = 0;
+  uint64_t worker_id = 0;
+  std::string worker_name;
+  std::string host;
+  std::string address;
+  Device device;
+};
+
+// A formed group.
+struct GroupInfo {
+  std::string name;
+  int world_size = 0;
+  uint64_t epoch = 0;
+  // Collectives every rank has finished.
+  uint64_t completed = 0;
+  std::vector<GroupMemberInfo> members;
+  // The oldest collective still waiting for ranks (0: none), the ranks it
+  // waits for and for how long.
+  uint64_t pending_sequence = 0;
+  std::vector<int> missing_ranks;
+  absl::Duration pending;
+  // Why this epoch was aborted; OK when it was not.
+  absl::Status aborted;
+};
 
 class AdminClient {
  public:
   // `coordinator` is "host:port". Every call carries a deadline of `timeout`.
   static std::unique_ptr<AdminClient> Connect(const std::string& coordinator,
                                               absl::Duration timeout);
+  ~AdminClient();
+  AdminClient(const AdminClient&) = delete;
+  AdminClient& operator=(const AdminClient&) = delete;
 
   // Returns the registered workers ordered by id, or the call's status
   // (UNAVAILABLE when the coordinator cannot be reached, DEADLINE_EXCEEDED).
-  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers() const;
+  absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() const;
 
   // Returns the formed groups ordered by name, each with its members and the
   // collective it is waiting on, if any; codes as ListWorkers().
-  absl::StatusOr<std::vector<v1::GroupInfo>> ListGroups() const;
+  absl::StatusOr<std::vector<GroupInfo>> ListGroups() const;
 
  private:
-  AdminClient(std::unique_ptr<v1::Coordinator::Stub> stub,
-              absl::Duration timeout);
+  class Stub;
+  AdminClient(std::unique_ptr<Stub> stub, absl::Duration timeout);
 
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<Stub> stub_;
   absl::Duration timeout_;
 };
 

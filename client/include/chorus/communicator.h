@@ -26,8 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/common/collective.h"
-#include "server/common/device.h"
+#include "chorus/types.h"
 
 namespace chorus {
 
