@@ -6,10 +6,9 @@ namespace chorus {
 
 absl::Status PeerGoneError(absl::string_view group, int rank,
                            absl::string_view peer) {
-  return absl::UnavailableError(absl::StrCat("rank ", rank, " of group ", group,
-                                             " is gone: its data-plane stream "
-                                             "from ",
-                                             peer, " broke"));
+  return absl::UnavailableError(
+      absl::StrCat("rank ", rank, " of group ", group,
+                   " is gone: its data-plane stream from ", peer, " broke"));
 }
 
 absl::Status UnreachableError(absl::string_view group, int to,
