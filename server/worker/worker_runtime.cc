@@ -13,7 +13,9 @@
 #include "server/common/grpc_status.h"
 #include "server/common/tcp_socket.h"
 #include "server/worker/algorithms/algorithm.h"
-#include "server/worker/dataplane/collective_link.h"
+#include "server/worker/dataplane/exchange_pool.h"
+#include "server/worker/dataplane/peer_transport.h"
+#include "server/worker/dataplane/tcp_peer_pool.h"
 
 namespace chorus {
 namespace {
@@ -90,7 +92,11 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
       TcpListener::Start(listen->host, options.data_port, &runtime->inbox_);
   if (!tcp_listener.ok()) return tcp_listener.status();
   runtime->tcp_listener_ = *std::move(tcp_listener);
-  runtime->pool_ = std::make_unique<PeerPool>(options.tcp_data_plane);
+  if (options.tcp_data_plane) {
+    runtime->sender_ = std::make_unique<TcpPeerPool>();
+  } else {
+    runtime->sender_ = std::make_unique<ExchangePool>();
+  }
   runtime->device_buffers_ = std::make_unique<DeviceBuffers>();
   runtime->peer_service_ = std::make_unique<PeerService>(
       &runtime->inbox_, runtime->tcp_listener_->port());
@@ -159,7 +165,7 @@ void WorkerRuntime::Shutdown() {
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
   if (call_port_ != nullptr) call_port_->Shutdown();
   if (session_ != nullptr) session_->Shutdown();
-  if (pool_ != nullptr) pool_->Shutdown();
+  if (sender_ != nullptr) sender_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
   // The server's shutdown ended every stream; this makes the inbox's last
   // use by them visible before the inbox goes.
@@ -368,19 +374,19 @@ absl::Status WorkerRuntime::RunPlanned(
     RunResult* plan, const Device& device, const CallBuffers& buffers,
     absl::string_view host_input, std::string* host_output,
     absl::Time deadline) {
-  LinkOptions link_options;
-  link_options.group = membership.group;
-  link_options.epoch = membership.epoch;
-  link_options.sequence = sequence;
-  link_options.rank = membership.rank;
-  link_options.addresses = membership.addresses;
-  link_options.self_address = address_;
-  link_options.deadline = deadline;
-  CollectiveLink link(std::move(link_options), &inbox_, pool_.get());
+  PeerTransportOptions transport_options;
+  transport_options.group = membership.group;
+  transport_options.epoch = membership.epoch;
+  transport_options.sequence = sequence;
+  transport_options.rank = membership.rank;
+  transport_options.addresses = membership.addresses;
+  transport_options.self_address = address_;
+  transport_options.deadline = deadline;
+  PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
   AlgorithmArgs args;
   args.spec = spec;
   args.chunk_bytes = std::max<uint64_t>(1, plan->chunk_bytes);
-  args.link = &link;
+  args.transport = &transport;
   args.output = host_output;
   // Kinds whose output every rank holds identically are checked at the
   // commit: each rank hashes its output as it writes it.

@@ -30,7 +30,7 @@
 #include "server/worker/call_port_client.h"
 #include "server/worker/coordinator_session.h"
 #include "server/worker/dataplane/inbox.h"
-#include "server/worker/dataplane/peer_pool.h"
+#include "server/worker/dataplane/peer_sender.h"
 #include "server/worker/dataplane/peer_service.h"
 #include "server/worker/dataplane/tcp_listener.h"
 #include "server/worker/device_discovery.h"
@@ -51,8 +51,9 @@ struct RuntimeOptions {
   // port); default: the listen host and the bound port.
   std::string advertise_address;
   // The data plane: chunks to peers go over raw TCP (wire frames, no
-  // protobuf copies) when true, through gRPC Exchange streams when false.
-  // Either way the worker accepts both.
+  // protobuf copies; TcpPeerPool) when true, through gRPC Exchange streams
+  // when false (ExchangePool: for networks that let only the gRPC port
+  // through). Either way the worker accepts both.
   bool tcp_data_plane = true;
   // Port of the TCP data-plane listener on the listen host; 0 picks one.
   int data_port = 0;
@@ -244,7 +245,8 @@ class WorkerRuntime {
   std::string address_;
   int port_ = 0;
   Inbox inbox_;
-  std::unique_ptr<PeerPool> pool_;
+  // Sends this worker's data-plane messages to its peers.
+  std::unique_ptr<PeerSender> sender_;
   // GPU memory for calls of Cuda(n) ranks.
   std::unique_ptr<DeviceBuffers> device_buffers_;
   std::unique_ptr<TcpListener> tcp_listener_;

@@ -1,6 +1,7 @@
 // The data plane's two transports over real sockets on 127.0.0.1: a
 // receiving worker's TcpListener and PeerService (in a gRPC server) feed an
-// Inbox; a PeerPool sends to it over TCP wire frames or gRPC streams. Also
+// Inbox; a TcpPeerPool sends to it over TCP wire frames, an ExchangePool
+// over gRPC streams. Also
 // what the receiver does with connections that end without a goodbye, that
 // send malformed frames, or whose data it cannot take yet.
 #include <grpcpp/server.h>
@@ -18,10 +19,11 @@
 #include "gtest/gtest.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
+#include "server/worker/dataplane/exchange_pool.h"
 #include "server/worker/dataplane/inbox.h"
-#include "server/worker/dataplane/peer_pool.h"
 #include "server/worker/dataplane/peer_service.h"
 #include "server/worker/dataplane/tcp_listener.h"
+#include "server/worker/dataplane/tcp_peer_pool.h"
 #include "server/worker/dataplane/wire_frame.h"
 
 namespace chorus {
@@ -103,11 +105,18 @@ std::string Frame(const MessageKey& key, absl::string_view payload) {
   return *EncodeFrameHeader(key, payload.size()) + std::string(payload);
 }
 
+// The sender under test: TCP (true) or gRPC Exchange streams (false).
+std::unique_ptr<PeerSender> MakeSender(bool tcp) {
+  if (tcp) return std::make_unique<TcpPeerPool>();
+  return std::make_unique<ExchangePool>();
+}
+
 class DataPlaneTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DataPlaneTest, Send_MessagesOfEverySize_ArriveIntactUnderTheirKeys) {
   Receiver receiver;
-  PeerPool pool(/*use_tcp=*/GetParam());
+  std::unique_ptr<PeerSender> sender = MakeSender(GetParam());
+  PeerSender& pool = *sender;
   const size_t sizes[] = {0, 1, 48, 65536, 8 << 20};
   for (uint32_t tag = 0; tag < 5; ++tag) {
     ASSERT_TRUE(pool.Send(receiver.address(), Key(tag),
@@ -126,7 +135,8 @@ TEST_P(DataPlaneTest, Send_MessagesOfEverySize_ArriveIntactUnderTheirKeys) {
 TEST_P(DataPlaneTest, PoolShutdown_SaysGoodbye_GroupNotMarkedLost) {
   Receiver receiver;
   {
-    PeerPool pool(/*use_tcp=*/GetParam());
+    std::unique_ptr<PeerSender> sender = MakeSender(GetParam());
+    PeerSender& pool = *sender;
     ASSERT_TRUE(
         pool.Send(receiver.address(), Key(0), "x", absl::Now() + kWait).ok());
     pool.Shutdown();
@@ -189,7 +199,7 @@ TEST(TcpDataPlaneTest, MalformedFrameOrHello_Dropped_ListenerKeepsServing) {
   CloseSocket(wrong_hello);
   CloseSocket(bad_frame);
 
-  PeerPool pool(/*use_tcp=*/true);
+  TcpPeerPool pool;
   ASSERT_TRUE(
       pool.Send(receiver.address(), Key(0), "good", absl::Now() + kWait).ok());
   absl::StatusOr<std::string> data =
@@ -201,7 +211,7 @@ TEST(TcpDataPlaneTest, MalformedFrameOrHello_Dropped_ListenerKeepsServing) {
 TEST(TcpDataPlaneTest, ReceiverHoldsBack_SenderWaitsThenMeetsItsDeadline) {
   // Untaken data over 1 MiB stops the connection's reader.
   Receiver receiver(/*stream_limit=*/1 << 20);
-  PeerPool pool(/*use_tcp=*/true);
+  TcpPeerPool pool;
   ASSERT_TRUE(pool.Send(receiver.address(), Key(0), Pattern(2 << 20, 0),
                         absl::Now() + kWait)
                   .ok());
@@ -227,7 +237,7 @@ TEST(TcpDataPlaneTest, ReceiverHoldsBack_SenderWaitsThenMeetsItsDeadline) {
 
 TEST(TcpDataPlaneTest, PoolShutdown_WhileSendIsStuck_SendEndsUnavailable) {
   Receiver receiver(/*stream_limit=*/1 << 20);
-  PeerPool pool(/*use_tcp=*/true);
+  TcpPeerPool pool;
   ASSERT_TRUE(pool.Send(receiver.address(), Key(0), Pattern(2 << 20, 0),
                         absl::Now() + kWait)
                   .ok());
@@ -248,7 +258,7 @@ TEST(TcpDataPlaneTest, PoolShutdown_WhileSendIsStuck_SendEndsUnavailable) {
 
 TEST(TcpDataPlaneTest, ListenerShutdown_WhileHoldingBack_ReturnsPromptly) {
   Receiver receiver(/*stream_limit=*/1);
-  PeerPool pool(/*use_tcp=*/true);
+  TcpPeerPool pool;
   ASSERT_TRUE(
       pool.Send(receiver.address(), Key(0), "xy", absl::Now() + kWait).ok());
   // The reader now waits for the inbox; Shutdown must end that wait.
@@ -263,7 +273,7 @@ TEST(TcpDataPlaneTest, PeerGone_SendFailsUnavailableNamingAddress) {
     Receiver receiver;
     address = receiver.address();
   }
-  PeerPool pool(/*use_tcp=*/true);
+  TcpPeerPool pool;
   const absl::Status sent =
       pool.Send(address, Key(0), "x", absl::Now() + kWait);
   EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;

@@ -1,13 +1,8 @@
 // Helpers for the collective integration tests: a real chorus-coordinator
 // process with WorkerRuntime instances embedded in the test process, groups
-// joined from one thread per rank, deterministic inputs for every collective
-// kind and dtype, a simple reference for what every rank must get, and the
-// checks that compare each rank's output with that reference and with the
-// other ranks'.
-//
-// The reference is deliberately naive (one loop per kind, reductions in
-// long double or in wrapping unsigned arithmetic); it shares no code with the
-// reduce engines beyond the spec's buffer-size table.
+// joined from one thread per rank, and the checks that compare each rank's
+// output with the reference (collective_reference.h) and with the other
+// ranks'.
 //
 // Lifecycle: an EmbeddedCluster owns its coordinator process and runtimes;
 // destroy the communicators joined through it first.
@@ -31,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "server/common/collective.h"
 #include "server/worker/worker_runtime.h"
+#include "tests/testing/collective_reference.h"
 #include "tests/testing/daemons.h"
 
 namespace chorus::test {
@@ -46,17 +42,6 @@ inline constexpr absl::Duration kCallTimeout = absl::Seconds(120);
 // workers did not run shows up.
 inline constexpr uint64_t kDefaultInlineMaxBytes = 128 << 10;
 inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 512 << 10;
-
-// Every dtype, reduce op and collective kind, in enum order.
-std::vector<DType> AllDTypes();
-std::vector<ReduceOp> AllReduceOps();
-std::vector<CollectiveKind> AllKinds();
-
-bool IsFloatDType(DType dtype);
-
-// The algorithms a test may force for `kind`: kUnspecified (auto), inline,
-// ring, and recursive doubling for all_reduce.
-std::vector<Algorithm> PlansFor(CollectiveKind kind);
 
 // A coordinator process and `workers` WorkerRuntime instances in this
 // process, each registered under the name "embedded-<i>", serving its
@@ -99,69 +84,9 @@ class EmbeddedCluster {
   std::vector<std::unique_ptr<WorkerRuntime>> runtimes_;
 };
 
-// Runs fn(rank) for rank 0 .. ranks-1, each on its own thread, started in
-// `start_order` (a permutation; empty means ascending), and returns once all
-// returned.
-void RunOnRanks(int ranks, const std::function<void(int rank)>& fn,
-                const std::vector<int>& start_order = {});
-
 // Returns the communicators' raw pointers, by rank.
 std::vector<Communicator*> Pointers(
     const std::vector<std::unique_ptr<Communicator>>& communicators);
-
-// How inputs are chosen.
-enum class Values {
-  // Floats: small integers (sum, avg, min, max) or +-1/2, +-1, +-2 (prod),
-  // so that sums and products are exact in every float type, plus signed
-  // zeros, an infinity and a NaN for min and max. Integers: full-range
-  // values, and in the first elements of each block values whose sum
-  // (every rank at the maximum) or product (every rank at 2^(bits/2), or
-  // all ones) wraps.
-  kExact,
-  // Floats: full-precision values whose sums and products round; the check
-  // allows an error that grows with the world size. Integers as kExact.
-  kRounding,
-};
-
-// One collective run by every rank of a group.
-struct CollectiveCase {
-  CollectiveSpec spec;
-  Algorithm algorithm = Algorithm::kUnspecified;
-  Values values = Values::kExact;
-  // Mixed into every input value, so two cases give different data.
-  uint64_t seed = 1;
-};
-
-// "all_reduce f32[7] sum, plan ring, world 3, exact values, seed 1".
-std::string DescribeCase(const CollectiveCase& c, int world);
-
-// Rank `rank`'s input for `c` in a group of `world`. Off-root ranks of
-// broadcast and scatter pass an empty buffer (even ranks) or a full-size one
-// of junk the collective must ignore (odd ranks).
-std::string MakeInput(const CollectiveCase& c, int world, int rank);
-
-// What rank `rank` must get. Integer results and data movement are exact;
-// float min and max are exact (bits, signed zeros included; any NaN for a
-// NaN); float sum, prod and avg allow `tolerance[i]` around `values[i]`.
-struct Expected {
-  bool numeric = false;
-  // When !numeric: the exact output bytes.
-  std::string bytes;
-  // When numeric: one reference value and allowed error per element (0:
-  // exact, and for min and max the sign of a zero too).
-  std::vector<long double> values;
-  std::vector<long double> tolerance;
-};
-
-// Computes every rank's expected output from all ranks' inputs.
-std::vector<Expected> Reference(const CollectiveCase& c, int world,
-                                const std::vector<std::string>& inputs);
-
-// Compares one rank's output with its expectation; the failure message
-// names the first mismatching elements.
-::testing::AssertionResult MatchesExpected(const CollectiveCase& c,
-                                           const Expected& expected,
-                                           const std::string& output);
 
 // The plan the coordinator's defaults choose for `c` under forced algorithm
 // c.algorithm in a group of `world` (whose workers all run on this host
@@ -203,11 +128,6 @@ struct CheckOptions {
 ::testing::AssertionResult RunAndCheck(const std::vector<Communicator*>& ranks,
                                        const CollectiveCase& c,
                                        const CheckOptions& options = {});
-
-// Returns a spec; the op only for kinds that reduce, the root only for kinds
-// that have one, nothing but the kind for barrier.
-CollectiveSpec Spec(CollectiveKind kind, DType dtype, uint64_t count,
-                    ReduceOp op = ReduceOp::kUnspecified, int root = 0);
 
 }  // namespace chorus::test
 

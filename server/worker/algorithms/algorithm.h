@@ -1,7 +1,7 @@
 // The data-plane algorithms a worker runs for a plan: the chunked ring
 // (every collective kind) and recursive doubling (all-reduce). Each rank of
 // a collective runs the same function with its own input; messages go
-// through a CollectiveLink. Results are identical on every rank: every
+// through a Transport. Results are identical on every rank: every
 // reduced element is combined in one order, then copied.
 //
 // Stateless functions; each call uses only its arguments.
@@ -16,7 +16,7 @@
 #include "server/common/collective.h"
 #include "server/common/result_hash.h"
 #include "server/worker/algorithms/reduce_buffer.h"
-#include "server/worker/dataplane/collective_link.h"
+#include "server/worker/dataplane/transport.h"
 
 namespace chorus {
 
@@ -31,7 +31,7 @@ struct AlgorithmArgs {
   // Receives this rank's output, OutputBytes() long.
   std::string* output = nullptr;
   // Not owned.
-  CollectiveLink* link = nullptr;
+  Transport* transport = nullptr;
   // For all_reduce, reduce and reduce_scatter under the ring and recursive
   // doubling: when set, the buffer to reduce in (not owned), already holding
   // this rank's input in the work type (WorkSpec(spec)), which `input` then
@@ -55,11 +55,11 @@ struct AlgorithmArgs {
 // reduce-scatter + all-gather rings for all_reduce, a ring for all_gather
 // and reduce_scatter, a pipelined chain for broadcast, reduce-scatter then
 // gather for reduce, direct sends for gather and scatter, shifted pairwise
-// exchange for all_to_all. Returns the link's errors, or INVALID_ARGUMENT.
+// exchange for all_to_all. Returns the transport's errors, or INVALID_ARGUMENT.
 absl::Status RunRing(const AlgorithmArgs& args);
 
 // Runs all_reduce by recursive doubling (any world size: the ranks beyond
-// the largest power of two fold into a partner first). Returns the link's
+// the largest power of two fold into a partner first). Returns the transport's
 // errors, or INVALID_ARGUMENT for another kind.
 absl::Status RunRecursiveDoubling(const AlgorithmArgs& args);
 
@@ -68,7 +68,7 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args);
 // map, reduces one block of every segment, then copies the others' blocks.
 // Falls back to RunRing, on every rank alike, when some rank cannot map
 // another's segment. Sets *ran (when not null) to the algorithm that ran:
-// kSameHost, or kRing after a fallback. Returns the link's errors, or
+// kSameHost, or kRing after a fallback. Returns the transport's errors, or
 // INVALID_ARGUMENT for another kind.
 absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran = nullptr);
 

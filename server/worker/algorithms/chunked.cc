@@ -30,7 +30,7 @@ uint64_t ElementChunkBytes(uint64_t chunk_bytes, uint64_t element_size) {
 }
 
 absl::Status Exchange(
-    CollectiveLink& link, int to, const ChunkSource& source, const Range& send,
+    Transport& transport, int to, const ChunkSource& source, const Range& send,
     int from, const Range& recv, uint64_t chunk_bytes,
     const std::function<absl::Status(const Range&, const std::string&)>&
         on_chunk) {
@@ -42,12 +42,12 @@ absl::Status Exchange(
       absl::StatusOr<absl::string_view> bytes =
           source(ChunkOf(send, chunk_bytes, c));
       if (!bytes.ok()) return bytes.status();
-      absl::Status sent = link.Send(to, *bytes);
+      absl::Status sent = transport.Send(to, *bytes);
       if (!sent.ok()) return sent;
     }
     if (c < recv_chunks) {
       const Range piece = ChunkOf(recv, chunk_bytes, c);
-      absl::StatusOr<std::string> data = link.Recv(from);
+      absl::StatusOr<std::string> data = transport.Recv(from);
       if (!data.ok()) return data.status();
       if (data->size() != piece.size) {
         return absl::InternalError(
@@ -62,7 +62,7 @@ absl::Status Exchange(
 }
 
 absl::Status Exchange(
-    CollectiveLink& link, int to, const char* send_buffer, const Range& send,
+    Transport& transport, int to, const char* send_buffer, const Range& send,
     int from, const Range& recv, uint64_t chunk_bytes,
     const std::function<absl::Status(const Range&, const std::string&)>&
         on_chunk) {
@@ -70,7 +70,8 @@ absl::Status Exchange(
       [send_buffer](const Range& piece) -> absl::StatusOr<absl::string_view> {
     return absl::string_view(send_buffer + piece.offset, piece.size);
   };
-  return Exchange(link, to, source, send, from, recv, chunk_bytes, on_chunk);
+  return Exchange(transport, to, source, send, from, recv, chunk_bytes,
+                  on_chunk);
 }
 
 }  // namespace chorus

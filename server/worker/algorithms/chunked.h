@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/common/collective.h"
-#include "server/worker/dataplane/collective_link.h"
+#include "server/worker/dataplane/transport.h"
 
 namespace chorus {
 
@@ -49,14 +49,14 @@ using ChunkSource =
 // is in flight ahead of what was received, so a pair of ranks never buffers
 // more than a chunk for each other.
 absl::Status Exchange(
-    CollectiveLink& link, int to, const ChunkSource& source, const Range& send,
+    Transport& transport, int to, const ChunkSource& source, const Range& send,
     int from, const Range& recv, uint64_t chunk_bytes,
     const std::function<absl::Status(const Range&, const std::string&)>&
         on_chunk);
 
 // Exchange() sending from host bytes `send_buffer` (null when to is -1).
 absl::Status Exchange(
-    CollectiveLink& link, int to, const char* send_buffer, const Range& send,
+    Transport& transport, int to, const char* send_buffer, const Range& send,
     int from, const Range& recv, uint64_t chunk_bytes,
     const std::function<absl::Status(const Range&, const std::string&)>&
         on_chunk);

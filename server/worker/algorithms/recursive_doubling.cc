@@ -16,8 +16,8 @@ namespace {
 absl::Status ExchangeAndCombine(const AlgorithmArgs& args, ReduceBuffer& buffer,
                                 int to, int from, uint64_t chunk) {
   const Range all{0, buffer.size()};
-  const bool data_first = from < args.link->rank();
-  return Exchange(*args.link, to, SourceOf(buffer), all, from, all, chunk,
+  const bool data_first = from < args.transport->rank();
+  return Exchange(*args.transport, to, SourceOf(buffer), all, from, all, chunk,
                   [&](const Range& piece, const std::string& data) {
                     return buffer.Combine(piece, data, data_first);
                   });
@@ -25,13 +25,13 @@ absl::Status ExchangeAndCombine(const AlgorithmArgs& args, ReduceBuffer& buffer,
 
 absl::Status SendAll(const AlgorithmArgs& args, ReduceBuffer& buffer, int to,
                      uint64_t chunk) {
-  return Exchange(*args.link, to, SourceOf(buffer), Range{0, buffer.size()}, -1,
-                  Range{}, chunk, nullptr);
+  return Exchange(*args.transport, to, SourceOf(buffer),
+                  Range{0, buffer.size()}, -1, Range{}, chunk, nullptr);
 }
 
 absl::Status ReceiveAll(const AlgorithmArgs& args, ReduceBuffer& buffer,
                         int from, uint64_t chunk) {
-  return Exchange(*args.link, -1, nullptr, Range{}, from,
+  return Exchange(*args.transport, -1, nullptr, Range{}, from,
                   Range{0, buffer.size()}, chunk,
                   [&](const Range& piece, const std::string& data) {
                     return buffer.Store(piece, data);
@@ -85,8 +85,8 @@ namespace {
 
 absl::Status RunOn(const AlgorithmArgs& args, ReduceBuffer& buffer) {
   const CollectiveSpec& spec = args.spec;
-  const int rank = args.link->rank();
-  const int world = args.link->world_size();
+  const int rank = args.transport->rank();
+  const int world = args.transport->world_size();
   const uint64_t chunk =
       ElementChunkBytes(args.chunk_bytes, DTypeSize(WorkSpec(spec).dtype));
 

@@ -25,8 +25,8 @@ struct Ring {
 };
 
 Ring MakeRing(const AlgorithmArgs& args) {
-  const int rank = args.link->rank();
-  const int world = args.link->world_size();
+  const int rank = args.transport->rank();
+  const int world = args.transport->world_size();
   const CollectiveSpec work_spec = WorkSpec(args.spec);
   const uint64_t element = DTypeSize(work_spec.dtype);
   return Ring{args,
@@ -55,8 +55,8 @@ absl::Status ReduceScatterRing(const Ring& ring, ReduceBuffer& buffer,
     const Range send = block(Mod(ring.rank - s - 1, ring.world));
     const Range recv = block(Mod(ring.rank - s - 2, ring.world));
     absl::Status status = Exchange(
-        *ring.args.link, ring.next, SourceOf(buffer), send, ring.prev, recv,
-        ring.chunk, [&](const Range& piece, const std::string& data) {
+        *ring.args.transport, ring.next, SourceOf(buffer), send, ring.prev,
+        recv, ring.chunk, [&](const Range& piece, const std::string& data) {
           return buffer.Combine(piece, data, /*data_first=*/false);
         });
     if (!status.ok()) return status;
@@ -104,7 +104,7 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
       };
     }
     absl::Status status =
-        Exchange(*ring.args.link, ring.next, source, send, ring.prev, recv,
+        Exchange(*ring.args.transport, ring.next, source, send, ring.prev, recv,
                  ring.chunk, [&](const Range& piece, const std::string& data) {
                    // Blocks of the last step are not passed on (see
                    // TakeResultPiece).
@@ -241,7 +241,7 @@ absl::Status Broadcast(const Ring& ring) {
   for (uint64_t c = 0; c < ChunkCount(bytes, ring.chunk); ++c) {
     const Range piece = ChunkOf(all, ring.chunk, c);
     if (from >= 0) {
-      absl::StatusOr<std::string> data = ring.args.link->Recv(from);
+      absl::StatusOr<std::string> data = ring.args.transport->Recv(from);
       if (!data.ok()) return data.status();
       if (data->size() != piece.size) {
         return absl::InternalError("broadcast chunk of the wrong size");
@@ -256,7 +256,7 @@ absl::Status Broadcast(const Ring& ring) {
                 absl::string_view(out.data() + piece.offset, piece.size));
     }
     if (to >= 0) {
-      absl::Status sent = ring.args.link->Send(
+      absl::Status sent = ring.args.transport->Send(
           to, absl::string_view(out.data() + piece.offset, piece.size));
       if (!sent.ok()) return sent;
     }
@@ -270,8 +270,8 @@ absl::Status GatherBlocks(const Ring& ring, ReduceBuffer& buffer,
                           std::string& out, BlockFn block) {
   const int root = ring.args.spec.root;
   if (ring.rank != root) {
-    return Exchange(*ring.args.link, root, SourceOf(buffer), block(ring.rank),
-                    -1, Range{}, ring.chunk, nullptr);
+    return Exchange(*ring.args.transport, root, SourceOf(buffer),
+                    block(ring.rank), -1, Range{}, ring.chunk, nullptr);
   }
   const Range own = block(root);
   absl::StatusOr<absl::string_view> own_bytes = buffer.Read(own);
@@ -280,8 +280,8 @@ absl::Status GatherBlocks(const Ring& ring, ReduceBuffer& buffer,
   for (int peer = 0; peer < ring.world; ++peer) {
     if (peer == root) continue;
     absl::Status status = Exchange(
-        *ring.args.link, -1, nullptr, Range{}, peer, block(peer), ring.chunk,
-        [&](const Range& piece, const std::string& data) {
+        *ring.args.transport, -1, nullptr, Range{}, peer, block(peer),
+        ring.chunk, [&](const Range& piece, const std::string& data) {
           std::memcpy(out.data() + piece.offset, data.data(), piece.size);
           return absl::OkStatus();
         });
@@ -339,7 +339,7 @@ absl::Status Scatter(const Ring& ring) {
   if (ring.rank != root) {
     out.assign(block_bytes, '\0');
     return Exchange(
-        *ring.args.link, -1, nullptr, Range{}, root, Range{0, block_bytes},
+        *ring.args.transport, -1, nullptr, Range{}, root, Range{0, block_bytes},
         ring.chunk, [&](const Range& piece, const std::string& data) {
           std::memcpy(out.data() + piece.offset, data.data(), piece.size);
           return absl::OkStatus();
@@ -349,7 +349,7 @@ absl::Status Scatter(const Ring& ring) {
   out.assign(input + root * block_bytes, block_bytes);
   for (int peer = 0; peer < ring.world; ++peer) {
     if (peer == root) continue;
-    absl::Status status = Exchange(*ring.args.link, peer, input,
+    absl::Status status = Exchange(*ring.args.transport, peer, input,
                                    Range{peer * block_bytes, block_bytes}, -1,
                                    Range{}, ring.chunk, nullptr);
     if (!status.ok()) return status;
@@ -369,8 +369,8 @@ absl::Status AllToAll(const Ring& ring) {
     const int to = Mod(ring.rank + k, ring.world);
     const int from = Mod(ring.rank - k, ring.world);
     absl::Status status = Exchange(
-        *ring.args.link, to, input, Range{to * block_bytes, block_bytes}, from,
-        Range{from * block_bytes, block_bytes}, ring.chunk,
+        *ring.args.transport, to, input, Range{to * block_bytes, block_bytes},
+        from, Range{from * block_bytes, block_bytes}, ring.chunk,
         [&](const Range& piece, const std::string& data) {
           std::memcpy(out.data() + piece.offset, data.data(), piece.size);
           return absl::OkStatus();

@@ -44,18 +44,18 @@ struct Exposed {
 constexpr uint64_t kPieceBytes = 256 << 10;
 
 // Sends `message` to every other rank, then receives one from each.
-absl::StatusOr<std::vector<std::string>> AllToAll(CollectiveLink& link,
+absl::StatusOr<std::vector<std::string>> AllToAll(Transport& transport,
                                                   const std::string& message) {
-  const int world = link.world_size();
+  const int world = transport.world_size();
   for (int peer = 0; peer < world; ++peer) {
-    if (peer == link.rank()) continue;
-    absl::Status sent = link.Send(peer, message);
+    if (peer == transport.rank()) continue;
+    absl::Status sent = transport.Send(peer, message);
     if (!sent.ok()) return sent;
   }
   std::vector<std::string> received(world);
   for (int peer = 0; peer < world; ++peer) {
-    if (peer == link.rank()) continue;
-    absl::StatusOr<std::string> data = link.Recv(peer);
+    if (peer == transport.rank()) continue;
+    absl::StatusOr<std::string> data = transport.Recv(peer);
     if (!data.ok()) return data.status();
     received[peer] = *std::move(data);
   }
@@ -86,9 +86,9 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
         absl::StrCat("the same_host plan runs all_reduce only, not ",
                      CollectiveKindName(spec.kind)));
   }
-  CollectiveLink& link = *args.link;
-  const int world = link.world_size();
-  const int rank = link.rank();
+  Transport& transport = *args.transport;
+  const int world = transport.world_size();
+  const int rank = transport.rank();
   const uint64_t element = DTypeSize(spec.dtype);
   const uint64_t bytes = spec.count * element;
   std::string& out = *args.output;
@@ -113,7 +113,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   }
   std::string hello(sizeof(Exposed), '\0');
   std::memcpy(hello.data(), &self, sizeof(Exposed));
-  absl::StatusOr<std::vector<std::string>> hellos = AllToAll(link, hello);
+  absl::StatusOr<std::vector<std::string>> hellos = AllToAll(transport, hello);
   if (!hellos.ok()) return hellos.status();
 
   // B. Map every peer's segment; agree on whether every rank could.
@@ -136,7 +136,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
     if (mapped) peers[peer] = *segment;
   }
   absl::StatusOr<std::vector<std::string>> verdicts =
-      AllToAll(link, mapped ? "1" : "0");
+      AllToAll(transport, mapped ? "1" : "0");
   if (!verdicts.ok()) return verdicts.status();
   bool all_mapped = mapped;
   for (int peer = 0; peer < world; ++peer) {
@@ -170,7 +170,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
     }
     std::memcpy(own->data + piece.offset, dst, piece.size);
   }
-  absl::StatusOr<std::vector<std::string>> reduced = AllToAll(link, "r");
+  absl::StatusOr<std::vector<std::string>> reduced = AllToAll(transport, "r");
   if (!reduced.ok()) return reduced.status();
 
   // D. Copy every other block from the rank that reduced it.
@@ -188,7 +188,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
       args.hash->Add(block.offset, absl::string_view(dst, block.size));
     }
   }
-  absl::StatusOr<std::vector<std::string>> done = AllToAll(link, "d");
+  absl::StatusOr<std::vector<std::string>> done = AllToAll(transport, "d");
   if (!done.ok()) return done.status();
   return absl::OkStatus();
 }

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
+#include "server/worker/dataplane/transport.h"
 
 namespace chorus {
 
@@ -28,11 +28,7 @@ void RecentGroups::MarkLost(Inbox& inbox, const std::string& peer) {
     groups.assign(recent_.begin(), recent_.end());
   }
   for (const Carried& c : groups) {
-    inbox.PeerLost(
-        c.group, c.epoch,
-        absl::UnavailableError(absl::StrCat(
-            "rank ", c.from_rank, " of group ", c.group,
-            " is gone: its data-plane stream from ", peer, " broke")));
+    inbox.PeerLost(c.group, c.epoch, PeerGoneError(c.group, c.from_rank, peer));
   }
 }
 

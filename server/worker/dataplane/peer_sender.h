@@ -1,0 +1,47 @@
+// PeerSender: the sending end of the data plane between workers. It takes a
+// message for the worker at a peer address and puts it on that worker's
+// inbox (through its TcpListener or its PeerService), keeping a connection
+// per peer for every collective. Implementations: TcpPeerPool (raw TCP wire
+// frames, the default) and ExchangePool (gRPC Exchange streams, for networks
+// that let only the worker's gRPC port through). A worker picks one; every
+// worker receives through both.
+//
+// Lifecycle: one per worker runtime. Shutdown() (or the destructor) ends
+// sends in progress and closes every connection.
+// Thread safety: Send() may be called concurrently from any threads; writes
+// to one peer are serialised.
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_SENDER_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_PEER_SENDER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/worker/dataplane/inbox.h"
+
+namespace chorus {
+
+class PeerSender {
+ public:
+  virtual ~PeerSender() = default;
+
+  // Sends `data` as the message `key` to the worker at `address`,
+  // connecting first if needed (waiting for the connection until
+  // `deadline`, 2 s at most). Blocks while the peer's flow control holds it
+  // back, until `deadline`. Returns UNAVAILABLE naming the address when no
+  // connection could be made, the connection broke and reopening it failed,
+  // or this sender is shut down; DEADLINE_EXCEEDED when the peer took no data
+  // until `deadline`; INVALID_ARGUMENT for a key the wire cannot carry.
+  virtual absl::Status Send(const std::string& address, const MessageKey& key,
+                            absl::string_view data, absl::Time deadline) = 0;
+
+  // Makes every later send return UNAVAILABLE, ends sends in progress where
+  // the medium allows (TcpPeerPool's), then closes every connection, saying
+  // goodbye where the medium has one. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_PEER_SENDER_H_

@@ -1,0 +1,76 @@
+// PeerTransport: the Transport of one collective call on a worker. Messages
+// to a rank on another worker go through the worker's PeerSender (TCP wire
+// frames, or gRPC Exchange streams); messages to a rank this same worker
+// serves skip the network and go straight to its inbox. Every message is
+// received from the worker's Inbox, keyed by (group, epoch, sequence, from,
+// to, tag), where tag numbers the messages of an ordered pair of ranks in
+// the order the algorithm sends them, so sender and receiver agree on every
+// key without the algorithm naming it.
+//
+// A lost peer: the worker's TcpListener or PeerService marks the group epoch
+// lost in the inbox when a peer's stream breaks (RecentGroups), and Recv()
+// returns that status (PeerGoneError); a send that cannot reach its peer
+// returns UnreachableError.
+//
+// Lifecycle: one per collective call on one rank; the inbox and sender are
+// not owned and must outlive it.
+// Thread safety: thread-compatible (one algorithm thread uses it).
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_TRANSPORT_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_PEER_TRANSPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_sender.h"
+#include "server/worker/dataplane/transport.h"
+
+namespace chorus {
+
+struct PeerTransportOptions {
+  std::string group;
+  uint64_t epoch = 0;
+  uint64_t sequence = 0;
+  int rank = 0;
+  // Peer address of every rank's worker, by rank.
+  std::vector<std::string> addresses;
+  // This worker's own peer address; messages to it stay in process.
+  std::string self_address;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+class PeerTransport final : public Transport {
+ public:
+  // `inbox` and `sender` are not owned.
+  PeerTransport(PeerTransportOptions options, Inbox* inbox, PeerSender* sender);
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override {
+    return static_cast<int>(options_.addresses.size());
+  }
+
+  // As Transport::Send; the data goes out from `data` itself (a copy only
+  // for a rank of this worker).
+  absl::Status Send(int to, absl::string_view data) override;
+
+  // As Transport::Recv.
+  absl::StatusOr<std::string> Recv(int from) override;
+
+ private:
+  MessageKey Key(int from, int to, uint32_t tag) const;
+
+  const PeerTransportOptions options_;
+  Inbox* const inbox_;        // not owned
+  PeerSender* const sender_;  // not owned
+  std::vector<uint32_t> sent_;
+  std::vector<uint32_t> received_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_PEER_TRANSPORT_H_

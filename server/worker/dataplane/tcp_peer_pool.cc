@@ -1,0 +1,159 @@
+#include "server/worker/dataplane/tcp_peer_pool.h"
+
+#include <grpcpp/client_context.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/common/grpc_status.h"
+#include "server/common/net.h"
+#include "server/common/tcp_socket.h"
+#include "server/worker/dataplane/wire_frame.h"
+
+namespace chorus {
+namespace {
+
+// How long opening a connection waits, the question for the port included.
+// A failed gRPC connection attempt is retried after the channel's backoff
+// (100 ms to 1 s); a peer still unreachable after this is reported rather
+// than waited for.
+constexpr absl::Duration kConnectTimeout = absl::Seconds(2);
+
+// How long a goodbye frame may take to leave when closing.
+constexpr absl::Duration kGoodbyeTimeout = absl::Milliseconds(200);
+
+}  // namespace
+
+TcpPeerPool::TcpPeerPool() : shutdown_fd_(eventfd(0, EFD_CLOEXEC)) {}
+
+TcpPeerPool::~TcpPeerPool() {
+  Shutdown();
+  CloseSocket(shutdown_fd_);
+}
+
+TcpPeerPool::Peer* TcpPeerPool::GetPeer(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<Peer>& peer = peers_[address];
+  if (peer == nullptr) {
+    peer = std::make_unique<Peer>();
+    peer->address = address;
+    peer->stub = v1::Peer::NewStub(MakeChannel(address));
+  }
+  return peer.get();
+}
+
+absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
+  const absl::Time give_up = std::min(deadline, absl::Now() + kConnectTimeout);
+  // Asked on every (re)connection: a restarted peer listens elsewhere.
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(give_up));
+  context.set_wait_for_ready(true);
+  v1::DataPlaneInfo info;
+  absl::Status asked = FromGrpcStatus(
+      peer.stub->DataPlane(&context, v1::DataPlaneRequest(), &info));
+  if (!asked.ok()) {
+    return absl::UnavailableError(absl::IsDeadlineExceeded(asked)
+                                      ? "cannot connect"
+                                      : std::string(asked.message()));
+  }
+  if (info.tcp_port() == 0) {
+    return absl::UnavailableError("the peer has no TCP data plane");
+  }
+  absl::StatusOr<HostPort> where = SplitHostPort(peer.address);
+  if (!where.ok()) return where.status();
+  absl::StatusOr<int> fd =
+      ConnectTcp(where->host, static_cast<int>(info.tcp_port()), give_up);
+  if (!fd.ok()) return absl::UnavailableError(fd.status().message());
+  const absl::string_view hello = kWireHello;
+  absl::Status sent = WriteAll(*fd, &hello, 1, give_up);
+  if (!sent.ok()) {
+    CloseSocket(*fd);
+    return absl::UnavailableError(sent.message());
+  }
+  peer.fd = *fd;
+  return absl::OkStatus();
+}
+
+absl::Status TcpPeerPool::WriteLocked(Peer& peer, const MessageKey& key,
+                                      absl::string_view data,
+                                      absl::Time deadline) {
+  absl::StatusOr<std::string> header = EncodeFrameHeader(key, data.size());
+  if (!header.ok()) return header.status();
+  // Header and data leave in one sendmsg, the data from the caller's buffer.
+  const absl::string_view parts[2] = {*header, data};
+  return WriteAll(peer.fd, parts, 2, deadline, shutdown_fd_);
+}
+
+void TcpPeerPool::CloseLocked(Peer& peer, bool goodbye) {
+  if (peer.fd < 0) return;
+  if (goodbye) {
+    const std::string frame = EncodeGoodbyeFrame();
+    const absl::string_view part = frame;
+    WriteAll(peer.fd, &part, 1, absl::Now() + kGoodbyeTimeout).IgnoreError();
+  }
+  CloseSocket(peer.fd);
+  peer.fd = -1;
+}
+
+absl::Status TcpPeerPool::Send(const std::string& address,
+                               const MessageKey& key, absl::string_view data,
+                               absl::Time deadline) {
+  if (shut_down_.load()) {
+    return absl::UnavailableError(
+        absl::StrCat("data-plane connection to ", address,
+                     ": this worker is shutting down"));
+  }
+  Peer* peer = GetPeer(address);
+  absl::MutexLock lock(&peer->mu);
+  std::string why;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (peer->fd < 0) {
+      absl::Status opened = OpenLocked(*peer, deadline);
+      if (!opened.ok()) {
+        why = std::string(opened.message());
+        break;
+      }
+    }
+    absl::Status written = WriteLocked(*peer, key, data, deadline);
+    if (written.ok()) return written;
+    if (absl::IsInvalidArgument(written)) return written;
+    // A frame cut short cannot be resumed: the receiver drops the
+    // connection and its data, and so does this end.
+    CloseLocked(*peer, /*goodbye=*/false);
+    if (absl::IsCancelled(written)) {
+      return absl::UnavailableError(absl::StrCat(
+          "data-plane connection to ", address, ": ", written.message()));
+    }
+    if (absl::IsDeadlineExceeded(written)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "data-plane connection to ", address, ": ", written.message()));
+    }
+    // The connection broke; try a fresh one once.
+    why = std::string(written.message());
+  }
+  return absl::UnavailableError(
+      absl::StrCat("data-plane connection to ", address, " failed: ", why));
+}
+
+void TcpPeerPool::Shutdown() {
+  shut_down_.store(true);
+  if (shutdown_fd_ >= 0) {
+    const uint64_t one = 1;
+    // Level-triggered and never read: every later wait sees it too.
+    if (write(shutdown_fd_, &one, sizeof(one)) < 0) {
+      // Only fails if the counter would overflow; it is readable then.
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto& [address, peer] : peers_) {
+    absl::MutexLock peer_lock(&peer->mu);
+    CloseLocked(*peer, /*goodbye=*/true);
+  }
+  peers_.clear();
+}
+
+}  // namespace chorus

@@ -1,0 +1,79 @@
+// TcpPeerPool: the data plane's default PeerSender. Keeps one persistent TCP
+// connection per peer address, reused by every collective. It asks each peer
+// (Peer.DataPlane, once per connection) where its TCP data plane listens and
+// writes wire frames (wire_frame.h) straight from the caller's buffer with
+// one sendmsg per frame: no copy of the data. A broken connection is
+// reopened once on the next send.
+//
+// Lifecycle: one per worker runtime. Shutdown() (or the destructor) says
+// goodbye on and closes every connection.
+// Thread safety: Send() may be called concurrently; writes to one peer are
+// serialised.
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_PEER_POOL_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_TCP_PEER_POOL_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "chorus/v1/worker.grpc.pb.h"
+#include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_sender.h"
+
+namespace chorus {
+
+class TcpPeerPool final : public PeerSender {
+ public:
+  TcpPeerPool();
+  ~TcpPeerPool() override;
+
+  TcpPeerPool(const TcpPeerPool&) = delete;
+  TcpPeerPool& operator=(const TcpPeerPool&) = delete;
+
+  // As PeerSender::Send; UNAVAILABLE also when the peer has no TCP data
+  // plane.
+  absl::Status Send(const std::string& address, const MessageKey& key,
+                    absl::string_view data, absl::Time deadline) override;
+
+  // Ends sends in progress (they return UNAVAILABLE, as every later send
+  // does), then says goodbye on and closes every connection.
+  void Shutdown() override;
+
+ private:
+  struct Peer {
+    absl::Mutex mu;
+    std::string address;
+    std::unique_ptr<v1::Peer::Stub> stub;
+    // The connected socket, or -1.
+    int fd ABSL_GUARDED_BY(mu) = -1;
+  };
+
+  Peer* GetPeer(const std::string& address);
+  // Asks the peer for its TCP port and connects.
+  absl::Status OpenLocked(Peer& peer, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  absl::Status WriteLocked(Peer& peer, const MessageKey& key,
+                           absl::string_view data, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // Says goodbye when `goodbye` and the connection is healthy, then closes.
+  static void CloseLocked(Peer& peer, bool goodbye)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+
+  // An eventfd that Shutdown() makes readable, waking every send that
+  // waits for its peer.
+  const int shutdown_fd_;
+  std::atomic<bool> shut_down_{false};
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_TCP_PEER_POOL_H_

@@ -1,0 +1,164 @@
+// The ring (RunRing) for every collective kind except barrier, with every
+// rank of the group a thread of this test over InProcessTransport: world
+// sizes 1 to 8, element counts 0, 1, an odd count and one of many chunks
+// (with chunks that are not a whole number of elements too), reducing kinds
+// in f32, f16 and bf16 (accumulated in f32), f64, integer types and every
+// op, checked against the naive reference; and what ranks get when a peer
+// is lost, misses the deadline or the group is aborted.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/in_process_group.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::MatchesRegex;
+
+struct TypedOp {
+  DType dtype;
+  ReduceOp op;
+};
+
+// (dtype, op) pairs for kinds that reduce: every op, every 16-bit float.
+std::vector<TypedOp> ReducingTypes() {
+  return {{DType::kF32, ReduceOp::kSum},  {DType::kF16, ReduceOp::kSum},
+          {DType::kBF16, ReduceOp::kSum}, {DType::kBF16, ReduceOp::kAvg},
+          {DType::kF64, ReduceOp::kMin},  {DType::kI32, ReduceOp::kSum},
+          {DType::kI8, ReduceOp::kProd},  {DType::kU64, ReduceOp::kMax},
+          {DType::kI64, ReduceOp::kAvg},  {DType::kF32, ReduceOp::kProd}};
+}
+
+// Element types for kinds that move data: 2, 4, 8 and 1 bytes.
+std::vector<DType> MovingTypes() {
+  return {DType::kF16, DType::kF32, DType::kU64, DType::kI8};
+}
+
+// Counts 0, 1, odd, and many chunks of the chunk sizes below.
+const uint64_t kCounts[] = {0, 1, 7, 300};
+// A chunk of 48 bytes (whole elements of every type), and one of 50, which
+// the algorithms round down to whole elements.
+const uint64_t kChunks[] = {48, 50};
+
+using Param = std::tuple<int, CollectiveKind>;
+
+class RingTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(RingTest, EveryCountAndType_MatchesReferenceOnEveryRank) {
+  const auto [world, kind] = GetParam();
+  uint64_t seed = 1;
+  for (uint64_t count : kCounts) {
+    for (uint64_t chunk : kChunks) {
+      std::vector<CollectiveSpec> specs;
+      const int root = static_cast<int>((count + chunk) % world);
+      if (KindReduces(kind)) {
+        for (const TypedOp& t : ReducingTypes()) {
+          specs.push_back(Spec(kind, t.dtype, count, t.op, root));
+        }
+      } else {
+        for (DType dtype : MovingTypes()) {
+          specs.push_back(
+              Spec(kind, dtype, count, ReduceOp::kUnspecified, root));
+        }
+      }
+      for (const CollectiveSpec& spec : specs) {
+        CollectiveCase c;
+        c.spec = spec;
+        c.algorithm = Algorithm::kRing;
+        c.seed = seed++;
+        ASSERT_TRUE(
+            RunAndCheckInProcess(RingFn(), c, world, Algorithm::kRing, chunk));
+        // Full-precision floats: rounding within the reference's bound.
+        if (IsFloatDType(spec.dtype) && KindReduces(kind)) {
+          c.values = Values::kRounding;
+          ASSERT_TRUE(RunAndCheckInProcess(RingFn(), c, world, Algorithm::kRing,
+                                           chunk));
+        }
+      }
+    }
+  }
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  return absl::StrCat("world", std::get<0>(info.param), "_",
+                      CollectiveKindName(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, RingTest,
+    ::testing::Combine(::testing::Range(1, 9),
+                       ::testing::Values(CollectiveKind::kAllReduce,
+                                         CollectiveKind::kReduce,
+                                         CollectiveKind::kBroadcast,
+                                         CollectiveKind::kAllGather,
+                                         CollectiveKind::kReduceScatter,
+                                         CollectiveKind::kGather,
+                                         CollectiveKind::kScatter,
+                                         CollectiveKind::kAllToAll)),
+    ParamName);
+
+CollectiveCase AllReduceCase(uint64_t count) {
+  CollectiveCase c;
+  c.spec = Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum);
+  c.algorithm = Algorithm::kRing;
+  return c;
+}
+
+TEST(RingFailureTest, PeerLost_EveryOtherRankUnavailableNamingIt) {
+  InProcessHub hub("g", 4);
+  hub.LosePeer(2);
+  GroupRunOptions options;
+  options.chunk_bytes = 64;
+  options.absent = {2};
+  const std::vector<RankOutcome> outcomes =
+      RunOnHub(hub, RingFn(), AllReduceCase(1000), options);
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(outcomes[r].status.code(), absl::StatusCode::kUnavailable)
+        << "rank " << r << ": " << outcomes[r].status;
+    // A rank sending to the lost one learns it there; the others wait for
+    // data and learn that its stream broke, as between workers.
+    EXPECT_THAT(std::string(outcomes[r].status.message()),
+                AnyOf("rank 2 of group g is gone: its data-plane stream from "
+                      "in-process rank 2 broke",
+                      "rank 2 of group g unreachable: data-plane connection to "
+                      "in-process rank 2 failed: in-process rank 2 is lost"))
+        << "rank " << r;
+  }
+}
+
+TEST(RingFailureTest, RankNeverComes_OthersDeadlineExceededNamingASender) {
+  InProcessHub hub("g", 3);
+  GroupRunOptions options;
+  options.timeout = absl::Milliseconds(200);
+  options.absent = {1};
+  const std::vector<RankOutcome> outcomes =
+      RunOnHub(hub, RingFn(), AllReduceCase(100), options);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(outcomes[r].status.code(), absl::StatusCode::kDeadlineExceeded)
+        << outcomes[r].status;
+    EXPECT_THAT(std::string(outcomes[r].status.message()),
+                MatchesRegex("rank [0-2] of group g sent no data for "
+                             "collective #1 within the deadline"));
+  }
+}
+
+TEST(RingFailureTest, GroupAborted_EveryWaitingRankGetsTheVerdict) {
+  InProcessHub hub("g", 3);
+  const absl::Status verdict = absl::AbortedError("rank 1 of group g is lost");
+  hub.Abort(verdict);
+  GroupRunOptions options;
+  options.absent = {1};
+  const std::vector<RankOutcome> outcomes =
+      RunOnHub(hub, RingFn(), AllReduceCase(100), options);
+  EXPECT_EQ(outcomes[0].status, verdict);
+  EXPECT_EQ(outcomes[2].status, verdict);
+}
+
+}  // namespace
+}  // namespace chorus::test

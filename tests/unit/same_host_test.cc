@@ -1,0 +1,99 @@
+// The same_host plan (RunSameHost) for all_reduce, every rank a thread of
+// this test over InProcessTransport. It runs in one process as between
+// processes: each rank's segment is a memfd of its own, which the other
+// ranks map through /proc/<pid>/fd/<fd> (here the test's own pid). World
+// sizes 1 to 8, element counts 0, 1, odd, and more than one reduce piece
+// (256 KiB), every dtype (16-bit floats accumulated in f32) and op, against
+// the naive reference; a lost peer; the refusal of other kinds. The
+// fallback to the ring when a rank cannot map a segment needs separate
+// processes and is tested in tests/integration/same_host_fallback_test.cc.
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/in_process_group.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+class SameHostTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SameHostTest, EveryCountTypeAndOp_MatchesReferenceOnEveryRank) {
+  const int world = GetParam();
+  uint64_t seed = 1;
+  for (uint64_t count : {0, 1, 7, 300}) {
+    for (DType dtype : AllDTypes()) {
+      for (ReduceOp op : AllReduceOps()) {
+        CollectiveCase c;
+        c.spec = Spec(CollectiveKind::kAllReduce, dtype, count, op);
+        c.algorithm = Algorithm::kSameHost;
+        c.seed = seed++;
+        c.values = IsFloatDType(dtype) && op != ReduceOp::kSum &&
+                           op != ReduceOp::kMin && op != ReduceOp::kMax
+                       ? Values::kRounding
+                       : Values::kExact;
+        ASSERT_TRUE(RunAndCheckInProcess(SameHostFn(), c, world,
+                                         Algorithm::kSameHost, 1 << 20));
+      }
+    }
+  }
+}
+
+TEST_P(SameHostTest, ManyReducePieces_MatchesReferenceOnEveryRank) {
+  const int world = GetParam();
+  // 3 MiB of f32 and of f16: blocks of several 256 KiB pieces at any world.
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    CollectiveCase c;
+    c.spec =
+        Spec(CollectiveKind::kAllReduce, dtype, 3 << 20 >> 2, ReduceOp::kSum);
+    c.algorithm = Algorithm::kSameHost;
+    c.seed = 7;
+    ASSERT_TRUE(RunAndCheckInProcess(SameHostFn(), c, world,
+                                     Algorithm::kSameHost, 1 << 20));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, SameHostTest, ::testing::Range(1, 9),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("world", info.param);
+                         });
+
+TEST(SameHostFailureTest, PeerLost_EveryOtherRankUnavailable) {
+  InProcessHub hub("g", 3);
+  hub.LosePeer(1);
+  CollectiveCase c;
+  c.spec = Spec(CollectiveKind::kAllReduce, DType::kF32, 100, ReduceOp::kSum);
+  GroupRunOptions options;
+  options.absent = {1};
+  const std::vector<RankOutcome> outcomes =
+      RunOnHub(hub, SameHostFn(), c, options);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(outcomes[r].status.code(), absl::StatusCode::kUnavailable)
+        << outcomes[r].status;
+    EXPECT_THAT(std::string(outcomes[r].status.message()),
+                AnyOf("rank 1 of group g is gone: its data-plane stream from "
+                      "in-process rank 1 broke",
+                      "rank 1 of group g unreachable: data-plane connection to "
+                      "in-process rank 1 failed: in-process rank 1 is lost"));
+  }
+}
+
+TEST(SameHostFailureTest, OtherKind_InvalidArgument) {
+  InProcessHub hub("g", 2);
+  CollectiveCase c;
+  c.spec = Spec(CollectiveKind::kBroadcast, DType::kF32, 4);
+  for (const RankOutcome& o : RunOnHub(hub, SameHostFn(), c)) {
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(o.status.message()),
+                HasSubstr("the same_host plan runs all_reduce only"));
+  }
+}
+
+}  // namespace
+}  // namespace chorus::test
