@@ -1,0 +1,33 @@
+"""chorus.torch: the "chorus" backend of torch.distributed.
+
+Importing it registers the backend; then
+
+    import torch.distributed as dist
+    import chorus.torch  # noqa: F401
+    dist.init_process_group("chorus", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60))
+
+joins the Chorus group $CHORUS_GROUP through the worker daemon at
+$CHORUS_WORKER, and DistributedDataParallel, dist.all_reduce and the other
+collectives run on it. torch's own rendezvous (env://: MASTER_ADDR and
+MASTER_PORT, as torchrun sets them) still provides the store torch needs
+for the barrier in init_process_group and new_group; see README.md next to
+the chorus package.
+"""
+
+try:
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the host
+    raise ImportError(
+        f"chorus.torch needs PyTorch with torch.distributed ({e}); on "
+        "Debian: apt-get install python3-torch") from e
+
+from chorus.torch._work import ChorusWork
+from chorus.torch.backend import (BACKEND, Options, ProcessGroupChorus,
+                                  create_process_group, register)
+
+register()
+
+__all__ = ["BACKEND", "Options", "ProcessGroupChorus", "ChorusWork",
+           "create_process_group", "register"]

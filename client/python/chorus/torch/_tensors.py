@@ -1,0 +1,165 @@
+"""torch tensors as the numpy views the Chorus communicator reads and
+writes, without copies where the tensor allows it.
+
+Chorus moves host memory of ten element types; torch has eight of them
+(torch 1.13 has no uint32 or uint64). bfloat16 travels as its 16-bit
+patterns: the view is int16, sent with dtype "bf16".
+"""
+
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from chorus.errors import InvalidArgument
+
+_CHORUS_DTYPES: Dict[torch.dtype, str] = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
+for _name, _chorus in (("uint32", "u32"), ("uint64", "u64")):
+    if hasattr(torch, _name):  # newer torch releases have them
+        _CHORUS_DTYPES[getattr(torch, _name)] = _chorus
+
+
+def chorus_dtype(tensor: torch.Tensor, what: str) -> str:
+    """Returns the Chorus dtype name of `tensor`'s elements, or raises
+    InvalidArgument for a tensor Chorus cannot move: not on the CPU, not
+    dense, or of a dtype Chorus does not have (bool, int16, complex is
+    viewed as real by torch before it gets here).
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise InvalidArgument(
+            f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise InvalidArgument(
+            f"{what} is on {tensor.device}; the chorus backend takes CPU "
+            f"tensors (move it with .cpu(); the worker daemon reduces on "
+            "its own device)")
+    if tensor.layout != torch.strided:
+        raise InvalidArgument(
+            f"{what} has layout {tensor.layout}; the chorus backend takes "
+            "dense (strided) tensors")
+    name = _CHORUS_DTYPES.get(tensor.dtype)
+    if name is None:
+        have = ", ".join(str(d).replace("torch.", "") for d in _CHORUS_DTYPES)
+        raise InvalidArgument(
+            f"{what} has dtype {tensor.dtype}, which Chorus does not have; "
+            f"the chorus backend takes {have}")
+    return name
+
+
+# Tensors whose last numpy view the communicator let go of, kept until a
+# caller's thread drops them (release_deferred).
+_DEFERRED: List[np.ndarray] = []
+
+
+class _Memory:
+    """A tensor's memory as a numpy array interface whose end hands the
+    tensor to _DEFERRED instead of dropping it.
+
+    The communicator lets go of its arrays on gRPC's daemon threads. Ending
+    the last reference to a tensor there runs torch code, which aborts the
+    process if the interpreter is shutting down meanwhile (torch's C++ code
+    is unwound when that thread takes the GIL back); see
+    chorus.torch._work._InFlight for the rest of that story.
+    """
+
+    __slots__ = ("_array", "__array_interface__")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+        self.__array_interface__ = array.__array_interface__
+
+    def __del__(self) -> None:
+        _DEFERRED.append(self._array)
+
+
+def release_deferred() -> None:
+    """Drops, on the calling thread, the tensors the communicator let go
+    of. Called where collectives are issued and at exit.
+    """
+    _DEFERRED.clear()
+
+
+def numpy_view(tensor: torch.Tensor) -> np.ndarray:
+    """Returns a writable numpy array sharing `tensor`'s memory (int16 for
+    bfloat16), whose end never ends the tensor (see _Memory). The tensor
+    must be contiguous and on the CPU.
+    """
+    plain = tensor.detach()
+    if plain.dtype == torch.bfloat16:
+        plain = plain.view(torch.int16)
+    return np.asarray(_Memory(plain.numpy()))
+
+
+class Staged:
+    """One tensor a collective reads or writes, staged for the communicator.
+
+    `array` is a numpy view of the tensor itself when it is contiguous, and
+    of a contiguous copy otherwise; write_back() copies such a copy into the
+    tensor once the collective wrote it. `dtype` is the Chorus dtype name.
+    """
+
+    def __init__(self, tensor: torch.Tensor, what: str,
+                 read: bool = True) -> None:
+        """Stages `tensor`; `read` says whether the collective reads its
+        contents (a non-contiguous output-only tensor is not copied).
+        """
+        self.dtype: str = chorus_dtype(tensor, what)
+        self.tensor: torch.Tensor = tensor
+        if tensor.is_contiguous():
+            self.work: torch.Tensor = tensor
+        elif read:
+            self.work = tensor.detach().contiguous()
+        else:
+            self.work = torch.empty_like(
+                tensor, memory_format=torch.contiguous_format)
+        self.array: np.ndarray = numpy_view(self.work)
+
+    def write_back(self) -> None:
+        """Copies the staged result into the tensor, where it was staged in
+        a copy.
+        """
+        if self.work is not self.tensor:
+            with torch.no_grad():
+                self.tensor.copy_(self.work)
+
+
+def flat_buffer(like: torch.Tensor, elements: int) -> torch.Tensor:
+    """Returns a new contiguous 1-D CPU tensor of `elements` elements of
+    `like`'s dtype.
+    """
+    return torch.empty(elements, dtype=like.dtype, device="cpu")
+
+
+def stack_blocks(tensors: List[torch.Tensor], what: str,
+                 block: Optional[int] = None) -> torch.Tensor:
+    """Returns the tensors' elements one after the other in a new
+    contiguous tensor of shape (len(tensors), block), checking that they
+    share a dtype and each holds `block` elements (the first one's count
+    when None).
+    """
+    if not tensors:
+        raise InvalidArgument(f"{what} is empty")
+    first = tensors[0]
+    name = chorus_dtype(first, f"{what}[0]")
+    if block is None:
+        block = first.numel()
+    for i, t in enumerate(tensors):
+        if chorus_dtype(t, f"{what}[{i}]") != name:
+            raise InvalidArgument(
+                f"{what} mixes dtypes: {what}[0] is {first.dtype}, "
+                f"{what}[{i}] is {t.dtype}")
+        if t.numel() != block:
+            raise InvalidArgument(
+                f"{what}[{i}] has {t.numel()} elements where the others "
+                f"have {block}; Chorus moves blocks of one size")
+    with torch.no_grad():
+        return torch.stack([t.detach().reshape(-1) for t in tensors])
