@@ -5,6 +5,7 @@ Each rank_... function runs in every rank process (see torch_support.py);
 the test next to it checks what the ranks returned.
 """
 
+import re
 from typing import Any, Dict, List
 
 import numpy as np
@@ -26,7 +27,7 @@ DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8",
 def ranks(cluster: Cluster) -> Any:
     """Three chorus ranks for the whole module."""
     w0, w1 = cluster.address("w0"), cluster.address("w1")
-    with RankProcesses([w0, w1, w0], unique_group("torch")) as processes:
+    with RankProcesses([w0, w1, w0], unique_group("torch-test")) as processes:
         yield processes
 
 
@@ -47,13 +48,28 @@ def rank_describe(ctx: RankContext) -> Dict[str, Any]:
 
 def test_init_process_group_chorus_joins_one_chorus_group(
         ranks: RankProcesses) -> None:
-    described = ranks.values(rank_describe)
-    groups = {d["group"] for d in described}
-    assert len(groups) == 1 and next(iter(groups)).startswith("torch-")
-    for rank, d in enumerate(described):
+    for rank, d in enumerate(ranks.values(rank_describe)):
         assert d == {"backend": "chorus", "rank": rank, "size": WORLD,
-                     "class": "ProcessGroupChorus", "group": d["group"],
+                     "class": "ProcessGroupChorus", "group": ranks.group,
                      "name": "chorus"}
+
+
+def test_init_process_group_without_chorus_group_shares_rank_0s_name(
+        cluster: Cluster) -> None:
+    addresses = [cluster.address("w0"), cluster.address("w1")]
+    with RankProcesses(addresses, None) as pair:
+        described = pair.values(rank_describe)
+        sums = pair.values(rank_all_reduce_once)
+    names = {d["group"] for d in described}
+    assert len(names) == 1
+    assert re.fullmatch(r"torch-[0-9a-f]{12}", next(iter(names))), names
+    assert sums == [2.0, 2.0]
+
+
+def rank_all_reduce_once(ctx: RankContext) -> float:
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    return x.item()
 
 
 # --- all_reduce --------------------------------------------------------------

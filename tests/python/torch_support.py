@@ -98,12 +98,14 @@ class RankProcesses:
     or call close().
     """
 
-    def __init__(self, addresses: Sequence[str], group: str,
+    def __init__(self, addresses: Sequence[str], group: Optional[str],
                  timeout: float = CALL_TIMEOUT) -> None:
         """Starts the ranks and returns once every one has initialized its
-        process group (with `timeout` seconds as torch's timeout).
+        process group (with `timeout` seconds as torch's timeout), as the
+        Chorus group `group` ($CHORUS_GROUP; None leaves it unset).
         """
         self.world_size = len(addresses)
+        self.group = group
         self.timeout = timeout
         self._store = dist.TCPStore(
             "127.0.0.1", 0, self.world_size, True,
@@ -118,12 +120,14 @@ class RankProcesses:
         try:
             for rank, address in enumerate(addresses):
                 env = dict(os.environ, PYTHONPATH=path, CHORUS_WORKER=address,
-                           CHORUS_GROUP=group, RANK=str(rank),
-                           WORLD_SIZE=str(self.world_size),
+                           RANK=str(rank), WORLD_SIZE=str(self.world_size),
                            CHORUS_TEST_STORE=f"127.0.0.1:{self._store.port}",
                            CHORUS_TEST_TIMEOUT=str(timeout))
-                for name in ("CHORUS_RANK", "CHORUS_WORLD_SIZE"):
+                for name in ("CHORUS_RANK", "CHORUS_WORLD_SIZE",
+                             "CHORUS_GROUP"):
                     env.pop(name, None)
+                if group is not None:
+                    env["CHORUS_GROUP"] = group
                 process = subprocess.Popen(
                     [sys.executable, "-c",
                      "import torch_support; torch_support.serve()"],
