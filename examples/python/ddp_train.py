@@ -206,6 +206,9 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
     env = dict(os.environ, WORLD_SIZE=str(args.world_size),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                CHORUS_GROUP="ddp-example")
+    # One compute thread per rank unless told otherwise, as torchrun does:
+    # the ranks share this host's cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
     workers: List[int] = []
     with tempfile.TemporaryDirectory(prefix="chorus-ddp-") as folder:
         try:
