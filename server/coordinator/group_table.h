@@ -14,6 +14,11 @@
 // Bad input (unknown group, stale epoch, rank or sequence out of range,
 // malformed spec, wrong data size) is refused at once and changes nothing.
 //
+// The implementation is split by concept: group_rendezvous.cc (joins),
+// group_matching.cc (calls, agreement, plans, inline runs), group_commit.cc
+// (commits and failure reports), group_aborts.cc (aborts and notices) and
+// group_table.cc (deadlines, stalls, listing).
+//
 // Lifecycle: owned by the coordinator; ExpireDeadlines() must be called at
 // NextDeadline() (the coordinator runs it on a WakeupLoop).
 // Thread safety: every method is thread-safe. Callbacks run on the calling
@@ -327,8 +332,38 @@ class GroupTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateCallLocked(const CollectiveCall& call, Group** group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the match of `sequence`, now complete, with one verdict for every
+  // rank: refused devices, a mismatch, or the plan (and the inline results).
   void DecideLocked(Group& group, uint64_t sequence, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When a rank's device is refused, answers every rank of `match` (the
+  // refused rank its refusal, the others FAILED_PRECONDITION naming it) and
+  // returns true; false when every device can take part.
+  bool RefuseDevicesLocked(Group& group, uint64_t sequence, Match& match,
+                           Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan of a complete match, or INVALID_ARGUMENT with the per-rank
+  // account when the ranks disagree.
+  absl::StatusOr<Plan> AgreedPlanLocked(const Group& group, uint64_t sequence,
+                                        const Match& match) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Computes the outputs of an inline match. Returns INVALID_ARGUMENT when
+  // a rank sent no data, or the inline executor's error.
+  static absl::Status RunInlineMatch(const std::string& group,
+                                     uint64_t sequence, const Match& match,
+                                     std::vector<std::string>* outputs);
+  // The parts of ExpireDeadlines(): joins, matches and commits past theirs.
+  void ExpireJoinsLocked(absl::Time now, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireMatchesLocked(Group& group, absl::Time now,
+                           Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireCommitsLocked(Group& group, absl::Time now,
+                           Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "all_reduce #3 of group g", as messages name a call.
+  static std::string CallName(const std::string& group, uint64_t sequence,
+                              const CollectiveSpec& spec);
   void FailMatchLocked(Group& group, uint64_t sequence, Match& match,
                        const absl::Status& status, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,127 @@
+// GroupTable's aborts: a lost worker's groups, the notices workers fetch
+// in their heartbeats, and the end of everything at shutdown.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/rank_list.h"
+#include "server/coordinator/group_table.h"
+
+namespace chorus {
+
+void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
+                             const std::string& why) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, group] : groups_) {
+      std::vector<int> ranks;
+      for (const GroupMember& member : group.view.members) {
+        if (member.worker_id == worker_id) ranks.push_back(member.rank);
+      }
+      if (ranks.empty()) continue;
+      AbortGroupLocked(
+          group,
+          absl::AbortedError(absl::StrCat(
+              "group ", name, " (epoch ", group.view.epoch,
+              ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
+              "\" (id ", worker_id, ") lost: ", why, "; join the group again")),
+          &completions);
+    }
+    // Joins the lost worker made can no longer be answered.
+    for (auto it = forming_.begin(); it != forming_.end();) {
+      Formation& formation = it->second;
+      for (std::optional<PendingJoin>& slot : formation.slots) {
+        if (!slot || slot->member.worker_id != worker_id) continue;
+        const absl::Status status = absl::AbortedError(absl::StrCat(
+            "worker \"", worker_name, "\" (id ", worker_id, ") lost: ", why));
+        completions.push_back(
+            [done = std::move(slot->done), status] { done(status); });
+        slot.reset();
+        --formation.joined;
+      }
+      if (FormationEmpty(formation)) {
+        forming_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
+                                  Completions* completions) {
+  if (!group.aborted.ok()) return;
+  group.aborted = status;
+  for (auto& [sequence, match] : group.pending) {
+    for (std::optional<ArrivedCall>& arrived : match.calls) {
+      if (!arrived) continue;
+      completions->push_back(
+          [done = std::move(arrived->done), status] { done(status); });
+    }
+  }
+  group.pending.clear();
+  for (auto& [sequence, commit] : group.commits) {
+    for (int rank = 0; rank < group.view.world_size; ++rank) {
+      if (!commit.calls[rank]) continue;
+      completions->push_back(
+          [done = std::move(commit.done[rank]), status] { done(status); });
+    }
+  }
+  group.commits.clear();
+  AbortNotice notice;
+  notice.id = next_notice_++;
+  notice.group = group.view.name;
+  notice.epoch = group.view.epoch;
+  notice.status = status;
+  for (const GroupMember& member : group.view.members) {
+    notice.worker_ids.push_back(member.worker_id);
+  }
+  notices_.push_back(std::move(notice));
+  constexpr size_t kMaxNotices = 4096;
+  while (notices_.size() > kMaxNotices) notices_.pop_front();
+}
+
+std::vector<AbortNotice> GroupTable::AbortsFor(uint64_t worker_id,
+                                               uint64_t after,
+                                               uint64_t* latest) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<AbortNotice> out;
+  *latest = next_notice_ - 1;
+  for (const AbortNotice& notice : notices_) {
+    if (notice.id <= after) continue;
+    if (std::find(notice.worker_ids.begin(), notice.worker_ids.end(),
+                  worker_id) != notice.worker_ids.end()) {
+      out.push_back(notice);
+    }
+  }
+  return out;
+}
+
+void GroupTable::AbortAll(const absl::Status& status) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, formation] : forming_) {
+      for (std::optional<PendingJoin>& slot : formation.slots) {
+        if (!slot) continue;
+        completions.push_back(
+            [done = std::move(slot->done), status] { done(status); });
+      }
+    }
+    forming_.clear();
+    for (auto& [name, group] : groups_) {
+      group.aborted = absl::OkStatus();
+      AbortGroupLocked(group, status, &completions);
+    }
+    groups_.clear();
+    notices_.clear();
+  }
+  for (auto& complete : completions) complete();
+}
+
+}  // namespace chorus

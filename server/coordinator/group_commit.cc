@@ -1,0 +1,159 @@
+// GroupTable's commits: the end of a data-plane collective on every rank,
+// its result hashes, and the failures ranks report.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/rank_list.h"
+#include "server/coordinator/group_table.h"
+
+namespace chorus {
+
+absl::Status GroupTable::CheckResultHashes(const std::string& group,
+                                           uint64_t sequence,
+                                           const CommitMatch& commit) {
+  // Ranks by the hash they hold, in order of each hash's lowest rank.
+  std::vector<std::pair<uint64_t, std::vector<int>>> holders;
+  for (int rank = 0; rank < static_cast<int>(commit.calls.size()); ++rank) {
+    const std::optional<uint64_t>& hash = commit.calls[rank]->result_hash;
+    if (!hash.has_value()) return absl::OkStatus();
+    auto it = std::find_if(holders.begin(), holders.end(),
+                           [&](const auto& h) { return h.first == *hash; });
+    if (it == holders.end()) {
+      holders.push_back({*hash, {rank}});
+    } else {
+      it->second.push_back(rank);
+    }
+  }
+  if (holders.size() <= 1) return absl::OkStatus();
+  // The largest set of agreeing ranks (the lowest rank's on a tie) is taken
+  // as right; every other rank's result differs from it.
+  auto largest = std::max_element(holders.begin(), holders.end(),
+                                  [](const auto& a, const auto& b) {
+                                    return a.second.size() < b.second.size();
+                                  });
+  std::vector<int> differing;
+  for (const auto& [hash, ranks] : holders) {
+    if (&ranks == &largest->second) continue;
+    differing.insert(differing.end(), ranks.begin(), ranks.end());
+  }
+  std::sort(differing.begin(), differing.end());
+  return absl::DataLossError(absl::StrCat(
+      "the results of ", CallName(group, sequence, commit.spec), " differ: ",
+      FormatRanks(differing), differing.size() == 1 ? " holds" : " hold",
+      " other bytes than ", FormatRanks(largest->second),
+      " (result hashes differ); no rank's output of this call can be "
+      "trusted"));
+}
+
+void GroupTable::Commit(CommitCall call, CommitCallback done) {
+  Completions completions;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Group*> found = FindGroupLocked(call.group, call.epoch);
+    absl::Status status = found.status();
+    CommitMatch* commit = nullptr;
+    if (found.ok()) {
+      Group& group = **found;
+      auto it = group.commits.find(call.sequence);
+      if (call.rank < 0 || call.rank >= group.view.world_size) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "rank ", call.rank, " is out of range for group ", call.group));
+      } else if (it == group.commits.end()) {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "collective #", call.sequence, " of group ", call.group,
+            " has nothing to commit: it ran inline, is not decided yet, or "
+            "was committed already"));
+      } else if (it->second.calls[call.rank].has_value()) {
+        status = absl::FailedPreconditionError(
+            absl::StrCat("rank ", call.rank, " already committed #",
+                         call.sequence, " of group ", call.group));
+      } else {
+        commit = &it->second;
+      }
+      if (commit != nullptr) {
+        const int rank = call.rank;
+        commit->calls[rank] = std::move(call);
+        commit->done[rank] = std::move(done);
+        if (++commit->arrived == group.view.world_size) {
+          const absl::Status verdict =
+              CheckResultHashes(group.view.name, it->first, *commit);
+          for (CommitCallback& waiter : commit->done) {
+            completions.push_back(
+                [waiter = std::move(waiter), verdict] { waiter(verdict); });
+          }
+          group.commits.erase(it);
+        }
+      }
+    }
+    if (commit == nullptr) {
+      completions.push_back([done = std::move(done), status] { done(status); });
+    }
+  }
+  for (auto& complete : completions) complete();
+}
+
+absl::Status GroupTable::ReportFailure(const std::string& group_name,
+                                       uint64_t epoch, int rank,
+                                       uint64_t sequence,
+                                       const absl::Status& failure) {
+  Completions completions;
+  absl::Status verdict;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(group_name);
+    if (it == groups_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown group \"", group_name, "\""));
+    }
+    Group& group = it->second;
+    if (group.view.epoch != epoch) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("stale epoch ", epoch, " for group ", group_name));
+    }
+    AbortGroupLocked(
+        group,
+        absl::AbortedError(absl::StrCat(
+            "group ", group_name, " (epoch ", epoch, ") aborted: rank ", rank,
+            " failed collective #", sequence, ": ", failure.ToString())),
+        &completions);
+    verdict = group.aborted;
+  }
+  for (auto& complete : completions) complete();
+  return verdict;
+}
+
+// Commits: ranks that never commit leave the outcome unknown, so the group is
+// aborted; the ranks that did commit learn who is missing.
+void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
+                                     Completions* completions) {
+  for (auto& [sequence, commit] : group.commits) {
+    std::vector<int> missing;
+    bool expired = false;
+    for (int rank = 0; rank < group.view.world_size; ++rank) {
+      if (!commit.calls[rank]) {
+        missing.push_back(rank);
+      } else {
+        expired = expired || commit.calls[rank]->deadline <= now;
+      }
+    }
+    if (!expired) continue;
+    const absl::Status status = absl::DeadlineExceededError(
+        absl::StrCat(FormatRanks(missing), " of group ", group.view.name,
+                     " did not finish #", sequence,
+                     " within the deadline; the group is aborted"));
+    for (int rank = 0; rank < group.view.world_size; ++rank) {
+      if (!commit.calls[rank]) continue;
+      completions->push_back(
+          [done = std::move(commit.done[rank]), status] { done(status); });
+      commit.calls[rank].reset();
+    }
+    AbortGroupLocked(group, absl::AbortedError(status.message()), completions);
+    return;  // the abort cleared the commits
+  }
+}
+
+}  // namespace chorus
