@@ -72,13 +72,11 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
                                                      ": ", device.message()));
     }
   }
-  if (absl::StatusOr<Plan> plan =
-          ChoosePlan(call.spec, world, call.algorithm, options_.planner,
-                     group.view.same_host);
-      !plan.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", call.rank, " of group ", call.group, ": ",
-                     plan.status().message()));
+  if (absl::Status forced =
+          CheckForcedPlan(call.spec, call.algorithm, group.view.same_host);
+      !forced.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", call.rank, " of group ", call.group, ": ", forced.message()));
   }
   if (call.has_data) {
     absl::Status size =

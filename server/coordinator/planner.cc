@@ -44,6 +44,19 @@ absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
   return plan;
 }
 
+absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
+                             bool same_host) {
+  if (spec.kind == CollectiveKind::kBarrier) return absl::OkStatus();
+  absl::Status allowed = CheckForcedAlgorithm(spec, forced);
+  if (!allowed.ok()) return allowed;
+  if (forced == Algorithm::kSameHost && !same_host) {
+    return absl::InvalidArgumentError(
+        "same_host needs every rank's worker on one host; this group spans "
+        "several");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
                                      const PlannerOptions& options,
@@ -56,12 +69,9 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
     plan.algorithm = Algorithm::kInline;
     return plan;
   }
-  absl::Status allowed = CheckForcedAlgorithm(spec, forced);
-  if (!allowed.ok()) return allowed;
-  if (forced == Algorithm::kSameHost && !same_host) {
-    return absl::InvalidArgumentError(
-        "same_host needs every rank's worker on one host; this group spans "
-        "several");
+  if (absl::Status allowed = CheckForcedPlan(spec, forced, same_host);
+      !allowed.ok()) {
+    return allowed;
   }
   if (forced != Algorithm::kUnspecified) {
     plan.algorithm = forced;

@@ -50,6 +50,13 @@ absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
                                 bool same_host = false);
 
+// Checks that a call may force `forced`: what ChoosePlan refuses, without
+// planning (every rank's call is checked on arrival; the plan is chosen
+// once, when all arrived). A barrier accepts any algorithm (the match
+// itself is the barrier). Returns OK or INVALID_ARGUMENT.
+absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
+                             bool same_host);
+
 // ChoosePlan's first half: the algorithm, with chunk_bytes at the maximum.
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
