@@ -77,8 +77,9 @@ class _Memory:
         self._array = array
         self.__array_interface__ = array.__array_interface__
 
-    def __del__(self) -> None:
-        _DEFERRED.append(self._array)
+    def __del__(self, _deferred: List[np.ndarray] = _DEFERRED) -> None:
+        # The list comes as a default: it outlives this module's globals.
+        _deferred.append(self._array)
 
 
 def release_deferred() -> None:

@@ -154,7 +154,7 @@ class Completion:
             error = work.exception()
             if error is None:
                 self.tensors = finish(work.result())
-        except BaseException as e:  # never leave the future unfinished
+        except Exception as e:  # never leave the future unfinished
             error = e
         self.error = error
         if error is None:
