@@ -91,7 +91,10 @@ def _called_from_torch_python() -> bool:
     """Whether the collective method calling this was called by a Python
     function of torch.distributed, which waits on the work from Python.
     """
-    caller = sys._getframe(2)  # 0: here, 1: the collective method
+    try:
+        caller = sys._getframe(2)  # 0: here, 1: the collective method
+    except ValueError:  # called from C++ on a thread with no Python above
+        return False
     return caller.f_globals.get("__name__") == _TORCH_FUNCTIONS
 
 
