@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,81 @@ class PeerSegments {
   std::vector<SharedSegments::Peer> peers_;
 };
 
+// B. Maps every peer's segment exposed in `hellos`; returns whether every
+// one could be mapped by this rank (false at once without `own_ok`).
+absl::StatusOr<bool> MapPeers(const std::vector<std::string>& hellos, int rank,
+                              uint64_t bytes, bool own_ok,
+                              PeerSegments& peers) {
+  bool mapped = own_ok;
+  for (int peer = 0; peer < static_cast<int>(hellos.size()) && mapped; ++peer) {
+    if (peer == rank) continue;
+    Exposed theirs;
+    if (hellos[peer].size() != sizeof(Exposed)) {
+      return absl::InternalError(
+          absl::StrCat("rank ", peer, " sent a malformed same_host hello"));
+    }
+    std::memcpy(&theirs, hellos[peer].data(), sizeof(Exposed));
+    absl::StatusOr<SharedSegments::Peer> segment =
+        theirs.fd < 0
+            ? absl::UnavailableError("no segment")
+            : SharedSegments::Get().MapPeer(
+                  theirs.pid, static_cast<int>(theirs.fd), theirs.id, bytes);
+    mapped = segment.ok();
+    if (mapped) peers[peer] = *segment;
+  }
+  return mapped;
+}
+
+// C. Reduces block `rank` of every source, in rank order, into the output
+// (combined in the accumulator type and rounded once: ReduceSources), then
+// publishes it in this rank's segment `own`.
+absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
+                            const std::function<const char*(int)>& source,
+                            char* own) {
+  const CollectiveSpec& spec = args.spec;
+  const uint64_t element = DTypeSize(spec.dtype);
+  std::string& out = *args.output;
+  const Range mine = SplitRange(spec.count, element, world, rank);
+  const uint64_t piece_bytes = ElementChunkBytes(kPieceBytes, element);
+  std::vector<const void*> sources(world);
+  std::string accumulators;
+  for (uint64_t c = 0; c < ChunkCount(mine.size, piece_bytes); ++c) {
+    const Range piece = ChunkOf(mine, piece_bytes, c);
+    char* dst = out.data() + piece.offset;
+    for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
+    absl::Status reduced =
+        cpu_reduce::ReduceSources(spec.op, spec.dtype, dst, sources.data(),
+                                  world, piece.size / element, &accumulators);
+    if (!reduced.ok()) return reduced;
+    if (args.hash != nullptr) {
+      args.hash->Add(piece.offset, absl::string_view(dst, piece.size));
+    }
+    std::memcpy(own + piece.offset, dst, piece.size);
+  }
+  return absl::OkStatus();
+}
+
+// D. Copies every other block from the rank that reduced it.
+void CopyPeerBlocks(const AlgorithmArgs& args, int world, int rank,
+                    const std::function<const char*(int)>& source) {
+  const CollectiveSpec& spec = args.spec;
+  const uint64_t element = DTypeSize(spec.dtype);
+  bool corrupted = false;
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    const Range block = SplitRange(spec.count, element, world, peer);
+    char* dst = args.output->data() + block.offset;
+    std::memcpy(dst, source(peer) + block.offset, block.size);
+    if (args.corrupt_for_testing && block.size > 0 && !corrupted) {
+      dst[0] ^= 1;
+      corrupted = true;
+    }
+    if (args.hash != nullptr) {
+      args.hash->Add(block.offset, absl::string_view(dst, block.size));
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
@@ -89,10 +165,8 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   Transport& transport = *args.transport;
   const int world = transport.world_size();
   const int rank = transport.rank();
-  const uint64_t element = DTypeSize(spec.dtype);
-  const uint64_t bytes = spec.count * element;
-  std::string& out = *args.output;
-  out.resize(bytes);
+  const uint64_t bytes = spec.count * DTypeSize(spec.dtype);
+  args.output->resize(bytes);
 
   // A. Copy the input into a shared segment and expose it. Without one,
   // this rank says it cannot take part (step B), and all fall back.
@@ -118,27 +192,12 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
 
   // B. Map every peer's segment; agree on whether every rank could.
   PeerSegments peers(world);
-  bool mapped = own.ok();
-  for (int peer = 0; peer < world && mapped; ++peer) {
-    if (peer == rank) continue;
-    Exposed theirs;
-    if ((*hellos)[peer].size() != sizeof(Exposed)) {
-      return absl::InternalError(
-          absl::StrCat("rank ", peer, " sent a malformed same_host hello"));
-    }
-    std::memcpy(&theirs, (*hellos)[peer].data(), sizeof(Exposed));
-    absl::StatusOr<SharedSegments::Peer> segment =
-        theirs.fd < 0
-            ? absl::UnavailableError("no segment")
-            : SharedSegments::Get().MapPeer(
-                  theirs.pid, static_cast<int>(theirs.fd), theirs.id, bytes);
-    mapped = segment.ok();
-    if (mapped) peers[peer] = *segment;
-  }
+  absl::StatusOr<bool> mapped = MapPeers(*hellos, rank, bytes, own.ok(), peers);
+  if (!mapped.ok()) return mapped.status();
   absl::StatusOr<std::vector<std::string>> verdicts =
-      AllToAll(transport, mapped ? "1" : "0");
+      AllToAll(transport, *mapped ? "1" : "0");
   if (!verdicts.ok()) return verdicts.status();
-  bool all_mapped = mapped;
+  bool all_mapped = *mapped;
   for (int peer = 0; peer < world; ++peer) {
     if (peer != rank) all_mapped = all_mapped && (*verdicts)[peer] == "1";
   }
@@ -146,48 +205,19 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
     if (ran != nullptr) *ran = Algorithm::kRing;
     return RunRing(args);
   }
-  auto source = [&](int r) -> const char* {
+  const std::function<const char*(int)> source = [&](int r) -> const char* {
     return r == rank ? own->data : peers[r].data;
   };
 
-  // C. Reduce block `rank` of every segment, in rank order, into the output,
-  // then publish it in this rank's segment.
-  const Range mine = SplitRange(spec.count, element, world, rank);
-  const uint64_t piece_bytes = ElementChunkBytes(kPieceBytes, element);
-  // Combined in the accumulator type and rounded once (ReduceSources).
-  std::vector<const void*> sources(world);
-  std::string accumulators;
-  for (uint64_t c = 0; c < ChunkCount(mine.size, piece_bytes); ++c) {
-    const Range piece = ChunkOf(mine, piece_bytes, c);
-    char* dst = out.data() + piece.offset;
-    for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
-    absl::Status reduced =
-        cpu_reduce::ReduceSources(spec.op, spec.dtype, dst, sources.data(),
-                                  world, piece.size / element, &accumulators);
-    if (!reduced.ok()) return reduced;
-    if (args.hash != nullptr) {
-      args.hash->Add(piece.offset, absl::string_view(dst, piece.size));
-    }
-    std::memcpy(own->data + piece.offset, dst, piece.size);
+  // C and D, each followed by a step every rank must have finished.
+  if (absl::Status reduced =
+          ReduceOwnBlock(args, world, rank, source, own->data);
+      !reduced.ok()) {
+    return reduced;
   }
   absl::StatusOr<std::vector<std::string>> reduced = AllToAll(transport, "r");
   if (!reduced.ok()) return reduced.status();
-
-  // D. Copy every other block from the rank that reduced it.
-  bool corrupted = false;
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    const Range block = SplitRange(spec.count, element, world, peer);
-    char* dst = out.data() + block.offset;
-    std::memcpy(dst, source(peer) + block.offset, block.size);
-    if (args.corrupt_for_testing && block.size > 0 && !corrupted) {
-      dst[0] ^= 1;
-      corrupted = true;
-    }
-    if (args.hash != nullptr) {
-      args.hash->Add(block.offset, absl::string_view(dst, block.size));
-    }
-  }
+  CopyPeerBlocks(args, world, rank, source);
   absl::StatusOr<std::vector<std::string>> done = AllToAll(transport, "d");
   if (!done.ok()) return done.status();
   return absl::OkStatus();
