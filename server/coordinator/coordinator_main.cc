@@ -62,6 +62,48 @@ ABSL_FLAG(absl::Duration, stall_report_after, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
+namespace {
+
+// The core's options as the flags give them; epochs start after
+// `first_epoch`.
+chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
+  chorus::CoordinatorOptions options;
+  options.lease_timeout = absl::GetFlag(FLAGS_lease_timeout);
+  options.max_wait = absl::GetFlag(FLAGS_max_wait);
+  options.stall_report_after = absl::GetFlag(FLAGS_stall_report_after);
+  chorus::GroupTableOptions& groups = options.groups;
+  groups.max_world_size = absl::GetFlag(FLAGS_max_world_size);
+  groups.planner.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
+  groups.planner.recursive_doubling_max_bytes =
+      absl::GetFlag(FLAGS_recursive_doubling_max_bytes);
+  groups.planner.recursive_doubling_max_ranks =
+      absl::GetFlag(FLAGS_recursive_doubling_max_ranks);
+  groups.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  groups.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
+  groups.first_epoch = first_epoch;
+  return options;
+}
+
+// Starts the call port --call_port asks for on the --listen host; null when
+// it is off. INVALID_ARGUMENT for a port out of range, or CallPort::Start's
+// error.
+absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
+    chorus::Coordinator* core) {
+  const int port = absl::GetFlag(FLAGS_call_port);
+  if (port == -1) return nullptr;
+  if (port < -1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        "--call_port must be -1 (off), 0 (any) or a port number");
+  }
+  absl::StatusOr<chorus::HostPort> listen =
+      chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));
+  if (!listen.ok()) return listen.status();
+  return chorus::CallPort::Start(listen->host, port, core,
+                                 chorus::kDefaultMaxMessageBytes);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   chorus::InitDaemon(argc, argv,
                      "Keeps the registry of Chorus "
@@ -88,42 +130,18 @@ int main(int argc, char** argv) {
   }
 
   chorus::Clock* clock = chorus::RealClock::Get();
-  chorus::CoordinatorOptions core_options;
-  core_options.lease_timeout = lease;
-  core_options.max_wait = absl::GetFlag(FLAGS_max_wait);
-  core_options.stall_report_after = absl::GetFlag(FLAGS_stall_report_after);
-  chorus::GroupTableOptions& group_options = core_options.groups;
-  group_options.max_world_size = absl::GetFlag(FLAGS_max_world_size);
-  group_options.planner.inline_max_bytes =
-      absl::GetFlag(FLAGS_inline_max_bytes);
-  group_options.planner.recursive_doubling_max_bytes =
-      absl::GetFlag(FLAGS_recursive_doubling_max_bytes);
-  group_options.planner.recursive_doubling_max_ranks =
-      absl::GetFlag(FLAGS_recursive_doubling_max_ranks);
-  group_options.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  group_options.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
-  group_options.first_epoch = absl::ToUnixMicros(clock->Now());
+  const chorus::CoordinatorOptions core_options =
+      CoreOptionsFromFlags(absl::ToUnixMicros(clock->Now()));
   chorus::Coordinator core(clock, core_options);
   chorus::CoordinatorService service(&core);
 
-  std::unique_ptr<chorus::CallPort> call_port;
-  if (const int port = absl::GetFlag(FLAGS_call_port); port >= 0) {
-    absl::StatusOr<chorus::HostPort> listen =
-        chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));
-    absl::StatusOr<std::unique_ptr<chorus::CallPort>> started =
-        listen.ok() ? chorus::CallPort::Start(listen->host, port, &core,
-                                              chorus::kDefaultMaxMessageBytes)
-                    : listen.status();
-    if (!started.ok()) {
-      LOG(ERROR) << "call port: " << started.status();
-      return 1;
-    }
-    call_port = *std::move(started);
-    service.SetCallPort(call_port->port());
-  } else if (port < -1 || port > 65535) {
-    LOG(ERROR) << "--call_port must be -1 (off), 0 (any) or a port number";
+  absl::StatusOr<std::unique_ptr<chorus::CallPort>> call_port =
+      StartCallPort(&core);
+  if (!call_port.ok()) {
+    LOG(ERROR) << "call port: " << call_port.status();
     return 1;
   }
+  if (*call_port != nullptr) service.SetCallPort((*call_port)->port());
 
   chorus::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -137,8 +155,8 @@ int main(int argc, char** argv) {
   core.StartTimers();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
             << " (port " << server->port << "), lease " << lease
-            << (call_port != nullptr
-                    ? absl::StrCat(", call port ", call_port->port())
+            << (*call_port != nullptr
+                    ? absl::StrCat(", call port ", (*call_port)->port())
                     : std::string(", no call port"));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     absl::Status written = chorus::WritePortFile(path, server->port);
@@ -154,7 +172,7 @@ int main(int argc, char** argv) {
       "the coordinator is shutting down; join the group again once it is "
       "back"));
   // Connections to the call port close; their workers see UNAVAILABLE.
-  if (call_port != nullptr) call_port->Shutdown();
+  if (*call_port != nullptr) (*call_port)->Shutdown();
   server->server->Shutdown(
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
   LOG(INFO) << "chorus-coordinator stopped";
