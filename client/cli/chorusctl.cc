@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "chorus/admin_client.h"
 #include "chorus/communicator.h"
+#include "client/cli/trace_report.h"
 #include "client/cli/values.h"
 #include "server/common/device_proto.h"
 #include "server/common/rank_list.h"
@@ -47,6 +48,12 @@ ABSL_FLAG(int64_t, count, -1,
 ABSL_FLAG(std::string, algorithm, "auto",
           "Force a plan: auto, inline, recursive_doubling, ring, same_host "
           "(all_reduce between workers on one host).");
+ABSL_FLAG(bool, json, false,
+          "trace: print the entries as JSON (field names as PyTorch's Flight "
+          "Recorder uses them) instead of lines and an analysis.");
+ABSL_FLAG(int32_t, recent, 20,
+          "trace: how many of the last calls every rank made the straggler "
+          "analysis looks at.");
 ABSL_FLAG(std::string, device, "cpu",
           "Device this rank's data lives on, e.g. cpu or cuda:0.");
 
@@ -62,6 +69,9 @@ constexpr char kUsage[] =
     "               ranks a pending collective is waiting for, and why an\n"
     "               aborted group was aborted\n"
     "  stalls       list only the collectives that are waiting for ranks\n"
+    "  trace        the coordinator's flight recorder for --group: each\n"
+    "               recent collective (who called when, plan, verdict) and\n"
+    "               an analysis naming the rank at fault (--json: raw)\n"
     "  allreduce reduce broadcast allgather reducescatter gather scatter\n"
     "  alltoall barrier\n"
     "               join --group as --rank of --world and run the collective\n"
@@ -125,6 +135,28 @@ int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
   }
   std::cout << shown << (stalls_only ? " stalled group" : " group")
             << (shown == 1 ? "" : "s") << std::endl;
+  return 0;
+}
+
+int PrintTrace(const chorus::AdminClient& client) {
+  const std::string group = absl::GetFlag(FLAGS_group);
+  if (group.empty())
+    return Fail(absl::InvalidArgumentError("trace needs --group"));
+  absl::StatusOr<std::vector<chorus::TraceEntry>> entries = client.Trace(group);
+  if (!entries.ok()) return Fail(entries.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << chorus::TraceJson(group, *entries);
+    return 0;
+  }
+  std::cout << chorus::FormatTrace(*entries);
+  const std::vector<std::string> findings =
+      chorus::AnalyzeTrace(*entries, absl::GetFlag(FLAGS_recent), absl::Now());
+  std::cout << (findings.empty() ? "analysis: nothing wrong found\n"
+                                 : "analysis:\n");
+  for (const std::string& finding : findings) {
+    std::cout << "  " << finding << "\n";
+  }
+  std::cout << std::flush;
   return 0;
 }
 
@@ -261,6 +293,7 @@ int main(int argc, char** argv) {
   if (command == "workers") return ListWorkers(*client);
   if (command == "groups") return ListGroups(*client, false);
   if (command == "stalls") return ListGroups(*client, true);
+  if (command == "trace") return PrintTrace(*client);
   absl::StatusOr<chorus::CollectiveKind> kind =
       chorus::ParseCollectiveKind(command);
   if (kind.ok()) return RunCollective(*kind, values);

@@ -55,6 +55,41 @@ GroupInfo GroupFromProto(const v1::GroupInfo& proto) {
   return info;
 }
 
+absl::Time TimeOf(int64_t unix_ns) {
+  return unix_ns == 0 ? absl::InfinitePast() : absl::FromUnixNanos(unix_ns);
+}
+
+TraceEntry::State StateOf(const std::string& name) {
+  if (name == "decided") return TraceEntry::State::kDecided;
+  if (name == "completed") return TraceEntry::State::kCompleted;
+  if (name == "failed") return TraceEntry::State::kFailed;
+  return TraceEntry::State::kWaiting;
+}
+
+TraceEntry TraceFromProto(const v1::TraceEntry& proto) {
+  TraceEntry entry;
+  entry.record_id = proto.record_id();
+  entry.epoch = proto.epoch();
+  entry.sequence = proto.sequence();
+  entry.spec.kind = static_cast<CollectiveKind>(proto.kind());
+  entry.spec.dtype = static_cast<DType>(proto.dtype());
+  entry.spec.count = proto.count();
+  entry.spec.op = static_cast<ReduceOp>(proto.op());
+  entry.spec.root = proto.root();
+  entry.state = StateOf(proto.state());
+  entry.decided = TimeOf(proto.decided_ns());
+  entry.plan = static_cast<Algorithm>(proto.plan());
+  entry.ended = TimeOf(proto.ended_ns());
+  entry.verdict = absl::Status(static_cast<absl::StatusCode>(proto.code()),
+                               proto.message());
+  for (const v1::TraceRank& rank : proto.ranks()) {
+    entry.arrived.push_back(TimeOf(rank.called_ns()));
+    entry.asked.push_back(rank.asked());
+    entry.committed.push_back(TimeOf(rank.committed_ns()));
+  }
+  return entry;
+}
+
 }  // namespace
 
 class AdminClient::Stub {
@@ -101,6 +136,23 @@ absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
     groups.push_back(GroupFromProto(g));
   }
   return groups;
+}
+
+absl::StatusOr<std::vector<TraceEntry>> AdminClient::Trace(
+    const std::string& group) const {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(timeout_));
+  v1::GetTraceRequest request;
+  request.set_group(group);
+  v1::GetTraceResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->stub->GetTrace(&context, request, &response));
+  if (!status.ok()) return status;
+  std::vector<TraceEntry> entries;
+  for (const v1::TraceEntry& e : response.entries()) {
+    entries.push_back(TraceFromProto(e));
+  }
+  return entries;
 }
 
 }  // namespace chorus

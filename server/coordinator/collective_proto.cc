@@ -17,6 +17,11 @@ v1::CallPortReply StatusReply(uint64_t call_id, const absl::Status& status) {
   return reply;
 }
 
+// Unix nanoseconds; 0 for InfinitePast() (never).
+int64_t Nanos(absl::Time t) {
+  return t == absl::InfinitePast() ? 0 : absl::ToUnixNanos(t);
+}
+
 }  // namespace
 
 WorkerRegistration RegistrationFromProto(
@@ -85,6 +90,32 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
       static_cast<v1::Algorithm>(outcome.plan.algorithm));
   response->mutable_plan()->set_chunk_bytes(outcome.plan.chunk_bytes);
   response->set_inline_result(std::move(outcome.data));
+}
+
+v1::TraceEntry TraceEntryToProto(const TraceEntry& entry) {
+  v1::TraceEntry proto;
+  proto.set_record_id(entry.record_id);
+  proto.set_epoch(entry.epoch);
+  proto.set_sequence(entry.sequence);
+  proto.set_kind(static_cast<v1::CollectiveKind>(entry.spec.kind));
+  proto.set_dtype(static_cast<v1::DType>(entry.spec.dtype));
+  proto.set_count(entry.spec.count);
+  proto.set_op(static_cast<v1::ReduceOp>(entry.spec.op));
+  proto.set_root(entry.spec.root);
+  proto.set_state(TraceStateName(entry.state));
+  proto.set_decided_ns(Nanos(entry.decided));
+  proto.set_plan(static_cast<v1::Algorithm>(entry.plan));
+  proto.set_ended_ns(Nanos(entry.ended));
+  proto.set_code(static_cast<int>(entry.verdict.code()));
+  proto.set_message(std::string(entry.verdict.message()));
+  for (size_t rank = 0; rank < entry.arrived.size(); ++rank) {
+    v1::TraceRank* r = proto.add_ranks();
+    r->set_rank(static_cast<int>(rank));
+    r->set_called_ns(Nanos(entry.arrived[rank]));
+    r->set_asked(entry.asked[rank]);
+    r->set_committed_ns(Nanos(entry.committed[rank]));
+  }
+  return proto;
 }
 
 v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,

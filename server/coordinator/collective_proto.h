@@ -42,6 +42,9 @@ CommitCall CommitCallFromProto(const v1::CommitRequest& request,
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               v1::CollectiveResponse* response);
 
+// Returns the flight recorder's `entry` as the wire message.
+v1::TraceEntry TraceEntryToProto(const TraceEntry& entry);
+
 // Returns `status` as a GroupAbort of `group` at `epoch`.
 v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
                             const absl::Status& status);

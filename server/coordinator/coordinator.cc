@@ -125,6 +125,16 @@ std::vector<WorkerRecord> Coordinator::Workers() const {
 
 std::vector<GroupSummary> Coordinator::Groups() const { return groups_.List(); }
 
+absl::StatusOr<std::vector<TraceEntry>> Coordinator::Trace(
+    const std::string& group) const {
+  std::vector<TraceEntry> entries = groups_.Trace(group);
+  if (entries.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "the flight recorder has no collectives of group ", group));
+  }
+  return entries;
+}
+
 void Coordinator::Join(JoinRequest request, JoinCallback done) {
   const absl::Time deadline = CoreDeadlineFor(request.deadline);
   request.deadline = deadline;

@@ -108,6 +108,10 @@ class Coordinator {
   // Every formed group, ordered by name.
   std::vector<GroupSummary> Groups() const;
 
+  // The flight recorder's entries of `group`, oldest first (earlier epochs
+  // too). NOT_FOUND for a group it does not remember.
+  absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& group) const;
+
   // GroupTable::Join, Collective and Commit (see there for the verdicts),
   // with `deadline` in the request being the client's and the core's own
   // deadline derived from it.

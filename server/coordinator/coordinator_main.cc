@@ -59,6 +59,13 @@ ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
 ABSL_FLAG(absl::Duration, stall_report_after, absl::Seconds(10),
           "Log the ranks a collective is still waiting for once it has "
           "waited this long (also shown live by `chorusctl stalls`).");
+ABSL_FLAG(uint64_t, trace_entries,
+          chorus::GroupTableOptions().trace_entries,
+          "The flight recorder keeps this many recent collectives of each "
+          "group (`chorusctl trace`); 0 turns it off.");
+ABSL_FLAG(uint64_t, trace_groups, chorus::GroupTableOptions().trace_groups,
+          "The flight recorder keeps the collectives of this many groups, "
+          "forgetting the one used longest ago.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -81,6 +88,8 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
   groups.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   groups.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
   groups.first_epoch = first_epoch;
+  groups.trace_entries = absl::GetFlag(FLAGS_trace_entries);
+  groups.trace_groups = absl::GetFlag(FLAGS_trace_groups);
   return options;
 }
 

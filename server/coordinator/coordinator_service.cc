@@ -220,6 +220,19 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
   return Finish(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
+    grpc::CallbackServerContext* context, const v1::GetTraceRequest* request,
+    v1::GetTraceResponse* response) {
+  absl::StatusOr<std::vector<TraceEntry>> entries =
+      core_->Trace(request->group());
+  if (entries.ok()) {
+    for (const TraceEntry& entry : *entries) {
+      *response->add_entries() = TraceEntryToProto(entry);
+    }
+  }
+  return Finish(context, entries.status());
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* context, const v1::CommitRequest* request,
     v1::CommitResponse* response) {

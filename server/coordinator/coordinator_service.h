@@ -62,6 +62,9 @@ class CoordinatorService final
       grpc::CallbackServerContext* context,
       const v1::ListGroupsRequest* request,
       v1::ListGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* GetTrace(grpc::CallbackServerContext* context,
+                                     const v1::GetTraceRequest* request,
+                                     v1::GetTraceResponse* response) override;
   grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* context,
                                    const v1::CommitRequest* request,
                                    v1::CommitResponse* response) override;

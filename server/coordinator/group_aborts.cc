@@ -57,6 +57,7 @@ void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
                                   Completions* completions) {
   if (!group.aborted.ok()) return;
   group.aborted = status;
+  recorder_.EndAll(group.view.name, group.view.epoch, status, clock_->Now());
   for (auto& [sequence, match] : group.pending) {
     for (std::optional<ArrivedCall>& arrived : match.calls) {
       if (!arrived) continue;

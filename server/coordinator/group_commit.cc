@@ -76,11 +76,15 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
       }
       if (commit != nullptr) {
         const int rank = call.rank;
+        recorder_.Committed(group.view.name, group.view.epoch, call.sequence,
+                            rank, clock_->Now());
         commit->calls[rank] = std::move(call);
         commit->done[rank] = std::move(done);
         if (++commit->arrived == group.view.world_size) {
           const absl::Status verdict =
               CheckResultHashes(group.view.name, it->first, *commit);
+          recorder_.Ended(group.view.name, group.view.epoch, it->first, verdict,
+                          clock_->Now());
           for (CommitCallback& waiter : commit->done) {
             completions.push_back(
                 [waiter = std::move(waiter), verdict] { waiter(verdict); });

@@ -144,6 +144,8 @@ void GroupTable::CollectiveLocked(CollectiveCall call, CollectiveCallback done,
   }
   const uint64_t sequence = call.sequence;
   const int rank = call.rank;
+  recorder_.Arrived(group->view.name, group->view.epoch, group->view.world_size,
+                    sequence, rank, call.spec, clock_->Now());
   MarkCalledLocked(*group, rank, sequence);
   auto failed = group->failed.find(sequence);
   if (failed != group->failed.end()) {
@@ -184,6 +186,13 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
       plan = ran;
     }
   }
+  if (plan.ok()) {
+    recorder_.Decided(group.view.name, group.view.epoch, sequence,
+                      plan->algorithm, clock_->Now());
+  } else {
+    recorder_.Ended(group.view.name, group.view.epoch, sequence, plan.status(),
+                    clock_->Now());
+  }
   if (plan.ok() && plan->algorithm != Algorithm::kInline) {
     CommitMatch& commit = group.commits[sequence];
     commit.spec = first;
@@ -223,6 +232,8 @@ bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,
   const absl::Status others = absl::FailedPreconditionError(absl::StrCat(
       CallName(group.view.name, sequence, match.calls[0]->call.spec),
       " cannot run: ", absl::StrJoin(refused, "; ")));
+  recorder_.Ended(group.view.name, group.view.epoch, sequence, others,
+                  clock_->Now());
   for (int rank = 0; rank < world; ++rank) {
     absl::Status status = refusals[rank].ok() ? others : refusals[rank];
     group.last_outcome[rank] =
@@ -305,6 +316,8 @@ void GroupTable::FailMatchLocked(Group& group, uint64_t sequence, Match& match,
     completions->push_back(
         [done = std::move(arrived->done), status] { done(status); });
   }
+  recorder_.Ended(group.view.name, group.view.epoch, sequence, status,
+                  clock_->Now());
   group.failed[sequence] = status;
   ++group.completed;
   PruneFailedLocked(group);

@@ -209,6 +209,7 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
     const absl::Status reformed = absl::AbortedError(
         absl::StrCat("group ", name, " was formed again at epoch ", view.epoch,
                      "; call again with the new epoch"));
+    recorder_.EndAll(name, old->second.view.epoch, reformed, clock_->Now());
     for (auto& [sequence, match] : old->second.pending) {
       for (std::optional<ArrivedCall>& arrived : match.calls) {
         if (!arrived) continue;

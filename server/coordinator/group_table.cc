@@ -15,7 +15,10 @@ namespace chorus {
 
 GroupTable::GroupTable(Clock* clock, Registry* registry,
                        GroupTableOptions options)
-    : clock_(clock), registry_(registry), options_(std::move(options)) {}
+    : clock_(clock),
+      registry_(registry),
+      options_(std::move(options)),
+      recorder_(options_.trace_entries, options_.trace_groups) {}
 
 GroupTable::~GroupTable() = default;
 
@@ -129,6 +132,11 @@ std::vector<GroupSummary> GroupTable::List() const {
     out.push_back(std::move(summary));
   }
   return out;
+}
+
+std::vector<TraceEntry> GroupTable::Trace(const std::string& group) const {
+  absl::MutexLock lock(&mu_);
+  return recorder_.Entries(group);
 }
 
 }  // namespace chorus

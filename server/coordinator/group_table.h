@@ -46,6 +46,7 @@
 #include "server/common/clock.h"
 #include "server/common/collective.h"
 #include "server/common/device.h"
+#include "server/coordinator/flight_recorder.h"
 #include "server/coordinator/planner.h"
 #include "server/coordinator/registry.h"
 
@@ -150,6 +151,10 @@ struct GroupTableOptions {
   // epoch workers still remember.
   uint64_t first_epoch = 0;
   PlannerOptions planner;
+  // The flight recorder keeps this many collectives per group (0: none),
+  // of this many groups.
+  size_t trace_entries = 2048;
+  size_t trace_groups = 256;
 };
 
 class GroupTable {
@@ -229,6 +234,10 @@ class GroupTable {
 
   // Returns every formed group, ordered by name.
   std::vector<GroupSummary> List() const;
+
+  // Returns the flight recorder's entries of `group`, oldest first (also of
+  // earlier epochs); empty for a group it does not remember.
+  std::vector<TraceEntry> Trace(const std::string& group) const;
 
   const GroupTableOptions& options() const { return options_; }
 
@@ -388,6 +397,7 @@ class GroupTable {
   std::map<std::string, Group> groups_ ABSL_GUARDED_BY(mu_);
   std::deque<AbortNotice> notices_ ABSL_GUARDED_BY(mu_);
   uint64_t next_notice_ ABSL_GUARDED_BY(mu_) = 1;
+  FlightRecorder recorder_ ABSL_GUARDED_BY(mu_);
   // Last epoch handed out per group name; survives re-formation.
   absl::flat_hash_map<std::string, uint64_t> epochs_ ABSL_GUARDED_BY(mu_);
 };

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "chorus/trace.h"
 #include "chorus/types.h"
 
 namespace chorus {
@@ -76,6 +77,11 @@ class AdminClient {
   // Returns the formed groups ordered by name, each with its members and the
   // collective it is waiting on, if any; codes as ListWorkers().
   absl::StatusOr<std::vector<GroupInfo>> ListGroups() const;
+
+  // Returns the coordinator's flight recorder entries of `group`, oldest
+  // first; NOT_FOUND for a group it does not remember, else the codes of
+  // ListWorkers().
+  absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& group) const;
 
  private:
   class Stub;

@@ -1,0 +1,116 @@
+#include "server/coordinator/flight_recorder.h"
+
+#include <utility>
+
+#include "server/common/collective.h"
+
+namespace chorus {
+
+FlightRecorder::FlightRecorder(size_t per_group, size_t groups)
+    : per_group_(per_group), groups_(groups) {}
+
+TraceEntry* FlightRecorder::Find(const std::string& group, uint64_t epoch,
+                                 uint64_t sequence) {
+  auto it = traces_.find(group);
+  if (it == traces_.end()) return nullptr;
+  std::deque<TraceEntry>& entries = it->second.entries;
+  // Recent calls are looked up most: search from the newest.
+  for (auto e = entries.rbegin(); e != entries.rend(); ++e) {
+    if (e->epoch == epoch && e->sequence == sequence) return &*e;
+  }
+  return nullptr;
+}
+
+void FlightRecorder::Arrived(const std::string& group, uint64_t epoch,
+                             int world, uint64_t sequence, int rank,
+                             const CollectiveSpec& spec, absl::Time now) {
+  if (per_group_ == 0) return;
+  TraceEntry* entry = Find(group, epoch, sequence);
+  if (entry == nullptr) {
+    GroupTrace& trace = traces_[group];
+    trace.last_used = next_record_;
+    TraceEntry fresh;
+    fresh.record_id = next_record_++;
+    fresh.epoch = epoch;
+    fresh.sequence = sequence;
+    fresh.spec = spec;
+    fresh.arrived.assign(world, absl::InfinitePast());
+    fresh.asked.assign(world, "");
+    fresh.committed.assign(world, absl::InfinitePast());
+    trace.entries.push_back(std::move(fresh));
+    while (trace.entries.size() > per_group_) trace.entries.pop_front();
+    entry = &trace.entries.back();
+    // Forget the group used longest ago when over the limit.
+    while (traces_.size() > groups_) {
+      auto oldest = traces_.begin();
+      for (auto it = traces_.begin(); it != traces_.end(); ++it) {
+        if (it->second.last_used < oldest->second.last_used) oldest = it;
+      }
+      if (oldest->first == group) break;
+      traces_.erase(oldest);
+    }
+  }
+  if (rank < 0 || rank >= static_cast<int>(entry->arrived.size())) return;
+  entry->arrived[rank] = now;
+  entry->asked[rank] = DescribeSpec(spec);
+}
+
+void FlightRecorder::Decided(const std::string& group, uint64_t epoch,
+                             uint64_t sequence, Algorithm plan,
+                             absl::Time now) {
+  TraceEntry* entry = Find(group, epoch, sequence);
+  if (entry == nullptr) return;
+  entry->state = TraceEntry::State::kDecided;
+  entry->decided = now;
+  entry->plan = plan;
+  if (plan == Algorithm::kInline) {
+    entry->state = TraceEntry::State::kCompleted;
+    entry->ended = now;
+  }
+}
+
+void FlightRecorder::Committed(const std::string& group, uint64_t epoch,
+                               uint64_t sequence, int rank, absl::Time now) {
+  TraceEntry* entry = Find(group, epoch, sequence);
+  if (entry == nullptr || rank < 0 ||
+      rank >= static_cast<int>(entry->committed.size())) {
+    return;
+  }
+  entry->committed[rank] = now;
+}
+
+void FlightRecorder::Ended(const std::string& group, uint64_t epoch,
+                           uint64_t sequence, const absl::Status& verdict,
+                           absl::Time now) {
+  TraceEntry* entry = Find(group, epoch, sequence);
+  if (entry == nullptr) return;
+  entry->state =
+      verdict.ok() ? TraceEntry::State::kCompleted : TraceEntry::State::kFailed;
+  entry->ended = now;
+  entry->verdict = verdict;
+}
+
+void FlightRecorder::EndAll(const std::string& group, uint64_t epoch,
+                            const absl::Status& verdict, absl::Time now) {
+  auto it = traces_.find(group);
+  if (it == traces_.end()) return;
+  for (TraceEntry& entry : it->second.entries) {
+    if (entry.epoch != epoch || entry.state == TraceEntry::State::kCompleted ||
+        entry.state == TraceEntry::State::kFailed) {
+      continue;
+    }
+    entry.state = TraceEntry::State::kFailed;
+    entry.ended = now;
+    entry.verdict = verdict;
+  }
+}
+
+std::vector<TraceEntry> FlightRecorder::Entries(
+    const std::string& group) const {
+  auto it = traces_.find(group);
+  if (it == traces_.end()) return {};
+  return std::vector<TraceEntry>(it->second.entries.begin(),
+                                 it->second.entries.end());
+}
+
+}  // namespace chorus

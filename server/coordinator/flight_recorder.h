@@ -1,0 +1,69 @@
+// FlightRecorder: the coordinator's record of the last collectives of each
+// group, for finding who is at fault when a group hangs or fails: per call,
+// when each rank arrived, what each asked for, the decision (plan or
+// verdict), when each rank committed, and how the call ended. Entries of a
+// group survive its abort and re-formation (they carry their epoch), so a
+// failed job can still be inspected.
+//
+// Lifecycle: owned by the group table. Thread safety: none of its own; the
+// group table calls it under its lock.
+#ifndef CHORUS_SERVER_COORDINATOR_FLIGHT_RECORDER_H_
+#define CHORUS_SERVER_COORDINATOR_FLIGHT_RECORDER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "chorus/trace.h"
+#include "chorus/types.h"
+
+namespace chorus {
+
+class FlightRecorder {
+ public:
+  // Keeps the last `per_group` entries of each of the last `groups` group
+  // names. `per_group` 0 records nothing.
+  FlightRecorder(size_t per_group, size_t groups);
+
+  // Rank `rank` of `group` (world `world`) called collective `sequence`.
+  void Arrived(const std::string& group, uint64_t epoch, int world,
+               uint64_t sequence, int rank, const CollectiveSpec& spec,
+               absl::Time now);
+  // Every rank called and the plan is `plan`; an inline plan ends the call.
+  void Decided(const std::string& group, uint64_t epoch, uint64_t sequence,
+               Algorithm plan, absl::Time now);
+  // Rank `rank` committed a data-plane call.
+  void Committed(const std::string& group, uint64_t epoch, uint64_t sequence,
+                 int rank, absl::Time now);
+  // The call ended with `verdict` (OK: completed).
+  void Ended(const std::string& group, uint64_t epoch, uint64_t sequence,
+             const absl::Status& verdict, absl::Time now);
+  // Ends every call of `group` at `epoch` not ended yet with `verdict` (an
+  // abort).
+  void EndAll(const std::string& group, uint64_t epoch,
+              const absl::Status& verdict, absl::Time now);
+
+  // The entries of `group`, oldest first; empty for a group never seen.
+  std::vector<TraceEntry> Entries(const std::string& group) const;
+
+ private:
+  struct GroupTrace {
+    std::deque<TraceEntry> entries;
+    uint64_t last_used = 0;
+  };
+  TraceEntry* Find(const std::string& group, uint64_t epoch, uint64_t sequence);
+
+  const size_t per_group_;
+  const size_t groups_;
+  uint64_t next_record_ = 1;
+  std::map<std::string, GroupTrace> traces_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COORDINATOR_FLIGHT_RECORDER_H_
