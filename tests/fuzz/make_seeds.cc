@@ -18,6 +18,8 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/worker.pb.h"
 #include "server/common/call_frame.h"
+#include "server/common/collective_spec_proto.h"
+#include "server/reduce/dtype.h"
 #include "server/worker/dataplane/wire_frame.h"
 #include "tests/fuzz/fuzz_format.h"
 
@@ -144,28 +146,11 @@ v1::CollectiveRequest Call(v1::CollectiveKind kind, v1::DType dtype,
   return r;
 }
 
-size_t DTypeBytes(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_F16:
-    case v1::DTYPE_BF16:
-      return 2;
-    case v1::DTYPE_F32:
-    case v1::DTYPE_I32:
-    case v1::DTYPE_U32:
-      return 4;
-    case v1::DTYPE_F64:
-    case v1::DTYPE_I64:
-    case v1::DTYPE_U64:
-      return 8;
-    default:
-      return 1;
-  }
-}
-
-// Attaches `elements` elements of input.
+// Attaches `elements` elements of input (bytes of a known dtype).
 v1::CollectiveRequest WithData(v1::CollectiveRequest r, uint64_t elements) {
+  const size_t element = DTypeSize(SpecFromProto(r.spec()).dtype);
   std::string data;
-  for (uint64_t i = 0; i < elements * DTypeBytes(r.spec().dtype()); ++i) {
+  for (uint64_t i = 0; i < elements * element; ++i) {
     data.push_back(static_cast<char>(i % 7 + 1));
   }
   r.set_has_inline_data(true);
