@@ -441,7 +441,7 @@ class ScaleRun {
         request.set_group("scale");
         request.set_epoch(epoch_);
         request.set_rank(r);
-        request.set_kind(v1::COLLECTIVE_KIND_BARRIER);
+        request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
       }
     }
     if (use_call_port_) return RunBarriersOnCallPort();

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
+#include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
@@ -44,11 +45,7 @@ class DaemonCommunicator final : public Communicator {
     request.set_rank(rank());
     request.set_epoch(epoch());
     request.set_sequence(sequence);
-    request.set_kind(static_cast<v1::CollectiveKind>(spec.kind));
-    request.set_dtype(static_cast<v1::DType>(spec.dtype));
-    request.set_count(spec.count);
-    request.set_op(static_cast<v1::ReduceOp>(spec.op));
-    request.set_root(spec.root);
+    *request.mutable_spec() = SpecToProto(spec);
     request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
     request.set_data(input.data(), input.size());
     if (options.device.has_value()) {

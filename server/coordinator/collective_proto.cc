@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 
 namespace chorus {
@@ -58,11 +59,7 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   call.epoch = request.epoch();
   call.rank = request.rank();
   call.sequence = request.sequence();
-  call.spec.kind = static_cast<CollectiveKind>(request.kind());
-  call.spec.dtype = static_cast<DType>(request.dtype());
-  call.spec.count = request.count();
-  call.spec.op = static_cast<ReduceOp>(request.op());
-  call.spec.root = request.root();
+  call.spec = SpecFromProto(request.spec());
   call.algorithm = static_cast<Algorithm>(request.algorithm());
   if (request.has_device()) call.device = DeviceFromProto(request.device());
   call.has_data = request.has_inline_data();

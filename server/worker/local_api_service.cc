@@ -1,6 +1,7 @@
 #include "server/worker/local_api_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/worker/chunked_call_reactor.h"
@@ -89,11 +90,7 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareCall(
     }
     call.membership = it->second;
   }
-  call.spec.kind = static_cast<CollectiveKind>(request.kind());
-  call.spec.dtype = static_cast<DType>(request.dtype());
-  call.spec.count = request.count();
-  call.spec.op = static_cast<ReduceOp>(request.op());
-  call.spec.root = request.root();
+  call.spec = SpecFromProto(request.spec());
   call.options.algorithm = static_cast<Algorithm>(request.algorithm());
   if (request.has_device()) {
     call.options.device = DeviceFromProto(request.device());

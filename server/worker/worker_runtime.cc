@@ -9,6 +9,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/tcp_socket.h"
@@ -316,11 +317,7 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   request.set_epoch(membership.epoch);
   request.set_rank(membership.rank);
   request.set_sequence(sequence);
-  request.set_kind(static_cast<v1::CollectiveKind>(spec.kind));
-  request.set_dtype(static_cast<v1::DType>(spec.dtype));
-  request.set_count(spec.count);
-  request.set_op(static_cast<v1::ReduceOp>(spec.op));
-  request.set_root(spec.root);
+  *request.mutable_spec() = SpecToProto(spec);
   request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
   if (options.device.has_value()) {
     *request.mutable_device() = DeviceToProto(*options.device);

@@ -18,6 +18,8 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/worker.pb.h"
 #include "server/common/call_frame.h"
+#include "server/common/collective_spec_proto.h"
+#include "server/reduce/dtype.h"
 #include "server/worker/dataplane/wire_frame.h"
 #include "tests/fuzz/fuzz_format.h"
 
@@ -138,34 +140,17 @@ v1::CollectiveRequest Call(v1::CollectiveKind kind, v1::DType dtype,
   r.set_epoch(epoch);
   r.set_rank(rank);
   r.set_sequence(sequence);
-  r.set_kind(kind);
-  r.set_dtype(dtype);
-  r.set_count(count);
+  r.mutable_spec()->set_kind(kind);
+  r.mutable_spec()->set_dtype(dtype);
+  r.mutable_spec()->set_count(count);
   return r;
 }
 
-size_t DTypeBytes(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_F16:
-    case v1::DTYPE_BF16:
-      return 2;
-    case v1::DTYPE_F32:
-    case v1::DTYPE_I32:
-    case v1::DTYPE_U32:
-      return 4;
-    case v1::DTYPE_F64:
-    case v1::DTYPE_I64:
-    case v1::DTYPE_U64:
-      return 8;
-    default:
-      return 1;
-  }
-}
-
-// Attaches `elements` elements of input.
+// Attaches `elements` elements of input (bytes of a known dtype).
 v1::CollectiveRequest WithData(v1::CollectiveRequest r, uint64_t elements) {
+  const size_t element = DTypeSize(SpecFromProto(r.spec()).dtype);
   std::string data;
-  for (uint64_t i = 0; i < elements * DTypeBytes(r.dtype()); ++i) {
+  for (uint64_t i = 0; i < elements * element; ++i) {
     data.push_back(static_cast<char>(i % 7 + 1));
   }
   r.set_has_inline_data(true);
@@ -277,14 +262,14 @@ Seeds RequestSeeds() {
                                : k.input_elements;
     v1::CollectiveRequest r =
         WithData(Call(k.kind, k.dtype, count), k.input_elements);
-    r.set_op(k.op);
-    r.set_root(k.root);
+    r.mutable_spec()->set_op(k.op);
+    r.mutable_spec()->set_root(k.root);
     add(std::string("inline_") + k.name, Requests().Collective(r, true));
   }
   {
     v1::CollectiveRequest r =
         WithData(Call(v1::COLLECTIVE_KIND_ALL_REDUCE, v1::DTYPE_U32, 2), 2);
-    r.set_op(v1::REDUCE_OP_MIN);
+    r.mutable_spec()->set_op(v1::REDUCE_OP_MIN);
     r.set_algorithm(v1::ALGORITHM_INLINE);
     v1::CollectiveRequest second = r;
     second.set_sequence(2);
@@ -331,11 +316,11 @@ Seeds RequestSeeds() {
                                    .Commit("g", 1, 1, 7, false));
     v1::CollectiveRequest doubling =
         Call(v1::COLLECTIVE_KIND_ALL_REDUCE, v1::DTYPE_F64, 1 << 14);
-    doubling.set_op(v1::REDUCE_OP_SUM);
+    doubling.mutable_spec()->set_op(v1::REDUCE_OP_SUM);
     add("recursive_doubling_then_commit",
         Requests().Collective(doubling, true).Commit("g", 1, 1, 1, true));
     v1::CollectiveRequest bad = doubling;
-    bad.set_kind(v1::COLLECTIVE_KIND_BROADCAST);
+    bad.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BROADCAST);
     bad.set_algorithm(v1::ALGORITHM_RECURSIVE_DOUBLING);
     add("recursive_doubling_refused", Requests().Collective(bad, true));
   }
@@ -344,10 +329,10 @@ Seeds RequestSeeds() {
   {
     v1::CollectiveRequest a =
         WithData(Call(v1::COLLECTIVE_KIND_ALL_REDUCE, v1::DTYPE_F32, 4), 4);
-    a.set_op(v1::REDUCE_OP_SUM);
+    a.mutable_spec()->set_op(v1::REDUCE_OP_SUM);
     v1::CollectiveRequest b =
         WithData(Call(v1::COLLECTIVE_KIND_ALL_REDUCE, v1::DTYPE_F32, 8, 1), 8);
-    b.set_op(v1::REDUCE_OP_SUM);
+    b.mutable_spec()->set_op(v1::REDUCE_OP_SUM);
     add("mismatch", Requests().Collective(a, false).Collective(b, false));
 
     v1::CollectiveRequest vulkan = a;
@@ -372,7 +357,7 @@ Seeds RequestSeeds() {
     r.set_rank(2);
     refused.Collective(r, false);
     r = a;
-    r.set_dtype(static_cast<v1::DType>(42));
+    r.mutable_spec()->set_dtype(static_cast<v1::DType>(42));
     refused.Collective(r, false);
     r = a;
     r.set_inline_data("abc");
@@ -384,7 +369,7 @@ Seeds RequestSeeds() {
     r.set_group("nope");
     refused.Collective(r, false);
     r = a;
-    r.set_count(uint64_t{1} << 41);
+    r.mutable_spec()->set_count(uint64_t{1} << 41);
     r.clear_inline_data();
     r.set_has_inline_data(false);
     refused.Collective(r, false);
@@ -604,7 +589,7 @@ v1::CallPortRequest CallOf(uint64_t call_id, int rank, uint64_t sequence,
   call.set_epoch(1);
   call.set_rank(rank);
   call.set_sequence(sequence);
-  call.set_kind(kind);
+  call.mutable_spec()->set_kind(kind);
   return request;
 }
 
@@ -614,9 +599,9 @@ Seeds CallFrameSeeds() {
       CallFrame(CallOf(1, 0, 1, v1::COLLECTIVE_KIND_BARRIER)) +
       CallFrame(CallOf(2, 1, 1, v1::COLLECTIVE_KIND_BARRIER));
   v1::CallPortRequest sum0 = CallOf(3, 0, 2, v1::COLLECTIVE_KIND_ALL_REDUCE);
-  sum0.mutable_call()->set_dtype(v1::DTYPE_F32);
-  sum0.mutable_call()->set_count(2);
-  sum0.mutable_call()->set_op(v1::REDUCE_OP_SUM);
+  sum0.mutable_call()->mutable_spec()->set_dtype(v1::DTYPE_F32);
+  sum0.mutable_call()->mutable_spec()->set_count(2);
+  sum0.mutable_call()->mutable_spec()->set_op(v1::REDUCE_OP_SUM);
   sum0.mutable_call()->set_has_inline_data(true);
   sum0.mutable_call()->set_inline_data(std::string(8, '\0'));
   v1::CallPortRequest sum1 = sum0;

@@ -202,7 +202,7 @@ TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   unknown.mutable_call()->set_group("no-such-group");
   unknown.mutable_call()->set_epoch(1);
   unknown.mutable_call()->set_sequence(1);
-  unknown.mutable_call()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  unknown.mutable_call()->mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
   std::string frame;
   AppendCallFrame(unknown.SerializeAsString(), &frame);
   for (char byte : frame) connection.Send(absl::string_view(&byte, 1));
@@ -220,7 +220,7 @@ TEST_F(CallPortTest, Client_Verdict_ReturnedAsStatus) {
   request.set_group("no-such-group");
   request.set_epoch(1);
   request.set_sequence(1);
-  request.set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
   absl::StatusOr<v1::CollectiveResponse> r =
       client.Call(request, absl::Now() + kWait);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);

@@ -135,10 +135,11 @@ class ChunkedCollectiveTest : public ::testing::Test {
     v1::LocalCollectiveRequest call;
     call.set_group("chunked");
     call.set_rank(rank);
-    call.set_kind(kind);
-    call.set_dtype(dtype);
-    call.set_count(count);
-    if (kind == v1::COLLECTIVE_KIND_ALL_REDUCE) call.set_op(v1::REDUCE_OP_SUM);
+    v1::CollectiveSpec& spec = *call.mutable_spec();
+    spec.set_kind(kind);
+    spec.set_dtype(dtype);
+    spec.set_count(count);
+    if (kind == v1::COLLECTIVE_KIND_ALL_REDUCE) spec.set_op(v1::REDUCE_OP_SUM);
     call.set_epoch(epochs_[rank]);
     call.set_sequence(next_sequence_[rank]);
     return call;

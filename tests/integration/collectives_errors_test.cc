@@ -17,6 +17,7 @@
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
@@ -400,10 +401,12 @@ absl::Status CallCoordinator(const EmbeddedCluster& cluster,
   request.set_epoch(rank.epoch());
   request.set_rank(rank.rank());
   request.set_sequence(1);
-  request.set_kind(static_cast<v1::CollectiveKind>(kind));
-  request.set_dtype(v1::DTYPE_F32);
-  request.set_count(8);
-  request.set_op(v1::REDUCE_OP_SUM);
+  CollectiveSpec spec;
+  spec.kind = kind;
+  spec.dtype = DType::kF32;
+  spec.count = 8;
+  spec.op = ReduceOp::kSum;
+  *request.mutable_spec() = SpecToProto(spec);
   request.set_algorithm(static_cast<v1::Algorithm>(algorithm));
   if (device.has_value()) *request.mutable_device() = DeviceToProto(*device);
   std::unique_ptr<v1::Coordinator::Stub> stub =

@@ -225,10 +225,10 @@ TEST_F(BadInputTest, Collective_BadRequests_RefusedWithoutStateChange) {
   base.set_epoch(epoch);
   base.set_rank(0);
   base.set_sequence(1);
-  base.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
-  base.set_dtype(v1::DTYPE_F32);
-  base.set_count(4);
-  base.set_op(v1::REDUCE_OP_SUM);
+  base.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+  base.mutable_spec()->set_dtype(v1::DTYPE_F32);
+  base.mutable_spec()->set_count(4);
+  base.mutable_spec()->set_op(v1::REDUCE_OP_SUM);
   base.set_has_inline_data(true);
   base.set_inline_data(std::string(16, '\1'));
 
@@ -237,18 +237,23 @@ TEST_F(BadInputTest, Collective_BadRequests_RefusedWithoutStateChange) {
   const std::vector<BadCollective> cases = {
       {"unknown kind",
        [](Request& r) {
-         r.set_kind(static_cast<v1::CollectiveKind>(kUnknownEnum));
+         r.mutable_spec()->set_kind(
+             static_cast<v1::CollectiveKind>(kUnknownEnum));
        },
        kInvalid, "unknown collective kind 42"},
       {"unknown dtype",
-       [](Request& r) { r.set_dtype(static_cast<v1::DType>(kUnknownEnum)); },
+       [](Request& r) {
+         r.mutable_spec()->set_dtype(static_cast<v1::DType>(kUnknownEnum));
+       },
        kInvalid, "invalid dtype 42"},
       {"unknown reduce op",
-       [](Request& r) { r.set_op(static_cast<v1::ReduceOp>(kUnknownEnum)); },
+       [](Request& r) {
+         r.mutable_spec()->set_op(static_cast<v1::ReduceOp>(kUnknownEnum));
+       },
        kInvalid, "invalid reduce op 42"},
       {"unspecified reduce op",
-       [](Request& r) { r.set_op(v1::REDUCE_OP_UNSPECIFIED); }, kInvalid,
-       "invalid reduce op 0"},
+       [](Request& r) { r.mutable_spec()->set_op(v1::REDUCE_OP_UNSPECIFIED); },
+       kInvalid, "invalid reduce op 0"},
       {"unknown algorithm",
        [](Request& r) {
          r.set_algorithm(static_cast<v1::Algorithm>(kUnknownEnum));
@@ -265,7 +270,7 @@ TEST_F(BadInputTest, Collective_BadRequests_RefusedWithoutStateChange) {
        "passed 15 bytes for all_reduce f32[4] sum in a group of 2; "
        "expected 16"},
       {"data longer than count x dtype",
-       [](Request& r) { r.set_dtype(v1::DTYPE_F16); }, kInvalid,
+       [](Request& r) { r.mutable_spec()->set_dtype(v1::DTYPE_F16); }, kInvalid,
        "passed 16 bytes for all_reduce f16[4] sum in a group of 2; "
        "expected 8"},
       {"data without has_inline_data",
@@ -273,15 +278,15 @@ TEST_F(BadInputTest, Collective_BadRequests_RefusedWithoutStateChange) {
        "data given without has_data"},
       {"count over the maximum",
        [](Request& r) {
-         r.set_count((uint64_t{1} << 40) + 1);
+         r.mutable_spec()->set_count((uint64_t{1} << 40) + 1);
          r.clear_inline_data();
          r.set_has_inline_data(false);
        },
        kInvalid, "count 1099511627777 is over the maximum"},
       {"count whose byte size overflows",
        [](Request& r) {
-         r.set_count(UINT64_MAX);
-         r.set_dtype(v1::DTYPE_F64);
+         r.mutable_spec()->set_count(UINT64_MAX);
+         r.mutable_spec()->set_dtype(v1::DTYPE_F64);
        },
        kInvalid, "is over the maximum"},
       {"negative rank", [](Request& r) { r.set_rank(-1); }, kInvalid,
@@ -304,20 +309,20 @@ TEST_F(BadInputTest, Collective_BadRequests_RefusedWithoutStateChange) {
        "sequences start at 1"},
       {"root equal to the world size",
        [](Request& r) {
-         r.set_kind(v1::COLLECTIVE_KIND_BROADCAST);
-         r.set_root(2);
+         r.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BROADCAST);
+         r.mutable_spec()->set_root(2);
        },
        kInvalid, "root 2 is out of range for world size 2"},
       {"negative root",
        [](Request& r) {
-         r.set_kind(v1::COLLECTIVE_KIND_GATHER);
-         r.set_root(-1);
+         r.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_GATHER);
+         r.mutable_spec()->set_root(-1);
        },
        kInvalid, "root -1 is out of range for world size 2"},
       {"barrier with a count",
        [](Request& r) {
-         r.set_kind(v1::COLLECTIVE_KIND_BARRIER);
-         r.set_count(3);
+         r.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+         r.mutable_spec()->set_count(3);
        },
        kInvalid, "barrier carries no data, got count 3"},
       {"device kind OTHER without a name",
@@ -350,7 +355,7 @@ TEST_F(BadInputTest, Collective_BadRequests_RefusedWithoutStateChange) {
       v1::Coordinator::NewStub(grpc::CreateCustomChannel(
           coordinator_.address, grpc::InsecureChannelCredentials(), args));
   v1::CollectiveRequest huge = base;
-  huge.set_count(kOverLimitBytes / 4);
+  huge.mutable_spec()->set_count(kOverLimitBytes / 4);
   huge.set_inline_data(std::string(kOverLimitBytes, '\1'));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(absl::Seconds(60)));

@@ -47,16 +47,16 @@ def expected_output(request: Any) -> int:
             types_pb2.DTYPE_I8: 1, types_pb2.DTYPE_U8: 1,
             types_pb2.DTYPE_I32: 4, types_pb2.DTYPE_I64: 8,
             types_pb2.DTYPE_U32: 4, types_pb2.DTYPE_U64: 8}.get(
-                request.dtype, 0)
-    block = request.count * size
-    k = request.kind
+                request.spec.dtype, 0)
+    block = request.spec.count * size
+    k = request.spec.kind
     if k in (types_pb2.COLLECTIVE_KIND_ALL_GATHER,
              types_pb2.COLLECTIVE_KIND_ALL_TO_ALL):
         return 2 * block
     if k == types_pb2.COLLECTIVE_KIND_REDUCE:
-        return block if request.rank == request.root else 0
+        return block if request.rank == request.spec.root else 0
     if k == types_pb2.COLLECTIVE_KIND_GATHER:
-        return 2 * block if request.rank == request.root else 0
+        return 2 * block if request.rank == request.spec.root else 0
     if k == types_pb2.COLLECTIVE_KIND_BARRIER:
         return 0
     return block
@@ -86,7 +86,7 @@ def test_requests_carry_numbers_epoch_counts_and_data(stand_in: Any) -> None:
     comm.all_to_all(x.astype(np.int8))
     comm.all_gather(np.zeros(2, np.uint16), dtype="bf16")
     comm.barrier()
-    kinds = [r.kind for r in servicer.requests]
+    kinds = [r.spec.kind for r in servicer.requests]
     assert kinds == [types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
                      types_pb2.COLLECTIVE_KIND_REDUCE_SCATTER,
                      types_pb2.COLLECTIVE_KIND_BROADCAST,
@@ -99,14 +99,15 @@ def test_requests_carry_numbers_epoch_counts_and_data(stand_in: Any) -> None:
     assert all(r.epoch == EPOCH and r.group == "wire" and r.rank == 1
                for r in servicer.requests)
     # count: the whole buffer, or one rank's block.
-    assert [r.count for r in servicer.requests] == [6, 3, 6, 3, 6, 3, 2, 0]
-    assert servicer.requests[0].op == types_pb2.REDUCE_OP_MAX
+    assert [r.spec.count for r in servicer.requests] == \
+        [6, 3, 6, 3, 6, 3, 2, 0]
+    assert servicer.requests[0].spec.op == types_pb2.REDUCE_OP_MAX
     assert servicer.requests[0].data == x.tobytes()
-    assert servicer.requests[1].op == types_pb2.REDUCE_OP_SUM
+    assert servicer.requests[1].spec.op == types_pb2.REDUCE_OP_SUM
     # Off the root, broadcast and scatter send nothing.
     assert servicer.requests[2].data == b"" == servicer.requests[3].data
-    assert servicer.requests[2].dtype == types_pb2.DTYPE_I64
-    assert servicer.requests[6].dtype == types_pb2.DTYPE_BF16
+    assert servicer.requests[2].spec.dtype == types_pb2.DTYPE_I64
+    assert servicer.requests[6].spec.dtype == types_pb2.DTYPE_BF16
     assert servicer.requests[7].data == b""
 
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/reduce/dtype.h"
 
 namespace chorus::test {
 namespace {
@@ -18,32 +19,11 @@ namespace {
 // every machine Chorus runs on); floats through the helpers below, which
 // encode only values the type holds exactly (inputs are chosen that way).
 
-size_t ElementSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-    case DType::kBF16:
-      return 2;
-    case DType::kF32:
-    case DType::kI32:
-    case DType::kU32:
-      return 4;
-    case DType::kF64:
-    case DType::kI64:
-    case DType::kU64:
-      return 8;
-    case DType::kI8:
-    case DType::kU8:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
 bool IsSignedInteger(DType dtype) {
   return dtype == DType::kI8 || dtype == DType::kI32 || dtype == DType::kI64;
 }
 
-int Bits(DType dtype) { return static_cast<int>(ElementSize(dtype)) * 8; }
+int Bits(DType dtype) { return static_cast<int>(DTypeSize(dtype)) * 8; }
 
 uint64_t Mask(DType dtype) {
   const int bits = Bits(dtype);
@@ -52,12 +32,12 @@ uint64_t Mask(DType dtype) {
 
 uint64_t LoadRaw(DType dtype, const char* p) {
   uint64_t v = 0;
-  std::memcpy(&v, p, ElementSize(dtype));
+  std::memcpy(&v, p, DTypeSize(dtype));
   return v;
 }
 
 void StoreRaw(DType dtype, char* p, uint64_t v) {
-  std::memcpy(p, &v, ElementSize(dtype));
+  std::memcpy(p, &v, DTypeSize(dtype));
 }
 
 // Sign-extends the low Bits(dtype) bits of `raw`.
@@ -293,7 +273,7 @@ uint64_t IntegerInput(const CollectiveCase& c, int rank, uint64_t index) {
 void FillElements(const CollectiveCase& c, int world, int rank, uint64_t first,
                   uint64_t count, char* out) {
   const DType dtype = c.spec.dtype;
-  const size_t size = ElementSize(dtype);
+  const size_t size = DTypeSize(dtype);
   for (uint64_t k = 0; k < count; ++k) {
     char* p = out + k * size;
     const uint64_t index = first + k;
@@ -466,7 +446,7 @@ Expected ReduceBlock(const CollectiveCase& c, int world,
                      const std::vector<std::string>& inputs, uint64_t first,
                      uint64_t count) {
   const DType dtype = c.spec.dtype;
-  const size_t size = ElementSize(dtype);
+  const size_t size = DTypeSize(dtype);
   Expected e;
   if (IsFloatDType(dtype)) {
     e.numeric = true;
@@ -586,13 +566,12 @@ std::string MakeInput(const CollectiveCase& c, int world, int rank) {
   if (InputMayBeEmpty(spec, rank)) {
     if (rank % 2 == 0) return "";
     // A full-size buffer the collective must ignore.
-    const uint64_t full = spec.count * ElementSize(spec.dtype) *
+    const uint64_t full = spec.count * DTypeSize(spec.dtype) *
                           (spec.kind == CollectiveKind::kScatter ? world : 1);
     return std::string(full, '\xa5');
   }
   std::string input(bytes, '\0');
-  FillElements(c, world, rank, 0, bytes / ElementSize(spec.dtype),
-               input.data());
+  FillElements(c, world, rank, 0, bytes / DTypeSize(spec.dtype), input.data());
   return input;
 }
 
@@ -600,7 +579,7 @@ std::vector<Expected> Reference(const CollectiveCase& c, int world,
                                 const std::vector<std::string>& inputs) {
   const CollectiveSpec& spec = c.spec;
   const uint64_t count = spec.count;
-  const size_t size = ElementSize(spec.dtype);
+  const size_t size = DTypeSize(spec.dtype);
   const uint64_t block = count * size;
   const int root = spec.root;
   std::vector<Expected> out(world);
@@ -654,7 +633,7 @@ std::vector<Expected> Reference(const CollectiveCase& c, int world,
                                            const Expected& expected,
                                            const std::string& output) {
   const DType dtype = c.spec.dtype;
-  const size_t size = std::max<size_t>(1, ElementSize(dtype));
+  const size_t size = std::max<size_t>(1, DTypeSize(dtype));
   const uint64_t want_bytes =
       expected.numeric ? expected.values.size() * size : expected.bytes.size();
   if (output.size() != want_bytes) {

@@ -85,7 +85,8 @@ enum class Algorithm : int {
   kSameHost = 5,
 };
 
-// What one rank asks of one collective call.
+// What one rank asks of one collective call; mirrors chorus.v1.CollectiveSpec
+// field for field.
 //
 // `count` is always the number of elements in one rank's block:
 //   all_reduce, reduce, broadcast: every buffer holds count elements;

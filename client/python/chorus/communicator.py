@@ -865,11 +865,13 @@ class Communicator:
              device: Optional[str]) -> Any:
         timeout = _check_timeout(timeout, self._timeout)
         request = worker_pb2.LocalCollectiveRequest(
-            group=self._group, rank=self._rank, kind=_KINDS[call.kind],
+            group=self._group, rank=self._rank,
+            spec=types_pb2.CollectiveSpec(kind=_KINDS[call.kind]),
             epoch=self._epoch)
+        spec = request.spec
         if call.dtype is not None:
-            request.dtype = _dtypes.proto_dtype(call.dtype)
-        request.count = call.count
+            spec.dtype = _dtypes.proto_dtype(call.dtype)
+        spec.count = call.count
         if call.count > _MAX_COUNT:
             raise InvalidArgument(
                 f"{call.count} elements are over the maximum of {_MAX_COUNT}")
@@ -878,8 +880,8 @@ class Communicator:
                 raise InvalidArgument(
                     f"unknown reduce op {call.op!r}; Chorus has "
                     f"{', '.join(_OPS)}")
-            request.op = _OPS[call.op.lower()]
-        request.root = call.root
+            spec.op = _OPS[call.op.lower()]
+        spec.root = call.root
         if algorithm is not None:
             if not isinstance(algorithm, str) or \
                     algorithm.lower() not in _ALGORITHMS:
