@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
@@ -71,11 +72,7 @@ TraceEntry TraceFromProto(const v1::TraceEntry& proto) {
   entry.record_id = proto.record_id();
   entry.epoch = proto.epoch();
   entry.sequence = proto.sequence();
-  entry.spec.kind = static_cast<CollectiveKind>(proto.kind());
-  entry.spec.dtype = static_cast<DType>(proto.dtype());
-  entry.spec.count = proto.count();
-  entry.spec.op = static_cast<ReduceOp>(proto.op());
-  entry.spec.root = proto.root();
+  entry.spec = SpecFromProto(proto.spec());
   entry.state = StateOf(proto.state());
   entry.decided = TimeOf(proto.decided_ns());
   entry.plan = static_cast<Algorithm>(proto.plan());

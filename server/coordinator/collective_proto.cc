@@ -94,11 +94,7 @@ v1::TraceEntry TraceEntryToProto(const TraceEntry& entry) {
   proto.set_record_id(entry.record_id);
   proto.set_epoch(entry.epoch);
   proto.set_sequence(entry.sequence);
-  proto.set_kind(static_cast<v1::CollectiveKind>(entry.spec.kind));
-  proto.set_dtype(static_cast<v1::DType>(entry.spec.dtype));
-  proto.set_count(entry.spec.count);
-  proto.set_op(static_cast<v1::ReduceOp>(entry.spec.op));
-  proto.set_root(entry.spec.root);
+  *proto.mutable_spec() = SpecToProto(entry.spec);
   proto.set_state(TraceStateName(entry.state));
   proto.set_decided_ns(Nanos(entry.decided));
   proto.set_plan(static_cast<v1::Algorithm>(entry.plan));
