@@ -44,6 +44,20 @@ absl::StatusOr<Listener> ListenTcp(const std::string& host, int port);
 absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
                                absl::Time deadline);
 
+// Returns the local address (numeric; IPv6 without brackets) that this
+// host's routes give connections to `host`:`port`: what a peer sees as the
+// source of such a connection. Found by connecting a UDP socket, which sends
+// nothing. Returns UNAVAILABLE when `host` does not resolve or no route
+// leads there.
+absl::StatusOr<std::string> LocalAddressTowards(const std::string& host,
+                                                int port);
+
+// Returns true when `host` is a loopback address, or a name that resolves
+// to loopback addresses only (e.g. "localhost", or a hostname mapped to
+// 127.0.1.1 by /etc/hosts); false when it resolves to any other address or
+// does not resolve.
+bool IsLoopbackHost(const std::string& host);
+
 // Writes every byte of `parts` (in order) to the non-blocking socket `fd`,
 // waiting for room until `deadline`, or until `cancel_fd` (an eventfd, or
 // -1 for none) becomes readable. Never raises SIGPIPE. Returns UNAVAILABLE
