@@ -233,6 +233,37 @@ bool IsLoopbackHost(const std::string& host) {
   return any && all_loopback;
 }
 
+void SetDeadPeerTimeout(int fd, absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration() || timeout == absl::InfiniteDuration()) {
+    return;
+  }
+  const int ms = static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(timeout), 1 << 30));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+  // Probe after half the timeout of silence, then every quarter: a
+  // vanished peer is found about `timeout` after the last data.
+  const int seconds = std::max(1, ms / 1000);
+  const int idle = std::max(1, seconds / 2);
+  const int interval = std::max(1, seconds / 4);
+  const int count = 2;
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+bool PeerClosed(int fd) {
+  char byte;
+  while (true) {
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return false;
+    if (n == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
 absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
                       absl::Time deadline, int cancel_fd) {
   std::vector<iovec> pending;

@@ -130,7 +130,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!tcp_listener.ok()) return tcp_listener.status();
   runtime->tcp_listener_ = *std::move(tcp_listener);
   if (options.tcp_data_plane) {
-    runtime->sender_ = std::make_unique<TcpPeerPool>();
+    // A data connection that stops carrying data fails within the lease:
+    // by then the coordinator has its verdict on the peer anyway.
+    WorkerRuntime* self = runtime.get();
+    runtime->sender_ = std::make_unique<TcpPeerPool>([self] {
+      return self->session_ != nullptr ? self->session_->lease()
+                                       : absl::ZeroDuration();
+    });
   } else {
     runtime->sender_ = std::make_unique<ExchangePool>();
   }
