@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
-#   1. unit and integration tests (real daemons on 127.0.0.1), the Python
+#   1. unit and integration tests (real daemons on 127.0.0.1), the
+#      multi-host tests (each daemon in a network namespace), the Python
 #      client's tests (tests/python, against the daemons just built), GPU
 #      tests (they skip themselves where no GPU is present);
 #   2. the unit and integration tests again under ASan+UBSan, built with
@@ -47,6 +48,9 @@ main_build() {
 }
 run_stage "build" main_build
 run_stage "unit and integration tests" ctest_labels build "unit|integration"
+# Each daemon on a host of its own (a network namespace); the tests skip
+# themselves where namespaces cannot be made (not root, no `ip`).
+run_stage "multi-host tests" ctest_labels build multihost
 
 # Installs the chorus package into a throwaway folder of the build and runs
 # its tests against that build's daemons with Debian's interpreter (another

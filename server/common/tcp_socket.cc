@@ -170,6 +170,100 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
       absl::StrCat("cannot connect to ", where, ": ", why));
 }
 
+absl::StatusOr<std::string> LocalAddressTowards(const std::string& host,
+                                                int port) {
+  const std::string where = absl::StrCat(host, ":", port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve ", where, ": ", gai_strerror(rc)));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof(local);
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+      why = ErrnoText(errno);
+      close(fd);
+      continue;
+    }
+    close(fd);
+    char text[NI_MAXHOST] = {};
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&local), length, text,
+                    sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) {
+      continue;
+    }
+    freeaddrinfo(found);
+    return std::string(text);
+  }
+  freeaddrinfo(found);
+  return absl::UnavailableError(absl::StrCat("no route to ", where, ": ", why));
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool any = false;
+  bool all_loopback = true;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      any = true;
+      // 127.0.0.0/8.
+      all_loopback &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      any = true;
+      all_loopback &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) != 0;
+    }
+  }
+  freeaddrinfo(found);
+  return any && all_loopback;
+}
+
+void SetDeadPeerTimeout(int fd, absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration() || timeout == absl::InfiniteDuration()) {
+    return;
+  }
+  const int ms = static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(timeout), 1 << 30));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+  // Probe after half the timeout of silence, then every quarter: a
+  // vanished peer is found about `timeout` after the last data.
+  const int seconds = std::max(1, ms / 1000);
+  const int idle = std::max(1, seconds / 2);
+  const int interval = std::max(1, seconds / 4);
+  const int count = 2;
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+bool PeerClosed(int fd) {
+  char byte;
+  while (true) {
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return false;
+    if (n == 0) return true;
+    if (errno == EINTR) continue;
+    return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
 absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
                       absl::Time deadline, int cancel_fd) {
   std::vector<iovec> pending;

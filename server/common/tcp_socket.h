@@ -44,6 +44,34 @@ absl::StatusOr<Listener> ListenTcp(const std::string& host, int port);
 absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
                                absl::Time deadline);
 
+// Returns the local address (numeric; IPv6 without brackets) that this
+// host's routes give connections to `host`:`port`: what a peer sees as the
+// source of such a connection. Found by connecting a UDP socket, which sends
+// nothing. Returns UNAVAILABLE when `host` does not resolve or no route
+// leads there.
+absl::StatusOr<std::string> LocalAddressTowards(const std::string& host,
+                                                int port);
+
+// Returns true when `host` is a loopback address, or a name that resolves
+// to loopback addresses only (e.g. "localhost", or a hostname mapped to
+// 127.0.1.1 by /etc/hosts); false when it resolves to any other address or
+// does not resolve.
+bool IsLoopbackHost(const std::string& host);
+
+// Makes a connection that stops carrying data fail within about `timeout`
+// rather than after the kernel's retransmission backoff (up to 15 minutes):
+// sets TCP_USER_TIMEOUT (unacknowledged data older than `timeout` closes
+// the connection with ETIMEDOUT) and keepalive probes that find an idle
+// connection to a vanished peer within about `timeout` as well. Does
+// nothing for a zero or infinite timeout.
+void SetDeadPeerTimeout(int fd, absl::Duration timeout);
+
+// Returns true when the peer of the connected socket `fd` has closed its
+// end or the connection failed (a peek without waiting sees end of file or
+// an error other than "no data yet"); false while it looks open. Any data
+// waiting stays unread.
+bool PeerClosed(int fd);
+
 // Writes every byte of `parts` (in order) to the non-blocking socket `fd`,
 // waiting for room until `deadline`, or until `cancel_fd` (an eventfd, or
 // -1 for none) becomes readable. Never raises SIGPIPE. Returns UNAVAILABLE

@@ -45,6 +45,11 @@ int CoordinatorSession::call_port() const {
   return call_port_;
 }
 
+absl::Duration CoordinatorSession::lease() const {
+  absl::MutexLock lock(&mu_);
+  return lease_;
+}
+
 absl::Status CoordinatorSession::RegisterOnce() {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
@@ -66,6 +71,8 @@ absl::Status CoordinatorSession::RegisterOnce() {
   call_port_ = static_cast<int>(response.call_port());
   heartbeat_interval_ = absl::Milliseconds(
       std::max<int64_t>(1, response.heartbeat_interval_ms()));
+  lease_ =
+      absl::Milliseconds(std::max<int64_t>(0, response.lease_timeout_ms()));
   LOG(INFO) << "registered with " << options_.coordinator << " as worker "
             << worker_id_ << " \"" << options_.name << "\" incarnation "
             << incarnation_ << "; heartbeat every " << heartbeat_interval_;

@@ -84,6 +84,9 @@ class CoordinatorSession {
   uint64_t incarnation() const { return incarnation_; }
   // The coordinator's call port as of the last registration (0: none).
   int call_port() const;
+  // The lease the coordinator gave at the last registration (zero before
+  // the first).
+  absl::Duration lease() const;
 
  private:
   // One registration attempt; on success records the id and lease.
@@ -102,6 +105,7 @@ class CoordinatorSession {
   uint64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   int call_port_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   // Newest abort notice seen; only the heartbeat thread uses it.
   uint64_t aborts_seen_ = 0;
   std::thread heartbeat_thread_;

@@ -27,9 +27,12 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:0",
           "host:port; port 0 picks a free port.");
 ABSL_FLAG(std::string, advertise_address, "",
           "Address peers use to reach this worker, host:port or just host "
-          "(then with the bound port); default: the listen host (or this "
-          "machine's hostname when listening on all interfaces) and the "
-          "bound port. Anything else ends the worker with INVALID_ARGUMENT.");
+          "(then with the bound port); default: the listen host and the "
+          "bound port; listening on all interfaces, the local address of "
+          "this host's route to the coordinator (this machine's hostname "
+          "when the coordinator is on a loopback address). The address "
+          "chosen is logged at startup. Anything else ends the worker with "
+          "INVALID_ARGUMENT.");
 ABSL_FLAG(int32_t, data_port, 0,
           "Port of the TCP data plane (on the listen host) that peers send "
           "collective data to; 0 picks a free port. Peers learn it from this "

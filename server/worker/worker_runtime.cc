@@ -27,12 +27,49 @@ std::string Hostname() {
   return buffer;
 }
 
-std::string AdvertisedAddress(const std::string& listen, int port) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
-    host = Hostname();
+// "host:port", with brackets around an IPv6 host.
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') == std::string::npos
+             ? absl::StrCat(host, ":", port)
+             : absl::StrCat("[", host, "]:", port);
+}
+
+// The address peers use when --advertise_address is not given, and why it
+// was chosen (for the log):
+// - the listen host, when the worker listens on one address;
+// - listening on every interface with the coordinator on this machine
+//   (a loopback address or a name for one): this machine's hostname, as
+//   every peer on this machine resolves it alike;
+// - listening on every interface with the coordinator elsewhere: the local
+//   address of this host's route to the coordinator, the address the
+//   coordinator and the peers on its network see this worker at. The
+//   hostname is not used: it often resolves to a loopback address (Debian's
+//   /etc/hosts maps it to 127.0.1.1), or to the same address on cloned
+//   machines, and peers would then connect to themselves.
+std::string AdvertisedAddress(const std::string& listen,
+                              const std::string& coordinator, int port,
+                              std::string* why) {
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  if (!(host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::")) {
+    *why = "the --listen host";
+    return absl::StrCat(host, ":", port);
   }
-  return absl::StrCat(host, ":", port);
+  absl::StatusOr<HostPort> where = SplitHostPort(coordinator);
+  if (!where.ok() || IsLoopbackHost(where->host)) {
+    *why = "this machine's hostname; the coordinator is on this machine";
+    return JoinHostPort(Hostname(), port);
+  }
+  absl::StatusOr<std::string> local =
+      LocalAddressTowards(where->host, where->port);
+  if (!local.ok()) {
+    *why = absl::StrCat(
+        "this machine's hostname: no local address towards the coordinator (",
+        local.status().message(), "); set --advertise_address");
+    return JoinHostPort(Hostname(), port);
+  }
+  *why = absl::StrCat("the local address of the route to the coordinator at ",
+                      coordinator);
+  return JoinHostPort(*local, port);
 }
 
 // The address peers use: `advertise` as given when it has a port, else its
@@ -94,7 +131,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!tcp_listener.ok()) return tcp_listener.status();
   runtime->tcp_listener_ = *std::move(tcp_listener);
   if (options.tcp_data_plane) {
-    runtime->sender_ = std::make_unique<TcpPeerPool>();
+    // A data connection that stops carrying data fails within the lease:
+    // by then the coordinator has its verdict on the peer anyway.
+    WorkerRuntime* self = runtime.get();
+    runtime->sender_ = std::make_unique<TcpPeerPool>([self] {
+      return self->session_ != nullptr ? self->session_->lease()
+                                       : absl::ZeroDuration();
+    });
   } else {
     runtime->sender_ = std::make_unique<ExchangePool>();
   }
@@ -111,14 +154,18 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!server.ok()) return server.status();
   runtime->server_ = std::move(server->server);
   runtime->port_ = server->port;
+  std::string why = "--advertise_address";
   if (options.advertise_address.empty()) {
-    runtime->address_ = AdvertisedAddress(options.listen, server->port);
+    runtime->address_ = AdvertisedAddress(options.listen, options.coordinator,
+                                          server->port, &why);
   } else {
     absl::StatusOr<std::string> advertised =
         AdvertiseWithPort(options.advertise_address, server->port);
     if (!advertised.ok()) return advertised.status();
     runtime->address_ = *std::move(advertised);
   }
+  LOG(INFO) << "peers reach this worker at " << runtime->address_ << " (" << why
+            << "); data plane on port " << runtime->tcp_listener_->port();
 
   SessionOptions session;
   session.coordinator = options.coordinator;

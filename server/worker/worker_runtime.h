@@ -48,7 +48,10 @@ struct RuntimeOptions {
   // Where the peer data plane (and any extra services) listen.
   std::string listen = "127.0.0.1:0";
   // Address peers use, "host:port" or just "host" (then with the bound
-  // port); default: the listen host and the bound port.
+  // port); default: the listen host and the bound port, or, listening on
+  // every interface (0.0.0.0, ::), the local address of this host's route
+  // to the coordinator (this machine's hostname when the coordinator is on
+  // a loopback address). The choice is logged at startup.
   std::string advertise_address;
   // The data plane: chunks to peers go over raw TCP (wire frames, no
   // protobuf copies; TcpPeerPool) when true, through gRPC Exchange streams

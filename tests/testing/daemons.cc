@@ -310,7 +310,17 @@ absl::StatusOr<Daemon> StartWrappedWorker(
     return StartDaemon(WorkerBinary(), stem, flags,
                        FlagValue(flags, "--port_file"));
   }
-  std::string binary = wrapper[0];
+  std::vector<std::string> command = wrapper;
+  command.push_back(WorkerBinary());
+  command.insert(command.end(), flags.begin(), flags.end());
+  return StartDaemonCommand(command, FlagValue(flags, "--port_file"), stem);
+}
+
+absl::StatusOr<Daemon> StartDaemonCommand(
+    const std::vector<std::string>& command, const std::string& port_file,
+    absl::string_view stem) {
+  if (command.empty()) return absl::InvalidArgumentError("empty command");
+  std::string binary = command[0];
   if (binary.find('/') == std::string::npos) {
     for (absl::string_view dir :
          absl::StrSplit(getenv("PATH") ? getenv("PATH") : "", ':')) {
@@ -321,10 +331,8 @@ absl::StatusOr<Daemon> StartWrappedWorker(
       }
     }
   }
-  std::vector<std::string> args(wrapper.begin() + 1, wrapper.end());
-  args.push_back(WorkerBinary());
-  args.insert(args.end(), flags.begin(), flags.end());
-  return StartDaemon(binary, stem, args, FlagValue(flags, "--port_file"));
+  const std::vector<std::string> args(command.begin() + 1, command.end());
+  return StartDaemon(binary, stem, args, port_file);
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> SpawnWorker(

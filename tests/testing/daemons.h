@@ -82,6 +82,17 @@ absl::StatusOr<Daemon> StartWrappedWorker(
     const std::vector<std::string>& wrapper, const std::string& coordinator,
     const std::vector<std::string>& extra_flags = {});
 
+// Starts `command` (command[0] is the executable, looked up on the PATH
+// when it has no '/'; the rest its arguments), a daemon that writes its
+// bound port to `port_file`, and returns once that file exists: for daemons
+// whose whole command line the test chooses (e.g. in another network
+// namespace). The returned address is "127.0.0.1:<port>"; a caller that
+// knows a better one replaces it. `stem` names the log file. Errors as
+// StartCoordinator.
+absl::StatusOr<Daemon> StartDaemonCommand(
+    const std::vector<std::string>& command, const std::string& port_file,
+    absl::string_view stem);
+
 // Starts chorus-worker like StartWorker but does not wait for anything: for
 // workers expected to exit on their own. Returns Subprocess::Start's errors.
 absl::StatusOr<std::unique_ptr<Subprocess>> SpawnWorker(

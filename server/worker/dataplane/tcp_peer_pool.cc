@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -28,7 +29,9 @@ constexpr absl::Duration kGoodbyeTimeout = absl::Milliseconds(200);
 
 }  // namespace
 
-TcpPeerPool::TcpPeerPool() : shutdown_fd_(eventfd(0, EFD_CLOEXEC)) {}
+TcpPeerPool::TcpPeerPool(std::function<absl::Duration()> dead_peer_timeout)
+    : dead_peer_timeout_(std::move(dead_peer_timeout)),
+      shutdown_fd_(eventfd(0, EFD_CLOEXEC)) {}
 
 TcpPeerPool::~TcpPeerPool() {
   Shutdown();
@@ -68,6 +71,9 @@ absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
   absl::StatusOr<int> fd =
       ConnectTcp(where->host, static_cast<int>(info.tcp_port()), give_up);
   if (!fd.ok()) return absl::UnavailableError(fd.status().message());
+  if (dead_peer_timeout_ != nullptr) {
+    SetDeadPeerTimeout(*fd, dead_peer_timeout_());
+  }
   const absl::string_view hello = kWireHello;
   absl::Status sent = WriteAll(*fd, &hello, 1, give_up);
   if (!sent.ok()) {
@@ -75,6 +81,7 @@ absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
     return absl::UnavailableError(sent.message());
   }
   peer.fd = *fd;
+  peer.last_used = absl::Now();
   return absl::OkStatus();
 }
 
@@ -110,6 +117,13 @@ absl::Status TcpPeerPool::Send(const std::string& address,
   Peer* peer = GetPeer(address);
   absl::MutexLock lock(&peer->mu);
   std::string why;
+  // A connection the peer closed while it was idle (the peer restarted)
+  // takes frames without complaint and drops them: replace it first. This
+  // is not one of the two attempts below.
+  if (peer->fd >= 0 && absl::Now() - peer->last_used > kIdleCheckAfter &&
+      PeerClosed(peer->fd)) {
+    CloseLocked(*peer, /*goodbye=*/false);
+  }
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (peer->fd < 0) {
       absl::Status opened = OpenLocked(*peer, deadline);
@@ -119,7 +133,10 @@ absl::Status TcpPeerPool::Send(const std::string& address,
       }
     }
     absl::Status written = WriteLocked(*peer, key, data, deadline);
-    if (written.ok()) return written;
+    if (written.ok()) {
+      peer->last_used = absl::Now();
+      return written;
+    }
     if (absl::IsInvalidArgument(written)) return written;
     // A frame cut short cannot be resumed: the receiver drops the
     // connection and its data, and so does this end.

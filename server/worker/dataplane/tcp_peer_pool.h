@@ -5,6 +5,16 @@
 // one sendmsg per frame: no copy of the data. A broken connection is
 // reopened once on the next send.
 //
+// A connection that has carried nothing for a while (kIdleCheckAfter) is
+// checked before it carries a frame: if the peer closed it (the peer's
+// process restarted and the old connection sits in CLOSE-WAIT here) it is
+// reopened silently, rather than the frame vanishing into a dead
+// connection and the collective waiting out its deadline. Every connection
+// also gets a dead-peer timeout (TCP_USER_TIMEOUT and keepalives,
+// SetDeadPeerTimeout) of the lease the coordinator gave this worker, so a
+// connection across a partition fails within the lease instead of sitting
+// in retransmission backoff after the network heals.
+//
 // Lifecycle: one per worker runtime. Shutdown() (or the destructor) says
 // goodbye on and closes every connection.
 // Thread safety: Send() may be called concurrently; writes to one peer are
@@ -13,6 +23,7 @@
 #define CHORUS_SERVER_WORKER_DATAPLANE_TCP_PEER_POOL_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,7 +41,14 @@ namespace chorus {
 
 class TcpPeerPool final : public PeerSender {
  public:
-  TcpPeerPool();
+  // A reused connection idle longer than this is checked before a send.
+  static constexpr absl::Duration kIdleCheckAfter = absl::Milliseconds(100);
+
+  // `dead_peer_timeout` returns the timeout for each new connection (the
+  // current lease; called once per connection); empty or returning zero
+  // leaves the kernel's defaults.
+  explicit TcpPeerPool(
+      std::function<absl::Duration()> dead_peer_timeout = nullptr);
   ~TcpPeerPool() override;
 
   TcpPeerPool(const TcpPeerPool&) = delete;
@@ -52,6 +70,8 @@ class TcpPeerPool final : public PeerSender {
     std::unique_ptr<v1::Peer::Stub> stub;
     // The connected socket, or -1.
     int fd ABSL_GUARDED_BY(mu) = -1;
+    // When `fd` last carried a frame (or was opened).
+    absl::Time last_used ABSL_GUARDED_BY(mu);
   };
 
   Peer* GetPeer(const std::string& address);
@@ -67,6 +87,7 @@ class TcpPeerPool final : public PeerSender {
 
   // An eventfd that Shutdown() makes readable, waking every send that
   // waits for its peer.
+  const std::function<absl::Duration()> dead_peer_timeout_;
   const int shutdown_fd_;
   std::atomic<bool> shut_down_{false};
   absl::Mutex mu_;

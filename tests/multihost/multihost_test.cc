@@ -1,0 +1,385 @@
+// Multi-host tests: a coordinator and three workers, each on a host of its
+// own (a network namespace with its own address, NamespaceNetwork), started
+// as a user would start them on several machines: the workers with only
+// --coordinator and --name (and --port_file, which the test reads to know
+// a worker is registered). The ranks are chorusctl processes on the
+// workers' hosts, each driving its host's worker through the worker's
+// local API. Every scenario asserts what every rank printed or the status
+// it ended with, and a time bound.
+//
+// Skipped, saying why, where network namespaces cannot be made (not root,
+// no `ip`).
+
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/multihost/netns_network.h"
+#include "tests/testing/daemons.h"
+#include "tests/testing/process.h"
+#include "tests/testing/wait.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Workers (ranks); host 0 runs the coordinator, host i the worker of rank
+// i - 1.
+constexpr int kWorkers = 3;
+// The coordinator's lease in the scenarios that lose a worker.
+constexpr absl::Duration kLease = absl::Seconds(2);
+// Deadline of each rank's join and collective (chorusctl --timeout): far
+// longer than any bound asserted, so a hang shows as a broken bound.
+constexpr absl::Duration kCallTimeout = absl::Seconds(30);
+// How long a set of rank processes may run before the test kills them.
+constexpr absl::Duration kRanksTimeout = absl::Seconds(60);
+// Added to every bound: a verdict crosses the coordinator, a worker and a
+// chorusctl process that had to start, on a loaded two-core machine.
+constexpr absl::Duration kSchedulingSlack = absl::Seconds(1);
+// Bound on one healthy collective across the hosts, chorusctl's start,
+// join and exit included.
+constexpr absl::Duration kCollectiveBound = absl::Seconds(10);
+
+void PrintTime(const std::string& what, absl::Duration took) {
+  std::printf("[ time     ] %s: %s\n", what.c_str(),
+              absl::FormatDuration(took).c_str());
+  std::fflush(stdout);
+}
+
+// How one rank process ended.
+struct RankResult {
+  int exit_code = -1;
+  std::string out;  // the output values, stripped
+  std::string err;  // chorusctl's report or status, stripped
+};
+
+// One rank's part in a collective: the chorusctl command and its values.
+struct RankCall {
+  std::vector<std::string> flags;
+  std::vector<std::string> values;
+};
+
+// The calls of one collective: rank r gets flags and values[r].
+std::vector<RankCall> Calls(
+    const std::vector<std::string>& flags,
+    const std::vector<std::vector<std::string>>& values) {
+  std::vector<RankCall> calls;
+  for (const std::vector<std::string>& v : values) calls.push_back({flags, v});
+  return calls;
+}
+
+class MultiHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (absl::Status supported = NamespaceNetwork::CheckSupported();
+        !supported.ok()) {
+      GTEST_SKIP() << supported.message();
+    }
+    absl::StatusOr<std::unique_ptr<NamespaceNetwork>> net =
+        NamespaceNetwork::Create(kWorkers + 1);
+    if (absl::IsFailedPrecondition(net.status())) {
+      GTEST_SKIP() << net.status().message();
+    }
+    ASSERT_TRUE(net.ok()) << net.status();
+    net_ = *std::move(net);
+    workers_.resize(kWorkers);
+  }
+
+  // Starts the coordinator on host 0 with `flags` after --listen and
+  // --port_file.
+  void StartCoordinator(const std::vector<std::string>& flags) {
+    const std::string port_file = NewScratchPath("coordinator", ".port");
+    std::vector<std::string> command = net_->Wrap(0);
+    command.push_back(CoordinatorBinary());
+    command.push_back("--listen=0.0.0.0:0");
+    command.push_back(absl::StrCat("--port_file=", port_file));
+    command.insert(command.end(), flags.begin(), flags.end());
+    absl::StatusOr<Daemon> started =
+        StartDaemonCommand(command, port_file, "coordinator");
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = *std::move(started);
+    coordinator_.address =
+        absl::StrCat(net_->address(0), ":", coordinator_.port);
+  }
+
+  static std::string WorkerName(int rank) {
+    return absl::StrCat("host-", rank + 1);
+  }
+
+  // Starts the worker of `rank` on its host with only --coordinator,
+  // --name and --port_file, then `extra`. Returns once it is registered.
+  absl::Status StartWorker(int rank,
+                           const std::vector<std::string>& extra = {}) {
+    const std::string port_file = NewScratchPath(WorkerName(rank), ".port");
+    std::vector<std::string> command = net_->Wrap(rank + 1);
+    command.push_back(WorkerBinary());
+    command.push_back(absl::StrCat("--coordinator=", coordinator_.address));
+    command.push_back(absl::StrCat("--name=", WorkerName(rank)));
+    command.push_back(absl::StrCat("--port_file=", port_file));
+    command.insert(command.end(), extra.begin(), extra.end());
+    absl::StatusOr<Daemon> started =
+        StartDaemonCommand(command, port_file, WorkerName(rank));
+    if (!started.ok()) return started.status();
+    workers_[rank] = *std::move(started);
+    return absl::OkStatus();
+  }
+
+  void StartAllWorkers(const std::vector<std::string>& extra = {}) {
+    for (int rank = 0; rank < kWorkers; ++rank) {
+      absl::Status started = StartWorker(rank, extra);
+      ASSERT_TRUE(started.ok()) << started;
+    }
+  }
+
+  // Runs `command` (chorusctl's collective command) as every rank of
+  // `group`, rank r on worker r's host through its local API, and waits
+  // for all of them. Sets *took to the time until the last one ended.
+  std::vector<RankResult> RunRanks(const std::string& group,
+                                   const std::string& command,
+                                   const std::vector<RankCall>& calls,
+                                   absl::Duration* took) {
+    const absl::Time start = absl::Now();
+    std::vector<std::unique_ptr<Subprocess>> processes;
+    for (int rank = 0; rank < static_cast<int>(calls.size()); ++rank) {
+      std::vector<std::string> command_line = net_->Wrap(rank + 1);
+      SubprocessOptions options;
+      options.binary = command_line[0];
+      options.args.assign(command_line.begin() + 1, command_line.end());
+      options.args.push_back(ChorusctlBinary());
+      options.args.push_back(
+          absl::StrCat("--worker=127.0.0.1:", workers_[rank].port));
+      options.args.push_back(absl::StrCat("--group=", group));
+      options.args.push_back(absl::StrCat("--world=", calls.size()));
+      options.args.push_back(absl::StrCat("--rank=", rank));
+      options.args.push_back(
+          absl::StrCat("--timeout=", absl::ToInt64Seconds(kCallTimeout), "s"));
+      options.args.insert(options.args.end(), calls[rank].flags.begin(),
+                          calls[rank].flags.end());
+      options.args.push_back(command);
+      if (!calls[rank].values.empty()) {
+        options.args.push_back("--");
+        options.args.insert(options.args.end(), calls[rank].values.begin(),
+                            calls[rank].values.end());
+      }
+      const std::string stem = absl::StrCat("rank-", rank, "-", group);
+      options.stdout_path = NewScratchPath(stem, ".out");
+      options.stderr_path = NewScratchPath(stem, ".err");
+      absl::StatusOr<std::unique_ptr<Subprocess>> process =
+          Subprocess::Start(options);
+      EXPECT_TRUE(process.ok()) << process.status();
+      if (process.ok()) processes.push_back(*std::move(process));
+    }
+    std::vector<RankResult> results(processes.size());
+    const absl::Time give_up = start + kRanksTimeout;
+    for (size_t rank = 0; rank < processes.size(); ++rank) {
+      absl::StatusOr<int> code =
+          processes[rank]->WaitForExit(give_up - absl::Now());
+      EXPECT_TRUE(code.ok())
+          << "rank " << rank << " of " << group << ": " << code.status();
+      if (!code.ok()) continue;
+      results[rank].exit_code = *code;
+      results[rank].out =
+          std::string(absl::StripAsciiWhitespace(processes[rank]->ReadLog()));
+      results[rank].err = std::string(
+          absl::StripAsciiWhitespace(processes[rank]->ReadStderr()));
+    }
+    *took = absl::Now() - start;
+    return results;
+  }
+
+  // Runs `command` on every rank and expects each to succeed under `plan`
+  // printing want[rank] (nullptr: anything) within kCollectiveBound.
+  void ExpectCollective(const std::string& group, const std::string& command,
+                        const std::vector<RankCall>& calls,
+                        const std::string& plan,
+                        const std::vector<const char*>& want) {
+    SCOPED_TRACE(absl::StrCat(command, " (", plan, ") in group ", group));
+    absl::Duration took;
+    const std::vector<RankResult> results =
+        RunRanks(group, command, calls, &took);
+    for (size_t rank = 0; rank < results.size(); ++rank) {
+      EXPECT_EQ(results[rank].exit_code, 0)
+          << "rank " << rank << ": " << results[rank].err;
+      EXPECT_THAT(results[rank].err, HasSubstr(absl::StrCat(" ran ", plan)))
+          << "rank " << rank;
+      if (want[rank] != nullptr) {
+        EXPECT_EQ(results[rank].out, want[rank]) << "rank " << rank;
+      }
+    }
+    EXPECT_LE(took, kCollectiveBound + kSchedulingSlack);
+    PrintTime(absl::StrCat(command, " ", plan, " across ", kWorkers, " hosts"),
+              took);
+  }
+
+  // A ring all-reduce of u32 across the three hosts: every rank prints
+  // "6 60" within kCollectiveBound.
+  void ExpectRingAllReduce(const std::string& group) {
+    ExpectCollective(group, "allreduce",
+                     Calls({"--algorithm=ring", "--dtype=u32"},
+                           {{"1", "10"}, {"2", "20"}, {"3", "30"}}),
+                     "ring", {"6 60", "6 60", "6 60"});
+  }
+
+  // Lists the workers (chorusctl workers, run on the coordinator's host).
+  std::string ListWorkers() {
+    std::vector<std::string> command = net_->Wrap(0);
+    command.push_back(ChorusctlBinary());
+    command.push_back(absl::StrCat("--coordinator=", coordinator_.address));
+    command.push_back("--timeout=5s");
+    command.push_back("workers");
+    absl::StatusOr<CommandResult> result = RunCommand(
+        command[0], {command.begin() + 1, command.end()}, absl::Seconds(20));
+    if (!result.ok() || result->exit_code != 0) return "";
+    return result->out;
+  }
+
+  // Declared first: destroyed after every process running in it.
+  std::unique_ptr<NamespaceNetwork> net_;
+  Daemon coordinator_;
+  // workers_[rank] runs on host rank + 1.
+  std::vector<Daemon> workers_;
+};
+
+TEST_F(MultiHostTest, DefaultFlags_EveryCollectiveAcrossThreeHosts) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({}));
+  const absl::Time start = absl::Now();
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  PrintTime("3 workers registered", absl::Now() - start);
+  const std::string listed = ListWorkers();
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_THAT(listed, HasSubstr(WorkerName(rank))) << listed;
+  }
+
+  int group = 0;
+  for (const std::string plan : {"ring", "inline"}) {
+    const std::vector<std::string> flags = {absl::StrCat("--algorithm=", plan),
+                                            "--dtype=u32"};
+    auto next = [&] { return absl::StrCat(plan, "-", group++); };
+    ExpectCollective(next(), "allreduce",
+                     Calls(flags, {{"1", "10"}, {"2", "20"}, {"3", "30"}}),
+                     plan, {"6 60", "6 60", "6 60"});
+    ExpectCollective(next(), "allgather", Calls(flags, {{"0"}, {"1"}, {"2"}}),
+                     plan, {"0 1 2", "0 1 2", "0 1 2"});
+    {
+      std::vector<RankCall> calls = Calls(flags, {{"7", "8", "9"}, {}, {}});
+      calls[1].flags.push_back("--count=3");
+      calls[2].flags.push_back("--count=3");
+      ExpectCollective(next(), "broadcast", calls, plan,
+                       {"7 8 9", "7 8 9", "7 8 9"});
+    }
+    ExpectCollective(next(), "reduce",
+                     Calls(flags, {{"1", "10"}, {"2", "20"}, {"3", "30"}}),
+                     plan, {"6 60", nullptr, nullptr});
+    ExpectCollective(
+        next(), "reducescatter",
+        Calls(flags, {{"1", "2", "3"}, {"2", "4", "6"}, {"3", "6", "9"}}), plan,
+        {"6", "12", "18"});
+    ExpectCollective(next(), "gather", Calls(flags, {{"10"}, {"11"}, {"12"}}),
+                     plan, {"10 11 12", nullptr, nullptr});
+    {
+      std::vector<RankCall> calls = Calls(flags, {{"5", "6", "7"}, {}, {}});
+      calls[1].flags.push_back("--count=1");
+      calls[2].flags.push_back("--count=1");
+      ExpectCollective(next(), "scatter", calls, plan, {"5", "6", "7"});
+    }
+    ExpectCollective(
+        next(), "alltoall",
+        Calls(flags, {{"0", "1", "2"}, {"10", "11", "12"}, {"20", "21", "22"}}),
+        plan, {"0 10 20", "1 11 21", "2 12 22"});
+  }
+  ExpectCollective("barrier", "barrier", Calls({}, {{}, {}, {}}), "inline",
+                   {"", "", ""});
+  // The planner's own choice for a small all-reduce across hosts.
+  ExpectCollective("auto", "allreduce",
+                   Calls({"--dtype=f32"}, {{"1.5"}, {"2"}, {"3"}}), "inline",
+                   {"6.5", "6.5", "6.5"});
+}
+
+TEST_F(MultiHostTest, WorkerRestartedWithSameFlags_RingAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      {absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")}));
+  // Fixed ports, as a deployment has them: the restarted worker is at the
+  // same address, so its peers' connections to the old process are the
+  // ones they would reuse.
+  const std::vector<std::string> ports = {"--listen=0.0.0.0:7100",
+                                          "--data_port=7101"};
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers(ports));
+  ExpectRingAllReduce("restart-0");
+
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE(absl::StrCat("restart ", round));
+    const int victim = 1;  // rank 0 sends to it in the ring
+    ASSERT_TRUE(workers_[victim].process->Signal(SIGTERM).ok());
+    absl::StatusOr<int> code =
+        workers_[victim].process->WaitForExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0);
+    const absl::Time restarted_at = absl::Now();
+    absl::Status started = StartWorker(victim, ports);
+    ASSERT_TRUE(started.ok()) << started;
+    PrintTime("SIGTERM'd worker registered again", absl::Now() - restarted_at);
+    ExpectRingAllReduce(absl::StrCat("restart-", round));
+  }
+}
+
+TEST_F(MultiHostTest, PartitionHealed_RingAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      {absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")}));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  ExpectRingAllReduce("partition-0");
+
+  const int victim = 2;
+  const int host = victim + 1;
+  ASSERT_TRUE(net_->SetConnected(host, false).ok());
+  const absl::Time cut_at = absl::Now();
+  // The coordinator evicts the unreachable worker after its lease.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string listed = ListWorkers();
+        return !listed.empty() &&
+               !absl::StrContains(listed, WorkerName(victim));
+      },
+      kLease + absl::Seconds(10), absl::Milliseconds(100)))
+      << "the partitioned worker was never evicted";
+  PrintTime("partition -> evicted", absl::Now() - cut_at);
+  // A partition longer than the lease, so retransmissions back off.
+  ASSERT_TRUE(
+      WaitUntil([&] { return absl::Now() - cut_at > 2 * kLease; }, 3 * kLease));
+
+  ASSERT_TRUE(net_->SetConnected(host, true).ok());
+  const absl::Time healed_at = absl::Now();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return absl::StrContains(ListWorkers(), WorkerName(victim)); },
+      absl::Seconds(20), absl::Milliseconds(50)))
+      << "the worker did not register again after the partition healed";
+  PrintTime("heal -> registered again", absl::Now() - healed_at);
+
+  absl::Duration took;
+  const std::vector<RankResult> results =
+      RunRanks("partition-1", "allreduce",
+               Calls({"--algorithm=ring", "--dtype=u32"},
+                     {{"1", "10"}, {"2", "20"}, {"3", "30"}}),
+               &took);
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    EXPECT_EQ(results[rank].exit_code, 0)
+        << "rank " << rank << ": " << results[rank].err;
+    EXPECT_EQ(results[rank].out, "6 60") << "rank " << rank;
+  }
+  EXPECT_LE(took, kLease + absl::Seconds(1) + kSchedulingSlack);
+  PrintTime("first ring after the heal", took);
+}
+
+}  // namespace
+}  // namespace chorus::test
