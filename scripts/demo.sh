@@ -89,6 +89,11 @@ echo "\$ chorusctl groups"
 ctl groups
 
 echo
+echo "The coordinator's flight recorder names who was at fault:"
+echo "\$ chorusctl --group=demo-mismatch trace"
+ctl --group=demo-mismatch trace
+
+echo
 echo "A worker asking for a device without distributed support is refused:"
 echo "\$ chorus-worker --coordinator=$coordinator --devices=cpu,vulkan:0"
 status=0
