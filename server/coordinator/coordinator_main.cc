@@ -59,8 +59,7 @@ ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
 ABSL_FLAG(absl::Duration, stall_report_after, absl::Seconds(10),
           "Log the ranks a collective is still waiting for once it has "
           "waited this long (also shown live by `chorusctl stalls`).");
-ABSL_FLAG(uint64_t, trace_entries,
-          chorus::GroupTableOptions().trace_entries,
+ABSL_FLAG(uint64_t, trace_entries, chorus::GroupTableOptions().trace_entries,
           "The flight recorder keeps this many recent collectives of each "
           "group (`chorusctl trace`); 0 turns it off.");
 ABSL_FLAG(uint64_t, trace_groups, chorus::GroupTableOptions().trace_groups,
