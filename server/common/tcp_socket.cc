@@ -120,20 +120,35 @@ absl::StatusOr<Listener> ListenTcp(const std::string& host, int port) {
       "cannot listen for the data plane on ", host, ":", port, ": ", why));
 }
 
-absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
-                               absl::Time deadline) {
-  const std::string where = absl::StrCat(host, ":", port);
+namespace {
+
+// Resolves `host`:`port` for sockets of `socktype`. Returns the addresses
+// (the caller frees them with freeaddrinfo) or UNAVAILABLE naming the
+// address.
+absl::StatusOr<addrinfo*> Resolve(const std::string& host, int port,
+                                  int socktype) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_socktype = socktype;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string service = absl::StrCat(port);
   const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
   if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve ", where, ": ", gai_strerror(rc)));
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ":",
+                                               port, ": ", gai_strerror(rc)));
   }
+  return found;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Time deadline) {
+  const std::string where = absl::StrCat(host, ":", port);
+  absl::StatusOr<addrinfo*> resolved = Resolve(host, port, SOCK_STREAM);
+  if (!resolved.ok()) return resolved.status();
+  addrinfo* found = *resolved;
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     const int fd =
@@ -173,17 +188,9 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
 absl::StatusOr<std::string> LocalAddressTowards(const std::string& host,
                                                 int port) {
   const std::string where = absl::StrCat(host, ":", port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = absl::StrCat(port);
-  const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve ", where, ": ", gai_strerror(rc)));
-  }
+  absl::StatusOr<addrinfo*> resolved = Resolve(host, port, SOCK_DGRAM);
+  if (!resolved.ok()) return resolved.status();
+  addrinfo* found = *resolved;
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
     const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
