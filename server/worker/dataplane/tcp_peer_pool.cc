@@ -81,7 +81,6 @@ absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
     return absl::UnavailableError(sent.message());
   }
   peer.fd = *fd;
-  peer.last_used = absl::Now();
   return absl::OkStatus();
 }
 
@@ -117,11 +116,14 @@ absl::Status TcpPeerPool::Send(const std::string& address,
   Peer* peer = GetPeer(address);
   absl::MutexLock lock(&peer->mu);
   std::string why;
-  // A connection the peer closed while it was idle (the peer restarted)
-  // takes frames without complaint and drops them: replace it first. This
-  // is not one of the two attempts below.
-  if (peer->fd >= 0 && absl::Now() - peer->last_used > kIdleCheckAfter &&
-      PeerClosed(peer->fd)) {
+  // A connection the peer closed since the last collective (the peer
+  // restarted) takes frames without complaint and drops them: replace it
+  // first. Checked once per collective, not per frame. This is not one of
+  // the two attempts below.
+  const bool new_collective = peer->last_sequence != key.sequence ||
+                              peer->last_epoch != key.epoch ||
+                              peer->last_group != key.group;
+  if (peer->fd >= 0 && new_collective && PeerClosed(peer->fd)) {
     CloseLocked(*peer, /*goodbye=*/false);
   }
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -134,7 +136,11 @@ absl::Status TcpPeerPool::Send(const std::string& address,
     }
     absl::Status written = WriteLocked(*peer, key, data, deadline);
     if (written.ok()) {
-      peer->last_used = absl::Now();
+      if (new_collective) {
+        peer->last_group = key.group;
+        peer->last_epoch = key.epoch;
+        peer->last_sequence = key.sequence;
+      }
       return written;
     }
     if (absl::IsInvalidArgument(written)) return written;

@@ -5,12 +5,12 @@
 // one sendmsg per frame: no copy of the data. A broken connection is
 // reopened once on the next send.
 //
-// A connection that has carried nothing for a while (kIdleCheckAfter) is
-// checked before it carries a frame: if the peer closed it (the peer's
-// process restarted and the old connection sits in CLOSE-WAIT here) it is
-// reopened silently, rather than the frame vanishing into a dead
-// connection and the collective waiting out its deadline. Every connection
-// also gets a dead-peer timeout (TCP_USER_TIMEOUT and keepalives,
+// A connection is checked before it carries the first frame of each
+// collective (a collective the connection has not carried yet): if the peer
+// closed it (the peer's process restarted and the old connection sits in
+// CLOSE-WAIT here) it is reopened silently, rather than the frame vanishing
+// into a dead connection and the collective waiting out its deadline. Every
+// connection also gets a dead-peer timeout (TCP_USER_TIMEOUT and keepalives,
 // SetDeadPeerTimeout) of the lease the coordinator gave this worker, so a
 // connection across a partition fails within the lease instead of sitting
 // in retransmission backoff after the network heals.
@@ -41,9 +41,6 @@ namespace chorus {
 
 class TcpPeerPool final : public PeerSender {
  public:
-  // A reused connection idle longer than this is checked before a send.
-  static constexpr absl::Duration kIdleCheckAfter = absl::Milliseconds(100);
-
   // `dead_peer_timeout` returns the timeout for each new connection (the
   // current lease; called once per connection); empty or returning zero
   // leaves the kernel's defaults.
@@ -70,8 +67,11 @@ class TcpPeerPool final : public PeerSender {
     std::unique_ptr<v1::Peer::Stub> stub;
     // The connected socket, or -1.
     int fd ABSL_GUARDED_BY(mu) = -1;
-    // When `fd` last carried a frame (or was opened).
-    absl::Time last_used ABSL_GUARDED_BY(mu);
+    // The collective (group, epoch, sequence) `fd` last carried a frame of;
+    // a frame of another one checks the connection first.
+    std::string last_group ABSL_GUARDED_BY(mu);
+    uint64_t last_epoch ABSL_GUARDED_BY(mu) = 0;
+    uint64_t last_sequence ABSL_GUARDED_BY(mu) = 0;
   };
 
   Peer* GetPeer(const std::string& address);
