@@ -52,7 +52,9 @@ void FlightRecorder::Arrived(const std::string& group, uint64_t epoch,
   }
   if (rank < 0 || rank >= static_cast<int>(entry->arrived.size())) return;
   entry->arrived[rank] = now;
-  entry->asked[rank] = DescribeSpec(spec);
+  // Described when read (Entries), unless it differs from the first
+  // caller's: no formatting on the matcher's path for agreeing calls.
+  if (!SpecsAgree(spec, entry->spec)) entry->asked[rank] = DescribeSpec(spec);
 }
 
 void FlightRecorder::Decided(const std::string& group, uint64_t epoch,
@@ -109,8 +111,17 @@ std::vector<TraceEntry> FlightRecorder::Entries(
     const std::string& group) const {
   auto it = traces_.find(group);
   if (it == traces_.end()) return {};
-  return std::vector<TraceEntry>(it->second.entries.begin(),
-                                 it->second.entries.end());
+  std::vector<TraceEntry> entries(it->second.entries.begin(),
+                                  it->second.entries.end());
+  for (TraceEntry& entry : entries) {
+    const std::string agreed = DescribeSpec(entry.spec);
+    for (size_t r = 0; r < entry.asked.size(); ++r) {
+      if (entry.arrived[r] != absl::InfinitePast() && entry.asked[r].empty()) {
+        entry.asked[r] = agreed;
+      }
+    }
+  }
+  return entries;
 }
 
 }  // namespace chorus
