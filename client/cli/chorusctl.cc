@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "client/cli/values.h"
 #include "server/common/device_proto.h"
 #include "server/common/rank_list.h"
+#include "server/common/security_flags.h"
+#include "server/worker/local_socket.h"
 #include "server/worker/worker_runtime.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
@@ -33,8 +36,12 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "ranks.");
 ABSL_FLAG(std::string, worker, "",
           "Run collectives through the worker daemon whose local API is at "
-          "this host:port. Empty: chorusctl joins as a worker of its own, "
-          "registered with --coordinator.");
+          "this address: unix:PATH (its --local_socket), 'local' (the "
+          "default socket, $XDG_RUNTIME_DIR/chorus/worker.sock or "
+          "/tmp/chorus-UID/worker.sock), or host:port (loopback, or with "
+          "--tls_dir a client certificate). Empty: chorusctl joins as a "
+          "worker of its own, registered with --coordinator (with TLS, under "
+          "the name of its worker certificate).");
 ABSL_FLAG(std::string, group, "", "Group to join (collective commands).");
 ABSL_FLAG(int32_t, world, 1, "Number of ranks in the group.");
 ABSL_FLAG(int32_t, rank, 0, "This rank, 0 .. world-1.");
@@ -229,13 +236,20 @@ int RunCollective(chorus::CollectiveKind kind,
   join.timeout = absl::GetFlag(FLAGS_timeout);
   std::unique_ptr<chorus::WorkerRuntime> runtime;
   absl::StatusOr<std::unique_ptr<chorus::Communicator>> communicator;
-  if (const std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
+  if (std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
+    if (worker == "local") {
+      worker = absl::StrCat("unix:", chorus::DefaultLocalSocketPath());
+    }
     communicator = chorus::Communicator::JoinThroughDaemon(worker, group, world,
                                                            rank, join);
   } else {
     chorus::RuntimeOptions options;
     options.coordinator = absl::GetFlag(FLAGS_coordinator);
     options.name = absl::StrCat("chorusctl-", getpid(), "-", group, "-", rank);
+    if (chorus::TlsEnabled() &&
+        chorus::OwnIdentity().role == chorus::Role::kWorker) {
+      options.name = chorus::OwnIdentity().name;
+    }
     options.devices = {*device};
     if (device->kind != chorus::DeviceKind::kCpu) {
       options.devices.insert(options.devices.begin(),
@@ -273,7 +287,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "chorusctl.cc");
+    return absl::EndsWith(file, "chorusctl.cc") ||
+           absl::EndsWith(file, "security_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
@@ -284,6 +299,12 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   if (args.size() < 2) {
     std::cerr << kUsage << std::endl;
+    return 2;
+  }
+  if (absl::StatusOr<std::optional<chorus::Identity>> tls =
+          chorus::ApplySecurityFlags();
+      !tls.ok()) {
+    std::cerr << "chorusctl: " << tls.status() << std::endl;
     return 2;
   }
   const std::string command = args[1];

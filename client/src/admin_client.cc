@@ -92,7 +92,8 @@ TraceEntry TraceFromProto(const v1::TraceEntry& proto) {
 class AdminClient::Stub {
  public:
   explicit Stub(const std::string& coordinator)
-      : stub(v1::Coordinator::NewStub(MakeChannel(coordinator))) {}
+      : stub(v1::Coordinator::NewStub(
+            MakeChannel(coordinator, Role::kCoordinator))) {}
   std::unique_ptr<v1::Coordinator::Stub> stub;
 };
 

@@ -128,7 +128,8 @@ class EmbeddedCommunicator final : public Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
     const std::string& worker_address, const std::string& group, int world_size,
     int rank, const JoinOptions& options) {
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(worker_address);
+  std::shared_ptr<grpc::Channel> channel =
+      MakeChannel(worker_address, Role::kWorker);
   // A fresh channel's first connection attempt can fail on a busy host; let
   // it retry (with its backoff) for a moment rather than fail the join at
   // once. A daemon that is not there still fails the join, after this wait.

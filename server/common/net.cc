@@ -9,18 +9,23 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           Role server_role) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
   args.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+  return grpc::CreateCustomChannel(target,
+                                   absl::StartsWith(target, "unix:")
+                                       ? grpc::InsecureChannelCredentials()
+                                       : ChannelCredentialsFor(server_role),
                                    args);
 }
 
@@ -34,8 +39,13 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
 
   StartedServer started;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &started.port);
+  builder.AddListeningPort(options.listen_address, ServerCredentials(),
+                           &started.port);
+  int unix_bound = 0;
+  if (!options.unix_socket_path.empty()) {
+    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket_path),
+                             grpc::InsecureServerCredentials(), &unix_bound);
+  }
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : options.services) {
@@ -45,6 +55,11 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
   if (started.server == nullptr || started.port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen_address));
+  }
+  if (!options.unix_socket_path.empty() && unix_bound == 0) {
+    started.server->Shutdown();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on the Unix socket ", options.unix_socket_path));
   }
   if (grpc::HealthCheckServiceInterface* health =
           started.server->GetHealthCheckService();

@@ -1,5 +1,6 @@
-// The one place where Chorus builds gRPC channels and servers, so transport
-// security and authentication can be added here without touching call sites.
+// The one place where Chorus builds gRPC channels and servers, with the
+// transport security transport_security.h configures (mutual TLS, or
+// plaintext where none is configured).
 //
 // Functions are thread-safe. A started server runs until Shutdown() on it.
 #ifndef CHORUS_SERVER_COMMON_NET_H_
@@ -15,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/common/transport_security.h"
 
 namespace grpc {
 class Service;
@@ -25,13 +27,20 @@ namespace chorus {
 // Largest message a Chorus server or channel accepts by default.
 inline constexpr int kDefaultMaxMessageBytes = 64 << 20;
 
-// Returns a channel to `target` ("host:port") that reconnects quickly after
-// the peer restarts (reconnect backoff capped at one second).
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+// Returns a channel to `target` ("host:port", or "unix:PATH") that
+// reconnects quickly after the peer restarts (reconnect backoff capped at one
+// second). With TLS on, the server must present a certificate of the CA that
+// names `server_role`; a Unix socket target is always plaintext (the socket's
+// file permissions guard it).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           Role server_role);
 
 struct ServerOptions {
-  // "host:port"; port 0 picks a free port.
+  // "host:port"; port 0 picks a free port. Served with TLS when it is on.
   std::string listen_address;
+  // When set, also serve on this Unix domain socket (plaintext; only this
+  // user may connect). Services tell the two apart with CallerOf.
+  std::string unix_socket_path;
   // Services to serve; not owned, must outlive the server.
   std::vector<grpc::Service*> services;
   // Full names of the services ("chorus.v1.Coordinator") the health
@@ -48,7 +57,7 @@ struct StartedServer {
 
 // Builds and starts a server with the grpc.health.v1 health service (SERVING
 // for "" and every name in options.health_names; NOT_FOUND for any other
-// name) and server reflection. Returns UNAVAILABLE when the address cannot be
+// name) and server reflection. Returns UNAVAILABLE when an address cannot be
 // bound.
 absl::StatusOr<StartedServer> StartServer(const ServerOptions& options);
 

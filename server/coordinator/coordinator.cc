@@ -176,4 +176,24 @@ void Coordinator::Shutdown(const absl::Status& status) {
   groups_.AbortAll(status);
 }
 
+absl::Status Coordinator::AuthorizeWorker(const std::string& caller,
+                                          uint64_t id) const {
+  absl::StatusOr<std::string> name = registry_.NameOf(id);
+  if (!name.ok() || *name == caller) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("worker \"", caller,
+                                                  "\" may not act for worker ",
+                                                  id, " \"", *name, "\""));
+}
+
+absl::Status Coordinator::AuthorizeRank(const std::string& caller,
+                                        const std::string& group,
+                                        uint64_t epoch, int rank) const {
+  absl::StatusOr<std::string> name =
+      groups_.MemberWorkerName(group, epoch, rank);
+  if (!name.ok() || *name == caller) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("worker \"", caller, "\" may not act for rank ", rank,
+                   " of group ", group, ": worker \"", *name, "\" holds it"));
+}
+
 }  // namespace chorus

@@ -124,6 +124,21 @@ class Coordinator {
   absl::Status ReportFailure(const std::string& group, uint64_t epoch, int rank,
                              uint64_t sequence, const absl::Status& failure);
 
+  // Authorization of a caller that proved, with its certificate, to be the
+  // worker named `caller`: OK when worker `id` registered under that name,
+  // or when no worker has that id (the call itself then gets NOT_FOUND);
+  // PERMISSION_DENIED naming both names otherwise. Ids are never reused, so
+  // the answer cannot change between the check and the call.
+  absl::Status AuthorizeWorker(const std::string& caller, uint64_t id) const;
+
+  // As AuthorizeWorker for a call as `rank` of `group` at `epoch`: OK when
+  // that rank's worker is `caller`, or when the group has no such rank at
+  // that epoch (the call is then refused anyway); PERMISSION_DENIED
+  // otherwise.
+  absl::Status AuthorizeRank(const std::string& caller,
+                             const std::string& group, uint64_t epoch,
+                             int rank) const;
+
   // Ends every pending join and collective with `status` and forgets every
   // group; for the coordinator's shutdown.
   void Shutdown(const absl::Status& status);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -13,6 +14,7 @@
 #include "server/common/clock.h"
 #include "server/common/daemon.h"
 #include "server/common/net.h"
+#include "server/common/security_flags.h"
 #include "server/common/tcp_socket.h"
 #include "server/coordinator/call_port.h"
 #include "server/coordinator/coordinator.h"
@@ -99,6 +101,11 @@ absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
     chorus::Coordinator* core) {
   const int port = absl::GetFlag(FLAGS_call_port);
   if (port == -1) return nullptr;
+  if (chorus::TlsEnabled()) {
+    LOG(WARNING) << "the call port is off with TLS (its frames are not "
+                    "encrypted); workers send their calls over gRPC";
+    return nullptr;
+  }
   if (port < -1 || port > 65535) {
     return absl::InvalidArgumentError(
         "--call_port must be -1 (off), 0 (any) or a port number");
@@ -108,6 +115,25 @@ absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
   if (!listen.ok()) return listen.status();
   return chorus::CallPort::Start(listen->host, port, core,
                                  chorus::kDefaultMaxMessageBytes);
+}
+
+// Turns on TLS as the flags ask and applies the secure-by-default rule to
+// --listen. Returns INVALID_ARGUMENT or FAILED_PRECONDITION saying what to
+// change.
+absl::Status ConfigureSecurity() {
+  absl::StatusOr<std::optional<chorus::Identity>> tls =
+      chorus::ApplySecurityFlags();
+  if (!tls.ok()) return tls.status();
+  if (tls->has_value() && (*tls)->role != chorus::Role::kCoordinator) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the TLS certificate names ", (*tls)->Uri(),
+        "; a coordinator needs one that names chorus://coordinator"));
+  }
+  absl::StatusOr<chorus::HostPort> listen =
+      chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));
+  if (!listen.ok()) return listen.status();
+  return chorus::CheckPlaintextListen("--listen", listen->host,
+                                      chorus::InsecureFlag());
 }
 
 }  // namespace
@@ -134,6 +160,11 @@ int main(int argc, char** argv) {
   if (chunk_bytes == 0 || chunk_bytes > (64u << 20)) {
     LOG(ERROR) << "--chunk_bytes must be between 1 and 64 MiB, not "
                << chunk_bytes;
+    return 2;
+  }
+
+  if (absl::Status secured = ConfigureSecurity(); !secured.ok()) {
+    LOG(ERROR) << secured;
     return 2;
   }
 
@@ -165,7 +196,8 @@ int main(int argc, char** argv) {
             << " (port " << server->port << "), lease " << lease
             << (*call_port != nullptr
                     ? absl::StrCat(", call port ", (*call_port)->port())
-                    : std::string(", no call port"));
+                    : std::string(", no call port"))
+            << (chorus::TlsEnabled() ? ", mutual TLS" : ", plaintext");
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     absl::Status written = chorus::WritePortFile(path, server->port);
     if (!written.ok()) {

@@ -5,6 +5,7 @@
 #include <grpcpp/support/proto_buffer_writer.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/common/transport_security.h"
 #include "server/coordinator/collective_proto.h"
 
 namespace chorus {
@@ -49,7 +51,38 @@ absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
              : absl::FromChrono(client);
 }
 
+// With TLS on, the name of the worker whose certificate made the call
+// (PERMISSION_DENIED for any other identity, which `action` needs); nullopt
+// with TLS off, where anyone may act for any worker.
+absl::StatusOr<std::optional<std::string>> CallingWorker(
+    const grpc::CallbackServerContext& context, absl::string_view action) {
+  if (!TlsEnabled()) return std::nullopt;
+  absl::Status role = RequireRole(context, Role::kWorker, action);
+  if (!role.ok()) return role;
+  return CallerOf(context)->identity.name;
+}
+
 }  // namespace
+
+absl::Status CoordinatorService::AuthorizeWorkerId(
+    const grpc::CallbackServerContext& context, absl::string_view action,
+    uint64_t id) const {
+  absl::StatusOr<std::optional<std::string>> caller =
+      CallingWorker(context, action);
+  if (!caller.ok()) return caller.status();
+  if (!caller->has_value()) return absl::OkStatus();
+  return core_->AuthorizeWorker(**caller, id);
+}
+
+absl::Status CoordinatorService::AuthorizeRank(
+    const grpc::CallbackServerContext& context, absl::string_view action,
+    const std::string& group, uint64_t epoch, int rank) const {
+  absl::StatusOr<std::optional<std::string>> caller =
+      CallingWorker(context, action);
+  if (!caller.ok()) return caller.status();
+  if (!caller->has_value()) return absl::OkStatus();
+  return core_->AuthorizeRank(**caller, group, epoch, rank);
+}
 
 CoordinatorService::CoordinatorService(Coordinator* core) : core_(core) {}
 
@@ -57,6 +90,18 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     grpc::CallbackServerContext* context,
     const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
+  absl::StatusOr<std::optional<std::string>> caller =
+      CallingWorker(*context, "RegisterWorker");
+  if (!caller.ok()) return Finish(context, caller.status());
+  if (caller->has_value() && **caller != request->name()) {
+    LOG(WARNING) << "refused registration of worker \"" << request->name()
+                 << "\" by worker \"" << **caller << "\" from "
+                 << context->peer();
+    return Finish(context, absl::PermissionDeniedError(absl::StrCat(
+                               "the certificate of worker \"", **caller,
+                               "\" may not register a worker named \"",
+                               request->name(), "\"")));
+  }
   const WorkerRegistration registration = RegistrationFromProto(*request);
   absl::StatusOr<RegisterResult> result = core_->Register(registration);
   if (!result.ok()) {
@@ -83,6 +128,11 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  if (absl::Status allowed =
+          AuthorizeWorkerId(*context, "Heartbeat", request->worker_id());
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   HeartbeatReply reply;
   absl::Status status =
       core_->Heartbeat(request->worker_id(), request->incarnation(),
@@ -102,6 +152,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorService::Deregister(
     grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
     v1::DeregisterResponse* response) {
+  if (absl::Status allowed =
+          AuthorizeWorkerId(*context, "Deregister", request->worker_id());
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   return Finish(
       context, core_->Deregister(request->worker_id(), request->incarnation()));
 }
@@ -109,6 +164,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Deregister(
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
     grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
+  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "ListWorkers");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   const absl::Time now = core_->clock()->Now();
   for (const WorkerRecord& record : core_->Workers()) {
     v1::WorkerInfo* info = response->add_workers();
@@ -163,6 +222,11 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     return Finish(context, absl::InvalidArgumentError(
                                "malformed JoinGroupRequest message"));
   }
+  if (absl::Status allowed =
+          AuthorizeWorkerId(*context, "JoinGroup", request.worker_id());
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Join(JoinFromProto(request, ClientDeadline(*context)),
               [this, reactor, response](const absl::StatusOr<GroupView>& view) {
@@ -181,6 +245,12 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
 grpc::ServerUnaryReactor* CoordinatorService::Collective(
     grpc::CallbackServerContext* context, const v1::CollectiveRequest* request,
     v1::CollectiveResponse* response) {
+  if (absl::Status allowed =
+          AuthorizeRank(*context, "Collective", request->group(),
+                        request->epoch(), request->rank());
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Collective(
       CollectiveCallFromProto(*request, ClientDeadline(*context)),
@@ -196,6 +266,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
 grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
+  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "ListGroups");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   const absl::Time now = core_->clock()->Now();
   for (const GroupSummary& summary : core_->Groups()) {
     v1::GroupInfo* info = response->add_groups();
@@ -223,6 +297,10 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
 grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
     grpc::CallbackServerContext* context, const v1::GetTraceRequest* request,
     v1::GetTraceResponse* response) {
+  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "GetTrace");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   absl::StatusOr<std::vector<TraceEntry>> entries =
       core_->Trace(request->group());
   if (entries.ok()) {
@@ -236,6 +314,11 @@ grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
 grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* context, const v1::CommitRequest* request,
     v1::CommitResponse* response) {
+  if (absl::Status allowed = AuthorizeRank(*context, "Commit", request->group(),
+                                           request->epoch(), request->rank());
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Commit(CommitCallFromProto(*request, ClientDeadline(*context)),
                 [reactor](absl::Status status) {
@@ -248,6 +331,12 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     grpc::CallbackServerContext* context,
     const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
+  if (absl::Status allowed =
+          AuthorizeRank(*context, "ReportFailure", request->group(),
+                        request->epoch(), request->rank());
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   return Finish(context, ReportFailureToCore(*core_, *request, response));
 }
 

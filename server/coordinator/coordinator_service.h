@@ -1,6 +1,9 @@
 // CoordinatorService: the gRPC adapter of the coordinator. It turns
 // chorus.v1.Coordinator requests into calls on the core (coordinator.h) and
 // the core's absl::Status into grpc::Status; it holds no rules of its own.
+// With mutual TLS on, it checks who calls: worker RPCs only from the worker
+// they name (PERMISSION_DENIED otherwise, before the core sees the call),
+// ListWorkers, ListGroups and GetTrace only from an admin certificate.
 // Calls that wait (JoinGroup, Collective, Commit) complete from the core's
 // callbacks; no thread blocks per waiting call.
 //
@@ -77,6 +80,16 @@ class CoordinatorService final
   void SetCallPort(int port) { call_port_.store(port); }
 
  private:
+  // With TLS on, OK only when the calling worker is worker `id` (or no
+  // worker has that id) and PERMISSION_DENIED otherwise, naming what
+  // `action` was; OK with TLS off.
+  absl::Status AuthorizeWorkerId(const grpc::CallbackServerContext& context,
+                                 absl::string_view action, uint64_t id) const;
+  // As AuthorizeWorkerId, for a call as `rank` of `group` at `epoch`.
+  absl::Status AuthorizeRank(const grpc::CallbackServerContext& context,
+                             absl::string_view action, const std::string& group,
+                             uint64_t epoch, int rank) const;
+
   // The serialized JoinGroupResponse for `view`, made once per group epoch.
   grpc::ByteBuffer JoinResponseBytes(const GroupView& view);
 

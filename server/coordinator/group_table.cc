@@ -134,6 +134,18 @@ std::vector<GroupSummary> GroupTable::List() const {
   return out;
 }
 
+absl::StatusOr<std::string> GroupTable::MemberWorkerName(
+    const std::string& group, uint64_t epoch, int rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(group);
+  if (it == groups_.end() || it->second.view.epoch != epoch || rank < 0 ||
+      rank >= static_cast<int>(it->second.view.members.size())) {
+    return absl::NotFoundError(absl::StrCat("no rank ", rank, " of group ",
+                                            group, " at epoch ", epoch));
+  }
+  return it->second.view.members[rank].worker_name;
+}
+
 std::vector<TraceEntry> GroupTable::Trace(const std::string& group) const {
   absl::MutexLock lock(&mu_);
   return recorder_.Entries(group);

@@ -239,6 +239,12 @@ class GroupTable {
   // earlier epochs); empty for a group it does not remember.
   std::vector<TraceEntry> Trace(const std::string& group) const;
 
+  // Returns the name of the worker that holds `rank` of `group` at `epoch`;
+  // NOT_FOUND when the group is not formed at that epoch or has no such
+  // rank (then Collective, Commit and ReportFailure refuse the call too).
+  absl::StatusOr<std::string> MemberWorkerName(const std::string& group,
+                                               uint64_t epoch, int rank) const;
+
   const GroupTableOptions& options() const { return options_; }
 
  private:

@@ -130,6 +130,15 @@ std::vector<WorkerRecord> Registry::EvictExpired() {
   return evicted;
 }
 
+absl::StatusOr<std::string> Registry::NameOf(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
+  }
+  return it->second.registration.name;
+}
+
 absl::StatusOr<WorkerRecord> Registry::ResolveMember(
     uint64_t id, const Device& device) const {
   absl::Status valid = ValidateDevice(device);

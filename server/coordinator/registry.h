@@ -90,6 +90,10 @@ class Registry {
   absl::StatusOr<WorkerRecord> ResolveMember(uint64_t id,
                                              const Device& device) const;
 
+  // Returns the name worker `id` registered under; NOT_FOUND when no worker
+  // has that id.
+  absl::StatusOr<std::string> NameOf(uint64_t id) const;
+
   // Returns the registered workers ordered by id.
   std::vector<WorkerRecord> List() const;
 

@@ -31,7 +31,8 @@ bool IsTransient(const absl::Status& status) {
 CoordinatorSession::CoordinatorSession(SessionOptions options)
     : options_(std::move(options)),
       incarnation_(NewIncarnation()),
-      stub_(v1::Coordinator::NewStub(MakeChannel(options_.coordinator))) {}
+      stub_(v1::Coordinator::NewStub(
+          MakeChannel(options_.coordinator, Role::kCoordinator))) {}
 
 CoordinatorSession::~CoordinatorSession() { Shutdown(); }
 

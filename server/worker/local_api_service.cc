@@ -4,6 +4,8 @@
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/common/refused_reactor.h"
+#include "server/common/transport_security.h"
 #include "server/worker/chunked_call_reactor.h"
 
 namespace chorus {
@@ -20,6 +22,27 @@ absl::Duration TimeLeft(const grpc::CallbackServerContext& context) {
 }
 
 }  // namespace
+
+absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context) {
+  absl::StatusOr<Caller> caller = CallerOf(context);
+  if (!caller.ok()) return caller.status();
+  if (caller->unix_socket) return absl::OkStatus();
+  if (TlsEnabled()) {
+    if (caller->identity.role == Role::kClient ||
+        caller->identity.role == Role::kAdmin) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the local API runs collectives as any rank: over TCP it needs a "
+        "client or admin certificate, not ",
+        caller->identity.Uri(), "; local applications use the Unix socket"));
+  }
+  if (caller->loopback) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the local API runs collectives as any rank, so without TLS it answers "
+      "only on this host (its Unix socket, or loopback); the call came from ",
+      context.peer()));
+}
 
 void ToPlanProto(const RunResult& result, v1::Plan* plan) {
   plan->set_algorithm(static_cast<v1::Algorithm>(result.algorithm));
@@ -40,6 +63,10 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
     grpc::CallbackServerContext* context, const v1::LocalJoinRequest* request,
     v1::LocalJoinResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   WorkerRuntime* runtime = this->runtime();
   if (runtime == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -133,6 +160,10 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
     const v1::LocalCollectiveRequest* request,
     v1::LocalCollectiveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   absl::StatusOr<LocalCall> call = PrepareCall(*request);
   if (!call.ok()) {
     reactor->Finish(ToGrpcStatus(call.status()));
@@ -152,6 +183,11 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
 
 grpc::ServerBidiReactor<v1::LocalChunkedRequest, v1::LocalChunkedResponse>*
 LocalApiService::CollectiveChunked(grpc::CallbackServerContext* context) {
+  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerBidiReactor<
+        v1::LocalChunkedRequest, v1::LocalChunkedResponse>>(
+        ToGrpcStatus(allowed));
+  }
   return new ChunkedCallReactor(this, context);
 }
 

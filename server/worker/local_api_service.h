@@ -5,7 +5,8 @@
 // each way; CollectiveChunked streams them in pieces (ChunkedCallReactor).
 // Both go through PrepareCall() and StartCall(), the one way a local
 // collective runs. Each call that waits on peers runs on a task thread, so
-// gRPC's callback threads never block.
+// gRPC's callback threads never block. Every call is checked first with
+// CheckLocalCaller.
 //
 // Lifecycle: constructed before the runtime's server starts (it is one of
 // its services) and bound to the runtime with Bind(); Drain() waits for the
@@ -46,6 +47,12 @@ struct LocalCall {
   RunOptions options;
   uint64_t sequence = 0;
 };
+
+// Who may use the local API, which runs collectives as any rank: callers on
+// the worker's Unix socket; over TCP, with TLS on, a client or admin
+// certificate, and without TLS only a loopback caller. Returns OK, or
+// PERMISSION_DENIED / UNAUTHENTICATED saying what the caller lacks.
+absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context);
 
 // Writes the plan `result` ran with into `plan`.
 void ToPlanProto(const RunResult& result, v1::Plan* plan);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -17,14 +18,28 @@
 #include "server/common/daemon.h"
 #include "server/common/device.h"
 #include "server/common/net.h"
+#include "server/common/security_flags.h"
+#include "server/common/tcp_socket.h"
 #include "server/worker/local_api_service.h"
+#include "server/worker/local_socket.h"
 #include "server/worker/worker_runtime.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
 ABSL_FLAG(std::string, listen, "0.0.0.0:0",
-          "Address this worker serves its peers and its local API on, "
-          "host:port; port 0 picks a free port.");
+          "Address this worker serves its peers on, host:port; port 0 picks "
+          "a free port. Without TLS only a loopback address is accepted "
+          "unless --insecure is given. The local API answers here too, but "
+          "only callers on loopback, or with TLS a client or admin "
+          "certificate.");
+ABSL_FLAG(std::string, local_socket, "default",
+          "Unix domain socket the local API (which runs collectives as any "
+          "rank) is served on, mode 0600: only this user may connect. "
+          "'default' is $XDG_RUNTIME_DIR/chorus/worker.sock, or "
+          "/tmp/chorus-UID/worker.sock without XDG_RUNTIME_DIR (where "
+          "chorusctl and the Python client look when given no worker); "
+          "empty turns it off. A socket another live process serves is "
+          "refused.");
 ABSL_FLAG(std::string, advertise_address, "",
           "Address peers use to reach this worker, host:port or just host "
           "(then with the bound port); default: the listen host and the "
@@ -40,11 +55,13 @@ ABSL_FLAG(int32_t, data_port, 0,
 ABSL_FLAG(bool, tcp_data_plane, true,
           "Send collective data to peers over raw TCP; false sends it "
           "through gRPC streams on the listen port instead (slower; for "
-          "networks that only let that port through).");
+          "networks that only let that port through). Off with TLS: the raw "
+          "TCP data plane is not encrypted.");
 ABSL_FLAG(bool, use_call_port, true,
           "Send collective calls, commits and failure reports to the "
           "coordinator's call port (plain TCP frames, lower latency) when it "
-          "has one; false sends one unary gRPC call each.");
+          "has one; false sends one unary gRPC call each. A coordinator with "
+          "TLS offers no call port.");
 ABSL_FLAG(bool, check_results, false,
           "Hash the result of every data-plane all_reduce, all_gather and "
           "broadcast as it is written and have the coordinator compare the "
@@ -56,7 +73,9 @@ ABSL_FLAG(bool, check_results, false,
           "within run-to-run noise on the TCP ring (bench/README.md).");
 ABSL_FLAG(std::string, name, "",
           "Stable name of this worker; a restarted worker with the same name "
-          "replaces its old entry. Default: the advertised address.");
+          "replaces its old entry. Default: the name its TLS certificate "
+          "gives (chorus://worker/NAME), else the advertised address. With "
+          "TLS it must be the certificate's name.");
 ABSL_FLAG(std::string, devices, "",
           "Comma-separated devices to register instead of the discovered "
           "ones, e.g. cpu,cuda:0. Any device this worker cannot serve is "
@@ -81,6 +100,34 @@ namespace {
 int Fail(const absl::Status& status, absl::string_view what) {
   std::cerr << "chorus-worker: " << what << ": " << status << std::endl;
   return 1;
+}
+
+// Turns on TLS as the flags ask, settles the worker's name with its
+// certificate and applies the secure-by-default rule to --listen. Returns
+// INVALID_ARGUMENT or FAILED_PRECONDITION saying what to change.
+absl::Status ConfigureSecurity(chorus::RuntimeOptions* options) {
+  absl::StatusOr<std::optional<chorus::Identity>> tls =
+      chorus::ApplySecurityFlags();
+  if (!tls.ok()) return tls.status();
+  if (tls->has_value()) {
+    const chorus::Identity& identity = **tls;
+    if (identity.role != chorus::Role::kWorker) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the TLS certificate names ", identity.Uri(),
+                       "; a worker needs chorus://worker/NAME"));
+    }
+    if (options->name.empty()) options->name = identity.name;
+    if (options->name != identity.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--name=", options->name, " but the TLS certificate names ",
+          identity.Uri(), "; the coordinator would refuse the registration"));
+    }
+  }
+  absl::StatusOr<chorus::HostPort> listen =
+      chorus::SplitHostPort(options->listen);
+  if (!listen.ok()) return listen.status();
+  return chorus::CheckPlaintextListen("--listen", listen->host,
+                                      chorus::InsecureFlag());
 }
 
 }  // namespace
@@ -110,6 +157,13 @@ int main(int argc, char** argv) {
   options.call_port = absl::GetFlag(FLAGS_use_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  options.unix_socket_path = absl::GetFlag(FLAGS_local_socket);
+  if (options.unix_socket_path == "default") {
+    options.unix_socket_path = chorus::DefaultLocalSocketPath();
+  }
+  if (absl::Status secured = ConfigureSecurity(&options); !secured.ok()) {
+    return Fail(secured, "insecure or bad TLS flags");
+  }
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes));
   options.extra_services = {&local_api};
@@ -132,6 +186,10 @@ int main(int argc, char** argv) {
   }).detach();
 
   LOG(INFO) << "chorus-worker serving on " << runtime.address()
+            << (options.unix_socket_path.empty()
+                    ? std::string()
+                    : absl::StrCat(" and unix:", options.unix_socket_path))
+            << (chorus::TlsEnabled() ? " with mutual TLS" : "")
             << " with devices "
             << absl::StrJoin(runtime.devices(), ",",
                              [](std::string* out, const chorus::Device& d) {

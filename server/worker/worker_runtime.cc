@@ -17,6 +17,7 @@
 #include "server/worker/dataplane/exchange_pool.h"
 #include "server/worker/dataplane/peer_transport.h"
 #include "server/worker/dataplane/tcp_peer_pool.h"
+#include "server/worker/local_socket.h"
 
 namespace chorus {
 namespace {
@@ -126,10 +127,16 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("data port ", options.data_port, " is out of range"));
   }
-  absl::StatusOr<std::unique_ptr<TcpListener>> tcp_listener =
-      TcpListener::Start(listen->host, options.data_port, &runtime->inbox_);
-  if (!tcp_listener.ok()) return tcp_listener.status();
-  runtime->tcp_listener_ = *std::move(tcp_listener);
+  // With TLS, data travels in gRPC streams only; no plaintext port opens.
+  if (TlsEnabled()) options.tcp_data_plane = false;
+  if (!TlsEnabled()) {
+    absl::StatusOr<std::unique_ptr<TcpListener>> tcp_listener =
+        TcpListener::Start(listen->host, options.data_port, &runtime->inbox_);
+    if (!tcp_listener.ok()) return tcp_listener.status();
+    runtime->tcp_listener_ = *std::move(tcp_listener);
+  }
+  const int tcp_port =
+      runtime->tcp_listener_ != nullptr ? runtime->tcp_listener_->port() : 0;
   if (options.tcp_data_plane) {
     // A data connection that stops carrying data fails within the lease:
     // by then the coordinator has its verdict on the peer anyway.
@@ -142,16 +149,25 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     runtime->sender_ = std::make_unique<ExchangePool>();
   }
   runtime->device_buffers_ = std::make_unique<DeviceBuffers>();
-  runtime->peer_service_ = std::make_unique<PeerService>(
-      &runtime->inbox_, runtime->tcp_listener_->port());
+  runtime->peer_service_ =
+      std::make_unique<PeerService>(&runtime->inbox_, tcp_port);
   ServerOptions server_options;
   server_options.listen_address = options.listen;
   server_options.services = options.extra_services;
   server_options.services.push_back(runtime->peer_service_.get());
   server_options.health_names = options.extra_service_names;
   server_options.health_names.push_back(v1::Peer::service_full_name());
+  server_options.unix_socket_path = options.unix_socket_path;
+  if (!options.unix_socket_path.empty()) {
+    absl::Status prepared = PrepareLocalSocket(options.unix_socket_path);
+    if (!prepared.ok()) return prepared;
+  }
   absl::StatusOr<StartedServer> server = StartServer(server_options);
   if (!server.ok()) return server.status();
+  if (!options.unix_socket_path.empty()) {
+    absl::Status restricted = RestrictLocalSocket(options.unix_socket_path);
+    if (!restricted.ok()) return restricted;
+  }
   runtime->server_ = std::move(server->server);
   runtime->port_ = server->port;
   std::string why = "--advertise_address";
@@ -165,7 +181,9 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     runtime->address_ = *std::move(advertised);
   }
   LOG(INFO) << "peers reach this worker at " << runtime->address_ << " (" << why
-            << "); data plane on port " << runtime->tcp_listener_->port();
+            << "); "
+            << (tcp_port != 0 ? absl::StrCat("data plane on port ", tcp_port)
+                              : std::string("data in gRPC streams (TLS)"));
 
   SessionOptions session;
   session.coordinator = options.coordinator;
@@ -186,8 +204,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     inbox->AbortAllSeen(why);
   };
   runtime->session_ = std::make_unique<CoordinatorSession>(session);
-  runtime->coordinator_ =
-      v1::Coordinator::NewStub(MakeChannel(options.coordinator));
+  runtime->coordinator_ = v1::Coordinator::NewStub(
+      MakeChannel(options.coordinator, Role::kCoordinator));
   if (options.call_port) {
     CoordinatorSession* session_ptr = runtime->session_.get();
     runtime->call_port_ = std::make_unique<CallPortClient>(
@@ -219,6 +237,9 @@ void WorkerRuntime::Shutdown() {
   // use by them visible before the inbox goes.
   if (peer_service_ != nullptr) peer_service_->WaitForStreams();
   if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
+  if (!options_.unix_socket_path.empty()) {
+    unlink(options_.unix_socket_path.c_str());
+  }
 }
 
 absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,

@@ -56,7 +56,9 @@ struct RuntimeOptions {
   // The data plane: chunks to peers go over raw TCP (wire frames, no
   // protobuf copies; TcpPeerPool) when true, through gRPC Exchange streams
   // when false (ExchangePool: for networks that let only the gRPC port
-  // through). Either way the worker accepts both.
+  // through). Either way the worker accepts both. With TLS on
+  // (transport_security.h) the TCP data plane is off: data goes through the
+  // gRPC streams, which TLS protects, and no plaintext port is opened.
   bool tcp_data_plane = true;
   // Port of the TCP data-plane listener on the listen host; 0 picks one.
   int data_port = 0;
@@ -80,6 +82,9 @@ struct RuntimeOptions {
   std::vector<grpc::Service*> extra_services;
   // Their full names, which the health service reports SERVING.
   std::vector<std::string> extra_service_names;
+  // When set, the server also listens on this Unix domain socket (see
+  // local_socket.h), private to this user; removed at shutdown.
+  std::string unix_socket_path;
 };
 
 // One rank's membership in a formed group.

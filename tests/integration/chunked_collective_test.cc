@@ -105,7 +105,8 @@ class ChunkedCollectiveTest : public ::testing::Test {
       flags.push_back(absl::StrCat("--name=w", r));
       absl::StatusOr<Daemon> worker = StartWorker(coordinator_.address, flags);
       ASSERT_TRUE(worker.ok()) << worker.status();
-      stubs_.push_back(v1::WorkerLocal::NewStub(MakeChannel(worker->address)));
+      stubs_.push_back(v1::WorkerLocal::NewStub(
+          MakeChannel(worker->address, Role::kWorker)));
       workers_.push_back(*std::move(worker));
     }
     grpc::Status joined[2];

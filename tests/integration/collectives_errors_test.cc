@@ -409,8 +409,8 @@ absl::Status CallCoordinator(const EmbeddedCluster& cluster,
   *request.mutable_spec() = SpecToProto(spec);
   request.set_algorithm(static_cast<v1::Algorithm>(algorithm));
   if (device.has_value()) *request.mutable_device() = DeviceToProto(*device);
-  std::unique_ptr<v1::Coordinator::Stub> stub =
-      v1::Coordinator::NewStub(MakeChannel(cluster.coordinator_address()));
+  std::unique_ptr<v1::Coordinator::Stub> stub = v1::Coordinator::NewStub(
+      MakeChannel(cluster.coordinator_address(), Role::kCoordinator));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
   v1::CollectiveResponse response;

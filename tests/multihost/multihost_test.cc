@@ -1,18 +1,22 @@
 // Multi-host tests: a coordinator and three workers, each on a host of its
 // own (a network namespace with its own address, NamespaceNetwork), started
 // as a user would start them on several machines: the workers with only
-// --coordinator and --name (and --port_file, which the test reads to know
-// a worker is registered). The ranks are chorusctl processes on the
-// workers' hosts, each driving its host's worker through the worker's
-// local API. Every scenario asserts what every rank printed or the status
-// it ended with, and a time bound.
+// --coordinator, --name and either their certificates (--tls_dir, from
+// scripts/dev_certs.sh) or --insecure (and --port_file, which the test reads
+// to know a worker is registered, and --local_socket, one per host since the
+// hosts share a file system). The ranks are chorusctl processes on the
+// workers' hosts, each driving its host's worker through the worker's local
+// API on its Unix socket. Every scenario asserts what every rank printed or
+// the status it ended with, and a time bound.
 //
 // Skipped, saying why, where network namespaces cannot be made (not root,
 // no `ip`).
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/multihost/netns_network.h"
+#include "tests/testing/certs.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
@@ -95,6 +100,36 @@ class MultiHostTest : public ::testing::Test {
     ASSERT_TRUE(net.ok()) << net.status();
     net_ = *std::move(net);
     workers_.resize(kWorkers);
+    // Unix socket paths must stay short; the scratch directory may not.
+    socket_dir_ = "/tmp/chorus-mh-XXXXXX";
+    ASSERT_NE(mkdtemp(socket_dir_.data()), nullptr);
+  }
+
+  void TearDown() override {
+    for (Daemon& worker : workers_) worker.process.reset();
+    if (socket_dir_.empty()) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(socket_dir_, ignored);
+  }
+
+  // Makes certificates for the coordinator, every worker and an admin, so
+  // that every daemon started afterwards runs with mutual TLS.
+  void UseTls() {
+    absl::StatusOr<std::string> certs = MakeDevCerts(
+        ScratchDir(), {"--workers=host-1,host-2,host-3", "--admins=admin"});
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = *std::move(certs);
+  }
+
+  // The flags that secure a daemon: its certificate directory with TLS,
+  // else --insecure (the hosts' addresses are not loopback).
+  std::vector<std::string> Security(const std::string& identity) const {
+    if (certs_.empty()) return {"--insecure"};
+    return {absl::StrCat("--tls_dir=", certs_, "/", identity)};
+  }
+
+  std::string Socket(int rank) const {
+    return absl::StrCat(socket_dir_, "/", WorkerName(rank), ".sock");
   }
 
   // Starts the coordinator on host 0 with `flags` after --listen and
@@ -105,6 +140,9 @@ class MultiHostTest : public ::testing::Test {
     command.push_back(CoordinatorBinary());
     command.push_back("--listen=0.0.0.0:0");
     command.push_back(absl::StrCat("--port_file=", port_file));
+    for (const std::string& flag : Security("coordinator")) {
+      command.push_back(flag);
+    }
     command.insert(command.end(), flags.begin(), flags.end());
     absl::StatusOr<Daemon> started =
         StartDaemonCommand(command, port_file, "coordinator");
@@ -128,6 +166,10 @@ class MultiHostTest : public ::testing::Test {
     command.push_back(absl::StrCat("--coordinator=", coordinator_.address));
     command.push_back(absl::StrCat("--name=", WorkerName(rank)));
     command.push_back(absl::StrCat("--port_file=", port_file));
+    command.push_back(absl::StrCat("--local_socket=", Socket(rank)));
+    for (const std::string& flag : Security("worker-" + WorkerName(rank))) {
+      command.push_back(flag);
+    }
     command.insert(command.end(), extra.begin(), extra.end());
     absl::StatusOr<Daemon> started =
         StartDaemonCommand(command, port_file, WorkerName(rank));
@@ -158,8 +200,7 @@ class MultiHostTest : public ::testing::Test {
       options.binary = command_line[0];
       options.args.assign(command_line.begin() + 1, command_line.end());
       options.args.push_back(ChorusctlBinary());
-      options.args.push_back(
-          absl::StrCat("--worker=127.0.0.1:", workers_[rank].port));
+      options.args.push_back(absl::StrCat("--worker=unix:", Socket(rank)));
       options.args.push_back(absl::StrCat("--group=", group));
       options.args.push_back(absl::StrCat("--world=", calls.size()));
       options.args.push_back(absl::StrCat("--rank=", rank));
@@ -238,6 +279,9 @@ class MultiHostTest : public ::testing::Test {
     command.push_back(ChorusctlBinary());
     command.push_back(absl::StrCat("--coordinator=", coordinator_.address));
     command.push_back("--timeout=5s");
+    if (!certs_.empty()) {
+      command.push_back(absl::StrCat("--tls_dir=", certs_, "/admin-admin"));
+    }
     command.push_back("workers");
     absl::StatusOr<CommandResult> result = RunCommand(
         command[0], {command.begin() + 1, command.end()}, absl::Seconds(20));
@@ -250,9 +294,15 @@ class MultiHostTest : public ::testing::Test {
   Daemon coordinator_;
   // workers_[rank] runs on host rank + 1.
   std::vector<Daemon> workers_;
+  std::string socket_dir_;
+  // The certificates' directory when the scenario runs with TLS.
+  std::string certs_;
 };
 
-TEST_F(MultiHostTest, DefaultFlags_EveryCollectiveAcrossThreeHosts) {
+// The deployment the README describes: certificates from dev_certs.sh and
+// otherwise default flags.
+TEST_F(MultiHostTest, MutualTls_EveryCollectiveAcrossThreeHosts) {
+  ASSERT_NO_FATAL_FAILURE(UseTls());
   ASSERT_NO_FATAL_FAILURE(StartCoordinator({}));
   const absl::Time start = absl::Now();
   ASSERT_NO_FATAL_FAILURE(StartAllWorkers());

@@ -170,7 +170,8 @@ class Cluster:
         daemon = Daemon(name, [
             str(self.bins["chorus-worker"]),
             f"--coordinator={self.coordinator.address}",
-            "--listen=127.0.0.1:0", f"--name={name}", *flags,
+            "--listen=127.0.0.1:0", f"--name={name}", "--local_socket=",
+            *flags,
         ], self.folder)
         self.workers[name] = daemon
         return daemon

@@ -304,7 +304,7 @@ absl::StatusOr<Daemon> StartWrappedWorker(
   const std::string port_file = NewScratchPath(stem, ".port");
   const std::vector<std::string> flags = MergeFlags(
       {absl::StrCat("--coordinator=", coordinator), "--listen=127.0.0.1:0",
-       absl::StrCat("--port_file=", port_file)},
+       "--local_socket=", absl::StrCat("--port_file=", port_file)},
       extra_flags);
   if (wrapper.empty()) {
     return StartDaemon(WorkerBinary(), stem, flags,
@@ -341,10 +341,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> SpawnWorker(
   const std::string stem = WorkerStem(extra_flags);
   SubprocessOptions options;
   options.binary = WorkerBinary();
-  options.args = MergeFlags(
-      {absl::StrCat("--coordinator=", coordinator), "--listen=127.0.0.1:0",
-       absl::StrCat("--port_file=", NewScratchPath(stem, ".port"))},
-      extra_flags);
+  options.args =
+      MergeFlags({absl::StrCat("--coordinator=", coordinator),
+                  "--listen=127.0.0.1:0", "--local_socket=",
+                  absl::StrCat("--port_file=", NewScratchPath(stem, ".port"))},
+                 extra_flags);
   options.stdout_path = NewScratchPath(stem, ".log");
   return Subprocess::Start(options);
 }
@@ -378,7 +379,7 @@ absl::StatusOr<CommandResult> RunChorusctl(const std::vector<std::string>& args,
 
 std::unique_ptr<v1::Coordinator::Stub> NewCoordinatorStub(
     const std::string& address) {
-  return v1::Coordinator::NewStub(MakeChannel(address));
+  return v1::Coordinator::NewStub(MakeChannel(address, Role::kCoordinator));
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers(
@@ -433,7 +434,7 @@ absl::StatusOr<int> HealthCheck(const std::string& address,
   grpc::ByteBuffer request(&request_slice, 1);
   grpc::ByteBuffer response;
 
-  grpc::GenericStub stub(MakeChannel(address));
+  grpc::GenericStub stub(MakeChannel(address, Role::kCoordinator));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout));
   absl::Notification done;

@@ -66,10 +66,10 @@ absl::StatusOr<Daemon> StartCoordinator(
     const std::vector<std::string>& extra_flags = {});
 
 // Starts chorus-worker registering with `coordinator` ("host:port"), with
-// --listen=127.0.0.1:0 and a --port_file, then `extra_flags` (same rule as
-// above). The worker writes its port file only once registered, so on
-// return the worker is in the coordinator's registry. Errors as
-// StartCoordinator.
+// --listen=127.0.0.1:0, no local socket (--local_socket=) and a --port_file,
+// then `extra_flags` (same rule as above). The worker writes its port file
+// only once registered, so on return the worker is in the coordinator's
+// registry. Errors as StartCoordinator.
 absl::StatusOr<Daemon> StartWorker(
     const std::string& coordinator,
     const std::vector<std::string>& extra_flags = {});

@@ -331,8 +331,8 @@ std::optional<uint64_t> BytesDeliveredTo(pid_t pid, int port) {
 }
 
 int DataPlanePort(int port) {
-  std::unique_ptr<v1::Peer::Stub> stub =
-      v1::Peer::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  std::unique_ptr<v1::Peer::Stub> stub = v1::Peer::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", port), Role::kWorker));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(absl::Seconds(10)));
   v1::DataPlaneInfo info;

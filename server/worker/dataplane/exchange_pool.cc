@@ -31,7 +31,7 @@ ExchangePool::Peer* ExchangePool::GetPeer(const std::string& address) {
   if (peer == nullptr) {
     peer = std::make_unique<Peer>();
     peer->address = address;
-    peer->channel = MakeChannel(address);
+    peer->channel = MakeChannel(address, Role::kWorker);
     peer->stub = v1::Peer::NewStub(peer->channel);
   }
   return peer.get();

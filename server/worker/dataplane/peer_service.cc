@@ -3,6 +3,9 @@
 #include <string>
 #include <utility>
 
+#include "server/common/grpc_status.h"
+#include "server/common/refused_reactor.h"
+#include "server/common/transport_security.h"
 #include "server/worker/dataplane/recent_groups.h"
 
 namespace chorus {
@@ -62,6 +65,12 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
 
 grpc::ServerReadReactor<v1::Chunk>* PeerService::Exchange(
     grpc::CallbackServerContext* context, v1::ChunkAck* response) {
+  if (absl::Status allowed =
+          RequireRole(*context, Role::kWorker, "Peer.Exchange");
+      !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerReadReactor<v1::Chunk>>(
+        ToGrpcStatus(allowed));
+  }
   {
     absl::MutexLock lock(&mu_);
     ++live_streams_;
@@ -83,9 +92,10 @@ void PeerService::WaitForStreams() {
 grpc::ServerUnaryReactor* PeerService::DataPlane(
     grpc::CallbackServerContext* context, const v1::DataPlaneRequest* request,
     v1::DataPlaneInfo* response) {
-  response->set_tcp_port(tcp_port_);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  absl::Status allowed = RequireRole(*context, Role::kWorker, "Peer.DataPlane");
+  if (allowed.ok()) response->set_tcp_port(tcp_port_);
+  reactor->Finish(ToGrpcStatus(allowed));
   return reactor;
 }
 

@@ -44,7 +44,7 @@ TcpPeerPool::Peer* TcpPeerPool::GetPeer(const std::string& address) {
   if (peer == nullptr) {
     peer = std::make_unique<Peer>();
     peer->address = address;
-    peer->stub = v1::Peer::NewStub(MakeChannel(address));
+    peer->stub = v1::Peer::NewStub(MakeChannel(address, Role::kWorker));
   }
   return peer.get();
 }

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Makes a certificate authority and certificates for a Chorus cluster with
+# openssl: one for the coordinator, one per worker, one per admin and one per
+# application client. Each lands in a directory of its own that the daemons'
+# and chorusctl's --tls_dir takes (ca.pem, cert.pem, key.pem).
+#
+# Identities are URI subject alternative names: chorus://coordinator,
+# chorus://worker/NAME, chorus://admin/NAME and chorus://client/NAME. The
+# coordinator's and workers' certificates also name localhost, 127.0.0.1 and
+# every --hosts entry, for clients that check the host they dial.
+#
+# For development and tests: the CA key is left next to the certificates.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: scripts/dev_certs.sh --out=DIR [--workers=w0,w1] [--admins=admin]
+                            [--clients=app] [--hosts=10.0.0.1,node1]
+                            [--days=365]
+Writes DIR/ca.pem (and DIR/ca.key) and, each with ca.pem, cert.pem, key.pem:
+  DIR/coordinator/      identity chorus://coordinator
+  DIR/worker-NAME/      identity chorus://worker/NAME, one per --workers name
+  DIR/admin-NAME/       identity chorus://admin/NAME (ListWorkers, trace, ...)
+  DIR/client-NAME/      identity chorus://client/NAME (a worker's local API
+                        over TLS)
+An existing CA in DIR is reused, so certificates can be added later.
+EOF
+}
+
+out="" workers="" admins="admin" clients="" hosts="" days=365
+for arg in "$@"; do
+  case "$arg" in
+    --out=*) out=${arg#*=} ;;
+    --workers=*) workers=${arg#*=} ;;
+    --admins=*) admins=${arg#*=} ;;
+    --clients=*) clients=${arg#*=} ;;
+    --hosts=*) hosts=${arg#*=} ;;
+    --days=*) days=${arg#*=} ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "dev_certs.sh: unknown argument $arg" >&2; usage >&2; exit 2 ;;
+  esac
+done
+if [ -z "$out" ]; then
+  echo "dev_certs.sh: --out=DIR is required" >&2
+  usage >&2
+  exit 2
+fi
+mkdir -p "$out"
+umask 077
+
+if [ ! -s "$out/ca.pem" ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$out/ca.key" -out "$out/ca.pem" -days "$days" \
+    -subj "/CN=Chorus development CA" \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+fi
+
+# The host names and addresses every server certificate carries.
+server_sans="DNS:localhost,IP:127.0.0.1"
+IFS=',' read -r -a host_list <<<"$hosts"
+for host in "${host_list[@]}"; do
+  [ -n "$host" ] || continue
+  if [[ "$host" =~ ^[0-9.]+$ || "$host" == *:* ]]; then
+    server_sans+=",IP:$host"
+  else
+    server_sans+=",DNS:$host"
+  fi
+done
+
+# issue DIRNAME COMMON_NAME SANS
+issue() {
+  local dir="$out/$1" cn=$2 sans=$3
+  mkdir -p "$dir"
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$dir/key.pem" -out "$dir/cert.csr" -subj "/CN=$cn" 2>/dev/null
+  openssl x509 -req -in "$dir/cert.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" \
+    -CAcreateserial -out "$dir/cert.pem" -days "$days" \
+    -extfile <(printf '%s\n' "subjectAltName=$sans" \
+      "extendedKeyUsage=serverAuth,clientAuth" \
+      "keyUsage=critical,digitalSignature,keyEncipherment") 2>/dev/null
+  rm -f "$dir/cert.csr"
+  cp "$out/ca.pem" "$dir/ca.pem"
+  echo "$dir"
+}
+
+check_name() {
+  if [[ ! "$1" =~ ^[A-Za-z0-9._-]+$ ]]; then
+    echo "dev_certs.sh: name '$1' may only hold letters, digits, '.', '_', '-'" >&2
+    exit 2
+  fi
+}
+
+issue coordinator "chorus-coordinator" "URI:chorus://coordinator,$server_sans"
+for list_kind in workers admins clients; do
+  IFS=',' read -r -a names <<<"${!list_kind}"
+  for name in "${names[@]}"; do
+    [ -n "$name" ] || continue
+    check_name "$name"
+    case $list_kind in
+      workers) issue "worker-$name" "$name" \
+                 "URI:chorus://worker/$name,DNS:$name,$server_sans" ;;
+      admins) issue "admin-$name" "$name" "URI:chorus://admin/$name" ;;
+      clients) issue "client-$name" "$name" "URI:chorus://client/$name" ;;
+    esac
+  done
+done

@@ -1,0 +1,552 @@
+// Integration tests of mutual TLS and identities: a real chorus-coordinator
+// and two chorus-workers on 127.0.0.1 with certificates from
+// scripts/dev_certs.sh, attacked through gRPC channels holding other
+// certificates (or none). Each attack gets its code and changes nothing: the
+// registry and the group are checked afterwards.
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "chorus/v1/coordinator.grpc.pb.h"
+#include "chorus/v1/worker.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/common/collective_spec_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/common/net.h"
+#include "tests/testing/certs.h"
+#include "tests/testing/daemons.h"
+#include "tests/testing/wait.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Certificates shared by every test: made once, they take seconds.
+struct Certs {
+  std::string dir;        // CA, coordinator, workers w0 w1, admin, client app
+  std::string other_dir;  // another CA: admin, worker w0
+  std::string expired;    // an expired worker w0 certificate of dir's CA
+};
+Certs* certs = nullptr;
+
+std::string TlsDir(const std::string& name) {
+  return absl::StrCat(certs->dir, "/", name);
+}
+
+// A channel to `address` presenting `pem` (no client certificate when its
+// cert is empty); nullopt pem: plaintext.
+std::shared_ptr<grpc::Channel> ChannelAs(const std::string& address,
+                                         const std::optional<PemFiles>& pem) {
+  if (!pem.has_value()) {
+    return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  }
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem->ca;
+  options.pem_cert_chain = pem->cert;
+  options.pem_private_key = pem->key;
+  return grpc::CreateChannel(address, grpc::SslCredentials(options));
+}
+
+// A registration of a worker named "w1".
+v1::RegisterWorkerRequest RegistrationAsW1() {
+  v1::RegisterWorkerRequest request;
+  request.set_name("w1");
+  request.set_address("127.0.0.1:1");
+  request.set_incarnation(1);
+  request.add_devices()->set_kind(v1::DEVICE_KIND_CPU);
+  return request;
+}
+
+// all_reduce sum of one i64.
+CollectiveSpec SumOfOneI64() {
+  CollectiveSpec spec;
+  spec.kind = CollectiveKind::kAllReduce;
+  spec.dtype = DType::kI64;
+  spec.count = 1;
+  spec.op = ReduceOp::kSum;
+  return spec;
+}
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(DeadlineAfter(kRpcTimeout));
+  return context;
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string parent = ::testing::TempDir() + "/chorus-tls-certs-XXXXXX";
+    ASSERT_NE(mkdtemp(parent.data()), nullptr);
+    certs = new Certs;
+    absl::StatusOr<std::string> dir = MakeDevCerts(
+        parent, {"--workers=w0,w1", "--admins=admin", "--clients=app"});
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    certs->dir = *dir;
+    absl::StatusOr<std::string> other =
+        MakeDevCerts(parent, {"--workers=w0", "--admins=admin"});
+    ASSERT_TRUE(other.ok()) << other.status();
+    certs->other_dir = *other;
+    absl::StatusOr<std::string> expired =
+        MakeExpiredWorkerCert(certs->dir, "w0");
+    ASSERT_TRUE(expired.ok()) << expired.status();
+    certs->expired = *expired;
+  }
+
+  static void TearDownTestSuite() {
+    if (certs == nullptr) return;
+    std::error_code ignored;
+    std::filesystem::remove_all(std::filesystem::path(certs->dir).parent_path(),
+                                ignored);
+    delete certs;
+    certs = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(certs, nullptr);
+    // Unix socket paths must stay short; the scratch directory may not.
+    socket_dir_ = "/tmp/chorus-tls-XXXXXX";
+    ASSERT_NE(mkdtemp(socket_dir_.data()), nullptr);
+    absl::StatusOr<Daemon> coordinator =
+        StartCoordinator({absl::StrCat("--tls_dir=", TlsDir("coordinator")),
+                          "--tls_refresh=1s", "--lease_timeout=60s"});
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    for (const std::string name : {"w0", "w1"}) {
+      absl::StatusOr<Daemon> worker =
+          StartWorker(coordinator_.address,
+                      {absl::StrCat("--tls_dir=", TlsDir("worker-" + name)),
+                       absl::StrCat("--local_socket=", Socket(name))});
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      workers_.push_back(*std::move(worker));
+    }
+    registered_ = Registry();
+    ASSERT_EQ(registered_.size(), 2u);
+  }
+
+  void TearDown() override {
+    workers_.clear();
+    std::error_code ignored;
+    std::filesystem::remove_all(socket_dir_, ignored);
+  }
+
+  std::string Socket(const std::string& worker) const {
+    return absl::StrCat(socket_dir_, "/", worker, ".sock");
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> CoordinatorAs(
+      const std::optional<PemFiles>& pem) const {
+    return v1::Coordinator::NewStub(ChannelAs(coordinator_.address, pem));
+  }
+
+  // The registry as the admin sees it: "id name incarnation" per worker.
+  std::vector<std::string> Registry() const {
+    auto stub = CoordinatorAs(ReadPemFiles(TlsDir("admin-admin")));
+    v1::ListWorkersResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        stub->ListWorkers(context.get(), v1::ListWorkersRequest(), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::vector<std::string> lines;
+    for (const v1::WorkerInfo& w : response.workers()) {
+      lines.push_back(
+          absl::StrCat(w.worker_id(), " ", w.name(), " ", w.incarnation()));
+    }
+    return lines;
+  }
+
+  uint64_t WorkerId(const std::string& name) const {
+    for (const std::string& line : registered_) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ');
+      if (parts[1] == name) return std::stoull(parts[0]);
+    }
+    ADD_FAILURE() << "no worker " << name;
+    return 0;
+  }
+
+  // Joins `group` with rank r through worker w<r>'s local API on its Unix
+  // socket, every rank at once; returns the epoch.
+  uint64_t JoinThroughSockets(const std::string& group) {
+    std::vector<uint64_t> epochs(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        auto stub = v1::WorkerLocal::NewStub(
+            MakeChannel(absl::StrCat("unix:", Socket(absl::StrCat("w", r))),
+                        Role::kWorker));
+        v1::LocalJoinRequest request;
+        request.set_group(group);
+        request.set_world_size(2);
+        request.set_rank(r);
+        v1::LocalJoinResponse response;
+        auto context = Context();
+        const grpc::Status status =
+            stub->JoinGroup(context.get(), request, &response);
+        EXPECT_TRUE(status.ok()) << status.error_message();
+        epochs[r] = response.epoch();
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    EXPECT_EQ(epochs[0], epochs[1]);
+    return epochs[0];
+  }
+
+  // Runs all_reduce #`sequence` (sum of i64 {r + 1}) with `algorithm` on
+  // both ranks through their sockets; returns each rank's status and sum.
+  std::vector<std::string> AllReduceThroughSockets(const std::string& group,
+                                                   uint64_t epoch,
+                                                   uint64_t sequence,
+                                                   v1::Algorithm algorithm) {
+    std::vector<std::string> results(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        auto stub = v1::WorkerLocal::NewStub(
+            MakeChannel(absl::StrCat("unix:", Socket(absl::StrCat("w", r))),
+                        Role::kWorker));
+        v1::LocalCollectiveRequest request;
+        request.set_group(group);
+        request.set_rank(r);
+        request.set_epoch(epoch);
+        request.set_sequence(sequence);
+        *request.mutable_spec() = SpecToProto(SumOfOneI64());
+        request.set_algorithm(algorithm);
+        const int64_t value = r + 1;
+        request.set_data(
+            std::string(reinterpret_cast<const char*>(&value), sizeof(value)));
+        v1::LocalCollectiveResponse response;
+        auto context = Context();
+        const grpc::Status status =
+            stub->Collective(context.get(), request, &response);
+        int64_t sum = -1;
+        if (status.ok() && response.data().size() == sizeof(sum)) {
+          memcpy(&sum, response.data().data(), sizeof(sum));
+        }
+        results[r] =
+            status.ok() ? absl::StrCat("OK ", sum) : status.error_message();
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    return results;
+  }
+
+  Daemon coordinator_;
+  std::vector<Daemon> workers_;
+  std::string socket_dir_;
+  // The registry right after SetUp.
+  std::vector<std::string> registered_;
+};
+
+TEST_F(TlsTest, Handshake_NoOtherCaOrExpiredCertificate_UnavailableNoChange) {
+  const PemFiles admin = ReadPemFiles(TlsDir("admin-admin"));
+  PemFiles no_certificate = admin;
+  no_certificate.cert.clear();
+  no_certificate.key.clear();
+  PemFiles other_ca = ReadPemFiles(certs->other_dir + "/admin-admin");
+  // Trusts our CA, so only the client side is wrong.
+  other_ca.ca = admin.ca;
+  PemFiles expired = ReadPemFiles(certs->expired);
+  const std::vector<std::pair<std::string, std::optional<PemFiles>>> attacks = {
+      {"plaintext", std::nullopt},
+      {"no client certificate", no_certificate},
+      {"another CA", other_ca},
+      {"expired", expired}};
+  for (const auto& [what, pem] : attacks) {
+    SCOPED_TRACE(what);
+    auto stub = CoordinatorAs(pem);
+    const v1::RegisterWorkerRequest request = RegistrationAsW1();
+    v1::RegisterWorkerResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        stub->RegisterWorker(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << status.error_message();
+  }
+  EXPECT_EQ(Registry(), registered_);
+}
+
+TEST_F(TlsTest, WorkerRpcs_ForAnotherWorker_PermissionDeniedNoChange) {
+  auto as_w0 = CoordinatorAs(ReadPemFiles(TlsDir("worker-w0")));
+  const uint64_t w1 = WorkerId("w1");
+  {
+    const v1::RegisterWorkerRequest request = RegistrationAsW1();
+    v1::RegisterWorkerResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        as_w0->RegisterWorker(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("worker \"w0\" may not register a worker named "
+                          "\"w1\""));
+  }
+  {
+    v1::HeartbeatRequest request;
+    request.set_worker_id(w1);
+    v1::HeartbeatResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        as_w0->Heartbeat(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("worker \"w0\" may not act for worker"));
+  }
+  {
+    v1::DeregisterRequest request;
+    request.set_worker_id(w1);
+    v1::DeregisterResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        as_w0->Deregister(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    v1::JoinGroupRequest request;
+    request.set_group("stolen");
+    request.set_world_size(1);
+    request.set_worker_id(w1);
+    request.mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
+    v1::JoinGroupResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        as_w0->JoinGroup(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(Registry(), registered_);
+}
+
+TEST_F(TlsTest, CallsForAnotherWorkersRank_PermissionDeniedGroupGoesOn) {
+  const uint64_t epoch = JoinThroughSockets("g");
+  auto as_w0 = CoordinatorAs(ReadPemFiles(TlsDir("worker-w0")));
+  {
+    v1::CollectiveRequest request;
+    request.set_group("g");
+    request.set_epoch(epoch);
+    request.set_rank(1);  // held by w1
+    request.set_sequence(1);
+    *request.mutable_spec() = SpecToProto(SumOfOneI64());
+    v1::CollectiveResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        as_w0->Collective(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("may not act for rank 1 of group g: worker \"w1\" "
+                          "holds it"));
+  }
+  {
+    v1::CommitRequest request;
+    request.set_group("g");
+    request.set_epoch(epoch);
+    request.set_rank(1);
+    request.set_sequence(1);
+    v1::CommitResponse response;
+    auto context = Context();
+    EXPECT_EQ(as_w0->Commit(context.get(), request, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    v1::ReportFailureRequest request;
+    request.set_group("g");
+    request.set_epoch(epoch);
+    request.set_rank(1);
+    request.set_sequence(1);
+    request.set_code(14);
+    request.set_message("forged");
+    v1::ReportFailureResponse response;
+    auto context = Context();
+    EXPECT_EQ(
+        as_w0->ReportFailure(context.get(), request, &response).error_code(),
+        grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Nothing was used up or aborted: #1 runs, inline and on the data plane.
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_UNSPECIFIED),
+            std::vector<std::string>({"OK 3", "OK 3"}));
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 2, v1::ALGORITHM_RING),
+            std::vector<std::string>({"OK 3", "OK 3"}));
+}
+
+TEST_F(TlsTest, AdminRpcs_WithWorkerOrClientIdentity_PermissionDenied) {
+  for (const std::string who : {"worker-w0", "client-app"}) {
+    SCOPED_TRACE(who);
+    auto stub = CoordinatorAs(ReadPemFiles(TlsDir(who)));
+    {
+      v1::ListWorkersResponse response;
+      auto context = Context();
+      const grpc::Status status =
+          stub->ListWorkers(context.get(), v1::ListWorkersRequest(), &response);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr("ListWorkers needs an admin certificate"));
+      EXPECT_EQ(response.workers_size(), 0);
+    }
+    {
+      v1::ListGroupsResponse response;
+      auto context = Context();
+      EXPECT_EQ(
+          stub->ListGroups(context.get(), v1::ListGroupsRequest(), &response)
+              .error_code(),
+          grpc::StatusCode::PERMISSION_DENIED);
+    }
+    {
+      v1::GetTraceRequest request;
+      request.set_group("g");
+      v1::GetTraceResponse response;
+      auto context = Context();
+      EXPECT_EQ(stub->GetTrace(context.get(), request, &response).error_code(),
+                grpc::StatusCode::PERMISSION_DENIED);
+    }
+  }
+}
+
+TEST_F(TlsTest, PeerAndLocalApi_WrongIdentity_PermissionDenied) {
+  const std::string w0 = workers_[0].address;
+  // The data plane only for workers; no plaintext TCP data port is offered.
+  for (const std::string who : {"client-app", "admin-admin"}) {
+    auto peer = v1::Peer::NewStub(ChannelAs(w0, ReadPemFiles(TlsDir(who))));
+    v1::DataPlaneInfo info;
+    auto context = Context();
+    const grpc::Status status =
+        peer->DataPlane(context.get(), v1::DataPlaneRequest(), &info);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << who;
+  }
+  {
+    auto peer =
+        v1::Peer::NewStub(ChannelAs(w0, ReadPemFiles(TlsDir("worker-w1"))));
+    v1::DataPlaneInfo info;
+    auto context = Context();
+    ASSERT_TRUE(
+        peer->DataPlane(context.get(), v1::DataPlaneRequest(), &info).ok());
+    EXPECT_EQ(info.tcp_port(), 0u);
+  }
+  // The local API over TCP: a client certificate, not a worker's.
+  v1::LocalJoinRequest join;
+  join.set_group("solo");
+  join.set_world_size(1);
+  {
+    auto local = v1::WorkerLocal::NewStub(
+        ChannelAs(w0, ReadPemFiles(TlsDir("worker-w1"))));
+    v1::LocalJoinResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        local->JoinGroup(context.get(), join, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr("needs a client or admin certificate"));
+  }
+  {
+    auto local = v1::WorkerLocal::NewStub(
+        ChannelAs(w0, ReadPemFiles(TlsDir("client-app"))));
+    v1::LocalJoinResponse response;
+    auto context = Context();
+    const grpc::Status status =
+        local->JoinGroup(context.get(), join, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+}
+
+TEST_F(TlsTest, CoordinatorCa_ReplacedOnDisk_NewCaAcceptedWithoutRestart) {
+  // A coordinator of its own whose CA file the test rewrites.
+  const std::string dir = NewScratchPath("coordinator-tls", "");
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"ca.pem", "cert.pem", "key.pem"}) {
+    std::filesystem::copy_file(TlsDir("coordinator") + "/" + file,
+                               dir + "/" + file);
+  }
+  absl::StatusOr<Daemon> coordinator =
+      StartCoordinator({absl::StrCat("--tls_dir=", dir), "--tls_refresh=1s"});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  PemFiles other_admin = ReadPemFiles(certs->other_dir + "/admin-admin");
+  other_admin.ca = ReadPemFiles(TlsDir("admin-admin")).ca;
+  auto list = [&] {
+    auto stub =
+        v1::Coordinator::NewStub(ChannelAs(coordinator->address, other_admin));
+    v1::ListWorkersResponse response;
+    auto context = Context();
+    return stub->ListWorkers(context.get(), v1::ListWorkersRequest(), &response)
+        .error_code();
+  };
+  EXPECT_EQ(list(), grpc::StatusCode::UNAVAILABLE);
+  {
+    std::ofstream bundle(dir + "/ca.pem.new");
+    bundle << ReadPemFiles(TlsDir("admin-admin")).ca
+           << ReadPemFiles(certs->other_dir + "/admin-admin").ca;
+  }
+  std::filesystem::rename(dir + "/ca.pem.new", dir + "/ca.pem");
+  EXPECT_TRUE(WaitUntil([&] { return list() == grpc::StatusCode::OK; },
+                        absl::Seconds(30)));
+}
+
+TEST(TlsFlagsTest, NetworkListenWithoutTls_RefusedUnlessInsecure) {
+  absl::StatusOr<CommandResult> refused = RunCommand(
+      CoordinatorBinary(), {"--listen=0.0.0.0:0"}, absl::Seconds(30));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->exit_code, 2);
+  EXPECT_THAT(refused->err, HasSubstr("reachable from the network and TLS is "
+                                      "off: give --tls_dir"));
+  EXPECT_THAT(refused->err, HasSubstr("--insecure"));
+
+  absl::StatusOr<CommandResult> worker = RunCommand(
+      WorkerBinary(),
+      {"--coordinator=127.0.0.1:1", "--listen=0.0.0.0:0", "--local_socket="},
+      absl::Seconds(30));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_NE(worker->exit_code, 0);
+  EXPECT_THAT(worker->err, HasSubstr("reachable from the network"));
+
+  absl::StatusOr<Daemon> insecure =
+      StartCoordinator({"--listen=0.0.0.0:0", "--insecure"});
+  ASSERT_TRUE(insecure.ok()) << insecure.status();
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return absl::StrContains(insecure->process->ReadLog(),
+                                 "without TLS (--insecure)");
+      },
+      absl::Seconds(30)));
+}
+
+TEST(TlsFlagsTest, WorkerNameOtherThanCertificate_Refused) {
+  std::string parent = ::testing::TempDir() + "/chorus-tls-name-XXXXXX";
+  ASSERT_NE(mkdtemp(parent.data()), nullptr);
+  absl::StatusOr<std::string> dir = MakeDevCerts(parent, {"--workers=w0"});
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<CommandResult> result =
+      RunCommand(WorkerBinary(),
+                 {"--coordinator=127.0.0.1:1", "--listen=127.0.0.1:0",
+                  "--local_socket=", "--name=w1",
+                  absl::StrCat("--tls_dir=", *dir, "/worker-w0")},
+                 absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_NE(result->exit_code, 0);
+  EXPECT_THAT(result->err, HasSubstr("--name=w1 but the TLS certificate names "
+                                     "chorus://worker/w0"));
+  // A key that is not the certificate's.
+  absl::StatusOr<CommandResult> mismatched = RunCommand(
+      CoordinatorBinary(),
+      {"--listen=127.0.0.1:0", absl::StrCat("--tls_ca=", *dir, "/ca.pem"),
+       absl::StrCat("--tls_cert=", *dir, "/coordinator/cert.pem"),
+       absl::StrCat("--tls_key=", *dir, "/worker-w0/key.pem")},
+      absl::Seconds(30));
+  ASSERT_TRUE(mismatched.ok()) << mismatched.status();
+  EXPECT_EQ(mismatched->exit_code, 2);
+  EXPECT_THAT(mismatched->err, HasSubstr("is not the key of"));
+  std::error_code ignored;
+  std::filesystem::remove_all(parent, ignored);
+}
+
+}  // namespace
+}  // namespace chorus::test

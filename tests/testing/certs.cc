@@ -1,0 +1,79 @@
+#include "tests/testing/certs.h"
+
+#include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/testing/daemons.h"
+
+namespace chorus::test {
+namespace {
+
+absl::Status RunShell(const std::string& script) {
+  absl::StatusOr<CommandResult> result =
+      RunCommand("/bin/bash", {"-c", script}, absl::Seconds(60));
+  if (!result.ok()) return result.status();
+  if (result->exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("`", script, "` failed: ", result->out, result->err));
+  }
+  return absl::OkStatus();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> MakeDevCerts(const std::string& parent,
+                                         const std::vector<std::string>& args) {
+  std::string dir = absl::StrCat(parent, "/certs-XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp in ", parent));
+  }
+  absl::Status made = RunShell(absl::StrCat(
+      CHORUS_DEV_CERTS_SCRIPT, " --out=", dir, " ", absl::StrJoin(args, " ")));
+  if (!made.ok()) return made;
+  return dir;
+}
+
+absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
+                                                  const std::string& name) {
+  const std::string out = absl::StrCat(dir, "/expired-worker-", name);
+  // `openssl ca` is the one openssl command that sets both validity dates.
+  const std::string& d = out;
+  const std::string script = absl::StrCat(
+      "set -e; mkdir -p ", d, "/db; touch ", d, "/db/index; echo 01 > ", d,
+      "/db/serial; printf '[ca]\\ndefault_ca=c\\n[c]\\ndatabase=", d,
+      "/db/index\\nnew_certs_dir=", d, "/db\\nserial=", d,
+      "/db/serial\\ndefault_md=sha256\\npolicy=p\\nunique_subject=no\\n",
+      "copy_extensions=none\\n[p]\\ncommonName=supplied\\n[x]\\n",
+      "subjectAltName=URI:chorus://worker/", name,
+      "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ", d, "/ca.cnf; ",
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ",
+      "-keyout ", d, "/key.pem -out ", d, "/req.csr -subj /CN=", name,
+      " 2>/dev/null; openssl ca -batch -config ", d, "/ca.cnf -extensions x ",
+      "-notext -cert ", dir, "/ca.pem -keyfile ", dir, "/ca.key ",
+      "-startdate 20200101000000Z -enddate 20210101000000Z -in ", d,
+      "/req.csr -out ", d, "/cert.pem 2>&1; cp ", dir, "/ca.pem ", d,
+      "/ca.pem");
+  absl::Status made = RunShell(script);
+  if (!made.ok()) return made;
+  return out;
+}
+
+PemFiles ReadPemFiles(const std::string& tls_dir) {
+  return PemFiles{ReadFile(tls_dir + "/ca.pem"),
+                  ReadFile(tls_dir + "/cert.pem"),
+                  ReadFile(tls_dir + "/key.pem")};
+}
+
+}  // namespace chorus::test

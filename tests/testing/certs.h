@@ -1,0 +1,40 @@
+// Test certificates for mutual TLS, made with the same script users run
+// (scripts/dev_certs.sh), plus an expired certificate, which that script
+// does not make.
+//
+// Thread safety: call from the test's main thread.
+#ifndef CHORUS_TESTS_TESTING_CERTS_H_
+#define CHORUS_TESTS_TESTING_CERTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace chorus::test {
+
+// Runs scripts/dev_certs.sh --out=DIR with `args` (e.g. "--workers=w0,w1")
+// for a new directory DIR under `parent` and returns DIR. Returns INTERNAL
+// with the script's output when it fails.
+absl::StatusOr<std::string> MakeDevCerts(const std::string& parent,
+                                         const std::vector<std::string>& args);
+
+// Writes DIR/expired-worker-NAME/{ca.pem,cert.pem,key.pem}: a worker
+// certificate for NAME signed by DIR's CA that expired in 2021. Returns
+// INTERNAL with openssl's output when it fails.
+absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
+                                                  const std::string& name);
+
+// The three PEM files of a --tls_dir, read into memory.
+struct PemFiles {
+  std::string ca;
+  std::string cert;
+  std::string key;
+};
+
+// Reads `tls_dir`/ca.pem, cert.pem and key.pem (absent files read as empty).
+PemFiles ReadPemFiles(const std::string& tls_dir);
+
+}  // namespace chorus::test
+
+#endif  // CHORUS_TESTS_TESTING_CERTS_H_
