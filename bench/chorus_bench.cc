@@ -48,6 +48,7 @@
 #include "bench/bench_util.h"
 #include "chorus/communicator.h"
 #include "server/common/collective.h"
+#include "server/common/transport_security.h"
 #include "server/reduce/dtype.h"
 #include "server/reduce/half.h"
 #include "server/worker/worker_runtime.h"
@@ -107,6 +108,12 @@ ABSL_FLAG(bool, call_port, true,
 ABSL_FLAG(bool, check_results, false,
           "Ranks hash their results and the coordinator compares them at "
           "each commit (the workers' --check_results).");
+ABSL_FLAG(std::string, tls_certs, "",
+          "Run with mutual TLS: a directory made by scripts/dev_certs.sh "
+          "with certificates for the coordinator and workers bench-rank0 .. "
+          "bench-rank<N-1> (--workers=bench-rank0,...). The coordinator then "
+          "offers no call port and the ranks send data through gRPC "
+          "streams.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
@@ -387,6 +394,17 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.coordinator = coordinator;
   options.listen = "127.0.0.1:0";
   options.name = absl::StrCat(group, "-rank", rank);
+  if (const std::string certs = absl::GetFlag(FLAGS_tls_certs);
+      !certs.empty()) {
+    const std::string dir = absl::StrCat(certs, "/worker-bench-rank", rank);
+    TlsFiles files;
+    files.ca_path = dir + "/ca.pem";
+    files.cert_path = dir + "/cert.pem";
+    files.key_path = dir + "/key.pem";
+    absl::StatusOr<Identity> identity = EnableTls(files);
+    if (!identity.ok()) return identity.status();
+    options.name = identity->name;
+  }
   options.devices = {JoinOptions::CpuDevice()};
   options.register_timeout = c.timeout;
   options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
@@ -478,6 +496,7 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
       absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane)),
+      absl::StrCat("--tls_certs=", absl::GetFlag(FLAGS_tls_certs)),
       absl::StrCat("--call_port=",
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),
       absl::StrCat("--check_results=",
@@ -566,6 +585,10 @@ class Parent {
     SpawnOptions spawn;
     spawn.binary = CoordinatorBinary();
     spawn.args = {"--listen=127.0.0.1:0", "--port_file=" + port_file};
+    if (const std::string certs = absl::GetFlag(FLAGS_tls_certs);
+        !certs.empty()) {
+      spawn.args.push_back(absl::StrCat("--tls_dir=", certs, "/coordinator"));
+    }
     for (absl::string_view arg : absl::StrSplit(
              absl::GetFlag(FLAGS_coordinator_args), ' ', absl::SkipEmpty())) {
       spawn.args.emplace_back(arg);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Starts a demo Chorus cluster on 127.0.0.1 (a coordinator and two workers),
-# shows the workers registered with their devices, runs collectives across
-# them through their local API, then stops everything cleanly.
+# Starts a demo Chorus cluster on 127.0.0.1 (a coordinator and two workers)
+# with mutual TLS (certificates from scripts/dev_certs.sh), shows the
+# workers registered with their devices, runs collectives across them
+# through their local API on each worker's Unix socket, shows what a
+# certificate may not do, then stops everything cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,37 +34,45 @@ wait_port() {
   return 1
 }
 
+echo "\$ scripts/dev_certs.sh --out=CERTS --workers=demo-worker-0,demo-worker-1 --admins=admin"
+certs="$run_dir/certs"
+scripts/dev_certs.sh --out="$certs" --workers=demo-worker-0,demo-worker-1 \
+  --admins=admin >/dev/null
+
 "$coordinator_bin" --listen=127.0.0.1:0 --port_file="$run_dir/coordinator.port" \
-  2>"$run_dir/coordinator.log" &
+  --tls_dir="$certs/coordinator" 2>"$run_dir/coordinator.log" &
 pids+=($!)
 port=$(wait_port "$run_dir/coordinator.port" "${pids[0]}")
 coordinator="127.0.0.1:$port"
-echo "coordinator listening on $coordinator"
+echo "coordinator listening on $coordinator (mutual TLS)"
 
 for name in demo-worker-0 demo-worker-1; do
-  "$worker_bin" --coordinator="$coordinator" --name="$name" --listen=127.0.0.1:0 \
+  "$worker_bin" --coordinator="$coordinator" --listen=127.0.0.1:0 \
+    --tls_dir="$certs/worker-$name" --local_socket="$run_dir/$name.sock" \
     --port_file="$run_dir/$name.port" 2>"$run_dir/$name.log" &
   pids+=($!)
   wait_port "$run_dir/$name.port" "${pids[-1]}" >/dev/null
 done
 
 echo
-echo "\$ chorusctl --coordinator=$coordinator workers"
-"$chorusctl" --coordinator="$coordinator" workers
-worker_port() { cat "$run_dir/$1.port"; }
-ctl() { "$chorusctl" --coordinator="$coordinator" --timeout=30s "$@"; }
+echo "\$ chorusctl --coordinator=$coordinator --tls_dir=CERTS/admin-admin workers"
+"$chorusctl" --coordinator="$coordinator" --tls_dir="$certs/admin-admin" workers
+ctl() {
+  "$chorusctl" --coordinator="$coordinator" --tls_dir="$certs/admin-admin" \
+    --timeout=30s "$@"
+}
 
 # Runs one command per rank concurrently (rank r through demo-worker-r) and
 # prints each rank's output.
 run_ranks() {
   local label=$1; shift
   echo
-  echo "\$ chorusctl --worker=<demo-worker-R> --group=demo-$label --world=2 --rank=R $*"
+  echo "\$ chorusctl --worker=unix:<demo-worker-R's socket> --group=demo-$label --world=2 --rank=R $*"
   local outs=()
   for rank in 0 1; do
     local values_var="values_$rank"
     # shellcheck disable=SC2086
-    ctl --worker="127.0.0.1:$(worker_port demo-worker-$rank)" --group="demo-$label" \
+    ctl --worker="unix:$run_dir/demo-worker-$rank.sock" --group="demo-$label" \
       --world=2 --rank=$rank "$@" ${!values_var} >"$run_dir/out.$rank" 2>"$run_dir/err.$rank" &
     outs+=($!)
   done
@@ -94,10 +104,22 @@ echo "\$ chorusctl --group=demo-mismatch trace"
 ctl --group=demo-mismatch trace
 
 echo
+echo "A certificate names who may do what: demo-worker-0's may not list the workers,"
+echo "and a worker will not start under a name other than its certificate's:"
+echo "\$ chorusctl --tls_dir=CERTS/worker-demo-worker-0 workers"
+"$chorusctl" --coordinator="$coordinator" --tls_dir="$certs/worker-demo-worker-0" \
+  --timeout=10s workers 2>&1 | sed 's/^/  /' || true
+echo "\$ chorus-worker --tls_dir=CERTS/worker-demo-worker-0 --name=demo-worker-1"
+"$worker_bin" --coordinator="$coordinator" --listen=127.0.0.1:0 --local_socket= \
+  --tls_dir="$certs/worker-demo-worker-0" --name=demo-worker-1 2>&1 |
+  grep '^chorus-worker:' | sed 's/^/  /' || true
+
+echo
 echo "A worker asking for a device without distributed support is refused:"
 echo "\$ chorus-worker --coordinator=$coordinator --devices=cpu,vulkan:0"
 status=0
-"$worker_bin" --coordinator="$coordinator" --listen=127.0.0.1:0 --devices=cpu,vulkan:0 \
-  2>"$run_dir/refused.log" || status=$?
+"$worker_bin" --coordinator="$coordinator" --listen=127.0.0.1:0 --local_socket= \
+  --tls_dir="$certs/worker-demo-worker-1" --name=demo-worker-1 \
+  --devices=cpu,vulkan:0 2>"$run_dir/refused.log" || status=$?
 grep '^chorus-worker:' "$run_dir/refused.log" || true
 echo "(exit code $status)"

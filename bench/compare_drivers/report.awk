@@ -66,7 +66,8 @@ END {
   }
   printf "#\n# speedup = peer time / chorus time (>1: Chorus faster, <1: the peer faster);\n"
   printf "# tcp speedup = the same against chorus-tcp (Chorus planned as for ranks on\n"
-  printf "# different hosts: all data through its TCP data plane)\n"
+  printf "# different hosts: all data through its TCP data plane); for chorus-tls,\n"
+  printf "# tcp = chorus-tcp time / chorus-tls time (TLS speed as a fraction of plaintext)\n"
   printf "# time = median over iterations of the slowest rank's time per call;"
   printf " p10-p90 = spread of those times\n"
   printf "# busbw = 2(n-1)/n x bytes / time (nccl-tests), 1 GB = 1e9 B\n#\n"
@@ -83,6 +84,10 @@ END {
     chorus_tcp = bytes[k] SUBSEP ranks[k] SUBSEP "chorus-tcp"
     speedup = "-"
     tcp_speedup = "-"
+    if (sysname[k] == "chorus-tls" && (chorus_tcp in time_us) &&
+        time_us[k] > 0) {
+      tcp_speedup = sprintf("%.2fx", time_us[chorus_tcp] / time_us[k])
+    }
     if (sysname[k] !~ /^chorus/) {
       if ((chorus in time_us) && time_us[chorus] > 0) {
         speedup = sprintf("%.2fx", time_us[k] / time_us[chorus])

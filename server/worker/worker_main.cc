@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     options.unix_socket_path = chorus::DefaultLocalSocketPath();
   }
   if (absl::Status secured = ConfigureSecurity(&options); !secured.ok()) {
-    return Fail(secured, "insecure or bad TLS flags");
+    return Fail(secured, "cannot start");
   }
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes));
