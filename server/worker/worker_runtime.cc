@@ -149,8 +149,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     runtime->sender_ = std::make_unique<ExchangePool>();
   }
   runtime->device_buffers_ = std::make_unique<DeviceBuffers>();
-  runtime->peer_service_ =
-      std::make_unique<PeerService>(&runtime->inbox_, tcp_port);
+  runtime->peer_service_ = std::make_unique<PeerService>(
+      &runtime->inbox_, &runtime->peers_, tcp_port);
   ServerOptions server_options;
   server_options.listen_address = options.listen;
   server_options.services = options.extra_services;
@@ -280,10 +280,12 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
   for (const v1::GroupMember& member : response.members()) {
     membership.addresses.push_back(member.address());
     membership.devices.push_back(DeviceFromProto(member.device()));
+    membership.worker_names.push_back(member.worker_name());
   }
   if (static_cast<int>(membership.addresses.size()) != world_size) {
     return absl::InternalError("the coordinator returned a partial group");
   }
+  peers_.Learn(group, membership.epoch, membership.worker_names);
   return membership;
 }
 

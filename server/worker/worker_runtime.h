@@ -94,9 +94,10 @@ struct Membership {
   int rank = 0;
   int world_size = 0;
   Device device;
-  // Peer address and device of every rank.
+  // Peer address, device and worker name of every rank.
   std::vector<std::string> addresses;
   std::vector<Device> devices;
+  std::vector<std::string> worker_names;
   uint64_t inline_max_bytes = 0;
 };
 
@@ -253,6 +254,8 @@ class WorkerRuntime {
   std::string address_;
   int port_ = 0;
   Inbox inbox_;
+  // Who holds each rank of this worker's groups (for the peer service).
+  PeerDirectory peers_;
   // Sends this worker's data-plane messages to its peers.
   std::unique_ptr<PeerSender> sender_;
   // GPU memory for calls of Cuda(n) ranks.

@@ -61,7 +61,8 @@ class Receiver {
         TcpListener::Start("127.0.0.1", 0, &inbox_);
     EXPECT_TRUE(listener.ok()) << listener.status();
     listener_ = *std::move(listener);
-    service_ = std::make_unique<PeerService>(&inbox_, listener_->port());
+    service_ =
+        std::make_unique<PeerService>(&inbox_, &peers_, listener_->port());
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.services = {service_.get()};
@@ -83,6 +84,7 @@ class Receiver {
 
  private:
   Inbox inbox_;
+  PeerDirectory peers_;
   std::unique_ptr<TcpListener> listener_;
   std::unique_ptr<PeerService> service_;
   std::unique_ptr<grpc::Server> server_;

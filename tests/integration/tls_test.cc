@@ -38,7 +38,7 @@ using ::testing::HasSubstr;
 
 // Certificates shared by every test: made once, they take seconds.
 struct Certs {
-  std::string dir;        // CA, coordinator, workers w0 w1, admin, client app
+  std::string dir;        // CA, coordinator, workers w0-w2, admin, client app
   std::string other_dir;  // another CA: admin, worker w0
   std::string expired;    // an expired worker w0 certificate of dir's CA
 };
@@ -95,7 +95,7 @@ class TlsTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(parent.data()), nullptr);
     certs = new Certs;
     absl::StatusOr<std::string> dir = MakeDevCerts(
-        parent, {"--workers=w0,w1", "--admins=admin", "--clients=app"});
+        parent, {"--workers=w0,w1,w2", "--admins=admin", "--clients=app"});
     ASSERT_TRUE(dir.ok()) << dir.status();
     certs->dir = *dir;
     absl::StatusOr<std::string> other =
@@ -377,6 +377,48 @@ TEST_F(TlsTest, CallsForAnotherWorkersRank_PermissionDeniedGroupGoesOn) {
   EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_UNSPECIFIED),
             std::vector<std::string>({"OK 3", "OK 3"}));
   EXPECT_EQ(AllReduceThroughSockets("g", epoch, 2, v1::ALGORITHM_RING),
+            std::vector<std::string>({"OK 3", "OK 3"}));
+}
+
+// Sends one chunk as rank 1 of `group` at `epoch` to `address` with the
+// certificate of `who`; returns how the stream ended.
+grpc::Status SendChunkAs(const std::string& address, const std::string& who,
+                         const std::string& group, uint64_t epoch) {
+  auto peer = v1::Peer::NewStub(ChannelAs(address, ReadPemFiles(TlsDir(who))));
+  auto context = Context();
+  v1::ChunkAck ack;
+  std::unique_ptr<grpc::ClientWriter<v1::Chunk>> writer =
+      peer->Exchange(context.get(), &ack);
+  v1::Chunk chunk;
+  chunk.set_group(group);
+  chunk.set_epoch(epoch);
+  // A sequence and tag no collective of the test uses.
+  chunk.set_sequence(99);
+  chunk.set_from_rank(1);
+  chunk.set_to_rank(0);
+  chunk.set_tag(7);
+  chunk.set_data("forged");
+  writer->Write(chunk);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+TEST_F(TlsTest, DataPlane_ChunkFromNonMember_PermissionDeniedGroupGoesOn) {
+  const uint64_t epoch = JoinThroughSockets("g");
+  // w2 has a valid worker certificate but is not in the group.
+  workers_.push_back(*StartWorker(
+      coordinator_.address, {absl::StrCat("--tls_dir=", TlsDir("worker-w2")),
+                             absl::StrCat("--local_socket=", Socket("w2"))}));
+  const grpc::Status forged =
+      SendChunkAs(workers_[0].address, "worker-w2", "g", epoch);
+  EXPECT_EQ(forged.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(forged.error_message(),
+              HasSubstr("worker \"w2\" does not hold rank 1 of group g"));
+  // Rank 1's own worker may send as rank 1.
+  const grpc::Status own =
+      SendChunkAs(workers_[0].address, "worker-w1", "g", epoch);
+  EXPECT_TRUE(own.ok()) << own.error_message();
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_RING),
             std::vector<std::string>({"OK 3", "OK 3"}));
 }
 

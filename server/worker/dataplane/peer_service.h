@@ -17,15 +17,19 @@
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_directory.h"
 
 namespace chorus {
 
 class PeerService final : public v1::Peer::CallbackService {
  public:
-  // `inbox` is not owned. `tcp_port` is the TCP data plane's port, 0 when
-  // there is none.
-  PeerService(Inbox* inbox, int tcp_port)
-      : inbox_(inbox), tcp_port_(tcp_port) {}
+  // `inbox` and `directory` are not owned. `tcp_port` is the TCP data
+  // plane's port, 0 when there is none. With TLS, Exchange accepts only
+  // worker certificates, and delivers a chunk only from the worker that
+  // holds its sending rank (`directory`); PERMISSION_DENIED ends the stream
+  // otherwise.
+  PeerService(Inbox* inbox, PeerDirectory* directory, int tcp_port)
+      : inbox_(inbox), directory_(directory), tcp_port_(tcp_port) {}
 
   grpc::ServerReadReactor<v1::Chunk>* Exchange(
       grpc::CallbackServerContext* context, v1::ChunkAck* response) override;
@@ -41,7 +45,8 @@ class PeerService final : public v1::Peer::CallbackService {
   friend class ExchangeReactor;
   void StreamEnded();
 
-  Inbox* const inbox_;  // not owned
+  Inbox* const inbox_;              // not owned
+  PeerDirectory* const directory_;  // not owned
   const int tcp_port_;
   absl::Mutex mu_;
   int live_streams_ ABSL_GUARDED_BY(mu_) = 0;

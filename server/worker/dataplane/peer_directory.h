@@ -1,0 +1,83 @@
+// PeerDirectory: which worker holds each rank of the groups this worker
+// joined, so that with TLS a data-plane stream is accepted only from the
+// worker that is the sending rank (a member of a group with this worker),
+// not from any certificate of the cluster.
+//
+// A peer can send before this worker has heard the reply to its own join
+// (both replies leave the coordinator together), so a chunk for a group
+// epoch not learned yet is neither accepted nor refused: its stream waits
+// (WaitFor) until Learn() brings that epoch or a newer one.
+//
+// Lifecycle: owned by the worker runtime, outlives the peer service.
+// Thread safety: all methods are thread-safe; WaitFor's callbacks run on
+// the thread that calls Learn, after it let go of the directory's lock.
+#ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_DIRECTORY_H_
+#define CHORUS_SERVER_WORKER_DATAPLANE_PEER_DIRECTORY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace chorus {
+
+class PeerDirectory {
+ public:
+  enum class Verdict { kMember, kNotMember, kUnknown };
+
+  // Records the worker name of every rank of `group` at `epoch`. Keeps the
+  // last few epochs of each group; runs the waiters now answerable.
+  void Learn(const std::string& group, uint64_t epoch,
+             std::vector<std::string> worker_names);
+
+  // Returns kMember when worker `name` holds `rank` of `group` at `epoch`,
+  // kNotMember when another worker does (or the rank does not exist, or the
+  // epoch is older than any remembered), kUnknown when this worker has not
+  // learned that epoch yet.
+  Verdict Check(const std::string& group, uint64_t epoch, int rank,
+                const std::string& name) const;
+
+  // Sets *verdict to Check's answer for these arguments. When that is
+  // kUnknown, also arranges for `ready` to run with the answer once it is
+  // known, and returns a token for Cancel; otherwise returns 0 and `ready`
+  // never runs.
+  uint64_t WaitFor(const std::string& group, uint64_t epoch, int rank,
+                   const std::string& name, Verdict* verdict,
+                   std::function<void(Verdict)> ready);
+
+  // Forgets a waiter. Returns true when its callback will not run; false
+  // when it has run or is about to (Learn took it).
+  bool Cancel(uint64_t token);
+
+ private:
+  // How many epochs of one group are remembered.
+  static constexpr size_t kEpochsPerGroup = 4;
+  struct Waiter {
+    std::string group;
+    uint64_t epoch = 0;
+    int rank = 0;
+    std::string name;
+    std::function<void(Verdict)> ready;
+  };
+
+  Verdict CheckLocked(const std::string& group, uint64_t epoch, int rank,
+                      const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  // Per group, epoch -> worker name of each rank.
+  absl::flat_hash_map<std::string, std::map<uint64_t, std::vector<std::string>>>
+      groups_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_DATAPLANE_PEER_DIRECTORY_H_
