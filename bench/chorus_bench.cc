@@ -112,8 +112,7 @@ ABSL_FLAG(std::string, tls_certs, "",
           "Run with mutual TLS: a directory made by scripts/dev_certs.sh "
           "with certificates for the coordinator and workers bench-rank0 .. "
           "bench-rank<N-1> (--workers=bench-rank0,...). The coordinator then "
-          "offers no call port and the ranks send data through gRPC "
-          "streams.");
+          "offers no call port, and the data plane runs TLS.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "", "Internal: the group to join.");

@@ -65,7 +65,9 @@ absl::StatusOr<std::vector<X509Ptr>> ReadCertificates(const std::string& path,
   return certs;
 }
 
-std::vector<std::string> UriNames(X509* cert) {
+}  // namespace
+
+std::vector<std::string> CertificateUris(X509* cert) {
   std::vector<std::string> uris;
   std::unique_ptr<GENERAL_NAMES, NamesDeleter> names(
       static_cast<GENERAL_NAMES*>(
@@ -80,8 +82,6 @@ std::vector<std::string> UriNames(X509* cert) {
   }
   return uris;
 }
-
-}  // namespace
 
 absl::StatusOr<std::vector<std::string>> CheckCertificateFiles(
     const std::string& ca_path, const std::string& cert_path,
@@ -126,7 +126,7 @@ absl::StatusOr<std::vector<std::string>> CheckCertificateFiles(
         absl::StrCat("certificate '", cert_path, "' does not verify against '",
                      ca_path, "': ", X509_verify_cert_error_string(error)));
   }
-  return UriNames(leaf);
+  return CertificateUris(leaf);
 }
 
 }  // namespace chorus

@@ -11,7 +11,12 @@
 
 #include "absl/status/statusor.h"
 
+typedef struct x509_st X509;
+
 namespace chorus {
+
+// Returns the URI subject alternative names of `cert`.
+std::vector<std::string> CertificateUris(X509* cert);
 
 // Checks that `ca_path` holds at least one certificate, `cert_path` a
 // certificate chain whose first certificate chains to those CAs and is valid

@@ -335,6 +335,19 @@ absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
   }
 }
 
+absl::Status WaitForSocket(int fd, short events, absl::Time deadline,
+                           int cancel_fd) {
+  switch (WaitFor(fd, events, deadline, cancel_fd)) {
+    case Wait::kReady:
+      return absl::OkStatus();
+    case Wait::kDeadline:
+      return absl::DeadlineExceededError("the peer did not answer in time");
+    case Wait::kCancelled:
+      return absl::CancelledError("this worker is shutting down");
+  }
+  return absl::OkStatus();
+}
+
 bool ReadFull(int fd, char* out, size_t size) {
   while (size > 0) {
     const ssize_t n = recv(fd, out, size, MSG_WAITALL);

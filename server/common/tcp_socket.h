@@ -88,6 +88,13 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
 absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
                                 absl::Time deadline, int cancel_fd);
 
+// Waits until `fd` is ready for `events` (POLLIN, POLLOUT), `deadline`
+// passes, or `cancel_fd` (an eventfd, or -1) becomes readable. Returns OK
+// (ready, or an error the next call on `fd` reports), DEADLINE_EXCEEDED or
+// CANCELLED.
+absl::Status WaitForSocket(int fd, short events, absl::Time deadline,
+                           int cancel_fd = -1);
+
 // Reads exactly `size` bytes from the blocking socket `fd` into `out`.
 // Returns false when the connection closed or failed first.
 bool ReadFull(int fd, char* out, size_t size);

@@ -159,6 +159,11 @@ const Identity& OwnIdentity() {
   return tls_state != nullptr ? tls_state->identity : kNone;
 }
 
+const TlsFiles& ActiveTlsFiles() {
+  static const TlsFiles kNone;
+  return tls_state != nullptr ? tls_state->files : kNone;
+}
+
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(
     Role server_role) {
   if (tls_state == nullptr) return grpc::InsecureChannelCredentials();

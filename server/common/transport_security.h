@@ -78,6 +78,9 @@ bool TlsEnabled();
 // Returns this process's identity; only meaningful when TlsEnabled().
 const Identity& OwnIdentity();
 
+// Returns the files EnableTls was given; only meaningful when TlsEnabled().
+const TlsFiles& ActiveTlsFiles();
+
 // Returns credentials for a channel to a server that must present a
 // certificate naming `server_role`; insecure credentials without TLS.
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(

@@ -55,8 +55,8 @@ ABSL_FLAG(int32_t, data_port, 0,
 ABSL_FLAG(bool, tcp_data_plane, true,
           "Send collective data to peers over raw TCP; false sends it "
           "through gRPC streams on the listen port instead (slower; for "
-          "networks that only let that port through). Off with TLS: the raw "
-          "TCP data plane is not encrypted.");
+          "networks that only let that port through). With TLS both are "
+          "encrypted.");
 ABSL_FLAG(bool, use_call_port, true,
           "Send collective calls, commits and failure reports to the "
           "coordinator's call port (plain TCP frames, lower latency) when it "

@@ -127,16 +127,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("data port ", options.data_port, " is out of range"));
   }
-  // With TLS, data travels in gRPC streams only; no plaintext port opens.
-  if (TlsEnabled()) options.tcp_data_plane = false;
-  if (!TlsEnabled()) {
-    absl::StatusOr<std::unique_ptr<TcpListener>> tcp_listener =
-        TcpListener::Start(listen->host, options.data_port, &runtime->inbox_);
-    if (!tcp_listener.ok()) return tcp_listener.status();
-    runtime->tcp_listener_ = *std::move(tcp_listener);
-  }
-  const int tcp_port =
-      runtime->tcp_listener_ != nullptr ? runtime->tcp_listener_->port() : 0;
+  // With TLS the data plane's connections are TLS too (TlsStream).
+  absl::StatusOr<std::unique_ptr<TcpListener>> tcp_listener =
+      TcpListener::Start(listen->host, options.data_port, &runtime->inbox_,
+                         &runtime->peers_);
+  if (!tcp_listener.ok()) return tcp_listener.status();
+  runtime->tcp_listener_ = *std::move(tcp_listener);
+  const int tcp_port = runtime->tcp_listener_->port();
   if (options.tcp_data_plane) {
     // A data connection that stops carrying data fails within the lease:
     // by then the coordinator has its verdict on the peer anyway.
@@ -181,9 +178,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     runtime->address_ = *std::move(advertised);
   }
   LOG(INFO) << "peers reach this worker at " << runtime->address_ << " (" << why
-            << "); "
-            << (tcp_port != 0 ? absl::StrCat("data plane on port ", tcp_port)
-                              : std::string("data in gRPC streams (TLS)"));
+            << "); data plane on port " << tcp_port
+            << (TlsEnabled() ? " (TLS)" : "");
 
   SessionOptions session;
   session.coordinator = options.coordinator;

@@ -57,8 +57,7 @@ struct RuntimeOptions {
   // protobuf copies; TcpPeerPool) when true, through gRPC Exchange streams
   // when false (ExchangePool: for networks that let only the gRPC port
   // through). Either way the worker accepts both. With TLS on
-  // (transport_security.h) the TCP data plane is off: data goes through the
-  // gRPC streams, which TLS protects, and no plaintext port is opened.
+  // (transport_security.h) both are encrypted and authenticated.
   bool tcp_data_plane = true;
   // Port of the TCP data-plane listener on the listen host; 0 picks one.
   int data_port = 0;

@@ -4,9 +4,13 @@
 // certificates (or none). Each attack gets its code and changes nothing: the
 // registry and the group are checked afterwards.
 
+#include <fcntl.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <openssl/ssl.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -27,6 +31,8 @@
 #include "server/common/collective_spec_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
+#include "server/common/tcp_socket.h"
+#include "server/worker/dataplane/wire_frame.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/wait.h"
@@ -380,6 +386,73 @@ TEST_F(TlsTest, CallsForAnotherWorkersRank_PermissionDeniedGroupGoesOn) {
             std::vector<std::string>({"OK 3", "OK 3"}));
 }
 
+// The port of the TCP data plane of the worker at `address`, asked with
+// worker w1's certificate.
+int DataPort(const std::string& address) {
+  auto peer =
+      v1::Peer::NewStub(ChannelAs(address, ReadPemFiles(TlsDir("worker-w1"))));
+  v1::DataPlaneInfo info;
+  auto context = Context();
+  EXPECT_TRUE(
+      peer->DataPlane(context.get(), v1::DataPlaneRequest(), &info).ok());
+  return static_cast<int>(info.tcp_port());
+}
+
+// A wire frame (wire_frame.h) of rank 1 of `group` at `epoch` to rank 0,
+// after the connection's hello.
+std::string HelloAndFrame(const std::string& group, uint64_t epoch) {
+  MessageKey key;
+  key.group = group;
+  key.epoch = epoch;
+  key.sequence = 99;
+  key.from_rank = 1;
+  key.to_rank = 0;
+  key.tag = 7;
+  return absl::StrCat(kWireHello, *EncodeFrameHeader(key, 6), group, "forged");
+}
+
+// Connects to the TCP data plane at 127.0.0.1:`port`, over TLS with the
+// certificate of `who` unless it is empty, sends `bytes` and returns whether
+// the worker closed the connection (within the RPC timeout) rather than
+// keeping it open for more frames.
+bool ClosedAfterSending(int port, const std::string& who,
+                        const std::string& bytes) {
+  absl::StatusOr<int> fd =
+      ConnectTcp("127.0.0.1", port, absl::Now() + kRpcTimeout);
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  if (!fd.ok()) return false;
+  const int flags = fcntl(*fd, F_GETFL);
+  fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK);
+  timeval timeout{static_cast<time_t>(absl::ToInt64Seconds(kRpcTimeout)), 0};
+  setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  bool closed = false;
+  char byte;
+  if (who.empty()) {
+    EXPECT_EQ(send(*fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+    closed = recv(*fd, &byte, 1, 0) == 0;
+  } else {
+    const std::string dir = TlsDir(who);
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_use_certificate_chain_file(ctx, (dir + "/cert.pem").c_str());
+    SSL_CTX_use_PrivateKey_file(ctx, (dir + "/key.pem").c_str(),
+                                SSL_FILETYPE_PEM);
+    SSL_CTX_load_verify_locations(ctx, (dir + "/ca.pem").c_str(), nullptr);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, *fd);
+    EXPECT_EQ(SSL_connect(ssl), 1);
+    EXPECT_EQ(SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())),
+              static_cast<int>(bytes.size()));
+    // 0: the worker closed its end; a timeout would be -1 with EAGAIN.
+    closed = SSL_read(ssl, &byte, 1) <= 0 && errno != EAGAIN;
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+  }
+  close(*fd);
+  return closed;
+}
+
 // Sends one chunk as rank 1 of `group` at `epoch` to `address` with the
 // certificate of `who`; returns how the stream ended.
 grpc::Status SendChunkAs(const std::string& address, const std::string& who,
@@ -418,6 +491,18 @@ TEST_F(TlsTest, DataPlane_ChunkFromNonMember_PermissionDeniedGroupGoesOn) {
   const grpc::Status own =
       SendChunkAs(workers_[0].address, "worker-w1", "g", epoch);
   EXPECT_TRUE(own.ok()) << own.error_message();
+  // The TCP data plane: plaintext, and TLS from the non-member, are closed.
+  const int port = DataPort(workers_[0].address);
+  ASSERT_NE(port, 0);
+  EXPECT_TRUE(ClosedAfterSending(port, "", HelloAndFrame("g", epoch)));
+  EXPECT_TRUE(ClosedAfterSending(port, "worker-w2", HelloAndFrame("g", epoch)));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const std::string log = workers_[0].process->ReadLog();
+        return absl::StrContains(log, "worker \"w2\" does not hold rank 1") &&
+               absl::StrContains(log, "refused the connection");
+      },
+      absl::Seconds(30)));
   EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_RING),
             std::vector<std::string>({"OK 3", "OK 3"}));
 }
@@ -465,15 +550,6 @@ TEST_F(TlsTest, PeerAndLocalApi_WrongIdentity_PermissionDenied) {
     const grpc::Status status =
         peer->DataPlane(context.get(), v1::DataPlaneRequest(), &info);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << who;
-  }
-  {
-    auto peer =
-        v1::Peer::NewStub(ChannelAs(w0, ReadPemFiles(TlsDir("worker-w1"))));
-    v1::DataPlaneInfo info;
-    auto context = Context();
-    ASSERT_TRUE(
-        peer->DataPlane(context.get(), v1::DataPlaneRequest(), &info).ok());
-    EXPECT_EQ(info.tcp_port(), 0u);
   }
   // The local API over TCP: a client certificate, not a worker's.
   v1::LocalJoinRequest join;

@@ -7,10 +7,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/tcp_socket.h"
+#include "server/common/tls_stream.h"
+#include "server/common/transport_security.h"
 #include "server/worker/dataplane/frame_reader.h"
 #include "server/worker/dataplane/recent_groups.h"
 
@@ -41,20 +44,27 @@ struct TcpListener::Connection {
   bool stopping ABSL_GUARDED_BY(mu) = false;
   // Set while the inbox holds the connection back.
   bool paused ABSL_GUARDED_BY(mu) = false;
+  // The directory's verdict on a frame waiting for its epoch.
+  std::optional<PeerDirectory::Verdict> admitted ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(
-    const std::string& host, int port, Inbox* inbox) {
+    const std::string& host, int port, Inbox* inbox, PeerDirectory* directory) {
+  if (TlsEnabled() && directory == nullptr) {
+    return absl::InvalidArgumentError(
+        "a TLS data plane needs the directory of group members");
+  }
   absl::StatusOr<Listener> listener = ListenTcp(host, port);
   if (!listener.ok()) return listener.status();
   std::unique_ptr<TcpListener> out(
-      new TcpListener(listener->fd, listener->port, inbox));
+      new TcpListener(listener->fd, listener->port, inbox, directory));
   out->accept_thread_ = std::thread([raw = out.get()] { raw->AcceptLoop(); });
   return out;
 }
 
-TcpListener::TcpListener(int fd, int port, Inbox* inbox)
-    : fd_(fd), port_(port), inbox_(inbox) {}
+TcpListener::TcpListener(int fd, int port, Inbox* inbox,
+                         PeerDirectory* directory)
+    : fd_(fd), port_(port), inbox_(inbox), directory_(directory) {}
 
 TcpListener::~TcpListener() { Shutdown(); }
 
@@ -138,25 +148,79 @@ void TcpListener::AcceptLoop() {
 
 namespace {
 
-// Reads a connection's bytes; counts them as the peer's.
+// Reads a connection's bytes, through TLS when `tls` is set.
 class SocketSource final : public ByteSource {
  public:
-  explicit SocketSource(int fd) : fd_(fd) {}
+  SocketSource(int fd, TlsStream* tls) : fd_(fd), tls_(tls) {}
   bool Read(char* out, size_t size) override {
-    return ReadFull(fd_, out, size);
+    return tls_ != nullptr ? tls_->ReadFull(out, size)
+                           : ReadFull(fd_, out, size);
   }
 
  private:
   const int fd_;
+  TlsStream* const tls_;
 };
 
 }  // namespace
 
+bool TcpListener::Admit(const std::shared_ptr<Connection>& connection,
+                        const std::string& caller, const MessageKey& key) {
+  PeerDirectory::Verdict verdict;
+  const uint64_t token =
+      directory_->WaitFor(key.group, key.epoch, key.from_rank, caller, &verdict,
+                          [connection](PeerDirectory::Verdict known) {
+                            absl::MutexLock lock(&connection->mu);
+                            connection->admitted = known;
+                          });
+  if (token != 0) {
+    absl::MutexLock lock(&connection->mu);
+    connection->mu.Await(absl::Condition(
+        +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+          return c->admitted.has_value() || c->stopping;
+        },
+        connection.get()));
+    if (!connection->admitted.has_value()) {
+      connection->mu.Unlock();
+      directory_->Cancel(token);
+      connection->mu.Lock();
+      return false;
+    }
+    verdict = *connection->admitted;
+    connection->admitted.reset();
+  }
+  if (verdict == PeerDirectory::Verdict::kMember) return true;
+  LOG(WARNING) << "data plane: closing the connection from " << connection->peer
+               << ": worker \"" << caller << "\" does not hold rank "
+               << key.from_rank << " of group " << key.group << " at epoch "
+               << key.epoch;
+  return false;
+}
+
 void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
+  std::unique_ptr<TlsStream> tls;
+  if (TlsEnabled()) {
+    absl::StatusOr<std::unique_ptr<TlsStream>> accepted =
+        TlsStream::Accept(connection->fd);
+    if (accepted.ok() && (*accepted)->peer().role != Role::kWorker) {
+      accepted = absl::PermissionDeniedError(
+          absl::StrCat((*accepted)->peer().Uri(), " is not a worker"));
+    }
+    if (!accepted.ok()) {
+      LOG(WARNING) << "data plane: refused the connection from "
+                   << connection->peer << ": " << accepted.status().message();
+      EndConnection(*connection);
+      return;
+    }
+    tls = *std::move(accepted);
+  }
   const Inbox::StreamId stream = inbox_->NewStream();
   RecentGroups recent;
-  SocketSource source(connection->fd);
+  SocketSource source(connection->fd, tls.get());
   auto on_message = [&](MessageKey key, std::string data) {
+    if (tls != nullptr && !Admit(connection, tls->peer().name, key)) {
+      return false;
+    }
     recent.Remember(key);
     {
       absl::MutexLock lock(&connection->mu);
@@ -191,8 +255,14 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     recent.MarkLost(*inbox_, connection->peer);
   }
   inbox_->CloseStream(stream);
-  absl::MutexLock lock(&connection->mu);
-  connection->ended = true;
+  EndConnection(*connection);
+}
+
+void TcpListener::EndConnection(Connection& connection) {
+  // The peer sees the end now; the descriptor is closed when reaped.
+  ShutdownSocket(connection.fd);
+  absl::MutexLock lock(&connection.mu);
+  connection.ended = true;
 }
 
 }  // namespace chorus

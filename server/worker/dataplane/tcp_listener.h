@@ -9,6 +9,12 @@
 // Lifecycle: Start() binds and starts accepting; Shutdown() (or the
 // destructor) closes the listener and every connection and joins the
 // threads. The inbox must outlive it.
+//
+// With TLS on (transport_security.h), each connection first runs the
+// server side of a TlsStream handshake; only worker certificates are
+// accepted, and a frame is delivered only when its sending rank is held by
+// that worker (PeerDirectory; a frame for an epoch not learned yet waits for
+// it). Anything else closes the connection.
 // Thread safety: thread-safe.
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
@@ -22,15 +28,19 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_directory.h"
 
 namespace chorus {
 
 class TcpListener {
  public:
-  // Listens on `host` at `port` (0: any free port). Returns UNAVAILABLE
-  // when the address cannot be bound.
+  // Listens on `host` at `port` (0: any free port). `directory` (not
+  // owned; needed with TLS on) says who holds each rank. Returns
+  // UNAVAILABLE when the address cannot be bound, INVALID_ARGUMENT for TLS
+  // without a directory.
   static absl::StatusOr<std::unique_ptr<TcpListener>> Start(
-      const std::string& host, int port, Inbox* inbox);
+      const std::string& host, int port, Inbox* inbox,
+      PeerDirectory* directory = nullptr);
 
   ~TcpListener();
   TcpListener(const TcpListener&) = delete;
@@ -46,15 +56,22 @@ class TcpListener {
  private:
   struct Connection;
 
-  TcpListener(int fd, int port, Inbox* inbox);
+  TcpListener(int fd, int port, Inbox* inbox, PeerDirectory* directory);
   void AcceptLoop();
   void Serve(const std::shared_ptr<Connection>& connection);
+  // Returns whether worker `caller` holds the sending rank of `key`, waiting
+  // for an epoch not learned yet (false when the listener stops first).
+  bool Admit(const std::shared_ptr<Connection>& connection,
+             const std::string& caller, const MessageKey& key);
+  // Marks `connection` ended and ends its socket for the peer.
+  static void EndConnection(Connection& connection);
   // Joins the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int fd_;
   const int port_;
-  Inbox* const inbox_;  // not owned
+  Inbox* const inbox_;              // not owned
+  PeerDirectory* const directory_;  // not owned; null without TLS
   std::thread accept_thread_;
 
   absl::Mutex mu_;

@@ -74,13 +74,22 @@ absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
   if (dead_peer_timeout_ != nullptr) {
     SetDeadPeerTimeout(*fd, dead_peer_timeout_());
   }
+  peer.fd = *fd;
+  if (TlsEnabled()) {
+    absl::StatusOr<std::unique_ptr<TlsStream>> tls =
+        TlsStream::Connect(*fd, Role::kWorker, give_up, shutdown_fd_);
+    if (!tls.ok()) {
+      CloseLocked(peer, /*goodbye=*/false);
+      return absl::UnavailableError(tls.status().message());
+    }
+    peer.tls = *std::move(tls);
+  }
   const absl::string_view hello = kWireHello;
-  absl::Status sent = WriteAll(*fd, &hello, 1, give_up);
+  absl::Status sent = WriteFrameLocked(peer, &hello, 1, give_up, -1);
   if (!sent.ok()) {
-    CloseSocket(*fd);
+    CloseLocked(peer, /*goodbye=*/false);
     return absl::UnavailableError(sent.message());
   }
-  peer.fd = *fd;
   return absl::OkStatus();
 }
 
@@ -89,9 +98,20 @@ absl::Status TcpPeerPool::WriteLocked(Peer& peer, const MessageKey& key,
                                       absl::Time deadline) {
   absl::StatusOr<std::string> header = EncodeFrameHeader(key, data.size());
   if (!header.ok()) return header.status();
-  // Header and data leave in one sendmsg, the data from the caller's buffer.
+  // Without TLS, header and data leave in one sendmsg, the data from the
+  // caller's buffer.
   const absl::string_view parts[2] = {*header, data};
-  return WriteAll(peer.fd, parts, 2, deadline, shutdown_fd_);
+  return WriteFrameLocked(peer, parts, 2, deadline, shutdown_fd_);
+}
+
+absl::Status TcpPeerPool::WriteFrameLocked(Peer& peer,
+                                           const absl::string_view* parts,
+                                           size_t count, absl::Time deadline,
+                                           int cancel_fd) {
+  if (peer.tls != nullptr) {
+    return peer.tls->WriteAll(parts, count, deadline, cancel_fd);
+  }
+  return WriteAll(peer.fd, parts, count, deadline, cancel_fd);
 }
 
 void TcpPeerPool::CloseLocked(Peer& peer, bool goodbye) {
@@ -99,8 +119,10 @@ void TcpPeerPool::CloseLocked(Peer& peer, bool goodbye) {
   if (goodbye) {
     const std::string frame = EncodeGoodbyeFrame();
     const absl::string_view part = frame;
-    WriteAll(peer.fd, &part, 1, absl::Now() + kGoodbyeTimeout).IgnoreError();
+    WriteFrameLocked(peer, &part, 1, absl::Now() + kGoodbyeTimeout, -1)
+        .IgnoreError();
   }
+  peer.tls.reset();
   CloseSocket(peer.fd);
   peer.fd = -1;
 }

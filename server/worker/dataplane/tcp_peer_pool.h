@@ -15,6 +15,10 @@
 // connection across a partition fails within the lease instead of sitting
 // in retransmission backoff after the network heals.
 //
+// With TLS on (transport_security.h), each connection runs a TlsStream
+// handshake after the hello's TCP connect and the frames travel encrypted;
+// the listener must present a worker certificate.
+//
 // Lifecycle: one per worker runtime. Shutdown() (or the destructor) says
 // goodbye on and closes every connection.
 // Thread safety: Send() may be called concurrently; writes to one peer are
@@ -34,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
+#include "server/common/tls_stream.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_sender.h"
 
@@ -67,6 +72,8 @@ class TcpPeerPool final : public PeerSender {
     std::unique_ptr<v1::Peer::Stub> stub;
     // The connected socket, or -1.
     int fd ABSL_GUARDED_BY(mu) = -1;
+    // Over `fd` with TLS on.
+    std::unique_ptr<TlsStream> tls ABSL_GUARDED_BY(mu);
     // The collective (group, epoch, sequence) `fd` last carried a frame of;
     // a frame of another one checks the connection first.
     std::string last_group ABSL_GUARDED_BY(mu);
@@ -80,6 +87,13 @@ class TcpPeerPool final : public PeerSender {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   absl::Status WriteLocked(Peer& peer, const MessageKey& key,
                            absl::string_view data, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // Writes `parts` on the peer's connection (through TLS when on); stops
+  // when `cancel_fd` (-1: none) fires. Codes of WriteAll (tcp_socket.h).
+  static absl::Status WriteFrameLocked(Peer& peer,
+                                       const absl::string_view* parts,
+                                       size_t count, absl::Time deadline,
+                                       int cancel_fd)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   // Says goodbye when `goodbye` and the connection is healthy, then closes.
   static void CloseLocked(Peer& peer, bool goodbye)
