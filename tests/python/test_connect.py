@@ -239,6 +239,14 @@ def test_certificate_of_another_ca_is_unavailable(
     assert "client-app" in caught.value.message  # names the TLS directory
 
 
+def test_tls_to_a_plaintext_worker_is_unavailable(
+        cluster: Cluster, certs: Path, no_tls_env: None) -> None:
+    with pytest.raises(chorus.Unavailable) as caught:
+        chorus.join(unique_group(), 1, 0, worker=cluster.address("w0"),
+                    tls_dir=certs / "client-app", timeout=10.0)
+    assert cluster.address("w0") in caught.value.message
+
+
 def test_unix_socket_of_a_tls_worker_is_plaintext(
         tls: Dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     # A unix: target never reads the TLS directory (this one is absent),
