@@ -25,6 +25,7 @@ the worker's certificate must chain to, this client's certificate, its key.
 """
 
 PathLike = Union[str, "os.PathLike[str]"]
+"""A directory given as a str or an os.PathLike (e.g. a pathlib.Path)."""
 
 
 def default_socket_path() -> str:
