@@ -2,8 +2,10 @@
 r"""DDP step time on the chorus torch backend next to torch's own gloo.
 
 For each world size it starts a chorus-coordinator and one chorus-worker per
-rank on 127.0.0.1 (from the build tree), then one process per rank. Every
-rank builds the model of examples/python/ddp_train.py twice, wraps one copy
+rank on 127.0.0.1 (from the build tree; the workers serve no Unix socket,
+--local_socket=, and each rank reaches its worker over TCP loopback), then
+one process per rank. Every rank builds the model of
+examples/python/ddp_train.py twice, wraps one copy
 in DistributedDataParallel over the default process group (backend chorus)
 and the other over a gloo group of the same ranks (dist.new_group(backend=
 "gloo")), and trains both on the same synthetic batches: blocks of --steps
@@ -174,10 +176,13 @@ def measure(world: int, args: argparse.Namespace, argv: List[str],
                 [_binary("chorus-coordinator", "server/coordinator"),
                  "--listen=127.0.0.1:0"], Path(folder, "coordinator.port"),
                 "chorus-coordinator", running)
+            # No Unix socket (workers on one host would share the default
+            # one): ranks reach their worker over TCP loopback.
             workers = [_start(
                 [_binary("chorus-worker", "server/worker"),
                  f"--coordinator=127.0.0.1:{coordinator}",
-                 "--listen=127.0.0.1:0", f"--name=bench-{r}"],
+                 "--listen=127.0.0.1:0", f"--name=bench-{r}",
+                 "--local_socket="],
                 Path(folder, f"worker-{r}.port"), f"worker {r}", running)
                 for r in range(world)]
             env = dict(os.environ, WORLD_SIZE=str(world),

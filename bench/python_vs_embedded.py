@@ -5,9 +5,10 @@ One invocation measures all_reduce, f32, sum over the same sizes twice, on
 127.0.0.1, and prints one table:
 
 - python: a chorus-coordinator and one chorus-worker daemon per rank are
-  started from the build tree; each rank is a Python process that joins with
-  ``chorus.join(..., worker=...)`` through its own daemon and times
-  ``comm.all_reduce(x, out=out)``.
+  started from the build tree (without Unix sockets, --local_socket=, so
+  that they do not share the default one); each rank is a Python process
+  that joins with ``chorus.join(..., worker=...)`` through its own daemon's
+  loopback TCP address and times ``comm.all_reduce(x, out=out)``.
 - embedded: ``chorus-bench --collective=all_reduce --dtype=f32 --op=sum
   --format=csv`` once per size, whose ranks embed a WorkerRuntime in their own
   processes (no hop to a daemon).
@@ -322,7 +323,10 @@ class PythonSide:
             self._daemon(f"worker-{r}",
                          self.build_dir / "server/worker/chorus-worker",
                          [f"--coordinator=127.0.0.1:{coordinator}",
-                          f"--name=pyvsemb-{r}"])
+                          f"--name=pyvsemb-{r}",
+                          # Ranks use TCP loopback; workers on one host
+                          # must not all serve the default Unix socket.
+                          "--local_socket="])
             for r in range(self.ranks)]
         context = multiprocessing.get_context("spawn")
         python_dir = str(self.build_dir / "python")

@@ -7,17 +7,26 @@ installed into build/python (see client/python/README.md):
     PYTHONPATH=build/python /usr/bin/python3 examples/python/allreduce.py
 
 starts a coordinator and two workers on 127.0.0.1 from build/ (or
-$CHORUS_BUILD_DIR, or a folder of binaries $CHORUS_BIN_DIR), runs rank 0
-and rank 1 as two processes, each through its own worker, and stops the
-daemons again.
+$CHORUS_BUILD_DIR, or a folder of binaries $CHORUS_BIN_DIR), each worker
+serving its local API on a Unix socket of its own (--local_socket) in a
+temporary folder, runs rank 0 and rank 1 as two processes, each through
+its own worker's socket, and stops the daemons again.
 
-With CHORUS_WORKER, CHORUS_GROUP, CHORUS_WORLD_SIZE and CHORUS_RANK set, it
-runs only that rank, against daemons you started yourself:
+With CHORUS_GROUP, CHORUS_WORLD_SIZE and CHORUS_RANK set, it runs only that
+rank, against daemons you started yourself: through the worker at
+$CHORUS_WORKER ("unix:/path" of its --local_socket, or "host:port"), or,
+without CHORUS_WORKER, through the default socket of a worker on this host
+started without --local_socket ($XDG_RUNTIME_DIR/chorus/worker.sock, or
+/tmp/chorus-<uid>/worker.sock):
 
-    CHORUS_WORKER=127.0.0.1:PORT CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 \
-        CHORUS_RANK=0 PYTHONPATH=build/python /usr/bin/python3 allreduce.py
+    CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 CHORUS_RANK=0 \
+        PYTHONPATH=build/python /usr/bin/python3 examples/python/allreduce.py
+    CHORUS_WORKER=unix:/tmp/w1.sock CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 \
+        CHORUS_RANK=1 PYTHONPATH=build/python /usr/bin/python3 \
+        examples/python/allreduce.py
 """
 
+import argparse
 import os
 import subprocess
 import sys
@@ -30,10 +39,8 @@ import numpy as np
 
 try:
     import chorus
-except ImportError:
-    sys.exit("the chorus package is not installed; see "
-             "client/python/README.md (e.g. PYTHONPATH=build/python after "
-             "installing it there)")
+except ImportError:  # reported by main(), after --help
+    chorus = None
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,10 +103,20 @@ def _wait_for_port(process: "subprocess.Popen[bytes]", port_file: Path,
     sys.exit(f"{name} did not start within 30 s")
 
 
+def _short_temp_base() -> str:
+    """A folder for the temporary one holding the workers' sockets: the
+    temp folder when its path is short, else /tmp (a Unix socket's path
+    must stay under about 100 bytes).
+    """
+    base = tempfile.gettempdir()
+    return base if len(base) <= 40 else "/tmp"
+
+
 def run_everything() -> None:
     """Starts a coordinator and two workers, runs two rank processes."""
     daemons: List["subprocess.Popen[bytes]"] = []
-    with tempfile.TemporaryDirectory(prefix="chorus-example-") as folder:
+    with tempfile.TemporaryDirectory(prefix="chorus-example-",
+                                     dir=_short_temp_base()) as folder:
         try:
             port_file = Path(folder, "coordinator.port")
             daemons.append(subprocess.Popen([
@@ -108,20 +125,26 @@ def run_everything() -> None:
                 stderr=subprocess.DEVNULL))
             coordinator = _wait_for_port(daemons[-1], port_file,
                                          "chorus-coordinator")
-            workers = []
+            # Each worker serves its peers on a loopback port and its local
+            # API also on a socket of its own: two workers on one host must
+            # not share the default socket.
+            sockets = []
             for name in ("worker-a", "worker-b"):
                 port_file = Path(folder, f"{name}.port")
+                socket_path = str(Path(folder, f"{name}.sock"))
                 daemons.append(subprocess.Popen([
                     _binary("chorus-worker", "server/worker"),
                     f"--coordinator=127.0.0.1:{coordinator}",
                     "--listen=127.0.0.1:0", f"--name={name}",
+                    f"--local_socket={socket_path}",
                     f"--port_file={port_file}"], stderr=subprocess.DEVNULL))
-                workers.append(_wait_for_port(daemons[-1], port_file, name))
+                _wait_for_port(daemons[-1], port_file, name)
+                sockets.append(socket_path)
             print(f"coordinator on 127.0.0.1:{coordinator}, workers on "
-                  f"{', '.join(f'127.0.0.1:{p}' for p in workers)}")
+                  f"{', '.join(f'unix:{p}' for p in sockets)}")
             ranks = []
-            for rank, port in enumerate(workers):
-                env = dict(os.environ, CHORUS_WORKER=f"127.0.0.1:{port}",
+            for rank, socket_path in enumerate(sockets):
+                env = dict(os.environ, CHORUS_WORKER=f"unix:{socket_path}",
                            CHORUS_GROUP="example", CHORUS_WORLD_SIZE="2",
                            CHORUS_RANK=str(rank))
                 ranks.append(subprocess.Popen(
@@ -136,8 +159,20 @@ def run_everything() -> None:
                 daemon.wait(timeout=10)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Runs one rank when CHORUS_RANK is set, else the whole example."""
+    argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    if chorus is None:
+        sys.exit("the chorus package is not installed; see "
+                 "client/python/README.md (e.g. PYTHONPATH=build/python "
+                 "after installing it there)")
     if os.environ.get("CHORUS_RANK") is not None:
         run_rank()
     else:
         run_everything()
+
+
+if __name__ == "__main__":
+    main()

@@ -14,20 +14,27 @@ package installed into build/python (see client/python/README.md):
 
 starts a coordinator and one worker daemon per rank on 127.0.0.1 from
 build/ (or $CHORUS_BUILD_DIR, or a folder of binaries $CHORUS_BIN_DIR),
-runs the ranks as processes of this script, prints rank 0's loss, and stops
-the daemons. --backend gloo runs the same training on torch's own gloo
-backend instead (no daemons). --single-process trains on the whole batch in
-this process, without torch.distributed: the parameters DDP must reproduce.
+each serving its local API on a Unix socket of its own in a temporary
+folder, runs the ranks as processes of this script (each through its
+worker's socket), prints rank 0's loss, and stops the daemons. --backend
+gloo runs the same training on torch's own gloo backend instead (no
+daemons). --single-process trains on the whole batch in this process,
+without torch.distributed: the parameters DDP must reproduce.
 
 With RANK and WORLD_SIZE set (torchrun sets them, with MASTER_ADDR and
 MASTER_PORT), it runs that one rank against daemons you started yourself,
-joining the Chorus group $CHORUS_GROUP through the worker at $CHORUS_WORKER:
+joining the Chorus group $CHORUS_GROUP through the worker at $CHORUS_WORKER
+("unix:/path" or "host:port"), or without it through the default socket of
+the worker on this host ($XDG_RUNTIME_DIR/chorus/worker.sock, or
+/tmp/chorus-<uid>/worker.sock, where a worker started without
+--local_socket serves it):
 
-    CHORUS_WORKER=127.0.0.1:PORT CHORUS_GROUP=train \
-        PYTHONPATH=build/python torchrun --nproc_per_node 2 \
-        examples/python/ddp_train.py
+    CHORUS_GROUP=train PYTHONPATH=build/python \
+        torchrun --nproc_per_node 2 examples/python/ddp_train.py
 
-(with one worker per host, or per rank: ranks of one group can share it).
+(with one worker per host, or per rank: ranks of one group can share it;
+$CHORUS_TLS_DIR names a client certificate for a host:port worker with
+TLS).
 """
 
 import argparse
@@ -114,7 +121,8 @@ def parameters_of(model: torch.nn.Module) -> torch.nn.Module:
 
 def run_rank(args: argparse.Namespace) -> None:
     """One rank: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the
-    environment; for chorus also CHORUS_WORKER and CHORUS_GROUP.
+    environment; for chorus also CHORUS_GROUP and CHORUS_WORKER (default:
+    the worker's default socket on this host).
     """
     if args.backend == "chorus":
         try:
@@ -209,8 +217,12 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
     # One compute thread per rank unless told otherwise, as torchrun does:
     # the ranks share this host's cores.
     env.setdefault("OMP_NUM_THREADS", "1")
-    workers: List[int] = []
-    with tempfile.TemporaryDirectory(prefix="chorus-ddp-") as folder:
+    sockets: List[str] = []
+    # A Unix socket's path must stay under about 100 bytes.
+    base = tempfile.gettempdir()
+    with tempfile.TemporaryDirectory(
+            prefix="chorus-ddp-",
+            dir=base if len(base) <= 40 else "/tmp") as folder:
         try:
             if args.backend == "chorus":
                 coordinator, port = _start(
@@ -219,19 +231,22 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
                     Path(folder, "coordinator.port"), "chorus-coordinator")
                 daemons.append(coordinator)
                 for rank in range(args.world_size):
-                    worker, worker_port = _start(
+                    # Workers on one host each need a socket of their own.
+                    socket_path = str(Path(folder, f"worker-{rank}.sock"))
+                    worker, _ = _start(
                         [_binary("chorus-worker", "server/worker"),
                          f"--coordinator=127.0.0.1:{port}",
-                         "--listen=127.0.0.1:0", f"--name=worker-{rank}"],
+                         "--listen=127.0.0.1:0", f"--name=worker-{rank}",
+                         f"--local_socket={socket_path}"],
                         Path(folder, f"worker-{rank}.port"),
                         f"worker-{rank}")
                     daemons.append(worker)
-                    workers.append(worker_port)
+                    sockets.append(socket_path)
             ranks = []
             for rank in range(args.world_size):
                 rank_env = dict(env, RANK=str(rank))
-                if workers:
-                    rank_env["CHORUS_WORKER"] = f"127.0.0.1:{workers[rank]}"
+                if sockets:
+                    rank_env["CHORUS_WORKER"] = f"unix:{sockets[rank]}"
                 ranks.append(subprocess.Popen(
                     [sys.executable, __file__] + argv, env=rank_env))
             statuses = [p.wait() for p in ranks]
@@ -251,7 +266,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         "environment it starts a coordinator, one worker per rank and the "
         "rank processes itself; with RANK and WORLD_SIZE (as torchrun sets "
         "them) it is that one rank, joining $CHORUS_GROUP through the "
-        "worker at $CHORUS_WORKER.")
+        "worker at $CHORUS_WORKER (default: the worker's default Unix "
+        "socket on this host).")
     parser.add_argument("--world-size", type=int, default=2,
                         help="ranks to start (default 2; ignored when RANK "
                         "is set)")

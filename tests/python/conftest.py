@@ -10,12 +10,15 @@ build/python and puts that on PYTHONPATH).
 import atexit
 import concurrent.futures
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Sequence
 
 import pytest
 
@@ -74,17 +77,23 @@ def _kill_leftovers() -> None:
 
 
 class Daemon:
-    """A daemon process started by a test, with its log file and port."""
+    """A daemon process started by a test, with its log file and port.
+    `env` replaces the test's environment for the process when given.
+    """
 
-    def __init__(self, name: str, args: List[str], folder: Path) -> None:
+    def __init__(self, name: str, args: List[str], folder: Path,
+                 env: Optional[Mapping[str, str]] = None) -> None:
         self.name = name
         self.port_file = folder / f"{name}.port"
         self.log_path = folder / f"{name}.log"
         self.port_file.unlink(missing_ok=True)
+        # The Unix socket of a worker's local API, when it serves one.
+        self.local_socket: Optional[str] = None
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
             args + [f"--port_file={self.port_file}"], stdout=self._log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=None if env is None else dict(env))
         _RUNNING.append(self)
         self.port = self._wait_for_port()
 
@@ -144,17 +153,27 @@ class Daemon:
 
 
 class Cluster:
-    """A coordinator and its workers, all on 127.0.0.1."""
+    """A coordinator and its workers, all on 127.0.0.1.
+
+    With `tls_dir` (what make_certs() writes) every daemon runs with mutual
+    TLS: the coordinator with tls_dir/coordinator, worker NAME with
+    tls_dir/worker-NAME.
+    """
 
     def __init__(self, folder: Path, workers: Sequence[str] = ("w0", "w1"),
-                 coordinator_flags: Sequence[str] = ()) -> None:
+                 coordinator_flags: Sequence[str] = (),
+                 tls_dir: Optional[Path] = None) -> None:
         self.bins = binaries()
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.tls_dir = tls_dir
         self.workers: Dict[str, Daemon] = {}
+        tls_flags = ([f"--tls_dir={tls_dir / 'coordinator'}"]
+                     if tls_dir is not None else [])
         self.coordinator = Daemon(
             "coordinator", [str(self.bins["chorus-coordinator"]),
-                            "--listen=127.0.0.1:0", *coordinator_flags],
+                            "--listen=127.0.0.1:0", *tls_flags,
+                            *coordinator_flags],
             folder)
         try:
             for name in workers:
@@ -163,16 +182,39 @@ class Cluster:
             self.stop()
             raise
 
-    def add_worker(self, name: str, flags: Sequence[str] = ()) -> Daemon:
+    def add_worker(self, name: str, flags: Sequence[str] = (),
+                   local_socket: Optional[str] = "",
+                   env: Optional[Mapping[str, str]] = None) -> Daemon:
         """Starts a worker registered with the coordinator, with extra
         `flags`; returns it once it is registered.
+
+        local_socket is its --local_socket: "" (the default) serves no Unix
+        socket, so that workers on this host never share one; a path serves
+        the local API there too; None leaves the flag out, so the worker
+        serves the default socket of its environment, as "default" does.
+        The returned daemon's local_socket is the socket's path (None for
+        ""). `env` replaces the worker's environment (e.g. with an
+        XDG_RUNTIME_DIR of its own).
         """
+        socket_flags: List[str] = []
+        if local_socket is not None:
+            socket_flags = [f"--local_socket={local_socket}"]
+        tls_flags = ([f"--tls_dir={self.tls_dir / f'worker-{name}'}"]
+                     if self.tls_dir is not None else [])
         daemon = Daemon(name, [
             str(self.bins["chorus-worker"]),
             f"--coordinator={self.coordinator.address}",
-            "--listen=127.0.0.1:0", f"--name={name}", "--local_socket=",
-            *flags,
-        ], self.folder)
+            "--listen=127.0.0.1:0", f"--name={name}", *socket_flags,
+            *tls_flags, *flags,
+        ], self.folder, env=env)
+        if local_socket is None or local_socket == "default":
+            runtime_dir = (os.environ if env is None else env).get(
+                "XDG_RUNTIME_DIR")
+            daemon.local_socket = (
+                f"{runtime_dir}/chorus/worker.sock" if runtime_dir else
+                f"/tmp/chorus-{os.getuid()}/worker.sock")
+        elif local_socket:
+            daemon.local_socket = local_socket
         self.workers[name] = daemon
         return daemon
 
@@ -190,6 +232,35 @@ class Cluster:
         """The tails of every daemon's log, for failure messages."""
         return "\n".join(f"--- {d.name}\n{d.log_tail()}" for d in
                          [self.coordinator, *self.workers.values()])
+
+
+def short_temp_dir() -> Path:
+    """A new, empty folder with a short path, for Unix sockets (whose paths
+    must stay under about 100 bytes): under the temp folder when its path is
+    short, else under /tmp. The caller removes it.
+    """
+    base = tempfile.gettempdir()
+    if len(base) > 40:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="chorus-", dir=base))
+
+
+def make_certs(out: Path, workers: Sequence[str] = ("w0", "w1"),
+               clients: Sequence[str] = ("app",),
+               admins: Sequence[str] = ("admin",)) -> Path:
+    """Makes a CA and certificates with scripts/dev_certs.sh into `out`:
+    out/coordinator, out/worker-NAME, out/client-NAME, out/admin-NAME, each
+    a --tls_dir (ca.pem, cert.pem, key.pem). Returns `out`.
+    """
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "dev_certs.sh"), f"--out={out}",
+         f"--workers={','.join(workers)}", f"--clients={','.join(clients)}",
+         f"--admins={','.join(admins)}"],
+        capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        pytest.fail(f"scripts/dev_certs.sh failed:\n{done.stdout}"
+                    f"{done.stderr}", pytrace=False)
+    return out
 
 
 def unique_group(prefix: str = "g") -> str:
@@ -239,6 +310,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     c = Cluster(tmp_path_factory.mktemp("cluster"))
     yield c
     c.stop()
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A short, empty folder for Unix sockets, removed after the test."""
+    folder = short_temp_dir()
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@ sequence number, so the group goes on as if it had not happened.
 """
 
 import array
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -116,10 +117,12 @@ def test_join_checks_its_arguments_first(kwargs: Any, words: Any) -> None:
     _refused(lambda: chorus.join(worker=NOWHERE, **kwargs), *words)
 
 
-def test_join_needs_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_join_needs_its_environment(monkeypatch: pytest.MonkeyPatch,
+                                    tmp_path: Path) -> None:
     for name in ("CHORUS_WORKER", "CHORUS_GROUP", "CHORUS_WORLD_SIZE",
-                 "CHORUS_RANK", "WORLD_SIZE", "RANK"):
+                 "CHORUS_RANK", "WORLD_SIZE", "RANK", "CHORUS_TLS_DIR"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     _refused(lambda: chorus.join(), "CHORUS_GROUP")
     monkeypatch.setenv("CHORUS_GROUP", "g")
     _refused(lambda: chorus.join(), "CHORUS_WORLD_SIZE")
@@ -128,7 +131,15 @@ def test_join_needs_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHORUS_WORLD_SIZE", "2")
     _refused(lambda: chorus.join(), "CHORUS_RANK")
     monkeypatch.setenv("CHORUS_RANK", "1")
-    _refused(lambda: chorus.join(), "CHORUS_WORKER")
+    # Without a worker, join looks for the default socket, and says where
+    # it looked and how to point at a worker instead.
+    with pytest.raises(chorus.Unavailable) as caught:
+        chorus.join()
+    message = caught.value.message
+    assert f"{tmp_path}/chorus/worker.sock" in message, message
+    assert "CHORUS_WORKER" in message and "unix:" in message, message
+    monkeypatch.setenv("CHORUS_WORKER", "/run/chorus/worker.sock")
+    _refused(lambda: chorus.join(), "unix:/run/chorus/worker.sock")
 
 
 def test_world_sizes_that_disagree(cluster: Cluster) -> None:

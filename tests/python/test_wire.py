@@ -130,6 +130,7 @@ CODES = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: chorus.ResourceExhausted,
     grpc.StatusCode.DATA_LOSS: chorus.DataLoss,
     grpc.StatusCode.PERMISSION_DENIED: chorus.PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: chorus.Unauthenticated,
     grpc.StatusCode.INTERNAL: chorus.Internal,
     grpc.StatusCode.UNKNOWN: chorus.Error,
 }

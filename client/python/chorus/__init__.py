@@ -2,14 +2,20 @@
 across ranks, through the local API of a Chorus worker daemon.
 
     import numpy as np, chorus
-    with chorus.join("g", 2, 0, worker="127.0.0.1:7001") as comm:
+    with chorus.join("g", 2, 0) as comm:  # the local worker's Unix socket
         total = comm.all_reduce(np.array([1, 2, 3], dtype=np.float32))
+
+Without worker= (or $CHORUS_WORKER) join() goes through the socket a worker
+on this host serves by default, chorus.default_socket_path(); worker= takes
+"unix:/path" or "host:port", and tls_dir= (or $CHORUS_TLS_DIR) turns on
+mutual TLS for a host:port worker started with --tls_dir.
 
 Every failure is a chorus.Error subclass carrying the gRPC status code and,
 where the status says so, the ranks and workers involved. See README.md next
 to this package for the whole API.
 """
 
+from chorus._connect import default_socket_path
 from chorus._dtypes import DTYPES, bf16_to_f32, dtype_name, f32_to_bf16
 from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
                                  STREAM_THRESHOLD_BYTES, Communicator, Work,
@@ -17,17 +23,18 @@ from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
 from chorus.errors import (Aborted, Cancelled, DataLoss, DeadlineExceeded,
                            Error, FailedPrecondition, Internal,
                            InvalidArgument, NotFound, PermissionDenied,
-                           ResourceExhausted, Unavailable, Unimplemented)
+                           ResourceExhausted, Unauthenticated, Unavailable,
+                           Unimplemented)
 
 __version__ = "0.1.0"
 """The version of this package."""
 
 __all__ = [
-    "join", "Communicator", "Work", "DEFAULT_TIMEOUT", "MAX_MESSAGE_BYTES",
-    "STREAM_THRESHOLD_BYTES",
+    "join", "default_socket_path", "Communicator", "Work", "DEFAULT_TIMEOUT",
+    "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES",
     "DTYPES", "dtype_name", "bf16_to_f32", "f32_to_bf16",
     "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
     "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",
-    "ResourceExhausted", "DataLoss", "PermissionDenied", "Internal",
-    "Cancelled",
+    "ResourceExhausted", "DataLoss", "PermissionDenied", "Unauthenticated",
+    "Internal", "Cancelled",
 ]

@@ -21,7 +21,7 @@ from typing import Sequence, Tuple, Union
 import grpc
 import numpy as np
 
-from chorus import _dtypes
+from chorus import _connect, _dtypes
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
                            InvalidArgument, ResourceExhausted, Unavailable,
                            from_rpc_error)
@@ -223,7 +223,8 @@ def _check_timeout(timeout: Optional[float], default: float) -> float:
 def join(group: Optional[str] = None, world_size: Optional[int] = None,
          rank: Optional[int] = None, *, worker: Optional[str] = None,
          device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
-         max_message_bytes: int = MAX_MESSAGE_BYTES) -> "Communicator":
+         max_message_bytes: int = MAX_MESSAGE_BYTES,
+         tls_dir: Optional[_connect.PathLike] = None) -> "Communicator":
     """Joins `group` as `rank` of `world_size` ranks through the worker daemon
     at `worker` and returns the Communicator once every rank joined.
 
@@ -233,23 +234,42 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             $WORLD_SIZE (as torchrun sets it).
         rank: this rank, 0 .. world_size - 1; default $CHORUS_RANK, then
             $RANK.
-        worker: the daemon's local API, "host:port" or "unix:/path";
-            default $CHORUS_WORKER.
+        worker: the daemon's local API: "unix:/path" (its --local_socket)
+            or "host:port" (its --listen address, which answers loopback
+            callers, or with TLS a client or admin certificate); default
+            $CHORUS_WORKER, else "unix:" + default_socket_path(), the
+            socket a worker started without --local_socket serves
+            ($XDG_RUNTIME_DIR/chorus/worker.sock, or
+            /tmp/chorus-<uid>/worker.sock without XDG_RUNTIME_DIR).
         device: the device this rank reduces on: "cpu", "cuda:0", ...
         timeout: seconds the join may wait for the other ranks; also the
             default deadline of every collective of the communicator.
         max_message_bytes: the largest gRPC message the daemon takes and
             sends (MAX_MESSAGE_BYTES unless the daemon was built otherwise);
             calls whose messages would be larger stream their tensors.
+        tls_dir: for a host:port worker started with --tls_dir, a directory
+            with ca.pem (the cluster's CA), cert.pem and key.pem (this
+            client's certificate, chorus://client/NAME or
+            chorus://admin/NAME, and key), as scripts/dev_certs.sh makes in
+            DIR/client-NAME: the channel then uses mutual TLS; default
+            $CHORUS_TLS_DIR; "" means plaintext. A unix: worker is always
+            reached in plaintext and tls_dir is not read.
 
     Raises:
         InvalidArgument: a missing or malformed argument (nothing is sent),
-            or one the coordinator refuses (rank taken, world size differs).
+            a TLS file that is missing, unreadable or not PEM, or an
+            argument the coordinator refuses (rank taken, world size
+            differs).
+        PermissionDenied: the daemon refuses this caller: over TCP without
+            TLS it answers only loopback, with TLS only client and admin
+            certificates.
         DeadlineExceeded: not every rank joined in time; `missing_ranks`
             names the others.
         Unimplemented: the device cannot take part in distributed
             operations.
-        Unavailable: the daemon cannot be reached or is not registered yet.
+        Unavailable: the daemon cannot be reached (no socket at a unix:
+            path, nothing listening, a TLS handshake that failed) or is not
+            registered yet.
     """
     if group is None:
         group = os.environ.get("CHORUS_GROUP") or None
@@ -264,12 +284,10 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
     if not 0 <= rank < world_size:
         raise InvalidArgument(
             f"rank {rank} is out of range for world size {world_size}")
-    if worker is None:
-        worker = os.environ.get("CHORUS_WORKER") or None
-    if not isinstance(worker, str) or not worker:
-        raise InvalidArgument(
-            "no worker: pass worker='host:port' (the worker daemon's local "
-            "API) or set CHORUS_WORKER")
+    worker, default_worker = _connect.resolve_worker(worker)
+    tls_path, tls_source = _connect.resolve_tls_dir(tls_dir)
+    if _connect.is_unix_target(worker):
+        tls_path = None
     timeout = _check_timeout(timeout, DEFAULT_TIMEOUT)
     if (isinstance(max_message_bytes, bool) or
             not isinstance(max_message_bytes, int) or max_message_bytes < 1):
@@ -277,8 +295,12 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             f"max_message_bytes must be a positive int, got "
             f"{max_message_bytes!r}")
     device_proto = _parse_device(device)
+    credentials = None
+    if tls_path is not None:  # the files are checked before anything is sent
+        credentials = _connect.tls_credentials(tls_path, tls_source)
+    _connect.check_socket(worker, default_worker)
 
-    channel = grpc.insecure_channel(worker, options=[
+    channel = _connect.make_channel(worker, credentials, options=[
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", 100),
@@ -288,11 +310,12 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
     try:
         # A fresh channel's first attempt can fail on a busy host; give it a
         # moment, then ask anyway so that an absent daemon fails the join.
+        connected = True
         try:
             grpc.channel_ready_future(channel).result(
                 timeout=min(timeout, _CONNECT_WAIT))
         except grpc.FutureTimeoutError:
-            pass
+            connected = False
         stub = worker_pb2_grpc.WorkerLocalStub(channel)
         request = worker_pb2.LocalJoinRequest(
             group=group, world_size=world_size, rank=rank,
@@ -302,8 +325,11 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if isinstance(error, Unavailable):
+                hint = ""
+                if not connected:
+                    hint = _connection_hint(worker, tls_source)
                 raise Unavailable(
-                    f"worker daemon at {worker}: {error.message}",
+                    f"worker daemon at {worker}: {error.message}{hint}",
                     error.code, error.details) from None
             raise error from None
     except BaseException:
@@ -315,6 +341,20 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _device=_canonical_name(device_proto),
         _member_devices=list(response.member_devices), _timeout=timeout,
         _max_message_bytes=max_message_bytes)
+
+
+def _connection_hint(worker: str, tls_source: str) -> str:
+    """What to check when a channel to `worker` never connected."""
+    if _connect.is_unix_target(worker):
+        return (" (is the worker running, and serving this socket for this "
+                "user? it is mode 0600)")
+    if tls_source:
+        return (f" (with TLS from {tls_source}: the worker must run with "
+                "--tls_dir, its certificate must come from the same CA and "
+                "name the host dialed, and it must accept this client's "
+                "certificate)")
+    return (" (a worker started with --tls_dir needs tls_dir= or "
+            "CHORUS_TLS_DIR)")
 
 
 class Work(futures.Future):
@@ -618,7 +658,9 @@ class Communicator:
 
     @property
     def worker(self) -> str:
-        """The address of the worker daemon's local API."""
+        """The gRPC target of the worker daemon's local API it dialed:
+        "unix:/path" (the default socket too) or "host:port".
+        """
         return self._worker
 
     @property

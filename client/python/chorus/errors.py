@@ -17,8 +17,8 @@ from chorus import _status_details
 __all__ = [
     "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
     "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",
-    "ResourceExhausted", "DataLoss", "PermissionDenied", "Internal",
-    "Cancelled", "from_rpc_error", "error_for_code",
+    "ResourceExhausted", "DataLoss", "PermissionDenied", "Unauthenticated",
+    "Internal", "Cancelled", "from_rpc_error", "error_for_code",
 ]
 
 
@@ -145,8 +145,19 @@ class DataLoss(Error):
 
 
 class PermissionDenied(Error):
-    """PERMISSION_DENIED: the caller may not act for that worker or rank."""
+    """PERMISSION_DENIED: the caller may not do this: act for another
+    worker or rank, or use a worker's local API over TCP from another host
+    without TLS, or with TLS without a client or admin certificate (the
+    message says which).
+    """
     code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class Unauthenticated(Error):
+    """UNAUTHENTICATED: the server could not tell who the caller is (e.g.
+    a TLS connection without a usable client certificate).
+    """
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class Internal(Error):
@@ -163,7 +174,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[Error]] = {
     cls.code: cls for cls in (
         InvalidArgument, DeadlineExceeded, Aborted, FailedPrecondition,
         Unimplemented, Unavailable, NotFound, ResourceExhausted, DataLoss,
-        PermissionDenied, Internal, Cancelled)
+        PermissionDenied, Unauthenticated, Internal, Cancelled)
 }
 _BY_VALUE: Dict[int, grpc.StatusCode] = {
     c.value[0]: c for c in grpc.StatusCode}

@@ -8,11 +8,12 @@ Importing it registers the backend; then
                             timeout=datetime.timedelta(seconds=60))
 
 joins the Chorus group $CHORUS_GROUP through the worker daemon at
-$CHORUS_WORKER, and DistributedDataParallel, dist.all_reduce and the other
-collectives run on it. torch's own rendezvous (env://: MASTER_ADDR and
-MASTER_PORT, as torchrun sets them) still provides the store torch needs
-for the barrier in init_process_group and new_group; see README.md next to
-the chorus package.
+$CHORUS_WORKER (default: the worker's Unix socket on this host; with
+$CHORUS_TLS_DIR over mutual TLS), and DistributedDataParallel,
+dist.all_reduce and the other collectives run on it. torch's own
+rendezvous (env://: MASTER_ADDR and MASTER_PORT, as torchrun sets them)
+still provides the store torch needs for the barrier in init_process_group
+and new_group; see README.md next to the chorus package.
 """
 
 try:

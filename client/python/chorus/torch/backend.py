@@ -63,17 +63,22 @@ class Options:
     pg_options=...). Every field left None comes from the environment.
 
     Attributes:
-        worker: the worker daemon's local API, "host:port" or "unix:/path";
-            default $CHORUS_WORKER.
+        worker: the worker daemon's local API, "unix:/path" or "host:port";
+            default $CHORUS_WORKER, else the worker's default socket on this
+            host (chorus.default_socket_path()).
         group: the Chorus group's name for the default process group
             (subgroups append "/<torch group id>"); default $CHORUS_GROUP,
             else a fresh name rank 0 picks and shares through torch's store.
         device: where the daemon reduces: "cpu" (default), "cuda:0", ...
+        tls_dir: for a host:port worker started with --tls_dir, the
+            directory of this rank's client certificate (ca.pem, cert.pem,
+            key.pem); default $CHORUS_TLS_DIR. See chorus.join.
     """
 
     worker: Optional[str] = None
     group: Optional[str] = None
     device: str = "cpu"
+    tls_dir: Optional[str] = None
 
 
 def _reduce_op(op: Any, kind: str) -> str:
@@ -601,9 +606,11 @@ def create_process_group(backend_options: Any,
     backend_options is torch's _DistributedBackendOptions: store,
     group_rank, group_size, timeout, group_id, global_ranks_in_group (empty
     for the default group). Raises what chorus.join raises: InvalidArgument
-    (no worker configured, ranks that disagree), DeadlineExceeded naming the
-    ranks that did not join within the timeout, Unavailable when the worker
-    daemon cannot be reached.
+    (a malformed worker address or TLS directory, ranks that disagree),
+    DeadlineExceeded naming the ranks that did not join within the timeout,
+    Unavailable when the worker daemon cannot be reached (no worker socket
+    at the default path and no CHORUS_WORKER), PermissionDenied when it
+    refuses this caller.
     """
     if pg_options is None:
         options = Options()
@@ -621,7 +628,7 @@ def create_process_group(backend_options: Any,
                        str(backend_options.group_id), is_default, timeout)
     communicator = chorus.join(name, backend_options.group_size, rank,
                                worker=options.worker, device=options.device,
-                               timeout=seconds)
+                               timeout=seconds, tls_dir=options.tls_dir)
     return ProcessGroupChorus(communicator)
 
 
