@@ -21,8 +21,11 @@
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/planner.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:7000",
-          "Address to serve on, host:port; port 0 picks a free port.");
+ABSL_FLAG(std::string, listen, "",
+          "Address to serve on, host:port; port 0 picks a free port. "
+          "Default: 0.0.0.0:7000 (every interface) with TLS or --insecure, "
+          "else 127.0.0.1:7000. Without TLS a non-loopback address is "
+          "refused unless --insecure is given.");
 ABSL_FLAG(int32_t, call_port, 0,
           "Port of the call port on the --listen host, where workers send "
           "collective calls as plain TCP frames (lower latency than gRPC); "
@@ -128,6 +131,11 @@ absl::Status ConfigureSecurity() {
     return absl::InvalidArgumentError(absl::StrCat(
         "the TLS certificate names ", (*tls)->Uri(),
         "; a coordinator needs one that names chorus://coordinator"));
+  }
+  if (absl::GetFlag(FLAGS_listen).empty()) {
+    absl::SetFlag(&FLAGS_listen, chorus::TlsEnabled() || chorus::InsecureFlag()
+                                     ? "0.0.0.0:7000"
+                                     : "127.0.0.1:7000");
   }
   absl::StatusOr<chorus::HostPort> listen =
       chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));

@@ -26,12 +26,13 @@
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
-ABSL_FLAG(std::string, listen, "0.0.0.0:0",
+ABSL_FLAG(std::string, listen, "",
           "Address this worker serves its peers on, host:port; port 0 picks "
-          "a free port. Without TLS only a loopback address is accepted "
-          "unless --insecure is given. The local API answers here too, but "
-          "only callers on loopback, or with TLS a client or admin "
-          "certificate.");
+          "a free port. Default: 0.0.0.0:0 (every interface) with TLS or "
+          "--insecure, else 127.0.0.1:0. Without TLS a non-loopback address "
+          "is refused unless --insecure is given. The local API answers "
+          "here too, but only callers on loopback, or with TLS a client or "
+          "admin certificate.");
 ABSL_FLAG(std::string, local_socket, "default",
           "Unix domain socket the local API (which runs collectives as any "
           "rank) is served on, mode 0600: only this user may connect. "
@@ -122,6 +123,11 @@ absl::Status ConfigureSecurity(chorus::RuntimeOptions* options) {
           "--name=", options->name, " but the TLS certificate names ",
           identity.Uri(), "; the coordinator would refuse the registration"));
     }
+  }
+  if (options->listen.empty()) {
+    options->listen = chorus::TlsEnabled() || chorus::InsecureFlag()
+                          ? "0.0.0.0:0"
+                          : "127.0.0.1:0";
   }
   absl::StatusOr<chorus::HostPort> listen =
       chorus::SplitHostPort(options->listen);

@@ -637,6 +637,23 @@ TEST(TlsFlagsTest, NetworkListenWithoutTls_RefusedUnlessInsecure) {
       absl::Seconds(30)));
 }
 
+TEST(TlsFlagsTest, NoListenFlagWithoutTls_WorkerOnLoopback) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  const std::string port_file = NewScratchPath("worker", ".port");
+  absl::StatusOr<Daemon> worker = StartDaemonCommand(
+      {WorkerBinary(), absl::StrCat("--coordinator=", coordinator->address),
+       "--name=plain",
+       "--local_socket=", absl::StrCat("--port_file=", port_file)},
+      port_file, "worker");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto stub = NewCoordinatorStub(coordinator->address);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = ListWorkers(*stub);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].address(), absl::StrCat("127.0.0.1:", worker->port));
+}
+
 TEST(TlsFlagsTest, WorkerNameOtherThanCertificate_Refused) {
   std::string parent = ::testing::TempDir() + "/chorus-tls-name-XXXXXX";
   ASSERT_NE(mkdtemp(parent.data()), nullptr);
