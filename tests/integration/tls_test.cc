@@ -496,6 +496,9 @@ TEST_F(TlsTest, DataPlane_ChunkFromNonMember_PermissionDeniedGroupGoesOn) {
   ASSERT_NE(port, 0);
   EXPECT_TRUE(ClosedAfterSending(port, "", HelloAndFrame("g", epoch)));
   EXPECT_TRUE(ClosedAfterSending(port, "worker-w2", HelloAndFrame("g", epoch)));
+  // A connection that never starts its handshake is closed too (after the
+  // listener's 5 s handshake timeout; the client waits up to kRpcTimeout).
+  EXPECT_TRUE(ClosedAfterSending(port, "", ""));
   EXPECT_TRUE(WaitUntil(
       [&] {
         const std::string log = workers_[0].process->ReadLog();

@@ -20,6 +20,18 @@
 namespace chorus {
 namespace {
 
+// How long a connection may take to finish its TLS handshake; one that
+// stalls is closed rather than holding its thread.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+
+// Sets (or, with a zero timeout, clears) the receive and send timeouts of
+// the blocking socket `fd`.
+void SetSocketTimeouts(int fd, absl::Duration timeout) {
+  const timeval tv = absl::ToTimeval(timeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
 std::string PeerName(const sockaddr_storage& address) {
   char text[INET6_ADDRSTRLEN] = {};
   if (address.ss_family == AF_INET6) {
@@ -200,8 +212,10 @@ bool TcpListener::Admit(const std::shared_ptr<Connection>& connection,
 void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
   std::unique_ptr<TlsStream> tls;
   if (TlsEnabled()) {
+    SetSocketTimeouts(connection->fd, kHandshakeTimeout);
     absl::StatusOr<std::unique_ptr<TlsStream>> accepted =
         TlsStream::Accept(connection->fd);
+    SetSocketTimeouts(connection->fd, absl::ZeroDuration());
     if (accepted.ok() && (*accepted)->peer().role != Role::kWorker) {
       accepted = absl::PermissionDeniedError(
           absl::StrCat((*accepted)->peer().Uri(), " is not a worker"));

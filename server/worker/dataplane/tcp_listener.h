@@ -11,10 +11,11 @@
 // threads. The inbox must outlive it.
 //
 // With TLS on (transport_security.h), each connection first runs the
-// server side of a TlsStream handshake; only worker certificates are
-// accepted, and a frame is delivered only when its sending rank is held by
-// that worker (PeerDirectory; a frame for an epoch not learned yet waits for
-// it). Anything else closes the connection.
+// server side of a TlsStream handshake (closed if it takes over 5 s); only
+// worker certificates are accepted, and a frame is delivered only when its
+// sending rank is held by that worker (PeerDirectory; a frame for an epoch
+// not learned yet waits for it). Anything else closes the connection.
+//
 // Thread safety: thread-safe.
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
