@@ -395,12 +395,8 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.name = absl::StrCat(group, "-rank", rank);
   if (const std::string certs = absl::GetFlag(FLAGS_tls_certs);
       !certs.empty()) {
-    const std::string dir = absl::StrCat(certs, "/worker-bench-rank", rank);
-    TlsFiles files;
-    files.ca_path = dir + "/ca.pem";
-    files.cert_path = dir + "/cert.pem";
-    files.key_path = dir + "/key.pem";
-    absl::StatusOr<Identity> identity = EnableTls(files);
+    absl::StatusOr<Identity> identity = EnableTls(
+        TlsFilesInDir(absl::StrCat(certs, "/worker-bench-rank", rank)));
     if (!identity.ok()) return identity.status();
     options.name = identity->name;
   }

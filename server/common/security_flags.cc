@@ -32,20 +32,19 @@ ABSL_FLAG(bool, insecure, false,
 namespace chorus {
 namespace {
 
-std::string PathFlag(const std::string& given, const std::string& dir,
-                     const char* file) {
-  if (!given.empty() || dir.empty()) return given;
-  return absl::StrCat(dir, "/", file);
+// Replaces `path` with `given` unless that is empty.
+void Override(const std::string& given, std::string* path) {
+  if (!given.empty()) *path = given;
 }
 
 }  // namespace
 
 absl::StatusOr<std::optional<Identity>> ApplySecurityFlags() {
   const std::string dir = absl::GetFlag(FLAGS_tls_dir);
-  TlsFiles files;
-  files.ca_path = PathFlag(absl::GetFlag(FLAGS_tls_ca), dir, "ca.pem");
-  files.cert_path = PathFlag(absl::GetFlag(FLAGS_tls_cert), dir, "cert.pem");
-  files.key_path = PathFlag(absl::GetFlag(FLAGS_tls_key), dir, "key.pem");
+  TlsFiles files = dir.empty() ? TlsFiles() : TlsFilesInDir(dir);
+  Override(absl::GetFlag(FLAGS_tls_ca), &files.ca_path);
+  Override(absl::GetFlag(FLAGS_tls_cert), &files.cert_path);
+  Override(absl::GetFlag(FLAGS_tls_key), &files.key_path);
   files.refresh_interval = absl::GetFlag(FLAGS_tls_refresh);
   if (files.ca_path.empty() && files.cert_path.empty() &&
       files.key_path.empty()) {

@@ -169,9 +169,9 @@ absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
   }
   absl::StatusOr<Identity> peer = PeerIdentity(ssl);
   if (peer.ok() && peer->role != server_role) {
-    peer = absl::UnavailableError(absl::StrCat(
-        "the peer's certificate names ", peer->Uri(), ", not ",
-        server_role == Role::kAdmin ? "an " : "a ", RoleName(server_role)));
+    peer = absl::UnavailableError(absl::StrCat("the peer's certificate names ",
+                                               peer->Uri(), ", not ",
+                                               RoleWithArticle(server_role)));
   }
   if (!peer.ok()) {
     SSL_free(ssl);

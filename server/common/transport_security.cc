@@ -1,5 +1,6 @@
 #include "server/common/transport_security.h"
 
+#include <arpa/inet.h>
 #include <glog/logging.h>
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_context.h>
@@ -9,6 +10,7 @@
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_context.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,6 +73,19 @@ class RoleVerifier : public grpc::experimental::ExternalCertificateVerifier {
   const Role expected_;
 };
 
+// Whether the numeric address `host` (as gRPC reports peers) is loopback:
+// 127.0.0.0/8, ::1, or 127.0.0.0/8 mapped into IPv6.
+bool IsLoopbackAddress(const std::string& host) {
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
 std::vector<std::string> PropertyValues(const grpc::AuthContext& auth,
                                         const char* name) {
   std::vector<std::string> values;
@@ -81,6 +96,18 @@ std::vector<std::string> PropertyValues(const grpc::AuthContext& auth,
 }
 
 }  // namespace
+
+std::string RoleWithArticle(Role role) {
+  return absl::StrCat(role == Role::kAdmin ? "an " : "a ", RoleName(role));
+}
+
+TlsFiles TlsFilesInDir(const std::string& dir) {
+  TlsFiles files;
+  files.ca_path = absl::StrCat(dir, "/ca.pem");
+  files.cert_path = absl::StrCat(dir, "/cert.pem");
+  files.key_path = absl::StrCat(dir, "/key.pem");
+  return files;
+}
 
 absl::string_view RoleName(Role role) {
   switch (role) {
@@ -196,10 +223,10 @@ absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context) {
   const std::string peer = context.peer();
   caller.unix_socket = absl::StartsWith(peer, "unix:");
   absl::string_view address = peer;
-  if (absl::ConsumePrefix(&address, "ipv4:") ||
-      absl::ConsumePrefix(&address, "ipv6:")) {
+  if (tls_state == nullptr && (absl::ConsumePrefix(&address, "ipv4:") ||
+                               absl::ConsumePrefix(&address, "ipv6:"))) {
     absl::StatusOr<HostPort> split = SplitHostPort(std::string(address));
-    caller.loopback = split.ok() && IsLoopbackHost(split->host);
+    caller.loopback = split.ok() && IsLoopbackAddress(split->host);
   }
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (tls_state == nullptr || caller.unix_socket || auth == nullptr ||
@@ -225,19 +252,25 @@ absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context) {
       "the client's certificate names no chorus:// identity");
 }
 
-absl::Status RequireRole(const grpc::ServerContextBase& context, Role role,
-                         absl::string_view action) {
-  if (tls_state == nullptr) return absl::OkStatus();
+absl::StatusOr<Identity> RequireIdentity(const grpc::ServerContextBase& context,
+                                         Role role, absl::string_view action) {
+  if (tls_state == nullptr) return absl::FailedPreconditionError("TLS is off");
   absl::StatusOr<Caller> caller = CallerOf(context);
   if (!caller.ok()) return caller.status();
   if (!caller->authenticated || caller->identity.role != role) {
     return absl::PermissionDeniedError(
-        absl::StrCat(action, " needs ", role == Role::kAdmin ? "an " : "a ",
-                     RoleName(role), " certificate; the caller is ",
+        absl::StrCat(action, " needs ", RoleWithArticle(role),
+                     " certificate; the caller is ",
                      caller->authenticated ? caller->identity.Uri()
                                            : std::string("unauthenticated")));
   }
-  return absl::OkStatus();
+  return caller->identity;
+}
+
+absl::Status RequireRole(const grpc::ServerContextBase& context, Role role,
+                         absl::string_view action) {
+  if (tls_state == nullptr) return absl::OkStatus();
+  return RequireIdentity(context, role, action).status();
 }
 
 absl::Status CheckPlaintextListen(absl::string_view what,

@@ -42,6 +42,9 @@ enum class Role { kCoordinator, kWorker, kAdmin, kClient };
 // Returns "coordinator", "worker", "admin" or "client".
 absl::string_view RoleName(Role role);
 
+// Returns the role's name with its article: "a worker", "an admin".
+std::string RoleWithArticle(Role role);
+
 // Who a certificate names.
 struct Identity {
   Role role = Role::kClient;
@@ -63,6 +66,9 @@ struct TlsFiles {
   // How often gRPC re-reads the files for changes.
   absl::Duration refresh_interval = absl::Seconds(10);
 };
+
+// Returns DIR/ca.pem, DIR/cert.pem and DIR/key.pem.
+TlsFiles TlsFilesInDir(const std::string& dir);
 
 // Turns on mutual TLS with `files` for every channel and server made after
 // it, after checking that the files parse, that the key matches the
@@ -98,7 +104,7 @@ struct Caller {
   Identity identity;
   // True when the call came over a Unix domain socket.
   bool unix_socket = false;
-  // True when it came over TCP from a loopback address.
+  // With TLS off, true when it came over TCP from a loopback address.
   bool loopback = false;
 };
 
@@ -107,9 +113,13 @@ struct Caller {
 // identity.
 absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context);
 
-// Returns OK when TLS is off (anyone may call), or when the caller's
-// certificate names `role`; PERMISSION_DENIED naming the caller and what
-// `action` needs otherwise, UNAUTHENTICATED as CallerOf.
+// With TLS on, returns the identity of the caller when its certificate
+// names `role`; PERMISSION_DENIED naming the caller and what `action` needs
+// otherwise, UNAUTHENTICATED as CallerOf. FAILED_PRECONDITION with TLS off.
+absl::StatusOr<Identity> RequireIdentity(const grpc::ServerContextBase& context,
+                                         Role role, absl::string_view action);
+
+// RequireIdentity's status, and OK with TLS off (anyone may call).
 absl::Status RequireRole(const grpc::ServerContextBase& context, Role role,
                          absl::string_view action);
 

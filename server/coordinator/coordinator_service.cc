@@ -57,9 +57,10 @@ absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
 absl::StatusOr<std::optional<std::string>> CallingWorker(
     const grpc::CallbackServerContext& context, absl::string_view action) {
   if (!TlsEnabled()) return std::nullopt;
-  absl::Status role = RequireRole(context, Role::kWorker, action);
-  if (!role.ok()) return role;
-  return CallerOf(context)->identity.name;
+  absl::StatusOr<Identity> caller =
+      RequireIdentity(context, Role::kWorker, action);
+  if (!caller.ok()) return caller.status();
+  return caller->name;
 }
 
 }  // namespace

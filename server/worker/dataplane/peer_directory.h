@@ -29,6 +29,24 @@ namespace chorus {
 
 class PeerDirectory {
  public:
+  // The last sending rank a stream was admitted for. A group epoch's
+  // members never change, so a stream's later frames from that rank need
+  // no lookup. Not thread-safe: one per stream.
+  struct Admitted {
+    std::string group;
+    uint64_t epoch = 0;
+    int rank = -1;
+
+    bool Covers(const std::string& g, uint64_t e, int r) const {
+      return r == rank && e == epoch && g == group;
+    }
+    void Set(const std::string& g, uint64_t e, int r) {
+      group = g;
+      epoch = e;
+      rank = r;
+    }
+  };
+
   enum class Verdict { kMember, kNotMember, kUnknown };
 
   // Records the worker name of every rank of `group` at `epoch`. Keeps the

@@ -45,7 +45,8 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
       Finish(grpc::Status::OK);
       return;
     }
-    if (!caller_.has_value()) {
+    if (!caller_.has_value() ||
+        admitted_.Covers(chunk_.group(), chunk_.epoch(), chunk_.from_rank())) {
       DeliverChunk();
       return;
     }
@@ -73,6 +74,7 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
  private:
   void OnVerdict(PeerDirectory::Verdict verdict) {
     if (verdict == PeerDirectory::Verdict::kMember) {
+      admitted_.Set(chunk_.group(), chunk_.epoch(), chunk_.from_rank());
       DeliverChunk();
       return;
     }
@@ -110,6 +112,8 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
   const Inbox::StreamId stream_;
   v1::Chunk chunk_;
   RecentGroups recent_;
+  // One chunk is in flight at a time, so this needs no lock.
+  PeerDirectory::Admitted admitted_;
   // The directory's token of a chunk waiting for its epoch (0: none), and
   // whether the call was cancelled.
   std::atomic<uint64_t> waiting_{0};
@@ -118,18 +122,20 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
 
 grpc::ServerReadReactor<v1::Chunk>* PeerService::Exchange(
     grpc::CallbackServerContext* context, v1::ChunkAck* response) {
-  if (absl::Status allowed =
-          RequireRole(*context, Role::kWorker, "Peer.Exchange");
-      !allowed.ok()) {
-    return new RefusedReactor<grpc::ServerReadReactor<v1::Chunk>>(
-        ToGrpcStatus(allowed));
+  std::optional<std::string> caller;
+  if (TlsEnabled()) {
+    absl::StatusOr<Identity> identity =
+        RequireIdentity(*context, Role::kWorker, "Peer.Exchange");
+    if (!identity.ok()) {
+      return new RefusedReactor<grpc::ServerReadReactor<v1::Chunk>>(
+          ToGrpcStatus(identity.status()));
+    }
+    caller = identity->name;
   }
   {
     absl::MutexLock lock(&mu_);
     ++live_streams_;
   }
-  std::optional<std::string> caller;
-  if (TlsEnabled()) caller = CallerOf(*context)->identity.name;
   return new ExchangeReactor(this, inbox_, context->peer(), std::move(caller));
 }
 

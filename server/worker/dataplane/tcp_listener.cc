@@ -24,6 +24,10 @@ namespace {
 // stalls is closed rather than holding its thread.
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
 
+// How long a frame for a group epoch this worker has not joined yet waits
+// for the join's reply (which a peer's reply can beat by milliseconds).
+constexpr absl::Duration kMembershipWait = absl::Seconds(30);
+
 // Sets (or, with a zero timeout, clears) the receive and send timeouts of
 // the blocking socket `fd`.
 void SetSocketTimeouts(int fd, absl::Duration timeout) {
@@ -186,20 +190,34 @@ bool TcpListener::Admit(const std::shared_ptr<Connection>& connection,
                             connection->admitted = known;
                           });
   if (token != 0) {
-    absl::MutexLock lock(&connection->mu);
-    connection->mu.Await(absl::Condition(
-        +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
-          return c->admitted.has_value() || c->stopping;
-        },
-        connection.get()));
-    if (!connection->admitted.has_value()) {
-      connection->mu.Unlock();
+    std::optional<PeerDirectory::Verdict> known;
+    bool stopping;
+    {
+      absl::MutexLock lock(&connection->mu);
+      connection->mu.AwaitWithTimeout(
+          absl::Condition(
+              +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+                return c->admitted.has_value() || c->stopping;
+              },
+              connection.get()),
+          kMembershipWait);
+      known = connection->admitted;
+      connection->admitted.reset();
+      stopping = connection->stopping;
+    }
+    if (!known.has_value()) {
+      // Stopping, or this worker never learned the epoch: refuse. A verdict
+      // that arrives after this is dropped with the connection.
       directory_->Cancel(token);
-      connection->mu.Lock();
+      if (!stopping) {
+        LOG(WARNING) << "data plane: closing the connection from "
+                     << connection->peer << ": group " << key.group << " epoch "
+                     << key.epoch << " is not one of this "
+                     << "worker's after " << kMembershipWait;
+      }
       return false;
     }
-    verdict = *connection->admitted;
-    connection->admitted.reset();
+    verdict = *known;
   }
   if (verdict == PeerDirectory::Verdict::kMember) return true;
   LOG(WARNING) << "data plane: closing the connection from " << connection->peer
@@ -231,9 +249,12 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
   const Inbox::StreamId stream = inbox_->NewStream();
   RecentGroups recent;
   SocketSource source(connection->fd, tls.get());
+  PeerDirectory::Admitted admitted;
   auto on_message = [&](MessageKey key, std::string data) {
-    if (tls != nullptr && !Admit(connection, tls->peer().name, key)) {
-      return false;
+    if (tls != nullptr &&
+        !admitted.Covers(key.group, key.epoch, key.from_rank)) {
+      if (!Admit(connection, tls->peer().name, key)) return false;
+      admitted.Set(key.group, key.epoch, key.from_rank);
     }
     recent.Remember(key);
     {

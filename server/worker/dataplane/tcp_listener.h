@@ -14,7 +14,8 @@
 // server side of a TlsStream handshake (closed if it takes over 5 s); only
 // worker certificates are accepted, and a frame is delivered only when its
 // sending rank is held by that worker (PeerDirectory; a frame for an epoch
-// not learned yet waits for it). Anything else closes the connection.
+// not learned yet waits for it, up to 30 s). Anything else closes the
+// connection.
 //
 // Thread safety: thread-safe.
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
@@ -61,7 +62,8 @@ class TcpListener {
   void AcceptLoop();
   void Serve(const std::shared_ptr<Connection>& connection);
   // Returns whether worker `caller` holds the sending rank of `key`, waiting
-  // for an epoch not learned yet (false when the listener stops first).
+  // up to 30 s for an epoch not learned yet (false when it is not learned
+  // by then, or the listener stops first).
   bool Admit(const std::shared_ptr<Connection>& connection,
              const std::string& caller, const MessageKey& key);
   // Marks `connection` ended and ends its socket for the peer.
