@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev
   python3-grpcio python3-protobuf python3-numpy python3-pytest
   python3-pip python3-setuptools python3-wheel python3-torch openssl
+  libcpp-httplib-dev prometheus chromium
 )
 # Extra packages a caller needs, e.g. CHORUS_EXTRA_PACKAGES="clang-14".
 read -r -a extra <<<"${CHORUS_EXTRA_PACKAGES:-}"

@@ -122,8 +122,9 @@ std::string HandshakeError(SSL* ssl) {
   return OpenSslError();
 }
 
-// The identity the peer's certificate names.
-absl::StatusOr<Identity> PeerIdentity(SSL* ssl) {
+}  // namespace
+
+absl::StatusOr<Identity> PeerIdentity(const SSL* ssl) {
   X509* cert = SSL_get1_peer_certificate(ssl);
   if (cert == nullptr) {
     return absl::UnavailableError("the peer sent no certificate");
@@ -137,8 +138,6 @@ absl::StatusOr<Identity> PeerIdentity(SSL* ssl) {
   return absl::UnavailableError(
       "the peer's certificate names no chorus:// identity");
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
     int fd, Role server_role, absl::Time deadline, int cancel_fd) {

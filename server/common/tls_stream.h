@@ -29,6 +29,11 @@ typedef struct ssl_st SSL;
 
 namespace chorus {
 
+// Returns the chorus:// identity the certificate the peer of `ssl` presented
+// names (after a handshake that verified it); UNAVAILABLE when it presented
+// none or it names none.
+absl::StatusOr<Identity> PeerIdentity(const SSL* ssl);
+
 class TlsStream {
  public:
   // Runs the client handshake on the non-blocking socket `fd`, waiting

@@ -196,6 +196,7 @@ void CallPort::Accept() {
     auto connection =
         std::make_shared<Connection>(fd, epoll_fd_, max_frame_bytes_);
     connections_[fd] = connection;
+    open_connections_.store(connections_.size(), std::memory_order_relaxed);
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.fd = fd;
@@ -267,6 +268,7 @@ void CallPort::Close(int fd) {
     close(fd);
   }
   connections_.erase(it);
+  open_connections_.store(connections_.size(), std::memory_order_relaxed);
   if (accept_paused_ && listen_fd_ >= 0) {
     epoll_event event{};
     event.events = EPOLLIN;

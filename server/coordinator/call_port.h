@@ -25,6 +25,7 @@
 #ifndef CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
 #define CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +54,10 @@ class CallPort {
   CallPort& operator=(const CallPort&) = delete;
 
   int port() const { return port_; }
+  // Connections open now.
+  size_t connections() const {
+    return open_connections_.load(std::memory_order_relaxed);
+  }
 
   // Stops serving, closes every connection (verdicts still due are
   // dropped) and the listener. Idempotent.
@@ -86,6 +91,7 @@ class CallPort {
   // Owned by the serving thread.
   absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_;
   bool accept_paused_ = false;
+  std::atomic<size_t> open_connections_{0};
 };
 
 }  // namespace chorus

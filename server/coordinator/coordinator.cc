@@ -6,8 +6,34 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/metrics.h"
 
 namespace chorus {
+namespace {
+
+// Counts a worker that registered (new, or a new incarnation of a name).
+void CountRegistered() {
+  static Counter* const registered =
+      DefaultMetrics()
+          .Counters("chorus_worker_registrations_total",
+                    "Worker registrations (retries of one are not counted).",
+                    {})
+          ->With({});
+  registered->Add();
+}
+
+// Counts a worker that left the registry: "lease_expired", "deregistered"
+// or "restarted" (replaced by a new incarnation).
+void CountLost(const char* reason) {
+  static CounterFamily* const lost = DefaultMetrics().Counters(
+      "chorus_workers_lost_total",
+      "Workers removed from the registry, by reason: lease_expired, "
+      "deregistered, restarted.",
+      {"reason"});
+  lost->With({reason})->Add();
+}
+
+}  // namespace
 
 absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
                         absl::Duration max_wait) {
@@ -55,6 +81,7 @@ absl::Time Coordinator::EvictExpired() {
   for (const WorkerRecord& r : registry_.EvictExpired()) {
     LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
                  << "\": no heartbeat within the lease";
+    CountLost("lease_expired");
     groups_.AbortWorker(
         r.id, r.registration.name,
         absl::StrCat("no heartbeat within the lease (",
@@ -95,7 +122,9 @@ void Coordinator::DeadlineAdded(absl::Time deadline) {
 absl::StatusOr<RegisterResult> Coordinator::Register(
     const WorkerRegistration& request) {
   absl::StatusOr<RegisterResult> result = registry_.Register(request);
+  if (result.ok() && !result->retried) CountRegistered();
   if (result.ok() && result->replaced) {
+    CountLost("restarted");
     groups_.AbortWorker(result->replaced_id, request.name,
                         "it restarted with a new incarnation");
   }
@@ -115,6 +144,7 @@ absl::Status Coordinator::Deregister(uint64_t id, uint64_t incarnation) {
   absl::StatusOr<WorkerRecord> record = registry_.Deregister(id, incarnation);
   if (!record.ok()) return record.status();
   LOG(INFO) << "deregistered worker " << id;
+  CountLost("deregistered");
   groups_.AbortWorker(record->id, record->registration.name, "it shut down");
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,13 +14,16 @@
 #include "absl/time/time.h"
 #include "server/common/clock.h"
 #include "server/common/daemon.h"
+#include "server/common/metrics_flags.h"
 #include "server/common/net.h"
 #include "server/common/security_flags.h"
 #include "server/common/tcp_socket.h"
 #include "server/coordinator/call_port.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_service.h"
 #include "server/coordinator/planner.h"
+#include "server/coordinator/status_page.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to serve on, host:port; port 0 picks a free port. "
@@ -199,6 +203,18 @@ int main(int argc, char** argv) {
     LOG(ERROR) << server.status();
     return 1;
   }
+  chorus::ExportCoordinatorGauges(&core, call_port->get(),
+                                  core_options.stall_report_after);
+  absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
+      chorus::StartMetricsFromFlags(
+          {chorus::HttpPage{"/", "text/html; charset=utf-8",
+                            [&core](const std::map<std::string, std::string>&) {
+                              return chorus::RenderStatusPage(core, {});
+                            }}});
+  if (!metrics.ok()) {
+    LOG(ERROR) << metrics.status();
+    return 2;
+  }
   core.StartTimers();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
             << " (port " << server->port << "), lease " << lease
@@ -223,6 +239,7 @@ int main(int argc, char** argv) {
   if (*call_port != nullptr) (*call_port)->Shutdown();
   server->server->Shutdown(
       chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
+  metrics->reset();
   LOG(INFO) << "chorus-coordinator stopped";
   return 0;
 }

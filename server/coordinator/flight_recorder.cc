@@ -1,10 +1,31 @@
 #include "server/coordinator/flight_recorder.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/common/collective.h"
+#include "server/common/collective_metrics.h"
 
 namespace chorus {
+namespace {
+
+// Counts the entry's call as ended now (chorus_collectives_total and
+// chorus_collective_seconds, from its first rank's arrival).
+void CountEnded(const TraceEntry& entry) {
+  absl::Time first = absl::InfiniteFuture();
+  for (absl::Time arrived : entry.arrived) {
+    if (arrived != absl::InfinitePast()) first = std::min(first, arrived);
+  }
+  RecordCollective(entry.spec, entry.plan, entry.verdict.code(),
+                   entry.ended - first);
+}
+
+bool HasEnded(const TraceEntry& entry) {
+  return entry.state == TraceEntry::State::kCompleted ||
+         entry.state == TraceEntry::State::kFailed;
+}
+
+}  // namespace
 
 FlightRecorder::FlightRecorder(size_t per_group, size_t groups)
     : per_group_(per_group), groups_(groups) {}
@@ -68,6 +89,7 @@ void FlightRecorder::Decided(const std::string& group, uint64_t epoch,
   if (plan == Algorithm::kInline) {
     entry->state = TraceEntry::State::kCompleted;
     entry->ended = now;
+    CountEnded(*entry);
   }
 }
 
@@ -85,11 +107,12 @@ void FlightRecorder::Ended(const std::string& group, uint64_t epoch,
                            uint64_t sequence, const absl::Status& verdict,
                            absl::Time now) {
   TraceEntry* entry = Find(group, epoch, sequence);
-  if (entry == nullptr) return;
+  if (entry == nullptr || HasEnded(*entry)) return;
   entry->state =
       verdict.ok() ? TraceEntry::State::kCompleted : TraceEntry::State::kFailed;
   entry->ended = now;
   entry->verdict = verdict;
+  CountEnded(*entry);
 }
 
 void FlightRecorder::EndAll(const std::string& group, uint64_t epoch,
@@ -97,13 +120,11 @@ void FlightRecorder::EndAll(const std::string& group, uint64_t epoch,
   auto it = traces_.find(group);
   if (it == traces_.end()) return;
   for (TraceEntry& entry : it->second.entries) {
-    if (entry.epoch != epoch || entry.state == TraceEntry::State::kCompleted ||
-        entry.state == TraceEntry::State::kFailed) {
-      continue;
-    }
+    if (entry.epoch != epoch || HasEnded(entry)) continue;
     entry.state = TraceEntry::State::kFailed;
     entry.ended = now;
     entry.verdict = verdict;
+    CountEnded(entry);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/common/metrics.h"
 #include "server/common/rank_list.h"
 #include "server/coordinator/group_table.h"
 
@@ -29,7 +30,7 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
               "group ", name, " (epoch ", group.view.epoch,
               ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
               "\" (id ", worker_id, ") lost: ", why, "; join the group again")),
-          &completions);
+          "worker_lost", &completions);
     }
     // Joins the lost worker made can no longer be answered.
     for (auto it = forming_.begin(); it != forming_.end();) {
@@ -54,8 +55,16 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
 }
 
 void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
+                                  const char* reason,
                                   Completions* completions) {
   if (!group.aborted.ok()) return;
+  static CounterFamily* const aborts = DefaultMetrics().Counters(
+      "chorus_aborts_total",
+      "Group epochs aborted, by reason: worker_lost (evicted, deregistered or "
+      "restarted), data_plane_failure (a rank reported one), commit_deadline "
+      "(a rank never committed), shutdown.",
+      {"reason"});
+  aborts->With({reason})->Add();
   group.aborted = status;
   recorder_.EndAll(group.view.name, group.view.epoch, status, clock_->Now());
   for (auto& [sequence, match] : group.pending) {
@@ -117,7 +126,7 @@ void GroupTable::AbortAll(const absl::Status& status) {
     forming_.clear();
     for (auto& [name, group] : groups_) {
       group.aborted = absl::OkStatus();
-      AbortGroupLocked(group, status, &completions);
+      AbortGroupLocked(group, status, "shutdown", &completions);
     }
     groups_.clear();
     notices_.clear();

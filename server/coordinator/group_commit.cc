@@ -123,7 +123,7 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
         absl::AbortedError(absl::StrCat(
             "group ", group_name, " (epoch ", epoch, ") aborted: rank ", rank,
             " failed collective #", sequence, ": ", failure.ToString())),
-        &completions);
+        "data_plane_failure", &completions);
     verdict = group.aborted;
   }
   for (auto& complete : completions) complete();
@@ -155,7 +155,8 @@ void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
           [done = std::move(commit.done[rank]), status] { done(status); });
       commit.calls[rank].reset();
     }
-    AbortGroupLocked(group, absl::AbortedError(status.message()), completions);
+    AbortGroupLocked(group, absl::AbortedError(status.message()),
+                     "commit_deadline", completions);
     return;  // the abort cleared the commits
   }
 }

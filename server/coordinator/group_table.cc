@@ -121,6 +121,8 @@ std::vector<GroupSummary> GroupTable::List() const {
     summary.view = group.view;
     summary.completed = group.completed;
     summary.aborted = group.aborted;
+    summary.matching = group.pending.size();
+    summary.committing = group.commits.size();
     if (!group.pending.empty()) {
       const auto& [sequence, match] = *group.pending.begin();
       summary.pending_sequence = sequence;

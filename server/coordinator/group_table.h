@@ -131,6 +131,10 @@ struct GroupSummary {
   GroupView view;
   // Collectives that ended (with a result or a failure verdict).
   uint64_t completed = 0;
+  // Collectives some rank called that still wait for the other ranks'
+  // calls, and data-plane collectives that wait for their commits.
+  uint64_t matching = 0;
+  uint64_t committing = 0;
   // For the oldest pending collective, if any: its sequence and the ranks
   // that have not called it yet.
   uint64_t pending_sequence = 0;
@@ -386,9 +390,10 @@ class GroupTable {
   static bool CalledLocked(const Group& group, int rank, uint64_t sequence);
   static void MarkCalledLocked(Group& group, int rank, uint64_t sequence);
   // Aborts the group epoch with `status` (kept if it was already aborted):
-  // fails its pending matches and commits and records a notice.
+  // fails its pending matches and commits, records a notice and counts the
+  // abort under `reason` (chorus_aborts_total{reason}).
   void AbortGroupLocked(Group& group, const absl::Status& status,
-                        Completions* completions)
+                        const char* reason, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Group*> FindGroupLocked(const std::string& name,
                                          uint64_t epoch)

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "server/common/daemon.h"
 #include "server/common/device.h"
+#include "server/common/metrics_flags.h"
 #include "server/common/net.h"
 #include "server/common/security_flags.h"
 #include "server/common/tcp_socket.h"
@@ -183,6 +184,9 @@ int main(int argc, char** argv) {
                                       : "cannot start");
   }
   chorus::WorkerRuntime& runtime = **created;
+  absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
+      chorus::StartMetricsFromFlags({});
+  if (!metrics.ok()) return Fail(metrics.status(), "cannot start");
 
   // The signal thread only asks the runtime to stop; main does the rest.
   std::thread([&runtime] {
@@ -213,6 +217,7 @@ int main(int argc, char** argv) {
   runtime.WaitForStopRequest();
   runtime.Shutdown();
   local_api.Drain();
+  metrics->reset();
   LOG(INFO) << "chorus-worker stopped";
   return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_metrics.h"
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
@@ -95,6 +96,16 @@ absl::StatusOr<std::string> AdvertiseWithPort(const std::string& advertise,
   const std::string with_port = absl::StrCat(host, ":", port);
   if (!SplitHostPort(with_port).ok()) return bad;
   return with_port;
+}
+
+// Counts a call that started at `start` in the collective metrics
+// (collective_metrics.h) and returns its result.
+absl::StatusOr<RunResult> Counted(const CollectiveSpec& spec, absl::Time start,
+                                  absl::StatusOr<RunResult> result) {
+  RecordCollective(spec,
+                   result.ok() ? result->algorithm : Algorithm::kUnspecified,
+                   result.status().code(), absl::Now() - start);
+  return result;
 }
 
 }  // namespace
@@ -291,7 +302,9 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   CallBuffers buffers;
   buffers.host_input = input;
   buffers.host_output = output;
-  return RunCall(membership, sequence, spec, buffers, options);
+  const absl::Time start = absl::Now();
+  return Counted(spec, start,
+                 RunCall(membership, sequence, spec, buffers, options));
 }
 
 absl::Status WorkerRuntime::CheckDeviceMemory(const Membership& membership,
@@ -349,7 +362,9 @@ absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
   buffers.host_input =
       absl::string_view(static_cast<const char*>(input),
                         DeviceInputBytes(membership, spec, input));
-  return RunCall(membership, sequence, spec, buffers, options);
+  const absl::Time start = absl::Now();
+  return Counted(spec, start,
+                 RunCall(membership, sequence, spec, buffers, options));
 }
 
 absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
@@ -444,6 +459,7 @@ absl::Status WorkerRuntime::RunPlanned(
   transport_options.rank = membership.rank;
   transport_options.addresses = membership.addresses;
   transport_options.self_address = address_;
+  transport_options.worker_names = membership.worker_names;
   transport_options.deadline = deadline;
   PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
   AlgorithmArgs args;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_metrics.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 
 namespace chorus {
@@ -44,10 +45,12 @@ absl::Status HostReduceBuffer::Combine(const Range& range,
   if (!valid.ok()) return valid;
   char* dst = bytes_->data() + range.offset;
   const uint64_t count = range.size / DTypeSize(dtype_);
-  if (!data_first) {
-    return cpu_reduce::ReduceInto(op_, dtype_, dst, data.data(), count);
-  }
-  return cpu_reduce::Reduce(op_, dtype_, dst, data.data(), dst, count);
+  const absl::Time start = absl::Now();
+  absl::Status reduced =
+      data_first ? cpu_reduce::Reduce(op_, dtype_, dst, data.data(), dst, count)
+                 : cpu_reduce::ReduceInto(op_, dtype_, dst, data.data(), count);
+  RecordReduce("cpu", range.size, absl::Now() - start);
+  return reduced;
 }
 
 absl::Status HostReduceBuffer::Store(const Range& range,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_metrics.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
@@ -120,10 +121,12 @@ absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
     const Range piece = ChunkOf(mine, piece_bytes, c);
     char* dst = out.data() + piece.offset;
     for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
+    const absl::Time start = absl::Now();
     absl::Status reduced =
         cpu_reduce::ReduceSources(spec.op, spec.dtype, dst, sources.data(),
                                   world, piece.size / element, &accumulators);
     if (!reduced.ok()) return reduced;
+    RecordReduce("cpu", piece.size * world, absl::Now() - start);
     if (args.hash != nullptr) {
       args.hash->Add(piece.offset, absl::string_view(dst, piece.size));
     }

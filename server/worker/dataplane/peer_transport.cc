@@ -10,7 +10,39 @@ PeerTransport::PeerTransport(PeerTransportOptions options, Inbox* inbox,
       inbox_(inbox),
       sender_(sender),
       sent_(options_.addresses.size(), 0),
-      received_(options_.addresses.size(), 0) {}
+      received_(options_.addresses.size(), 0),
+      sent_bytes_(options_.addresses.size(), nullptr),
+      received_bytes_(options_.addresses.size(), nullptr) {}
+
+namespace {
+
+CounterFamily* SentBytes() {
+  static CounterFamily* const family = DefaultMetrics().Counters(
+      "chorus_peer_sent_bytes_total",
+      "Data-plane payload bytes sent to each peer worker.", {"peer"});
+  return family;
+}
+
+CounterFamily* ReceivedBytes() {
+  static CounterFamily* const family = DefaultMetrics().Counters(
+      "chorus_peer_received_bytes_total",
+      "Data-plane payload bytes received from each peer worker.", {"peer"});
+  return family;
+}
+
+}  // namespace
+
+Counter* PeerTransport::PeerBytes(std::vector<Counter*>& counters,
+                                  CounterFamily* family, int rank) {
+  Counter*& counter = counters[rank];
+  if (counter == nullptr) {
+    const bool named = rank < static_cast<int>(options_.worker_names.size()) &&
+                       !options_.worker_names[rank].empty();
+    counter = family->With(
+        {named ? options_.worker_names[rank] : options_.addresses[rank]});
+  }
+  return counter;
+}
 
 MessageKey PeerTransport::Key(int from, int to, uint32_t tag) const {
   MessageKey key;
@@ -33,12 +65,18 @@ absl::Status PeerTransport::Send(int to, absl::string_view data) {
   absl::Status status = sender_->Send(address, Key(options_.rank, to, tag),
                                       data, options_.deadline);
   if (!status.ok()) return UnreachableError(options_.group, to, status);
+  PeerBytes(sent_bytes_, SentBytes(), to)->Add(data.size());
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> PeerTransport::Recv(int from) {
   const uint32_t tag = received_[from]++;
-  return inbox_->Take(Key(from, options_.rank, tag), options_.deadline);
+  absl::StatusOr<std::string> message =
+      inbox_->Take(Key(from, options_.rank, tag), options_.deadline);
+  if (message.ok() && options_.addresses[from] != options_.self_address) {
+    PeerBytes(received_bytes_, ReceivedBytes(), from)->Add(message->size());
+  }
+  return message;
 }
 
 }  // namespace chorus

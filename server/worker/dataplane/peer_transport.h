@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/common/metrics.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_sender.h"
 #include "server/worker/dataplane/transport.h"
@@ -41,6 +42,10 @@ struct PeerTransportOptions {
   std::vector<std::string> addresses;
   // This worker's own peer address; messages to it stay in process.
   std::string self_address;
+  // Worker name of every rank, by rank (empty: unknown), which labels the
+  // bytes counted per peer (chorus_peer_sent_bytes_total{peer} and
+  // chorus_peer_received_bytes_total{peer}; the address when unknown).
+  std::vector<std::string> worker_names;
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -63,12 +68,18 @@ class PeerTransport final : public Transport {
 
  private:
   MessageKey Key(int from, int to, uint32_t tag) const;
+  // The counter of bytes sent to (or received from) rank `rank`'s worker,
+  // made on first use.
+  Counter* PeerBytes(std::vector<Counter*>& counters, CounterFamily* family,
+                     int rank);
 
   const PeerTransportOptions options_;
   Inbox* const inbox_;        // not owned
   PeerSender* const sender_;  // not owned
   std::vector<uint32_t> sent_;
   std::vector<uint32_t> received_;
+  std::vector<Counter*> sent_bytes_;
+  std::vector<Counter*> received_bytes_;
 };
 
 }  // namespace chorus

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/collective_metrics.h"
 #include "server/common/tcp_socket.h"
 #include "server/common/tls_stream.h"
 #include "server/common/transport_security.h"
@@ -50,7 +51,11 @@ std::string PeerName(const sockaddr_storage& address) {
 
 }  // namespace
 
+// Each connection counts itself as open while it exists.
 struct TcpListener::Connection {
+  Connection() { DataPlaneConnections("in")->Add(); }
+  ~Connection() { DataPlaneConnections("in")->Sub(); }
+
   int fd = -1;
   std::string peer;
   std::thread thread;

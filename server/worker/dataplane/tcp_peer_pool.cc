@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/common/collective_metrics.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
@@ -75,6 +76,7 @@ absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
     SetDeadPeerTimeout(*fd, dead_peer_timeout_());
   }
   peer.fd = *fd;
+  DataPlaneConnections("out")->Add();
   if (TlsEnabled()) {
     absl::StatusOr<std::unique_ptr<TlsStream>> tls =
         TlsStream::Connect(*fd, Role::kWorker, give_up, shutdown_fd_);
@@ -125,6 +127,7 @@ void TcpPeerPool::CloseLocked(Peer& peer, bool goodbye) {
   peer.tls.reset();
   CloseSocket(peer.fd);
   peer.fd = -1;
+  DataPlaneConnections("out")->Sub();
 }
 
 absl::Status TcpPeerPool::Send(const std::string& address,

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/collective_metrics.h"
 #include "server/reduce/cuda/cuda_reduce.h"
 #include "server/reduce/cuda/cuda_status.h"
 #include "server/worker/gpu/device_buffers.h"
@@ -302,6 +303,7 @@ class CudaReduceBuffer : public DeviceReduceBuffer {
         !s.ok()) {
       return s;
     }
+    RecordReduce("cuda", range.size, -absl::Nanoseconds(1));
     return Check(device_, cudaEventRecord(slot->done, set_->stream),
                  "recording an event");
   }

@@ -1,0 +1,27 @@
+// The daemons' flags for their HTTP port: --metrics_listen (where Prometheus
+// scrapes /metrics, and the coordinator serves its status page at /) and
+// --metrics_port_file.
+//
+// Thread safety: call from main, after the flags are parsed and TLS is
+// configured (security_flags.h).
+#ifndef CHORUS_SERVER_COMMON_METRICS_FLAGS_H_
+#define CHORUS_SERVER_COMMON_METRICS_FLAGS_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/common/http_endpoint.h"
+
+namespace chorus {
+
+// Starts the HTTP port the flags ask for, serving /metrics and `pages`, and
+// writes its port to --metrics_port_file; null when --metrics_listen is
+// empty. Codes as HttpEndpoint::Start, and INTERNAL when the port file
+// cannot be written.
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartMetricsFromFlags(
+    std::vector<HttpPage> pages);
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_COMMON_METRICS_FLAGS_H_
