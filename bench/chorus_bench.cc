@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -48,6 +49,7 @@
 #include "bench/bench_util.h"
 #include "chorus/communicator.h"
 #include "server/common/collective.h"
+#include "server/common/metrics_flags.h"
 #include "server/common/transport_security.h"
 #include "server/reduce/dtype.h"
 #include "server/reduce/half.h"
@@ -56,6 +58,8 @@
 #ifndef CHORUS_BENCH_COORDINATOR_BIN
 #define CHORUS_BENCH_COORDINATOR_BIN ""
 #endif
+
+ABSL_DECLARE_FLAG(bool, collect_metrics);  // metrics_flags.cc
 
 ABSL_FLAG(std::string, collective, "all_reduce",
           "all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, "
@@ -405,6 +409,7 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
   options.call_port = absl::GetFlag(FLAGS_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
+  ApplyCollectMetricsFlag();
   absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
       WorkerRuntime::Start(options);
   if (!runtime.ok()) return runtime.status();
@@ -496,6 +501,8 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),
       absl::StrCat("--check_results=",
                    absl::GetFlag(FLAGS_check_results) ? "true" : "false"),
+      absl::StrCat("--collect_metrics=",
+                   absl::GetFlag(FLAGS_collect_metrics) ? "true" : "false"),
       absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
       absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)),
       absl::StrCat("--time_per_size=",

@@ -19,6 +19,7 @@ void RecordCollective(const CollectiveSpec& spec, Algorithm plan,
       "Time from a collective's call to its result, by kind and payload "
       "size (count times the element size, rounded up to a bucket).",
       {"kind", "size"}, LatencyBuckets());
+  if (!DefaultMetrics().enabled()) return;
   const std::string kind(CollectiveKindName(spec.kind));
   calls
       ->With({kind, std::string(AlgorithmName(plan)),
@@ -47,6 +48,7 @@ void RecordReduce(const char* engine, uint64_t bytes, absl::Duration took) {
       "chorus_reduce_seconds_total",
       "Time the reduce engine spent combining, by engine (cpu only).",
       {"engine"}, 1e-9);
+  if (!DefaultMetrics().enabled()) return;
   reduced->With({engine})->Add(bytes);
   if (took >= absl::ZeroDuration()) {
     nanos->With({engine})->Add(absl::ToInt64Nanoseconds(took));

@@ -161,6 +161,11 @@ class MetricsRegistry {
   // Every family in the text exposition format, ordered by name.
   std::string Render() const;
 
+  // Whether the daemon's record functions (collective_metrics.h) count;
+  // true by default. Off only to measure what counting costs.
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void set_enabled(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+
  private:
   struct CounterEntry {
     std::unique_ptr<CounterFamily> family;
@@ -176,6 +181,7 @@ class MetricsRegistry {
     std::function<GaugeSample()> sample;
   };
 
+  std::atomic<bool> enabled_{true};
   mutable absl::Mutex mu_;
   std::map<std::string, CounterEntry> counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, HistogramEntry> histograms_ ABSL_GUARDED_BY(mu_);

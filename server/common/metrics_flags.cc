@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "server/common/daemon.h"
+#include "server/common/metrics.h"
 #include "server/common/security_flags.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -13,13 +14,22 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "at /). Plain HTTP without TLS, and then only on a loopback "
           "address unless --insecure; HTTPS with TLS, answering only "
           "clients with an admin or client certificate of the CA.");
+ABSL_FLAG(bool, collect_metrics, true,
+          "Count collectives, bytes per peer and reduce time for /metrics. "
+          "Off only to measure what counting costs (gauges and connection "
+          "counts stay on).");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "If set, write the bound --metrics_listen port to this file.");
 
 namespace chorus {
 
+void ApplyCollectMetricsFlag() {
+  DefaultMetrics().set_enabled(absl::GetFlag(FLAGS_collect_metrics));
+}
+
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartMetricsFromFlags(
     std::vector<HttpPage> pages) {
+  ApplyCollectMetricsFlag();
   const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
   if (listen.empty()) return nullptr;
   absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =

@@ -1,6 +1,6 @@
 // The daemons' flags for their HTTP port: --metrics_listen (where Prometheus
 // scrapes /metrics, and the coordinator serves its status page at /) and
-// --metrics_port_file.
+// --metrics_port_file, and --collect_metrics.
 //
 // Thread safety: call from main, after the flags are parsed and TLS is
 // configured (security_flags.h).
@@ -14,6 +14,10 @@
 #include "server/common/http_endpoint.h"
 
 namespace chorus {
+
+// Turns counting on or off as --collect_metrics says (for programs that
+// count but serve no HTTP port, e.g. a benchmark's ranks).
+void ApplyCollectMetricsFlag();
 
 // Starts the HTTP port the flags ask for, serving /metrics and `pages`, and
 // writes its port to --metrics_port_file; null when --metrics_listen is

@@ -65,7 +65,9 @@ absl::Status PeerTransport::Send(int to, absl::string_view data) {
   absl::Status status = sender_->Send(address, Key(options_.rank, to, tag),
                                       data, options_.deadline);
   if (!status.ok()) return UnreachableError(options_.group, to, status);
-  PeerBytes(sent_bytes_, SentBytes(), to)->Add(data.size());
+  if (DefaultMetrics().enabled()) {
+    PeerBytes(sent_bytes_, SentBytes(), to)->Add(data.size());
+  }
   return absl::OkStatus();
 }
 
@@ -73,7 +75,8 @@ absl::StatusOr<std::string> PeerTransport::Recv(int from) {
   const uint32_t tag = received_[from]++;
   absl::StatusOr<std::string> message =
       inbox_->Take(Key(from, options_.rank, tag), options_.deadline);
-  if (message.ok() && options_.addresses[from] != options_.self_address) {
+  if (message.ok() && options_.addresses[from] != options_.self_address &&
+      DefaultMetrics().enabled()) {
     PeerBytes(received_bytes_, ReceivedBytes(), from)->Add(message->size());
   }
   return message;
