@@ -816,7 +816,9 @@ int main(int argc, char** argv) {
       "process per rank, and prints one row per size.\n"
       "Usage: chorus-bench --collective=all_reduce --ranks=4 --min_bytes=8 "
       "--max_bytes=64M --dtype=f32 --op=sum [--algorithm=auto|inline|"
-      "recursive_doubling|ring] [--iters=N --warmup=N] [--coordinator=ADDR]");
+      "recursive_doubling|ring] [--iters=N --warmup=N] [--coordinator=ADDR]\n"
+      "--collect_metrics=false: the ranks count no metrics (to measure what "
+      "counting costs; bench/metrics_cost.sh).");
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "chorus_bench.cc");

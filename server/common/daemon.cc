@@ -30,11 +30,12 @@ sigset_t TerminationSignals() {
 void InitDaemon(int argc, char** argv, absl::string_view usage) {
   absl::SetProgramUsageMessage(usage);
   // --help lists the flags defined in the daemons' *_main.cc files and the
-  // transport security flags they share.
+  // transport security and metrics flags they share.
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "_main.cc") ||
-           absl::EndsWith(file, "security_flags.cc");
+           absl::EndsWith(file, "security_flags.cc") ||
+           absl::EndsWith(file, "metrics_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
