@@ -28,7 +28,7 @@ off_coordinator="--collect_metrics=false --trace_entries=0"
 # Mean us per call of one chorus-bench run (8 B all-reduce).
 bench_us() {
   "$build/bench/chorus-bench" --collective=all_reduce --ranks="$ranks" \
-    --min_bytes=8 --max_bytes=8 --time_per_size=3s --warmup=50 \
+    --min_bytes=8 --max_bytes=8 --time_per_size=3s --max_iters=1000000 --warmup=200 \
     --format=csv "$@" 2>/dev/null | awk -F, '$1 == "8" { print $5 }'
 }
 

@@ -224,13 +224,19 @@ const std::vector<double>& LatencyBuckets() {
   return *bounds;
 }
 
+int SizeBucketIndex(uint64_t bytes) {
+  static constexpr uint64_t kBounds[kSizeBuckets - 1] = {
+      uint64_t{1} << 10, uint64_t{64} << 10, uint64_t{1} << 20,
+      uint64_t{16} << 20, uint64_t{256} << 20};
+  int index = 0;
+  while (index < kSizeBuckets - 1 && bytes > kBounds[index]) ++index;
+  return index;
+}
+
 const char* SizeBucket(uint64_t bytes) {
-  if (bytes <= (uint64_t{1} << 10)) return "1KiB";
-  if (bytes <= (uint64_t{64} << 10)) return "64KiB";
-  if (bytes <= (uint64_t{1} << 20)) return "1MiB";
-  if (bytes <= (uint64_t{16} << 20)) return "16MiB";
-  if (bytes <= (uint64_t{256} << 20)) return "256MiB";
-  return "larger";
+  static constexpr const char* kNames[kSizeBuckets] = {
+      "1KiB", "64KiB", "1MiB", "16MiB", "256MiB", "larger"};
+  return kNames[SizeBucketIndex(bytes)];
 }
 
 }  // namespace chorus

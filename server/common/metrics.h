@@ -202,6 +202,11 @@ const std::vector<double>& LatencyBuckets();
 // "larger".
 const char* SizeBucket(uint64_t bytes);
 
+// How many size buckets there are, and the index of SizeBucket(bytes) among
+// them (0 for "1KiB" ... kSizeBuckets - 1 for "larger").
+inline constexpr int kSizeBuckets = 6;
+int SizeBucketIndex(uint64_t bytes);
+
 }  // namespace chorus
 
 #endif  // CHORUS_SERVER_COMMON_METRICS_H_
