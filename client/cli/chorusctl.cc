@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "chorus/admin_client.h"
 #include "chorus/communicator.h"
+#include "client/cli/event_report.h"
 #include "client/cli/trace_report.h"
 #include "client/cli/values.h"
 #include "server/common/device_proto.h"
@@ -30,10 +31,12 @@
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
-          "Deadline of each call; a join or collective that not every rank "
-          "reaches by then fails with DEADLINE_EXCEEDED naming the missing "
-          "ranks.");
+ABSL_FLAG(std::optional<absl::Duration>, timeout, std::nullopt,
+          "Deadline of each call, 60s when not given; a join or collective "
+          "that not every rank reaches by then fails with DEADLINE_EXCEEDED "
+          "naming the missing ranks. watch has no deadline unless this flag "
+          "is given; with it, watch ends with DEADLINE_EXCEEDED once the time "
+          "has passed.");
 ABSL_FLAG(std::string, worker, "",
           "Run collectives through the worker daemon whose local API is at "
           "this address: unix:PATH (its --local_socket), 'local' (the "
@@ -50,14 +53,17 @@ ABSL_FLAG(std::string, dtype, "f32",
 ABSL_FLAG(std::string, op, "sum", "Reduce op: sum prod min max avg.");
 ABSL_FLAG(int32_t, root, 0, "Root rank of reduce, broadcast, gather, scatter.");
 ABSL_FLAG(int64_t, count, -1,
-          "Elements per rank block; default: derived from the values given "
-          "(needed off the root of broadcast and scatter).");
+          "Collectives: elements per rank block; default: derived from the "
+          "values given (needed off the root of broadcast and scatter). "
+          "watch: exit after this many events; 0 or less (the default): "
+          "until interrupted.");
 ABSL_FLAG(std::string, algorithm, "auto",
           "Force a plan: auto, inline, recursive_doubling, ring, same_host "
           "(all_reduce between workers on one host).");
 ABSL_FLAG(bool, json, false,
           "trace: print the entries as JSON (field names as PyTorch's Flight "
-          "Recorder uses them) instead of lines and an analysis.");
+          "Recorder uses them) instead of lines and an analysis. watch: print "
+          "each event as one JSON object per line.");
 ABSL_FLAG(int32_t, recent, 20,
           "trace: how many of the last calls every rank made the straggler "
           "analysis looks at.");
@@ -65,6 +71,11 @@ ABSL_FLAG(std::string, device, "cpu",
           "Device this rank's data lives on, e.g. cpu or cuda:0.");
 
 namespace {
+
+// The deadline of every call but watch's: --timeout, or 60 s.
+absl::Duration CallTimeout() {
+  return absl::GetFlag(FLAGS_timeout).value_or(absl::Seconds(60));
+}
 
 constexpr char kUsage[] =
     "Inspects and uses a Chorus cluster.\n"
@@ -79,6 +90,12 @@ constexpr char kUsage[] =
     "  trace        the coordinator's flight recorder for --group: each\n"
     "               recent collective (who called when, plan, verdict) and\n"
     "               an analysis naming the rank at fault (--json: raw)\n"
+    "  watch        print the coordinator's events as they happen, one line\n"
+    "               each: workers registered and lost, groups formed and\n"
+    "               aborted, stalls started and ended, mismatches, deadlines\n"
+    "               (--json: a JSON object per line; --count=N: exit after N\n"
+    "               events). It waits for events with no deadline unless\n"
+    "               --timeout is given\n"
     "  allreduce reduce broadcast allgather reducescatter gather scatter\n"
     "  alltoall barrier\n"
     "               join --group as --rank of --world and run the collective\n"
@@ -167,6 +184,33 @@ int PrintTrace(const chorus::AdminClient& client) {
   return 0;
 }
 
+// Prints the coordinator's events as they come, until --count events were
+// printed or forever (0 or less).
+int Watch(const chorus::AdminClient& client) {
+  const int64_t count = absl::GetFlag(FLAGS_count);
+  const bool json = absl::GetFlag(FLAGS_json);
+  const absl::TimeZone zone = absl::LocalTimeZone();
+  chorus::WatchOptions options;
+  // A stream that waits for events has no deadline of its own.
+  options.timeout =
+      absl::GetFlag(FLAGS_timeout).value_or(absl::InfiniteDuration());
+  options.on_subscribed = [] {
+    std::cerr << "chorusctl: watching the events of "
+              << absl::GetFlag(FLAGS_coordinator) << std::endl;
+  };
+  int64_t printed = 0;
+  absl::Status status = client.WatchEvents(
+      [&](const chorus::Event& event) {
+        std::cout << (json ? chorus::EventJson(event)
+                           : chorus::FormatEvent(event, zone))
+                  << std::endl;
+        return count <= 0 || ++printed < count;
+      },
+      options);
+  if (!status.ok()) return Fail(status);
+  return 0;
+}
+
 // Derives the per-rank block count from the number of values given.
 absl::StatusOr<uint64_t> BlockCount(const chorus::CollectiveSpec& spec,
                                     int world, int rank, size_t values) {
@@ -233,7 +277,7 @@ int RunCollective(chorus::CollectiveKind kind,
 
   chorus::JoinOptions join;
   join.device = *device;
-  join.timeout = absl::GetFlag(FLAGS_timeout);
+  join.timeout = CallTimeout();
   std::unique_ptr<chorus::WorkerRuntime> runtime;
   absl::StatusOr<std::unique_ptr<chorus::Communicator>> communicator;
   if (std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
@@ -255,7 +299,7 @@ int RunCollective(chorus::CollectiveKind kind,
       options.devices.insert(options.devices.begin(),
                              chorus::JoinOptions::CpuDevice());
     }
-    options.register_timeout = absl::GetFlag(FLAGS_timeout);
+    options.register_timeout = CallTimeout();
     absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> started =
         chorus::WorkerRuntime::Start(options);
     if (!started.ok()) return Fail(started.status());
@@ -267,7 +311,7 @@ int RunCollective(chorus::CollectiveKind kind,
 
   chorus::CallOptions call;
   call.algorithm = *algorithm;
-  call.timeout = absl::GetFlag(FLAGS_timeout);
+  call.timeout = CallTimeout();
   std::string output;
   absl::StatusOr<chorus::CallResult> result =
       (*communicator)->Run(spec, *input, &output, call);
@@ -310,11 +354,12 @@ int main(int argc, char** argv) {
   const std::string command = args[1];
   std::vector<std::string> values(args.begin() + 2, args.end());
   std::unique_ptr<chorus::AdminClient> client = chorus::AdminClient::Connect(
-      absl::GetFlag(FLAGS_coordinator), absl::GetFlag(FLAGS_timeout));
+      absl::GetFlag(FLAGS_coordinator), CallTimeout());
   if (command == "workers") return ListWorkers(*client);
   if (command == "groups") return ListGroups(*client, false);
   if (command == "stalls") return ListGroups(*client, true);
   if (command == "trace") return PrintTrace(*client);
+  if (command == "watch") return Watch(*client);
   absl::StatusOr<chorus::CollectiveKind> kind =
       chorus::ParseCollectiveKind(command);
   if (kind.ok()) return RunCollective(*kind, values);

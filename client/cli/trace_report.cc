@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "client/cli/json_string.h"
 #include "server/common/collective.h"
 #include "server/common/rank_list.h"
 
@@ -35,30 +36,6 @@ std::vector<int> Missing(const std::vector<absl::Time>& times) {
 
 std::string Micros(absl::Duration d) {
   return absl::StrCat(absl::ToInt64Microseconds(d), "us");
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 int64_t Nanos(absl::Time t) { return Called(t) ? absl::ToUnixNanos(t) : 0; }

@@ -2,6 +2,7 @@
 
 #include <grpcpp/client_context.h>
 
+#include <memory>
 #include <utility>
 
 #include "chorus/v1/coordinator.grpc.pb.h"
@@ -65,6 +66,24 @@ TraceEntry::State StateOf(const std::string& name) {
   if (name == "completed") return TraceEntry::State::kCompleted;
   if (name == "failed") return TraceEntry::State::kFailed;
   return TraceEntry::State::kWaiting;
+}
+
+Event EventFromProto(const v1::Event& proto) {
+  Event event;
+  event.time = absl::FromUnixNanos(proto.time_ns());
+  event.kind = static_cast<Event::Kind>(proto.kind());
+  event.worker_id = proto.worker_id();
+  event.worker_name = proto.worker_name();
+  event.group = proto.group();
+  event.epoch = proto.epoch();
+  event.sequence = proto.sequence();
+  event.ranks.assign(proto.ranks().begin(), proto.ranks().end());
+  event.status = absl::Status(static_cast<absl::StatusCode>(proto.code()),
+                              proto.message());
+  event.reason = proto.reason();
+  event.dropped = proto.dropped();
+  event.text = proto.text();
+  return event;
 }
 
 TraceEntry TraceFromProto(const v1::TraceEntry& proto) {
@@ -151,6 +170,34 @@ absl::StatusOr<std::vector<TraceEntry>> AdminClient::Trace(
     entries.push_back(TraceFromProto(e));
   }
   return entries;
+}
+
+absl::Status AdminClient::WatchEvents(
+    const std::function<bool(const Event&)>& on_event,
+    const WatchOptions& options) const {
+  grpc::ClientContext context;
+  // A watcher waits for events, so its stream has a deadline only when
+  // asked for one.
+  if (options.timeout != absl::InfiniteDuration()) {
+    context.set_deadline(DeadlineAfter(options.timeout));
+  }
+  std::unique_ptr<grpc::ClientReader<v1::Event>> reader =
+      stub_->stub->WatchEvents(&context, v1::WatchEventsRequest());
+  // The coordinator sends its initial metadata once it has subscribed us.
+  reader->WaitForInitialMetadata();
+  if (options.on_subscribed) options.on_subscribed();
+  v1::Event message;
+  bool stopped = false;
+  while (!stopped && reader->Read(&message)) {
+    stopped = !on_event(EventFromProto(message));
+  }
+  if (stopped) {
+    context.TryCancel();
+    while (reader->Read(&message)) {
+    }
+  }
+  absl::Status status = FromGrpcStatus(reader->Finish());
+  return stopped ? absl::OkStatus() : status;
 }
 
 }  // namespace chorus

@@ -11,7 +11,8 @@
 
 namespace chorus {
 
-// `Reactor` is a grpc::ServerReadReactor<T> or grpc::ServerBidiReactor<Q, R>.
+// `Reactor` is a grpc::ServerReadReactor<T>, grpc::ServerWriteReactor<T> or
+// grpc::ServerBidiReactor<Q, R>.
 template <typename Reactor>
 class RefusedReactor final : public Reactor {
  public:

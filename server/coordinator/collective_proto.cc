@@ -111,6 +111,24 @@ v1::TraceEntry TraceEntryToProto(const TraceEntry& entry) {
   return proto;
 }
 
+v1::Event EventToProto(const Event& event) {
+  v1::Event proto;
+  proto.set_time_ns(absl::ToUnixNanos(event.time));
+  proto.set_kind(static_cast<v1::EventKind>(event.kind));
+  proto.set_worker_id(event.worker_id);
+  proto.set_worker_name(event.worker_name);
+  proto.set_group(event.group);
+  proto.set_epoch(event.epoch);
+  proto.set_sequence(event.sequence);
+  for (int rank : event.ranks) proto.add_ranks(rank);
+  proto.set_code(static_cast<int>(event.status.code()));
+  proto.set_message(std::string(event.status.message()));
+  proto.set_reason(event.reason);
+  proto.set_dropped(event.dropped);
+  proto.set_text(event.text);
+  return proto;
+}
+
 v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
                             const absl::Status& status) {
   v1::GroupAbort proto;

@@ -45,6 +45,9 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
 // Returns the flight recorder's `entry` as the wire message.
 v1::TraceEntry TraceEntryToProto(const TraceEntry& entry);
 
+// Returns the event hub's `event` as the wire message.
+v1::Event EventToProto(const Event& event);
+
 // Returns `status` as a GroupAbort of `group` at `epoch`.
 v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
                             const absl::Status& status);

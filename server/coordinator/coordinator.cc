@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/common/device.h"
 #include "server/common/metrics.h"
 
 namespace chorus {
@@ -46,8 +48,9 @@ absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
 Coordinator::Coordinator(Clock* clock, CoordinatorOptions options)
     : clock_(clock),
       options_(std::move(options)),
+      events_(options_.event_queue_limit),
       registry_(clock, options_.lease_timeout),
-      groups_(clock, &registry_, options_.groups) {}
+      groups_(clock, &registry_, options_.groups, &events_) {}
 
 Coordinator::~Coordinator() {
   // Stopped before the registry and groups go: their steps use both.
@@ -82,10 +85,12 @@ absl::Time Coordinator::EvictExpired() {
     LOG(WARNING) << "evicted worker " << r.id << " \"" << r.registration.name
                  << "\": no heartbeat within the lease";
     CountLost("lease_expired");
-    groups_.AbortWorker(
-        r.id, r.registration.name,
+    const std::string why =
         absl::StrCat("no heartbeat within the lease (",
-                     absl::FormatDuration(registry_.lease_timeout()), ")"));
+                     absl::FormatDuration(registry_.lease_timeout()), ")");
+    PublishWorkerEvent(Event::Kind::kWorkerLost, r.id, r.registration.name,
+                       "evicted", why);
+    groups_.AbortWorker(r.id, r.registration.name, why);
   }
   // Just after the earliest lease can expire, and at least once a lease
   // period (a worker registered meanwhile expires no earlier than that).
@@ -107,6 +112,21 @@ absl::Time Coordinator::ReportStalls() {
          std::max(options_.stall_report_after / 4, absl::Milliseconds(100));
 }
 
+void Coordinator::PublishWorkerEvent(Event::Kind kind, uint64_t id,
+                                     const std::string& name,
+                                     std::string reason, std::string text) {
+  Event event;
+  event.time = clock_->Now();
+  event.kind = kind;
+  event.worker_id = id;
+  event.worker_name = name;
+  event.reason = std::move(reason);
+  event.text =
+      absl::StrCat("worker ", id, " \"", name, "\" ",
+                   kind == Event::Kind::kWorkerLost ? "lost: " : "", text);
+  if (events_.Publish(event)) events_.Wake();
+}
+
 absl::Time Coordinator::CoreDeadlineFor(absl::Time client_deadline) const {
   return CoreDeadline(clock_->Now(), client_deadline, options_.max_wait);
 }
@@ -122,12 +142,23 @@ void Coordinator::DeadlineAdded(absl::Time deadline) {
 absl::StatusOr<RegisterResult> Coordinator::Register(
     const WorkerRegistration& request) {
   absl::StatusOr<RegisterResult> result = registry_.Register(request);
-  if (result.ok() && !result->retried) CountRegistered();
-  if (result.ok() && result->replaced) {
+  if (!result.ok() || result->retried) return result;
+  CountRegistered();
+  if (result->replaced) {
     CountLost("restarted");
-    groups_.AbortWorker(result->replaced_id, request.name,
-                        "it restarted with a new incarnation");
+    const std::string why = "it restarted with a new incarnation";
+    PublishWorkerEvent(Event::Kind::kWorkerLost, result->replaced_id,
+                       request.name, "replaced", why);
+    groups_.AbortWorker(result->replaced_id, request.name, why);
   }
+  PublishWorkerEvent(
+      Event::Kind::kWorkerRegistered, result->worker_id, request.name, "",
+      absl::StrCat("registered at ", request.address, " (host ", request.host,
+                   ", incarnation ", request.incarnation, ") with ",
+                   absl::StrJoin(request.devices, ",",
+                                 [](std::string* out, const Device& d) {
+                                   out->append(CanonicalName(d));
+                                 })));
   return result;
 }
 
@@ -145,6 +176,8 @@ absl::Status Coordinator::Deregister(uint64_t id, uint64_t incarnation) {
   if (!record.ok()) return record.status();
   LOG(INFO) << "deregistered worker " << id;
   CountLost("deregistered");
+  PublishWorkerEvent(Event::Kind::kWorkerLost, record->id,
+                     record->registration.name, "deregistered", "it shut down");
   groups_.AbortWorker(record->id, record->registration.name, "it shut down");
   return absl::OkStatus();
 }
@@ -204,6 +237,7 @@ uint64_t Coordinator::LatestAbortNotice() const {
 
 void Coordinator::Shutdown(const absl::Status& status) {
   groups_.AbortAll(status);
+  events_.Close();
 }
 
 absl::Status Coordinator::AuthorizeWorker(const std::string& caller,

@@ -3,7 +3,10 @@
 // span them: a worker that is evicted (no heartbeat within its lease), that
 // deregisters, or that registers again with a new incarnation aborts every
 // group with one of its devices, and the workers holding those groups hear
-// of it in their next heartbeat. It knows nothing about gRPC or sockets:
+// of it in their next heartbeat. It owns the event hub (event_hub.h) that
+// the event stream reads: workers registered and lost here, groups formed
+// and aborted, stalls, mismatches and deadlines in the group table. It
+// knows nothing about gRPC or sockets:
 // the gRPC service, the call port and the fuzzers translate wire messages
 // into these calls and statuses back into wire statuses.
 //
@@ -16,7 +19,8 @@
 // Lifecycle: construct, then either StartTimers() (a real clock: background
 // threads evict workers, end calls at their deadlines and log stalls) or
 // drive RunTimers() by hand (a fake clock in tests). Shutdown() ends every
-// pending call; the destructor stops the timers.
+// pending call and every event subscription; the destructor stops the
+// timers.
 // Thread safety: every method is thread-safe. Callbacks run after the core's
 // locks are released, on the calling thread or a timer thread. The clock is
 // not owned and must outlive the core.
@@ -24,9 +28,11 @@
 #define CHORUS_SERVER_COORDINATOR_COORDINATOR_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +40,7 @@
 #include "absl/time/time.h"
 #include "server/common/clock.h"
 #include "server/common/wakeup_loop.h"
+#include "server/coordinator/event_hub.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/registry.h"
 
@@ -45,8 +52,12 @@ struct CoordinatorOptions {
   // Deadline of a waiting call whose client set none, and the most any call
   // may wait.
   absl::Duration max_wait = absl::Minutes(10);
-  // A collective that has waited this long for some ranks is logged once.
+  // A collective that has waited this long for some ranks is logged once
+  // (and a kStallStarted event published).
   absl::Duration stall_report_after = absl::Seconds(10);
+  // Events each event subscriber may fall behind by before it loses the
+  // oldest.
+  size_t event_queue_limit = EventHub::kDefaultQueueLimit;
   GroupTableOptions groups;
 };
 
@@ -89,7 +100,8 @@ class Coordinator {
   // Registers a worker (see Registry::Register for the codes: INVALID_ARGUMENT
   // for a malformed registration, UNIMPLEMENTED for an unsupported device).
   // A registration that replaces an older incarnation of the same name
-  // aborts that incarnation's groups.
+  // aborts that incarnation's groups (a kWorkerLost "replaced" event, then
+  // the aborts, then kWorkerRegistered).
   absl::StatusOr<RegisterResult> Register(const WorkerRegistration& request);
 
   // Renews worker `id`'s lease and fills `reply` with the abort notices after
@@ -98,8 +110,9 @@ class Coordinator {
   absl::Status Heartbeat(uint64_t id, uint64_t incarnation,
                          uint64_t aborts_seen, HeartbeatReply* reply);
 
-  // Removes worker `id` and aborts its groups. Returns the codes of
-  // Heartbeat for an unknown worker or another incarnation.
+  // Removes worker `id` (a kWorkerLost "deregistered" event) and aborts its
+  // groups. Returns the codes of Heartbeat for an unknown worker or another
+  // incarnation.
   absl::Status Deregister(uint64_t id, uint64_t incarnation);
 
   // Every registered worker, ordered by id.
@@ -139,8 +152,24 @@ class Coordinator {
                              const std::string& group, uint64_t epoch,
                              int rank) const;
 
-  // Ends every pending join and collective with `status` and forgets every
-  // group; for the coordinator's shutdown.
+  // Subscribes to the event stream (EventHub::Subscribe): returns the
+  // subscriber's id; `wake` runs, on another thread and without the core's
+  // locks, when NextEvent has something after it said kEmpty.
+  uint64_t SubscribeEvents(EventHub::WakeCallback wake) {
+    return events_.Subscribe(std::move(wake));
+  }
+  // Takes subscriber `id`'s next event (EventHub::Next): kEvent, kEmpty
+  // (wait for the wake) or kClosed (after Shutdown, or an unknown id).
+  EventHub::Poll NextEvent(uint64_t id, Event* event) {
+    return events_.Next(id, event);
+  }
+  // Ends subscription `id` (EventHub::Unsubscribe: its wake no longer runs
+  // once this returns; not to be called from the wake).
+  void UnsubscribeEvents(uint64_t id) { events_.Unsubscribe(id); }
+
+  // Ends every pending join and collective with `status`, forgets every
+  // group, and closes the event stream (subscribers take what is queued,
+  // then kClosed); for the coordinator's shutdown.
   void Shutdown(const absl::Status& status);
 
   // For tests and fuzzers, what the timers look at: the earliest pending
@@ -169,9 +198,16 @@ class Coordinator {
   absl::Time ExpireDeadlines();
   // Logs the collectives newly stalled; returns when to look again.
   absl::Time ReportStalls();
+  // Publishes a `kind` event about worker `id` "`name`" saying `text`, and
+  // wakes the subscribers.
+  void PublishWorkerEvent(Event::Kind kind, uint64_t id,
+                          const std::string& name, std::string reason,
+                          std::string text);
 
   Clock* const clock_;  // not owned
   const CoordinatorOptions options_;
+  // Before the group table, which publishes to it.
+  EventHub events_;
   Registry registry_;
   GroupTable groups_;
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/common/refused_reactor.h"
 #include "server/common/transport_security.h"
 #include "server/coordinator/collective_proto.h"
 
@@ -62,6 +63,119 @@ absl::StatusOr<std::optional<std::string>> CallingWorker(
   if (!caller.ok()) return caller.status();
   return caller->name;
 }
+
+// One WatchEvents stream: a subscription to the core's events, written one
+// at a time; the core's event hub holds the events not written yet (and
+// drops the oldest for a client that reads too slowly).
+//
+// Lifecycle: made by CoordinatorService::WatchEvents; gRPC owns it and it
+// deletes itself in OnDone(), after unsubscribing. It ends with CANCELLED
+// when the client goes away and UNAVAILABLE once the core shut down and
+// the queued events are written.
+// Thread safety: the hub's wake (on the thread that published the event,
+// without the core's locks), OnWriteDone and OnCancel may come at once on
+// different threads; each decides under mu_ and starts the write or
+// Finish after releasing it.
+class EventStream final : public grpc::ServerWriteReactor<v1::Event> {
+ public:
+  // `core` is not owned and must outlive the stream.
+  explicit EventStream(Coordinator* core) : core_(core) {
+    {
+      // Held so that a wake that comes at once waits for the id.
+      absl::MutexLock lock(&mu_);
+      id_ = core_->SubscribeEvents([this] { Pump(); });
+    }
+    // Sent (as every operation started before gRPC binds the reactor) once
+    // this returns; the client may wait for it to know it is subscribed.
+    StartSendInitialMetadata();
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      // The client is gone.
+      if (!ok && !finish_.has_value()) finish_ = grpc::Status::CANCELLED;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finish_.has_value()) finish_ = grpc::Status::CANCELLED;
+    }
+    Pump();
+  }
+
+  void OnDone() override {
+    uint64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = id_;
+    }
+    core_->UnsubscribeEvents(id);
+    delete this;
+  }
+
+ private:
+  // The operation to start once mu_ is released: a write of message_, a
+  // Finish, or nothing.
+  struct Step {
+    bool write = false;
+    std::optional<grpc::Status> finish;
+  };
+
+  // Decides the next operation: none while a write is in flight or after
+  // Finish; Finish when the stream is to end; else the next event's write.
+  Step NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Step step;
+    if (writing_ || finished_) return step;
+    if (!finish_.has_value()) {
+      Event event;
+      switch (core_->NextEvent(id_, &event)) {
+        case EventHub::Poll::kEvent:
+          message_ = EventToProto(event);
+          writing_ = true;
+          step.write = true;
+          return step;
+        case EventHub::Poll::kEmpty:
+          return step;
+        case EventHub::Poll::kClosed:
+          finish_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                 "the coordinator is shutting down");
+          break;
+      }
+    }
+    finished_ = true;
+    step.finish = finish_;
+    return step;
+  }
+
+  // Starts the next operation (see NextLocked).
+  void Pump() {
+    Step step;
+    {
+      absl::MutexLock lock(&mu_);
+      step = NextLocked();
+    }
+    if (step.write) StartWrite(&message_);
+    if (step.finish.has_value()) Finish(*step.finish);
+  }
+
+  Coordinator* const core_;  // not owned
+
+  absl::Mutex mu_;
+  uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  // Owned by gRPC while writing_.
+  v1::Event message_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // The status to end with, once no write is in flight.
+  std::optional<grpc::Status> finish_ ABSL_GUARDED_BY(mu_);
+  // Finish() was called (or is about to be).
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 }  // namespace
 
@@ -339,6 +453,17 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     return Finish(context, allowed);
   }
   return Finish(context, ReportFailureToCore(*core_, *request, response));
+}
+
+grpc::ServerWriteReactor<v1::Event>* CoordinatorService::WatchEvents(
+    grpc::CallbackServerContext* context,
+    const v1::WatchEventsRequest* request) {
+  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "WatchEvents");
+      !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerWriteReactor<v1::Event>>(
+        ToGrpcStatus(allowed));
+  }
+  return new EventStream(core_);
 }
 
 }  // namespace chorus

@@ -3,9 +3,12 @@
 // the core's absl::Status into grpc::Status; it holds no rules of its own.
 // With mutual TLS on, it checks who calls: worker RPCs only from the worker
 // they name (PERMISSION_DENIED otherwise, before the core sees the call),
-// ListWorkers, ListGroups and GetTrace only from an admin certificate.
-// Calls that wait (JoinGroup, Collective, Commit) complete from the core's
-// callbacks; no thread blocks per waiting call.
+// ListWorkers, ListGroups, GetTrace and WatchEvents only from an admin
+// certificate. Calls that wait (JoinGroup, Collective, Commit) complete from
+// the core's callbacks; no thread blocks per waiting call. Each WatchEvents
+// stream is a reactor subscribed to the core's events, woken when one comes,
+// with one write in flight (the core's event hub queues the rest); no
+// thread waits per watcher either.
 //
 // JoinGroup is served as raw bytes: every rank of a group gets the same
 // response, listing every member, so it is serialized once per formed group
@@ -75,6 +78,12 @@ class CoordinatorService final
       grpc::CallbackServerContext* context,
       const v1::ReportFailureRequest* request,
       v1::ReportFailureResponse* response) override;
+  // Streams the core's events until the client ends the call (CANCELLED)
+  // or the core shuts down (UNAVAILABLE); PERMISSION_DENIED at once for a
+  // caller without an admin certificate under TLS.
+  grpc::ServerWriteReactor<v1::Event>* WatchEvents(
+      grpc::CallbackServerContext* context,
+      const v1::WatchEventsRequest* request) override;
 
   // Tells workers that register from now on about the call port (0: none).
   void SetCallPort(int port) { call_port_.store(port); }

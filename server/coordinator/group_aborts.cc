@@ -24,13 +24,12 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
         if (member.worker_id == worker_id) ranks.push_back(member.rank);
       }
       if (ranks.empty()) continue;
-      AbortGroupLocked(
-          group,
-          absl::AbortedError(absl::StrCat(
-              "group ", name, " (epoch ", group.view.epoch,
-              ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
-              "\" (id ", worker_id, ") lost: ", why, "; join the group again")),
-          "worker_lost", &completions);
+      const absl::Status status = absl::AbortedError(absl::StrCat(
+          "group ", name, " (epoch ", group.view.epoch,
+          ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
+          "\" (id ", worker_id, ") lost: ", why, "; join the group again"));
+      AbortGroupLocked(group, status, "worker_lost",
+                       Blame{ranks, worker_id, worker_name}, &completions);
     }
     // Joins the lost worker made can no longer be answered.
     for (auto it = forming_.begin(); it != forming_.end();) {
@@ -55,7 +54,7 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
 }
 
 void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
-                                  const char* reason,
+                                  const char* reason, const Blame& blame,
                                   Completions* completions) {
   if (!group.aborted.ok()) return;
   static CounterFamily* const aborts = DefaultMetrics().Counters(
@@ -67,7 +66,15 @@ void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
   aborts->With({reason})->Add();
   group.aborted = status;
   recorder_.EndAll(group.view.name, group.view.epoch, status, clock_->Now());
+  Event event = GroupEvent(Event::Kind::kGroupAborted, group.view, 0,
+                           std::string(status.message()));
+  event.ranks = blame.ranks;
+  event.worker_id = blame.worker_id;
+  event.worker_name = blame.worker_name;
+  event.status = status;
+  PublishLocked(std::move(event), completions);
   for (auto& [sequence, match] : group.pending) {
+    StallEndedLocked(group, sequence, match, status, completions);
     for (std::optional<ArrivedCall>& arrived : match.calls) {
       if (!arrived) continue;
       completions->push_back(
@@ -126,7 +133,7 @@ void GroupTable::AbortAll(const absl::Status& status) {
     forming_.clear();
     for (auto& [name, group] : groups_) {
       group.aborted = absl::OkStatus();
-      AbortGroupLocked(group, status, "shutdown", &completions);
+      AbortGroupLocked(group, status, "shutdown", Blame(), &completions);
     }
     groups_.clear();
     notices_.clear();

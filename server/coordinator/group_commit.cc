@@ -123,7 +123,7 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
         absl::AbortedError(absl::StrCat(
             "group ", group_name, " (epoch ", epoch, ") aborted: rank ", rank,
             " failed collective #", sequence, ": ", failure.ToString())),
-        "data_plane_failure", &completions);
+        "data_plane_failure", Blame{{rank}, 0, ""}, &completions);
     verdict = group.aborted;
   }
   for (auto& complete : completions) complete();
@@ -149,6 +149,11 @@ void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
         absl::StrCat(FormatRanks(missing), " of group ", group.view.name,
                      " did not finish #", sequence,
                      " within the deadline; the group is aborted"));
+    Event event = GroupEvent(Event::Kind::kDeadline, group.view, sequence,
+                             std::string(status.message()));
+    event.ranks = missing;
+    event.status = status;
+    PublishLocked(std::move(event), completions);
     for (int rank = 0; rank < group.view.world_size; ++rank) {
       if (!commit.calls[rank]) continue;
       completions->push_back(
@@ -156,7 +161,7 @@ void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
       commit.calls[rank].reset();
     }
     AbortGroupLocked(group, absl::AbortedError(status.message()),
-                     "commit_deadline", completions);
+                     "commit_deadline", Blame{missing, 0, ""}, completions);
     return;  // the abort cleared the commits
   }
 }

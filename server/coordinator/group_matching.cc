@@ -175,7 +175,11 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
   if (RefuseDevicesLocked(group, sequence, match, completions)) return;
   const int world = group.view.world_size;
   const CollectiveSpec& first = match.calls[0]->call.spec;
-  absl::StatusOr<Plan> plan = AgreedPlanLocked(group, sequence, match);
+  std::vector<int> differing;
+  const absl::Status agreement =
+      CheckAgreement(group, sequence, match, &differing);
+  absl::StatusOr<Plan> plan = agreement.ok() ? AgreedPlanLocked(group, match)
+                                             : absl::StatusOr<Plan>(agreement);
   std::vector<std::string> outputs(world);
   // Inline plans run here.
   if (plan.ok() && plan->algorithm == Algorithm::kInline &&
@@ -193,6 +197,14 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
     recorder_.Ended(group.view.name, group.view.epoch, sequence, plan.status(),
                     clock_->Now());
   }
+  if (!agreement.ok()) {
+    Event event = GroupEvent(Event::Kind::kMismatch, group.view, sequence,
+                             std::string(agreement.message()));
+    event.ranks = std::move(differing);
+    event.status = agreement;
+    PublishLocked(std::move(event), completions);
+  }
+  StallEndedLocked(group, sequence, match, plan.status(), completions);
   if (plan.ok() && plan->algorithm != Algorithm::kInline) {
     CommitMatch& commit = group.commits[sequence];
     commit.spec = first;
@@ -234,6 +246,7 @@ bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,
       " cannot run: ", absl::StrJoin(refused, "; ")));
   recorder_.Ended(group.view.name, group.view.epoch, sequence, others,
                   clock_->Now());
+  StallEndedLocked(group, sequence, match, others, completions);
   for (int rank = 0; rank < world; ++rank) {
     absl::Status status = refusals[rank].ok() ? others : refusals[rank];
     group.last_outcome[rank] =
@@ -244,18 +257,19 @@ bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,
   return true;
 }
 
-absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
-                                                  uint64_t sequence,
-                                                  const Match& match) const {
+absl::Status GroupTable::CheckAgreement(const Group& group, uint64_t sequence,
+                                        const Match& match,
+                                        std::vector<int>* differing) {
   const int world = group.view.world_size;
   const CollectiveCall& first = match.calls[0]->call;
-  bool agree = true;
   for (int rank = 1; rank < world; ++rank) {
     const CollectiveCall& call = match.calls[rank]->call;
-    agree = agree && SpecsAgree(first.spec, call.spec) &&
-            call.algorithm == first.algorithm;
+    if (!SpecsAgree(first.spec, call.spec) ||
+        call.algorithm != first.algorithm) {
+      differing->push_back(rank);
+    }
   }
-  if (!agree) {
+  if (!differing->empty()) {
     std::vector<std::string> asked(world);
     for (int rank = 0; rank < world; ++rank) {
       const CollectiveCall& call = match.calls[rank]->call;
@@ -269,6 +283,13 @@ absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
         absl::StrCat("collective #", sequence, " of group ", group.view.name,
                      " does not match across ranks: ", DescribeByRank(asked)));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
+                                                  const Match& match) const {
+  const int world = group.view.world_size;
+  const CollectiveCall& first = match.calls[0]->call;
   // Shared memory is host memory: a rank on a GPU reduces there, so groups
   // with one use the data plane.
   bool same_host = group.view.same_host;
@@ -309,6 +330,7 @@ absl::Status GroupTable::RunInlineMatch(const std::string& group,
 void GroupTable::FailMatchLocked(Group& group, uint64_t sequence, Match& match,
                                  const absl::Status& status,
                                  Completions* completions) {
+  StallEndedLocked(group, sequence, match, status, completions);
   for (std::optional<ArrivedCall>& arrived : match.calls) {
     if (!arrived) continue;
     group.last_outcome[arrived->call.rank] =
@@ -373,6 +395,11 @@ void GroupTable::ExpireMatchesLocked(Group& group, absl::Time now,
                      " did not reach ", CollectiveKindName(spec->kind), " #",
                      it->first, " within the deadline"));
     const uint64_t sequence = it->first;
+    Event event = GroupEvent(Event::Kind::kDeadline, group.view, sequence,
+                             std::string(status.message()));
+    event.ranks = missing;
+    event.status = status;
+    PublishLocked(std::move(event), completions);
     Match expired_match = std::move(match);
     it = group.pending.erase(it);
     FailMatchLocked(group, sequence, expired_match, status, completions);

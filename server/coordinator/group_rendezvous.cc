@@ -13,6 +13,25 @@
 namespace chorus {
 namespace {
 
+// "group g formed at epoch 7 with 2 ranks: rank 0 on worker 1 "w0" Cpu, ..."
+// (the members of groups up to 8 ranks).
+std::string FormedText(const GroupView& view) {
+  std::string text = absl::StrCat("group ", view.name, " formed at epoch ",
+                                  view.epoch, " with ", view.world_size,
+                                  view.world_size == 1 ? " rank" : " ranks");
+  constexpr int kMembersShown = 8;
+  if (view.world_size > kMembersShown) return text;
+  absl::StrAppend(&text, ": ",
+                  absl::StrJoin(view.members, ", ",
+                                [](std::string* out, const GroupMember& m) {
+                                  absl::StrAppend(out, "rank ", m.rank,
+                                                  " on worker ", m.worker_id,
+                                                  " \"", m.worker_name, "\" ",
+                                                  CanonicalName(m.device));
+                                }));
+  return text;
+}
+
 // True when `b` repeats the join `a` (a retried join).
 bool SameJoin(const JoinRequest& a, const JoinRequest& b) {
   return a.worker_id == b.worker_id && a.world_size == b.world_size &&
@@ -211,6 +230,7 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
                      "; call again with the new epoch"));
     recorder_.EndAll(name, old->second.view.epoch, reformed, clock_->Now());
     for (auto& [sequence, match] : old->second.pending) {
+      StallEndedLocked(old->second, sequence, match, reformed, completions);
       for (std::optional<ArrivedCall>& arrived : match.calls) {
         if (!arrived) continue;
         completions->push_back(
@@ -236,6 +256,9 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   for (std::optional<PendingJoin>& slot : formation.slots) {
     group.request_ids.push_back(slot->request.request_id);
   }
+  PublishLocked(
+      GroupEvent(Event::Kind::kGroupFormed, view, 0, FormedText(view)),
+      completions);
   // Every rank gets the same view: one copy, shared by the completions.
   auto formed =
       std::make_shared<const absl::StatusOr<GroupView>>(std::move(view));
@@ -274,14 +297,25 @@ void GroupTable::ExpireJoinsLocked(absl::Time now, Completions* completions) {
           FormatRanks(gave_up), " joined but left at ",
           gave_up.size() == 1 ? "its own deadline" : "their own deadlines");
     }
+    bool expired = false;
     for (std::optional<PendingJoin>& slot : formation.slots) {
       if (!slot || slot->request.deadline > now) continue;
+      expired = true;
       const absl::Status status = absl::DeadlineExceededError(why);
       formation.gave_up.insert(slot->request.rank);
       completions->push_back(
           [done = std::move(slot->done), status] { done(status); });
       slot.reset();
       --formation.joined;
+    }
+    if (expired) {
+      Event event;
+      event.kind = Event::Kind::kDeadline;
+      event.group = it->first;
+      event.ranks = missing;
+      event.status = absl::DeadlineExceededError(why);
+      event.text = why;
+      PublishLocked(std::move(event), completions);
     }
     if (formation.refused_until <= now) formation.refused.clear();
     if (FormationEmpty(formation)) {

@@ -1,5 +1,5 @@
 // GroupTable: what spans every concept (see group_table.h): construction,
-// deadlines, stall reports and the listing of groups.
+// events, deadlines, stall reports and the listing of groups.
 #include "server/coordinator/group_table.h"
 
 #include <algorithm>
@@ -14,10 +14,11 @@
 namespace chorus {
 
 GroupTable::GroupTable(Clock* clock, Registry* registry,
-                       GroupTableOptions options)
+                       GroupTableOptions options, EventHub* events)
     : clock_(clock),
       registry_(registry),
       options_(std::move(options)),
+      events_(events),
       recorder_(options_.trace_entries, options_.trace_groups) {}
 
 GroupTable::~GroupTable() = default;
@@ -26,6 +27,48 @@ std::string GroupTable::CallName(const std::string& group, uint64_t sequence,
                                  const CollectiveSpec& spec) {
   return absl::StrCat(CollectiveKindName(spec.kind), " #", sequence,
                       " of group ", group);
+}
+
+void GroupTable::PublishLocked(Event event, Completions* completions) {
+  if (events_ == nullptr) return;
+  event.time = clock_->Now();
+  if (events_->Publish(event)) {
+    completions->push_back([events = events_] { events->Wake(); });
+  }
+}
+
+Event GroupTable::GroupEvent(Event::Kind kind, const GroupView& group,
+                             uint64_t sequence, std::string text) {
+  Event event;
+  event.kind = kind;
+  event.group = group.name;
+  event.epoch = group.epoch;
+  event.sequence = sequence;
+  event.text = std::move(text);
+  return event;
+}
+
+void GroupTable::StallEndedLocked(const Group& group, uint64_t sequence,
+                                  const Match& match,
+                                  const absl::Status& verdict,
+                                  Completions* completions) {
+  if (!match.stall_reported) return;
+  const CollectiveSpec* spec = nullptr;
+  for (const std::optional<ArrivedCall>& arrived : match.calls) {
+    if (arrived) spec = &arrived->call.spec;
+  }
+  const std::string call = spec == nullptr
+                               ? absl::StrCat("collective #", sequence,
+                                              " of group ", group.view.name)
+                               : CallName(group.view.name, sequence, *spec);
+  Event event = GroupEvent(
+      Event::Kind::kStallEnded, group.view, sequence,
+      absl::StrCat(call, " stopped waiting after ",
+                   absl::FormatDuration(clock_->Now() - match.first_arrival),
+                   verdict.ok() ? ": every rank called it"
+                                : absl::StrCat(": ", verdict.ToString())));
+  event.status = verdict;
+  PublishLocked(std::move(event), completions);
 }
 
 absl::StatusOr<GroupTable::Group*> GroupTable::FindGroupLocked(
@@ -86,9 +129,20 @@ absl::Time GroupTable::NextDeadline() const {
 }
 
 std::vector<std::string> GroupTable::NewStalls(absl::Duration threshold) {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_->Now();
+  Completions completions;
   std::vector<std::string> stalls;
+  {
+    absl::MutexLock lock(&mu_);
+    NewStallsLocked(threshold, &stalls, &completions);
+  }
+  for (auto& complete : completions) complete();
+  return stalls;
+}
+
+void GroupTable::NewStallsLocked(absl::Duration threshold,
+                                 std::vector<std::string>* stalls,
+                                 Completions* completions) {
+  const absl::Time now = clock_->Now();
   for (auto& [name, group] : groups_) {
     for (auto& [sequence, match] : group.pending) {
       if (match.stall_reported || now - match.first_arrival < threshold) {
@@ -104,13 +158,17 @@ std::vector<std::string> GroupTable::NewStalls(absl::Duration threshold) {
           spec = &match.calls[rank]->call.spec;
         }
       }
-      stalls.push_back(absl::StrCat(
-          CollectiveKindName(spec->kind), " #", sequence, " of group ", name,
-          " has waited ", absl::FormatDuration(now - match.first_arrival),
-          " for ", FormatRanks(missing)));
+      std::string line =
+          absl::StrCat(CallName(name, sequence, *spec), " has waited ",
+                       absl::FormatDuration(now - match.first_arrival), " for ",
+                       FormatRanks(missing));
+      Event event =
+          GroupEvent(Event::Kind::kStallStarted, group.view, sequence, line);
+      event.ranks = std::move(missing);
+      PublishLocked(std::move(event), completions);
+      stalls->push_back(std::move(line));
     }
   }
-  return stalls;
 }
 
 std::vector<GroupSummary> GroupTable::List() const {

@@ -19,11 +19,16 @@
 // (commits and failure reports), group_aborts.cc (aborts and notices) and
 // group_table.cc (deadlines, stalls, listing).
 //
+// Events (a group formed or aborted, a stall started or ended, a mismatch,
+// a deadline) are published to the event hub under the table's lock, so
+// they are queued in the order they happened; the hub's subscribers are
+// woken with the callbacks, after the lock is released.
+//
 // Lifecycle: owned by the coordinator; ExpireDeadlines() must be called at
 // NextDeadline() (the coordinator runs it on a WakeupLoop).
 // Thread safety: every method is thread-safe. Callbacks run on the calling
-// thread after the table's lock is released, never under it. The clock and
-// registry are not owned and must outlive the table.
+// thread after the table's lock is released, never under it. The clock,
+// registry and event hub are not owned and must outlive the table.
 #ifndef CHORUS_SERVER_COORDINATOR_GROUP_TABLE_H_
 #define CHORUS_SERVER_COORDINATOR_GROUP_TABLE_H_
 
@@ -46,6 +51,7 @@
 #include "server/common/clock.h"
 #include "server/common/collective.h"
 #include "server/common/device.h"
+#include "server/coordinator/event_hub.h"
 #include "server/coordinator/flight_recorder.h"
 #include "server/coordinator/planner.h"
 #include "server/coordinator/registry.h"
@@ -169,8 +175,9 @@ class GroupTable {
       std::function<void(absl::StatusOr<CollectiveOutcome>)>;
   using CommitCallback = std::function<void(absl::Status)>;
 
-  // Neither pointer is owned.
-  GroupTable(Clock* clock, Registry* registry, GroupTableOptions options);
+  // No pointer is owned; `events` may be null (no events are published).
+  GroupTable(Clock* clock, Registry* registry, GroupTableOptions options,
+             EventHub* events = nullptr);
   ~GroupTable();
 
   GroupTable(const GroupTable&) = delete;
@@ -233,7 +240,9 @@ class GroupTable {
 
   // Returns a line for each collective that has waited longer than
   // `threshold` for some ranks and was not reported before, e.g.
-  // "all_reduce #41 of group g has waited 12s for ranks 2, 3".
+  // "all_reduce #41 of group g has waited 12s for ranks 2, 3", and
+  // publishes a kStallStarted for each (a kStallEnded follows when the
+  // collective or its group epoch ends).
   std::vector<std::string> NewStalls(absl::Duration threshold);
 
   // Returns every formed group, ordered by name.
@@ -278,6 +287,7 @@ class GroupTable {
     std::vector<std::optional<ArrivedCall>> calls;
     int arrived = 0;
     absl::Time first_arrival;
+    // NewStalls reported it (and published its kStallStarted).
     bool stall_reported = false;
   };
   struct CommitMatch {
@@ -290,6 +300,13 @@ class GroupTable {
   struct LastCall {
     CollectiveCall call;
     absl::StatusOr<CollectiveOutcome> outcome;
+  };
+  // Whom an abort blames, for its kGroupAborted event: ranks, and the
+  // worker when one was lost (id 0: none).
+  struct Blame {
+    std::vector<int> ranks;
+    uint64_t worker_id = 0;
+    std::string worker_name;
   };
   struct Group {
     GroupView view;
@@ -361,9 +378,14 @@ class GroupTable {
   bool RefuseDevicesLocked(Group& group, uint64_t sequence, Match& match,
                            Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The plan of a complete match, or INVALID_ARGUMENT with the per-rank
-  // account when the ranks disagree.
-  absl::StatusOr<Plan> AgreedPlanLocked(const Group& group, uint64_t sequence,
+  // OK when the ranks of a complete match agree; INVALID_ARGUMENT with the
+  // per-rank account otherwise, and the ranks whose call differs from rank
+  // 0's in `differing`.
+  static absl::Status CheckAgreement(const Group& group, uint64_t sequence,
+                                     const Match& match,
+                                     std::vector<int>* differing);
+  // The plan of a complete match whose ranks agree.
+  absl::StatusOr<Plan> AgreedPlanLocked(const Group& group,
                                         const Match& match) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Computes the outputs of an inline match. Returns INVALID_ARGUMENT when
@@ -371,6 +393,11 @@ class GroupTable {
   static absl::Status RunInlineMatch(const std::string& group,
                                      uint64_t sequence, const Match& match,
                                      std::vector<std::string>* outputs);
+  // NewStalls() under the lock: appends the lines to `stalls`.
+  void NewStallsLocked(absl::Duration threshold,
+                       std::vector<std::string>* stalls,
+                       Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The parts of ExpireDeadlines(): joins, matches and commits past theirs.
   void ExpireJoinsLocked(absl::Time now, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -390,10 +417,26 @@ class GroupTable {
   static bool CalledLocked(const Group& group, int rank, uint64_t sequence);
   static void MarkCalledLocked(Group& group, int rank, uint64_t sequence);
   // Aborts the group epoch with `status` (kept if it was already aborted):
-  // fails its pending matches and commits, records a notice and counts the
-  // abort under `reason` (chorus_aborts_total{reason}).
+  // fails its pending matches and commits, records a notice, counts the
+  // abort under `reason` (chorus_aborts_total{reason}) and publishes a
+  // kGroupAborted naming `blame`.
   void AbortGroupLocked(Group& group, const absl::Status& status,
-                        const char* reason, Completions* completions)
+                        const char* reason, const Blame& blame,
+                        Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stamps `event` with the time and queues it on the event hub (if any);
+  // adds the wake of its subscribers to `completions` when one is due.
+  void PublishLocked(Event event, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A `kind` event about `group`'s epoch (and collective `sequence`, 0 for
+  // none) saying `text`.
+  static Event GroupEvent(Event::Kind kind, const GroupView& group,
+                          uint64_t sequence, std::string text);
+  // Publishes a kStallEnded when NewStalls reported `match` (collective
+  // `sequence` of `group`), which ended with `verdict`.
+  void StallEndedLocked(const Group& group, uint64_t sequence,
+                        const Match& match, const absl::Status& verdict,
+                        Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Group*> FindGroupLocked(const std::string& name,
                                          uint64_t epoch)
@@ -402,6 +445,7 @@ class GroupTable {
   Clock* const clock_;        // not owned
   Registry* const registry_;  // not owned
   const GroupTableOptions options_;
+  EventHub* const events_;  // not owned; may be null
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Formation> forming_ ABSL_GUARDED_BY(mu_);

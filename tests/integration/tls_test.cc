@@ -541,6 +541,17 @@ TEST_F(TlsTest, AdminRpcs_WithWorkerOrClientIdentity_PermissionDenied) {
       EXPECT_EQ(stub->GetTrace(context.get(), request, &response).error_code(),
                 grpc::StatusCode::PERMISSION_DENIED);
     }
+    {
+      auto context = Context();
+      std::unique_ptr<grpc::ClientReader<v1::Event>> reader =
+          stub->WatchEvents(context.get(), v1::WatchEventsRequest());
+      v1::Event event;
+      EXPECT_FALSE(reader->Read(&event));
+      const grpc::Status status = reader->Finish();
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr("WatchEvents needs an admin certificate"));
+    }
   }
 }
 

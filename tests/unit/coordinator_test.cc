@@ -1,10 +1,12 @@
 // The coordinator core's cross rules on a fake clock: a worker that is
 // evicted, deregisters or restarts aborts its groups, its peers hear of it in
-// their heartbeats, and waiting calls end at the core's deadline.
+// their heartbeats, and waiting calls end at the core's deadline; and the
+// events each of those publishes to the event stream.
 #include "server/coordinator/coordinator.h"
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -14,7 +16,9 @@
 namespace chorus {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 constexpr absl::Duration kLease = absl::Seconds(5);
@@ -28,6 +32,12 @@ Device Cpu() {
 class CoordinatorTest : public ::testing::Test {
  protected:
   CoordinatorTest() : core_(&clock_, Options()) {
+    // The wake calls back into the core, which it could not do under the
+    // core's locks.
+    watcher_ = core_.SubscribeEvents([this] {
+      ++wakes_;
+      core_.Groups();
+    });
     for (int w = 0; w < 2; ++w) {
       absl::StatusOr<RegisterResult> registered = core_.Register(Worker(w, 1));
       EXPECT_TRUE(registered.ok()) << registered.status();
@@ -90,8 +100,29 @@ class CoordinatorTest : public ::testing::Test {
     return verdict;
   }
 
+  // Takes the events published since the last call.
+  std::vector<Event> TakeEvents() {
+    std::vector<Event> events;
+    Event event;
+    while (core_.NextEvent(watcher_, &event) == EventHub::Poll::kEvent) {
+      events.push_back(event);
+    }
+    return events;
+  }
+
+  // The kinds of `events`, e.g. {"WORKER_LOST", "GROUP_ABORTED"}.
+  static std::vector<std::string> Kinds(const std::vector<Event>& events) {
+    std::vector<std::string> kinds;
+    for (const Event& event : events) {
+      kinds.push_back(EventKindName(event.kind));
+    }
+    return kinds;
+  }
+
   FakeClock clock_;
   Coordinator core_;
+  uint64_t watcher_ = 0;
+  int wakes_ = 0;
   uint64_t ids_[2] = {0, 0};
   std::optional<absl::Status> verdicts_[2];
 };
@@ -228,6 +259,239 @@ TEST_F(CoordinatorTest, RunTimers_CallPastCoreDeadline_EndsBeforeClientDoes) {
   ASSERT_TRUE(waiting->has_value());
   EXPECT_TRUE(absl::IsDeadlineExceeded(**waiting)) << **waiting;
   EXPECT_THAT((*waiting)->message(), HasSubstr("rank 1"));
+}
+
+TEST_F(CoordinatorTest, Register_NewWorkers_WorkerRegisteredEvents) {
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events),
+              ElementsAre("WORKER_REGISTERED", "WORKER_REGISTERED"));
+  EXPECT_EQ(events[0].worker_id, ids_[0]);
+  EXPECT_EQ(events[0].worker_name, "w0");
+  EXPECT_EQ(events[0].time, clock_.Now());
+  EXPECT_THAT(events[0].text, HasSubstr("registered at h0:7000"));
+  EXPECT_THAT(events[0].text, HasSubstr("with Cpu"));
+  EXPECT_EQ(events[1].worker_name, "w1");
+  EXPECT_GE(wakes_, 1);
+  // A retried registration is no event.
+  ASSERT_TRUE(core_.Register(Worker(0, 1)).ok());
+  EXPECT_THAT(TakeEvents(), IsEmpty());
+}
+
+TEST_F(CoordinatorTest, Join_EveryRank_GroupFormedEvent) {
+  TakeEvents();
+  const uint64_t epoch = FormGroup();
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("GROUP_FORMED"));
+  EXPECT_EQ(events[0].group, "g");
+  EXPECT_EQ(events[0].epoch, epoch);
+  EXPECT_THAT(events[0].text,
+              HasSubstr("formed at epoch " + std::to_string(epoch) +
+                        " with 2 ranks: rank 0 on worker"));
+}
+
+TEST_F(CoordinatorTest, RunTimers_WorkerMissesLease_LostThenAbortedEvents) {
+  const uint64_t epoch = FormGroup();
+  TakeEvents();
+  HeartbeatReply reply;
+  clock_.Advance(absl::Seconds(3));
+  ASSERT_TRUE(core_.Heartbeat(ids_[1], 1, 0, &reply).ok());
+  clock_.Advance(absl::Seconds(3));
+  const int wakes = wakes_;
+  core_.RunTimers();
+  EXPECT_GT(wakes_, wakes);
+
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("WORKER_LOST", "GROUP_ABORTED"));
+  EXPECT_EQ(events[0].worker_id, ids_[0]);
+  EXPECT_EQ(events[0].worker_name, "w0");
+  EXPECT_EQ(events[0].reason, "evicted");
+  EXPECT_THAT(events[0].text,
+              HasSubstr("\"w0\" lost: no heartbeat within the lease (5s)"));
+  EXPECT_EQ(events[1].group, "g");
+  EXPECT_EQ(events[1].epoch, epoch);
+  EXPECT_THAT(events[1].ranks, ElementsAre(0));
+  EXPECT_EQ(events[1].worker_id, ids_[0]);
+  EXPECT_EQ(events[1].worker_name, "w0");
+  EXPECT_TRUE(absl::IsAborted(events[1].status)) << events[1].status;
+  EXPECT_THAT(events[1].text, HasSubstr("rank 0 on worker \"w0\""));
+}
+
+TEST_F(CoordinatorTest, Deregister_Member_LostThenAbortedEvents) {
+  FormGroup();
+  TakeEvents();
+  ASSERT_TRUE(core_.Deregister(ids_[1], 1).ok());
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("WORKER_LOST", "GROUP_ABORTED"));
+  EXPECT_EQ(events[0].reason, "deregistered");
+  EXPECT_EQ(events[0].worker_name, "w1");
+  EXPECT_THAT(events[1].ranks, ElementsAre(1));
+  EXPECT_THAT(events[1].status.message(), HasSubstr("it shut down"));
+}
+
+TEST_F(CoordinatorTest, Register_NewIncarnation_ReplacedAbortedRegistered) {
+  FormGroup();
+  TakeEvents();
+  absl::StatusOr<RegisterResult> again = core_.Register(Worker(0, 2));
+  ASSERT_TRUE(again.ok()) << again.status();
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events),
+              ElementsAre("WORKER_LOST", "GROUP_ABORTED", "WORKER_REGISTERED"));
+  EXPECT_EQ(events[0].reason, "replaced");
+  EXPECT_EQ(events[0].worker_id, ids_[0]);
+  EXPECT_THAT(events[1].status.message(), HasSubstr("new incarnation"));
+  EXPECT_EQ(events[2].worker_id, again->worker_id);
+  EXPECT_THAT(events[2].text, HasSubstr("incarnation 2"));
+}
+
+TEST_F(CoordinatorTest, Collective_RanksDisagree_MismatchEvent) {
+  const uint64_t epoch = FormGroup();
+  TakeEvents();
+  Barrier(epoch, 0, 1, absl::Seconds(10));
+  CollectiveCall call;
+  call.group = "g";
+  call.epoch = epoch;
+  call.rank = 1;
+  call.sequence = 1;
+  call.spec.kind = CollectiveKind::kAllReduce;
+  call.spec.dtype = DType::kF32;
+  call.spec.count = 4;
+  call.spec.op = ReduceOp::kSum;
+  call.deadline = clock_.Now() + absl::Seconds(10);
+  std::optional<absl::Status> verdict;
+  core_.Collective(std::move(call),
+                   [&verdict](absl::StatusOr<CollectiveOutcome> outcome) {
+                     verdict = outcome.status();
+                   });
+  ASSERT_TRUE(verdict.has_value());
+  ASSERT_TRUE(absl::IsInvalidArgument(*verdict)) << *verdict;
+
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("MISMATCH"));
+  EXPECT_EQ(events[0].epoch, epoch);
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_THAT(events[0].ranks, ElementsAre(1));
+  EXPECT_EQ(events[0].status, *verdict);
+  EXPECT_THAT(events[0].text, HasSubstr("does not match across ranks"));
+}
+
+TEST_F(CoordinatorTest, RunTimers_CallPastDeadline_DeadlineEvent) {
+  const uint64_t epoch = FormGroup();
+  TakeEvents();
+  std::optional<absl::Status>* waiting = Barrier(epoch, 0, 1, absl::Seconds(2));
+  clock_.Advance(absl::Seconds(2));
+  core_.RunTimers();
+  ASSERT_TRUE(waiting->has_value());
+
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("DEADLINE"));
+  EXPECT_EQ(events[0].group, "g");
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_THAT(events[0].ranks, ElementsAre(1));
+  EXPECT_EQ(events[0].status, **waiting);
+  EXPECT_THAT(events[0].text, HasSubstr("rank 1 of group g did not reach"));
+}
+
+TEST_F(CoordinatorTest, Join_RankMissingAtDeadline_DeadlineEvent) {
+  TakeEvents();
+  JoinRequest join;
+  join.group = "lonely";
+  join.world_size = 2;
+  join.rank = 0;
+  join.worker_id = ids_[0];
+  join.device = Cpu();
+  join.deadline = clock_.Now() + absl::Seconds(2);
+  std::optional<absl::Status> verdict;
+  core_.Join(std::move(join), [&verdict](absl::StatusOr<GroupView> view) {
+    verdict = view.status();
+  });
+  clock_.Advance(absl::Seconds(2));
+  core_.RunTimers();
+  ASSERT_TRUE(verdict.has_value());
+
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("DEADLINE"));
+  EXPECT_EQ(events[0].group, "lonely");
+  EXPECT_EQ(events[0].epoch, 0u);
+  EXPECT_EQ(events[0].sequence, 0u);
+  EXPECT_THAT(events[0].ranks, ElementsAre(1));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(events[0].status));
+}
+
+TEST_F(CoordinatorTest, NewStalls_CallWaitsThenCompletes_StallStartedEnded) {
+  const uint64_t epoch = FormGroup();
+  TakeEvents();
+  Barrier(epoch, 0, 1, absl::Seconds(60));
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_THAT(core_.NewStalls(absl::Seconds(10)), SizeIs(1));
+  std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("STALL_STARTED"));
+  EXPECT_EQ(events[0].epoch, epoch);
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_THAT(events[0].ranks, ElementsAre(1));
+  EXPECT_EQ(events[0].text, "barrier #1 of group g has waited 11s for rank 1");
+  // Reported once.
+  EXPECT_THAT(core_.NewStalls(absl::Seconds(10)), IsEmpty());
+  EXPECT_THAT(TakeEvents(), IsEmpty());
+
+  clock_.Advance(absl::Seconds(1));
+  std::optional<absl::Status>* last = Barrier(epoch, 1, 1, absl::Seconds(60));
+  ASSERT_TRUE(last->has_value());
+  events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("STALL_ENDED"));
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_TRUE(events[0].status.ok()) << events[0].status;
+  EXPECT_THAT(events[0].text, HasSubstr("stopped waiting after 12s"));
+}
+
+TEST_F(CoordinatorTest, NewStalls_GroupAbortedWhileStalled_StallEnded) {
+  const uint64_t epoch = FormGroup();
+  Barrier(epoch, 0, 1, absl::Seconds(60));
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_THAT(core_.NewStalls(absl::Seconds(10)), SizeIs(1));
+  TakeEvents();
+  ASSERT_TRUE(core_.Deregister(ids_[1], 1).ok());
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events),
+              ElementsAre("WORKER_LOST", "GROUP_ABORTED", "STALL_ENDED"));
+  EXPECT_EQ(events[2].sequence, 1u);
+  EXPECT_TRUE(absl::IsAborted(events[2].status)) << events[2].status;
+}
+
+TEST_F(CoordinatorTest, Shutdown_Watcher_GroupAbortedThenClosed) {
+  FormGroup();
+  TakeEvents();
+  core_.Shutdown(absl::UnavailableError("shutting down"));
+  const std::vector<Event> events = TakeEvents();
+  ASSERT_THAT(Kinds(events), ElementsAre("GROUP_ABORTED"));
+  EXPECT_TRUE(absl::IsUnavailable(events[0].status));
+  Event event;
+  EXPECT_EQ(core_.NextEvent(watcher_, &event), EventHub::Poll::kClosed);
+}
+
+TEST(CoordinatorEventsTest, NextEvent_SlowWatcher_EventsDropped) {
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.event_queue_limit = 2;
+  Coordinator core(&clock, options);
+  const uint64_t watcher = core.SubscribeEvents([] {});
+  for (int w = 0; w < 5; ++w) {
+    WorkerRegistration r;
+    r.name = absl::StrCat("w", w);
+    r.address = absl::StrCat("h", w, ":7000");
+    r.incarnation = 1;
+    r.devices = {Cpu()};
+    ASSERT_TRUE(core.Register(r).ok());
+  }
+  std::vector<std::string> seen;
+  Event event;
+  while (core.NextEvent(watcher, &event) == EventHub::Poll::kEvent) {
+    seen.push_back(event.kind == Event::Kind::kEventsDropped
+                       ? absl::StrCat("dropped ", event.dropped)
+                       : event.worker_name);
+  }
+  EXPECT_THAT(seen, ElementsAre("dropped 3", "w3", "w4"));
+  core.UnsubscribeEvents(watcher);
+  EXPECT_EQ(core.NextEvent(watcher, &event), EventHub::Poll::kClosed);
 }
 
 TEST(CoreDeadlineTest, CoreDeadline_NoClientDeadline_MaxWaitLessMargin) {

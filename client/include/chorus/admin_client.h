@@ -1,5 +1,6 @@
 // AdminClient: inspects a Chorus cluster through its coordinator (registered
-// workers and their devices, groups and their pending collectives).
+// workers and their devices, groups and their pending collectives, the
+// flight recorder, and the stream of events as they happen).
 //
 // Lifecycle: Connect() returns a client bound to one coordinator address; the
 // connection is made lazily and re-made after failures.
@@ -8,6 +9,7 @@
 #define CHORUS_CLIENT_INCLUDE_CHORUS_ADMIN_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "chorus/event.h"
 #include "chorus/trace.h"
 #include "chorus/types.h"
 
@@ -61,9 +64,20 @@ struct GroupInfo {
   absl::Status aborted;
 };
 
+// How AdminClient::WatchEvents runs.
+struct WatchOptions {
+  // The stream's deadline, from its start. InfiniteDuration(): none, the
+  // stream waits for events for as long as it runs.
+  absl::Duration timeout = absl::InfiniteDuration();
+  // If set, runs once the coordinator answered the call: from then on every
+  // event is streamed (unless the call failed, which WatchEvents returns).
+  std::function<void()> on_subscribed;
+};
+
 class AdminClient {
  public:
-  // `coordinator` is "host:port". Every call carries a deadline of `timeout`.
+  // `coordinator` is "host:port". Every call but WatchEvents carries a
+  // deadline of `timeout`.
   static std::unique_ptr<AdminClient> Connect(const std::string& coordinator,
                                               absl::Duration timeout);
   ~AdminClient();
@@ -82,6 +96,16 @@ class AdminClient {
   // first; NOT_FOUND for a group it does not remember, else the codes of
   // ListWorkers().
   absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& group) const;
+
+  // Streams the coordinator's events, those after the call, to `on_event`
+  // as they come, one call each in the order they happened, until
+  // `on_event` returns false. Blocks until then. Returns OK when `on_event`
+  // stopped it; otherwise how the stream ended: UNAVAILABLE when the
+  // coordinator cannot be reached or shuts down, DEADLINE_EXCEEDED after
+  // options.timeout, PERMISSION_DENIED without an admin certificate under
+  // TLS.
+  absl::Status WatchEvents(const std::function<bool(const Event&)>& on_event,
+                           const WatchOptions& options = {}) const;
 
  private:
   class Stub;
