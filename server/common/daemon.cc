@@ -44,6 +44,10 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
   google::InitGoogleLogging(argv[0]);
   sigset_t set = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A peer that closes while a daemon writes to it (a scraper that goes away
+  // mid-response over TLS, where the write is OpenSSL's) must cost that
+  // connection, not the daemon.
+  signal(SIGPIPE, SIG_IGN);
 }
 
 int WaitForTerminationSignal() {
