@@ -85,8 +85,9 @@ constexpr char kUsage[] =
     "               incarnation, lease age and devices\n"
     "  groups       list groups: epoch, completed collectives, members, the\n"
     "               ranks a pending collective is waiting for, and why an\n"
-    "               aborted group was aborted\n"
-    "  stalls       list only the collectives that are waiting for ranks\n"
+    "               aborted group was aborted; then groups still forming\n"
+    "               and the ranks their joins wait for\n"
+    "  stalls       list only the collectives and joins waiting for ranks\n"
     "  trace        the coordinator's flight recorder for --group: each\n"
     "               recent collective (who called when, plan, verdict) and\n"
     "               an analysis naming the rank at fault (--json: raw)\n"
@@ -134,11 +135,29 @@ int ListWorkers(const chorus::AdminClient& client) {
   return 0;
 }
 
+// A group whose ranks wait in a join: who joined and who is missing.
+void PrintForming(const chorus::GroupInfo& g, bool stalls_only) {
+  std::cout << "group " << g.name << ": forming, world " << g.world_size << ", "
+            << g.members.size() << " joined; waiting "
+            << absl::ToInt64Milliseconds(g.pending) << "ms for "
+            << chorus::FormatRanks(g.missing_ranks) << " to join\n";
+  if (stalls_only) return;
+  for (const chorus::GroupMemberInfo& m : g.members) {
+    std::cout << "  rank " << m.rank << ": worker " << m.worker_id << " \""
+              << m.worker_name << "\" joined\n";
+  }
+}
+
 int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
   absl::StatusOr<std::vector<chorus::GroupInfo>> groups = client.ListGroups();
   if (!groups.ok()) return Fail(groups.status());
   int shown = 0;
   for (const chorus::GroupInfo& g : *groups) {
+    if (g.forming) {
+      ++shown;
+      PrintForming(g, stalls_only);
+      continue;
+    }
     if (stalls_only && g.pending_sequence == 0) continue;
     ++shown;
     std::cout << "group " << g.name << ": world " << g.world_size << ", epoch "
@@ -157,7 +176,7 @@ int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
                 << chorus::CanonicalName(m.device) << "\n";
     }
   }
-  std::cout << shown << (stalls_only ? " stalled group" : " group")
+  std::cout << shown << (stalls_only ? " waiting group" : " group")
             << (shown == 1 ? "" : "s") << std::endl;
   return 0;
 }

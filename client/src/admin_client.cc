@@ -152,6 +152,10 @@ absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
   for (const v1::GroupInfo& g : response.groups()) {
     groups.push_back(GroupFromProto(g));
   }
+  for (const v1::GroupInfo& g : response.forming()) {
+    groups.push_back(GroupFromProto(g));
+    groups.back().forming = true;
+  }
   return groups;
 }
 

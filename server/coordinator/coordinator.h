@@ -121,6 +121,9 @@ class Coordinator {
   // Every formed group, ordered by name.
   std::vector<GroupSummary> Groups() const;
 
+  // Every group with ranks waiting in a join, ordered by name.
+  std::vector<FormingSummary> Forming() const { return groups_.Forming(); }
+
   // The flight recorder's entries of `group`, oldest first (earlier epochs
   // too). NOT_FOUND for a group it does not remember.
   absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& group) const;

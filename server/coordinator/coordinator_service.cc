@@ -406,6 +406,16 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
           absl::ToInt64Milliseconds(now - summary.pending_since));
     }
   }
+  for (const FormingSummary& summary : core_->Forming()) {
+    v1::GroupInfo* info = response->add_forming();
+    info->set_name(summary.name);
+    info->set_world_size(summary.world_size);
+    for (const GroupMember& m : summary.joined) {
+      *info->add_members() = MemberToProto(m);
+    }
+    for (int rank : summary.missing_ranks) info->add_missing_ranks(rank);
+    info->set_pending_ms(absl::ToInt64Milliseconds(now - summary.since));
+  }
   return Finish(context, absl::OkStatus());
 }
 

@@ -201,6 +201,7 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
   const std::string name = request.group;
   formation.slots[rank] =
       PendingJoin{std::move(request), std::move(member), std::move(done)};
+  if (formation.joined == 0) formation.first_join = clock_->Now();
   if (++formation.joined == formation.world_size) {
     Formation complete = std::move(formation);
     forming_.erase(name);

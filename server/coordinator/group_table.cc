@@ -194,6 +194,32 @@ std::vector<GroupSummary> GroupTable::List() const {
   return out;
 }
 
+std::vector<FormingSummary> GroupTable::Forming() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<FormingSummary> out;
+  for (const auto& [name, formation] : forming_) {
+    if (formation.joined == 0) continue;
+    FormingSummary summary;
+    summary.name = name;
+    summary.world_size = formation.world_size;
+    summary.since = formation.first_join;
+    for (int rank = 0; rank < formation.world_size; ++rank) {
+      const std::optional<PendingJoin>& slot = formation.slots[rank];
+      if (slot) {
+        summary.joined.push_back(slot->member);
+      } else {
+        summary.missing_ranks.push_back(rank);
+      }
+    }
+    out.push_back(std::move(summary));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const FormingSummary& a, const FormingSummary& b) {
+              return a.name < b.name;
+            });
+  return out;
+}
+
 absl::StatusOr<std::string> GroupTable::MemberWorkerName(
     const std::string& group, uint64_t epoch, int rank) const {
   absl::MutexLock lock(&mu_);

@@ -150,6 +150,18 @@ struct GroupSummary {
   absl::Status aborted;
 };
 
+// A group still forming: the ranks that joined and wait for the others.
+struct FormingSummary {
+  std::string name;
+  int world_size = 0;
+  // The ranks that joined, with their workers, ordered by rank.
+  std::vector<GroupMember> joined;
+  // The ranks that have not joined yet.
+  std::vector<int> missing_ranks;
+  // When the first of the waiting ranks joined.
+  absl::Time since;
+};
+
 struct GroupTableOptions {
   int max_world_size = 4096;
   // How far ahead of its oldest unissued collective a rank may call
@@ -248,6 +260,9 @@ class GroupTable {
   // Returns every formed group, ordered by name.
   std::vector<GroupSummary> List() const;
 
+  // Returns every group with ranks waiting in a join, ordered by name.
+  std::vector<FormingSummary> Forming() const;
+
   // Returns the flight recorder's entries of `group`, oldest first (also of
   // earlier epochs); empty for a group it does not remember.
   std::vector<TraceEntry> Trace(const std::string& group) const;
@@ -271,6 +286,8 @@ class GroupTable {
     int world_size = 0;
     std::vector<std::optional<PendingJoin>> slots;
     int joined = 0;
+    // When `joined` last went from 0 to 1.
+    absl::Time first_join = absl::InfinitePast();
     // Ranks whose join was refused for their device, with the refusal;
     // until `refused_until` every other rank's join fails at once.
     std::map<int, std::string> refused;

@@ -118,6 +118,24 @@ std::string GroupsTable(const std::vector<GroupSummary>& groups,
                rows, "no group is formed");
 }
 
+std::string FormingTable(const std::vector<FormingSummary>& forming,
+                         absl::Time now) {
+  std::vector<std::vector<std::string>> rows;
+  for (const FormingSummary& group : forming) {
+    std::vector<std::string> joined;
+    for (const GroupMember& member : group.joined) {
+      joined.push_back(absl::StrCat(member.rank, ": ", member.worker_name));
+    }
+    rows.push_back({Html(group.name), absl::StrCat(group.world_size),
+                    Html(absl::StrJoin(joined, "; ")),
+                    Html(absl::StrCat(FormatRanks(group.missing_ranks),
+                                      " since ", Age(now - group.since)))});
+  }
+  return Table("forming",
+               {"group", "world", "joined (rank: worker)", "waiting for"}, rows,
+               "no join is waiting");
+}
+
 std::string VerdictsTable(const Coordinator& core,
                           const std::vector<GroupSummary>& groups, int limit,
                           absl::Time now) {
@@ -173,6 +191,8 @@ std::string RenderStatusPage(const Coordinator& core,
   page += WorkersTable(core, now);
   page += "<h2>Groups</h2>\n";
   page += GroupsTable(groups, now);
+  page += "<h2>Joins waiting</h2>\n";
+  page += FormingTable(core.Forming(), now);
   page += "<h2>Recent verdicts</h2>\n";
   page += VerdictsTable(core, groups, options.recent_verdicts, now);
   page += "</body></html>\n";

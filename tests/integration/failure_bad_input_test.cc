@@ -96,6 +96,9 @@ std::string StateSnapshot(v1::Coordinator::Stub& stub) {
     for (v1::GroupInfo& group : *response.mutable_groups()) {
       group.clear_pending_ms();
     }
+    for (v1::GroupInfo& group : *response.mutable_forming()) {
+      group.clear_pending_ms();
+    }
     out += response.DebugString();
   }
   return out;

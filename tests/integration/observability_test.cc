@@ -253,6 +253,45 @@ TEST_F(ObservabilityTest, StatusPage_HeadlessChromium_ShowsTheCluster) {
                                   "<td>ring</td><td>OK</td>"));
 }
 
+TEST_F(ObservabilityTest, Groups_RankWaitsInJoin_ListedAsForming) {
+  SubprocessOptions options;
+  options.binary = ChorusctlBinary();
+  options.args = {absl::StrCat("--worker=unix:", Socket(0)),
+                  "--group=half",
+                  "--world=2",
+                  "--rank=0",
+                  "--timeout=120s",
+                  "barrier"};
+  options.stdout_path = NewScratchPath("waiting-rank", ".log");
+  absl::StatusOr<std::unique_ptr<Subprocess>> waiting =
+      Subprocess::Start(options);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  const std::vector<std::string> base = {
+      absl::StrCat("--coordinator=", coordinator_.address), "--timeout=10s"};
+  auto run = [&](const std::string& command) {
+    std::vector<std::string> args = base;
+    args.push_back(command);
+    absl::StatusOr<CommandResult> result = RunChorusctl(args);
+    return result.ok() && result->exit_code == 0 ? result->out : "";
+  };
+  std::string groups;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        groups = run("groups");
+        return absl::StrContains(groups,
+                                 "group half: forming, world 2, 1 "
+                                 "joined; waiting ");
+      },
+      kObserveTimeout, absl::Milliseconds(100)))
+      << groups;
+  EXPECT_THAT(groups, HasSubstr("ms for rank 1 to join"));
+  EXPECT_THAT(groups, HasSubstr("rank 0: worker "));
+  EXPECT_THAT(groups, HasSubstr("\"obs-0\" joined"));
+  EXPECT_THAT(run("stalls"), HasSubstr("group half: forming"));
+  EXPECT_THAT(HttpGet(coordinator_metrics_, "/"),
+              HasSubstr("<td>half</td><td>2</td><td>0: obs-0</td>"));
+}
+
 TEST(ObservabilitySecurityTest, MetricsListen_NetworkWithoutTls_Refused) {
   absl::StatusOr<Daemon> coordinator =
       StartCoordinator({"--metrics_listen=0.0.0.0:0"});

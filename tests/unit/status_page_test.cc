@@ -96,6 +96,25 @@ TEST_F(StatusPageTest, RenderStatusPage_RankMissing_ShowsWhatTheGroupWaitsFor) {
               HasSubstr("#1 waits for rank 1 since 4s ago"));
 }
 
+TEST_F(StatusPageTest, RenderStatusPage_RankWaitsInJoin_ShowsTheMissingRank) {
+  JoinRequest join;
+  join.group = "late";
+  join.world_size = 3;
+  join.rank = 1;
+  join.worker_id = ids_[1];
+  join.device.kind = DeviceKind::kCpu;
+  join.deadline = clock_.Now() + absl::Seconds(30);
+  core_.Join(std::move(join), [](absl::StatusOr<GroupView>) {});
+  clock_.Advance(absl::Seconds(2));
+  const std::vector<FormingSummary> forming = core_.Forming();
+  ASSERT_EQ(forming.size(), 1u);
+  EXPECT_EQ(forming[0].world_size, 3);
+  EXPECT_EQ(forming[0].missing_ranks, (std::vector<int>{0, 2}));
+  EXPECT_THAT(RenderStatusPage(core_, {}),
+              HasSubstr("<td>late</td><td>3</td><td>1: host-1</td>"
+                        "<td>ranks 0, 2 since 2s ago</td>"));
+}
+
 TEST_F(StatusPageTest, RenderStatusPage_CallsEnded_ListsRecentVerdicts) {
   const uint64_t epoch = FormGroup();
   Barrier(epoch, 0, 1);

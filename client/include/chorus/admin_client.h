@@ -62,6 +62,10 @@ struct GroupInfo {
   absl::Duration pending;
   // Why this epoch was aborted; OK when it was not.
   absl::Status aborted;
+  // True for a group not formed yet, whose ranks wait in a join: epoch 0,
+  // `members` the ranks that joined, `missing_ranks` the others, `pending`
+  // how long since the first of them joined.
+  bool forming = false;
 };
 
 // How AdminClient::WatchEvents runs.
@@ -89,7 +93,8 @@ class AdminClient {
   absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() const;
 
   // Returns the formed groups ordered by name, each with its members and the
-  // collective it is waiting on, if any; codes as ListWorkers().
+  // collective it is waiting on, if any, then the groups still forming
+  // (`forming` set) ordered by name; codes as ListWorkers().
   absl::StatusOr<std::vector<GroupInfo>> ListGroups() const;
 
   // Returns the coordinator's flight recorder entries of `group`, oldest
