@@ -38,4 +38,11 @@ std::string DescribeByRank(const std::vector<std::string>& by_rank) {
   return absl::StrJoin(parts, "; ");
 }
 
+std::string RankOfGroup(absl::string_view group, int rank,
+                        absl::string_view worker) {
+  std::string out = absl::StrCat("rank ", rank, " of group ", group);
+  if (!worker.empty()) absl::StrAppend(&out, " on worker ", worker);
+  return out;
+}
+
 }  // namespace chorus

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace chorus {
 
 // `ranks` ascending. Runs of three or more consecutive ranks become ranges.
@@ -17,6 +19,11 @@ std::string FormatRanks(const std::vector<int>& ranks);
 // `by_rank[r]` is what rank r did. Ranks with the same entry are listed
 // together, in order of each entry's first rank.
 std::string DescribeByRank(const std::vector<std::string>& by_rank);
+
+// Returns "rank <rank> of group <group>", followed by " on worker <worker>"
+// when `worker` (the name of the worker that holds the rank) is not empty.
+std::string RankOfGroup(absl::string_view group, int rank,
+                        absl::string_view worker);
 
 }  // namespace chorus
 

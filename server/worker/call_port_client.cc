@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
+#include "server/worker/coordinator_status.h"
 
 namespace chorus {
 namespace {
@@ -23,8 +24,10 @@ constexpr absl::Duration kUnreachableBackoff = absl::Seconds(10);
 
 }  // namespace
 
-CallPortClient::CallPortClient(std::function<std::string()> address)
+CallPortClient::CallPortClient(std::function<std::string()> address,
+                               std::string coordinator)
     : address_(std::move(address)),
+      coordinator_(std::move(coordinator)),
       cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       frames_(kMaxReplyBytes) {}
 
@@ -186,6 +189,7 @@ absl::Status CallPortClient::Commit(const v1::CommitRequest& request,
 
 absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
     v1::CallPortRequest framed, absl::Time deadline, const std::string& what) {
+  const absl::Time start = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
@@ -250,8 +254,11 @@ absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
   while (!waiter.done) {
     if (absl::Now() >= deadline) {
       waiters_.erase(call_id);
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the coordinator did not answer ", what, " before the deadline"));
+      return CoordinatorSilentError(
+          coordinator_.empty() ? connected_address_
+                               : absl::StrCat(coordinator_, " (call port ",
+                                              connected_address_, ")"),
+          what, absl::Now() - start);
     }
     if (generation_ != generation || shut_down_) {
       waiter.done = true;

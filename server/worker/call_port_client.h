@@ -9,7 +9,8 @@
 // has no thread hand-off. Every call ends by its own deadline: the
 // coordinator learns the time left and answers DEADLINE_EXCEEDED naming the
 // missing ranks a little before it; a caller whose deadline passes without
-// an answer gets DEADLINE_EXCEEDED (its late reply is dropped). When the
+// an answer gets DEADLINE_EXCEEDED saying that the coordinator did not
+// answer (its late reply is dropped). When the
 // connection breaks (the coordinator died or restarted, the network failed)
 // its calls in flight end with UNAVAILABLE; the next call connects again, to
 // the port the address function then gives.
@@ -39,7 +40,10 @@ class CallPortClient {
  public:
   // `address` returns the call port's current "host:port", or "" when the
   // coordinator has none; it is asked before each new connection.
-  explicit CallPortClient(std::function<std::string()> address);
+  // `coordinator` (the coordinator's gRPC address, may be empty) names the
+  // coordinator in statuses.
+  explicit CallPortClient(std::function<std::string()> address,
+                          std::string coordinator = "");
   ~CallPortClient();
   CallPortClient(const CallPortClient&) = delete;
   CallPortClient& operator=(const CallPortClient&) = delete;
@@ -107,6 +111,7 @@ class CallPortClient {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::function<std::string()> address_;
+  const std::string coordinator_;
   // An eventfd that Shutdown() makes readable to end waits in poll().
   int cancel_fd_ = -1;
 

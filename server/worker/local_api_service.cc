@@ -1,6 +1,7 @@
 #include "server/worker/local_api_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/common/answer_margin.h"
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
@@ -11,14 +12,16 @@
 namespace chorus {
 namespace {
 
-// The time a call from `context` may take: the client's deadline, or ten
-// minutes when it set none.
+// The time a call from `context` may take: until the client's deadline
+// less the margin its answer needs to reach the client (answer_margin.h), or
+// ten minutes when it set none.
 absl::Duration TimeLeft(const grpc::CallbackServerContext& context) {
   const auto deadline = context.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) {
     return absl::Minutes(10);
   }
-  return absl::FromChrono(deadline) - absl::Now();
+  const absl::Duration left = absl::FromChrono(deadline) - absl::Now();
+  return left - AnswerMargin(left);
 }
 
 }  // namespace

@@ -9,12 +9,14 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/answer_margin.h"
 #include "server/common/collective_metrics.h"
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/tcp_socket.h"
 #include "server/worker/algorithms/algorithm.h"
+#include "server/worker/coordinator_status.h"
 #include "server/worker/dataplane/exchange_pool.h"
 #include "server/worker/dataplane/peer_transport.h"
 #include "server/worker/dataplane/tcp_peer_pool.h"
@@ -96,6 +98,14 @@ absl::StatusOr<std::string> AdvertiseWithPort(const std::string& advertise,
   const std::string with_port = absl::StrCat(host, ":", port);
   if (!SplitHostPort(with_port).ok()) return bad;
   return with_port;
+}
+
+// The shortest time a failure report gets, even past the call's deadline.
+constexpr absl::Duration kMinReportTime = absl::Milliseconds(50);
+
+// "collective #<sequence> of group <group>", for messages.
+std::string CallName(const Membership& membership, uint64_t sequence) {
+  return absl::StrCat("collective #", sequence, " of group ", membership.group);
 }
 
 // Counts a call that started at `start` in the collective metrics
@@ -201,11 +211,12 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   session.cuda_support = discovered.support.cuda_built;
   session.rpc_timeout = options.rpc_timeout;
   session.register_timeout = options.register_timeout;
+  WorkerRuntime* self = runtime.get();
   Inbox* inbox = &runtime->inbox_;
-  session.on_group_aborted = [inbox](const std::string& group, uint64_t epoch,
-                                     const absl::Status& status) {
+  session.on_group_aborted = [self](const std::string& group, uint64_t epoch,
+                                    const absl::Status& status) {
     LOG(WARNING) << status;
-    inbox->Abort(group, epoch, status);
+    self->AbortLocally(group, epoch, status);
   };
   session.on_forgotten = [inbox](const absl::Status& why) {
     inbox->AbortAllSeen(why);
@@ -223,7 +234,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
                                   ? host->host
                                   : absl::StrCat("[", host->host, "]"),
                               ":", port);
-        });
+        },
+        options.coordinator);
   }
   runtime->options_ = std::move(options);
   return runtime;
@@ -262,7 +274,8 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
   absl::BitGen gen;
   request.set_request_id(absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen)),
                                       absl::Hex(absl::Uniform<uint64_t>(gen))));
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
   v1::JoinGroupResponse response;
   absl::Status status;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -272,8 +285,10 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
     context.set_deadline(absl::ToChronoTime(
         attempt == 0 ? deadline
                      : std::min(deadline, absl::Now() + options_.rpc_timeout)));
-    status =
-        FromGrpcStatus(coordinator_->JoinGroup(&context, request, &response));
+    status = FromCoordinator(
+        coordinator_->JoinGroup(&context, request, &response),
+        options_.coordinator,
+        absl::StrCat("the join of group ", group, " as rank ", rank), start);
     if (!absl::IsUnavailable(status)) break;
   }
   if (!status.ok()) return status;
@@ -377,7 +392,10 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
       ValidateCall(spec, world, membership.rank, buffers.host_input.size(),
                    options.algorithm);
   if (!valid.ok()) return valid;
-  const absl::Time deadline = absl::Now() + options.timeout;
+  // The rank answers by `deadline`; the coordinator ends its waits a margin
+  // before that (CoreDeadline), and so do the rank's waits on its peers.
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.timeout;
   const Device device = options.device.value_or(membership.device);
   const bool carries = CarriesInlineData(spec, world, options.algorithm,
                                          membership.inline_max_bytes);
@@ -389,7 +407,9 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
         device.index, buffers.device_input, buffers.host_input.size(),
         &staged_input);
     // The call took its sequence number: the group must hear of it.
-    if (!copied.ok()) return ReportFailure(membership, sequence, copied);
+    if (!copied.ok()) {
+      return ReportFailure(membership, sequence, copied, deadline);
+    }
     host_input = staged_input;
   }
 
@@ -416,8 +436,9 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   } else {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
-    absl::Status status =
-        FromGrpcStatus(coordinator_->Collective(&context, request, &response));
+    absl::Status status = FromCoordinator(
+        coordinator_->Collective(&context, request, &response),
+        options_.coordinator, CallName(membership, sequence), start);
     if (!status.ok()) return status;
   }
 
@@ -452,6 +473,9 @@ absl::Status WorkerRuntime::RunPlanned(
     RunResult* plan, const Device& device, const CallBuffers& buffers,
     absl::string_view host_input, std::string* host_output,
     absl::Time deadline) {
+  // Waits on peers end a margin before the rank must answer: time to
+  // report the failure and hear the group's verdict (answer_margin.h).
+  const absl::Duration left = deadline - absl::Now();
   PeerTransportOptions transport_options;
   transport_options.group = membership.group;
   transport_options.epoch = membership.epoch;
@@ -460,7 +484,7 @@ absl::Status WorkerRuntime::RunPlanned(
   transport_options.addresses = membership.addresses;
   transport_options.self_address = address_;
   transport_options.worker_names = membership.worker_names;
-  transport_options.deadline = deadline;
+  transport_options.deadline = deadline - AnswerMargin(left);
   PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
   AlgorithmArgs args;
   args.spec = spec;
@@ -565,7 +589,9 @@ absl::Status WorkerRuntime::RunPlanned(
                                            buffers.device_output);
   }
   gpu.reset();
-  if (!status.ok()) return ReportFailure(membership, sequence, status);
+  if (!status.ok()) {
+    return ReportFailure(membership, sequence, status, deadline);
+  }
   // A hash that missed part of the output (recursive doubling on a GPU
   // buffer hashes nothing) is not sent: the call is then not checked.
   std::optional<uint64_t> result_hash;
@@ -575,6 +601,12 @@ absl::Status WorkerRuntime::RunPlanned(
     result_hash = hash->value();
   }
   return Commit(membership, sequence, deadline, result_hash);
+}
+
+void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,
+                                 const absl::Status& verdict) {
+  inbox_.Abort(group, epoch, verdict);
+  sender_->AbortGroup(group, epoch);
 }
 
 bool WorkerRuntime::CallPortReady(absl::Time deadline) {
@@ -597,12 +629,16 @@ absl::Status WorkerRuntime::Commit(const Membership& membership,
   v1::CommitResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  return FromGrpcStatus(coordinator_->Commit(&context, request, &response));
+  const absl::Time start = absl::Now();
+  return FromCoordinator(
+      coordinator_->Commit(&context, request, &response), options_.coordinator,
+      absl::StrCat("the commit of ", CallName(membership, sequence)), start);
 }
 
 absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
                                           uint64_t sequence,
-                                          const absl::Status& failure) {
+                                          const absl::Status& failure,
+                                          absl::Time answer_by) {
   // The group's abort already reached this worker: that is the verdict.
   if (absl::Status aborted =
           inbox_.AbortStatus(membership.group, membership.epoch);
@@ -616,7 +652,12 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
   request.set_sequence(sequence);
   request.set_code(static_cast<int>(failure.code()));
   request.set_message(std::string(failure.message()));
-  const absl::Time deadline = absl::Now() + options_.rpc_timeout;
+  // The report is not a wait: the coordinator answers at once, unless it
+  // is gone or paused; the rank's answer must not wait longer than its
+  // call may.
+  const absl::Time now = absl::Now();
+  const absl::Time deadline = std::min(
+      now + options_.rpc_timeout, std::max(answer_by, now + kMinReportTime));
   v1::ReportFailureResponse response;
   absl::Status reported;
   if (CallPortReady(deadline)) {
@@ -627,17 +668,21 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
   } else {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
-    reported = FromGrpcStatus(
-        coordinator_->ReportFailure(&context, request, &response));
+    reported = FromCoordinator(
+        coordinator_->ReportFailure(&context, request, &response),
+        options_.coordinator, "the failure report", now);
   }
-  if (!reported.ok() || !response.has_abort()) {
+  if (!reported.ok()) {
     LOG(WARNING) << "could not report " << failure << ": " << reported;
-    return failure;
+    // The rank's own account, and why the group's verdict is missing.
+    return absl::Status(failure.code(), absl::StrCat(failure.message(), "; ",
+                                                     reported.message()));
   }
+  if (!response.has_abort()) return failure;
   const absl::Status verdict(
       static_cast<absl::StatusCode>(response.abort().code()),
       response.abort().message());
-  inbox_.Abort(membership.group, membership.epoch, verdict);
+  AbortLocally(membership.group, membership.epoch, verdict);
   return verdict;
 }
 

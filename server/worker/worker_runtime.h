@@ -234,6 +234,10 @@ class WorkerRuntime {
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline);
 
+  // Ends this worker's waits and sends of `group` at `epoch`, which the
+  // coordinator aborted with `verdict`.
+  void AbortLocally(const std::string& group, uint64_t epoch,
+                    const absl::Status& verdict);
   // Whether calls can go to the coordinator's call port now (connecting
   // when needed).
   bool CallPortReady(absl::Time deadline);
@@ -243,9 +247,10 @@ class WorkerRuntime {
                       absl::Time deadline,
                       std::optional<uint64_t> result_hash = std::nullopt);
   // Reports a data-plane failure and returns the group's verdict (ABORTED),
-  // or `failure` itself when it already is a verdict or cannot be reported.
+  // or `failure` itself when it already is a verdict or cannot be reported
+  // (the report waits until about `answer_by`, the call's deadline).
   absl::Status ReportFailure(const Membership& membership, uint64_t sequence,
-                             const absl::Status& failure);
+                             const absl::Status& failure, absl::Time answer_by);
 
   RuntimeOptions options_;
   std::vector<Device> devices_;

@@ -258,6 +258,44 @@ TEST(TcpDataPlaneTest, PoolShutdown_WhileSendIsStuck_SendEndsUnavailable) {
   EXPECT_EQ(stuck.code(), absl::StatusCode::kUnavailable) << stuck;
 }
 
+TEST(TcpDataPlaneTest, AbortGroup_WhileSendIsStuck_SendEndsAbortedPoolUsable) {
+  Receiver receiver(/*stream_limit=*/1 << 20);
+  TcpPeerPool pool;
+  ASSERT_TRUE(pool.Send(receiver.address(), Key(0), Pattern(2 << 20, 0),
+                        absl::Now() + kWait)
+                  .ok());
+  absl::Status stuck;
+  absl::Notification ended;
+  std::thread sender([&] {
+    // Held back by the receiver: waits for room until the deadline.
+    stuck = pool.Send(receiver.address(), Key(1), Pattern(64 << 20, 1),
+                      absl::Now() + kWait);
+    ended.Notify();
+  });
+  // Another group's abort leaves the send alone.
+  pool.AbortGroup("other", 1);
+  EXPECT_FALSE(ended.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  // An abort before the send started writing cuts nothing: repeat until
+  // one lands while it writes.
+  const absl::Time give_up = absl::Now() + kWait / 2;
+  do {
+    pool.AbortGroup("g", 1);
+  } while (!ended.WaitForNotificationWithTimeout(absl::Milliseconds(100)) &&
+           absl::Now() < give_up);
+  ASSERT_TRUE(ended.HasBeenNotified());
+  sender.join();
+  EXPECT_EQ(stuck.code(), absl::StatusCode::kAborted) << stuck;
+  EXPECT_THAT(std::string(stuck.message()), HasSubstr("group g was aborted"));
+  // The cut connection is replaced for the next message.
+  ASSERT_TRUE(pool.Send(receiver.address(), Key(0, "next"), "after",
+                        absl::Now() + kWait)
+                  .ok());
+  absl::StatusOr<std::string> after =
+      receiver.inbox().Take(Key(0, "next"), absl::Now() + kWait);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, "after");
+}
+
 TEST(TcpDataPlaneTest, ListenerShutdown_WhileHoldingBack_ReturnsPromptly) {
   Receiver receiver(/*stream_limit=*/1);
   TcpPeerPool pool;

@@ -80,5 +80,15 @@ TEST(PeerDirectoryTest, Cancel_PendingWaiter_CallbackNeverRuns) {
   EXPECT_FALSE(called);
 }
 
+TEST(PeerDirectoryTest, WorkerName_LearnedAndUnknown) {
+  PeerDirectory directory;
+  directory.Learn("g", 5, {"w0", "w1"});
+  EXPECT_EQ(directory.WorkerName("g", 5, 1), "w1");
+  EXPECT_EQ(directory.WorkerName("g", 5, 2), "");
+  EXPECT_EQ(directory.WorkerName("g", 5, -1), "");
+  EXPECT_EQ(directory.WorkerName("g", 6, 0), "");
+  EXPECT_EQ(directory.WorkerName("other", 5, 0), "");
+}
+
 }  // namespace
 }  // namespace chorus

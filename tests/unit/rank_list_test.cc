@@ -71,5 +71,11 @@ TEST(DescribeByRankTest, DescribeByRank_SingleRank_Singular) {
   EXPECT_EQ(DescribeByRank({"barrier"}), "rank 0: barrier");
 }
 
+TEST(RankOfGroupTest, RankOfGroup_WithAndWithoutWorker) {
+  EXPECT_EQ(RankOfGroup("g", 1, "host-2"),
+            "rank 1 of group g on worker host-2");
+  EXPECT_EQ(RankOfGroup("g", 0, ""), "rank 0 of group g");
+}
+
 }  // namespace
 }  // namespace chorus

@@ -18,7 +18,8 @@ void InProcessHub::LosePeer(int rank) {
     absl::MutexLock lock(&mu_);
     lost_[rank] = true;
   }
-  inbox_.PeerLost(group_, kEpoch, PeerGoneError(group_, rank, PeerName(rank)));
+  inbox_.PeerLost(group_, kEpoch,
+                  PeerGoneError(group_, rank, "", PeerName(rank)));
 }
 
 void InProcessHub::Abort(const absl::Status& status) {
@@ -55,7 +56,7 @@ absl::Status InProcessTransport::Send(int to, absl::string_view data) {
   for (int rank : {to, rank_}) {
     if (hub_->IsLost(rank)) {
       return UnreachableError(
-          hub_->group(), to,
+          hub_->group(), to, "",
           absl::UnavailableError(absl::StrCat(
               "data-plane connection to ", InProcessHub::PeerName(to),
               " failed: ", InProcessHub::PeerName(rank), " is lost")));

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/common/rank_list.h"
 
 namespace chorus {
 namespace {
@@ -79,12 +80,13 @@ void Inbox::ReleaseLocked(StreamId stream, uint64_t bytes,
 }
 
 absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
-                                        absl::Time deadline) {
+                                        absl::Time deadline,
+                                        absl::string_view from_worker) {
   std::vector<std::function<void()>> resumes;
   absl::StatusOr<std::string> taken;
   {
     absl::MutexLock lock(&mu_);
-    taken = TakeLocked(key, deadline, &resumes);
+    taken = TakeLocked(key, deadline, from_worker, &resumes);
   }
   // Streams released on any path (a newer epoch seen, a message taken)
   // resume here, without the lock.
@@ -93,7 +95,7 @@ absl::StatusOr<std::string> Inbox::Take(const MessageKey& key,
 }
 
 absl::StatusOr<std::string> Inbox::TakeLocked(
-    const MessageKey& key, absl::Time deadline,
+    const MessageKey& key, absl::Time deadline, absl::string_view from_worker,
     std::vector<std::function<void()>>* resumes) {
   const std::string id = key.ToString();
   const std::string group_epoch = GroupEpoch(key.group, key.epoch);
@@ -120,7 +122,7 @@ absl::StatusOr<std::string> Inbox::TakeLocked(
       return lost->second;
     }
     return absl::DeadlineExceededError(
-        absl::StrCat("rank ", key.from_rank, " of group ", key.group,
+        absl::StrCat(RankOfGroup(key.group, key.from_rank, from_worker),
                      " sent no data for collective #", key.sequence,
                      " within the deadline"));
   }

@@ -68,10 +68,12 @@ class Inbox {
                std::function<void()> resume);
 
   // Waits for the message `key` and returns it. Returns DEADLINE_EXCEEDED
-  // naming the sender when `deadline` passes, the status given to Abort()
-  // for the key's group and epoch, or ABORTED when a newer epoch of the
-  // group was seen.
-  absl::StatusOr<std::string> Take(const MessageKey& key, absl::Time deadline);
+  // naming the sending rank (and `from_worker`, the worker holding it, when
+  // given) when `deadline` passes, the status given to Abort() for the
+  // key's group and epoch, or ABORTED when a newer epoch of the group was
+  // seen.
+  absl::StatusOr<std::string> Take(const MessageKey& key, absl::Time deadline,
+                                   absl::string_view from_worker = "");
 
   // Ends every Take() on `group` at `epoch` (and later ones) with `status`
   // and drops its stored messages.
@@ -102,7 +104,7 @@ class Inbox {
   };
   // Take() under the lock; streams to resume go to `resumes`.
   absl::StatusOr<std::string> TakeLocked(
-      const MessageKey& key, absl::Time deadline,
+      const MessageKey& key, absl::Time deadline, absl::string_view from_worker,
       std::vector<std::function<void()>>* resumes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `bytes` off `stream`'s count; once the stream is within its limit

@@ -34,6 +34,19 @@ PeerDirectory::Verdict PeerDirectory::Check(const std::string& group,
   return CheckLocked(group, epoch, rank, name);
 }
 
+std::string PeerDirectory::WorkerName(const std::string& group, uint64_t epoch,
+                                      int rank) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto found = groups_.find(group);
+  if (found == groups_.end()) return "";
+  auto it = found->second.find(epoch);
+  if (it == found->second.end() || rank < 0 ||
+      rank >= static_cast<int>(it->second.size())) {
+    return "";
+  }
+  return it->second[rank];
+}
+
 PeerDirectory::Verdict PeerDirectory::CheckLocked(
     const std::string& group, uint64_t epoch, int rank,
     const std::string& name) const {

@@ -61,6 +61,11 @@ class PeerDirectory {
   Verdict Check(const std::string& group, uint64_t epoch, int rank,
                 const std::string& name) const;
 
+  // Returns the name of the worker that holds `rank` of `group` at `epoch`,
+  // or "" when this worker has not learned it (or forgot it).
+  std::string WorkerName(const std::string& group, uint64_t epoch,
+                         int rank) const;
+
   // Sets *verdict to Check's answer for these arguments. When that is
   // kUnknown, also arranges for `ready` to run with the answer once it is
   // known, and returns a token for Cancel; otherwise returns 0 and `ready`

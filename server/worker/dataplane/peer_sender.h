@@ -13,6 +13,7 @@
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_SENDER_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_PEER_SENDER_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,6 +36,13 @@ class PeerSender {
   // until `deadline`; INVALID_ARGUMENT for a key the wire cannot carry.
   virtual absl::Status Send(const std::string& address, const MessageKey& key,
                             absl::string_view data, absl::Time deadline) = 0;
+
+  // Ends the sends in progress of messages of `group` at `epoch` (the
+  // coordinator aborted it): they return ABORTED, rather than waiting for a
+  // peer that may be gone until the kernel or their deadline gives up.
+  // Where the medium cannot end one send alone (ExchangePool), does
+  // nothing. Later sends are not affected.
+  virtual void AbortGroup(const std::string& group, uint64_t epoch) {}
 
   // Makes every later send return UNAVAILABLE, ends sends in progress where
   // the medium allows (TcpPeerPool's), then closes every connection, saying

@@ -33,7 +33,7 @@ class ExchangeReactor final : public grpc::ServerReadReactor<v1::Chunk> {
   void OnCancel() override {
     cancelled_.store(true);
     const uint64_t waiting = waiting_.exchange(0);
-    recent_.MarkLost(*inbox_, peer_);
+    recent_.MarkLost(*inbox_, service_->directory_, peer_);
     // A chunk waiting for its epoch has no read pending that would end.
     if (waiting != 0 && service_->directory_->Cancel(waiting)) {
       Finish(grpc::Status::CANCELLED);

@@ -32,14 +32,19 @@ CounterFamily* ReceivedBytes() {
 
 }  // namespace
 
+absl::string_view PeerTransport::WorkerName(int rank) const {
+  return rank < static_cast<int>(options_.worker_names.size())
+             ? absl::string_view(options_.worker_names[rank])
+             : absl::string_view();
+}
+
 Counter* PeerTransport::PeerBytes(std::vector<Counter*>& counters,
                                   CounterFamily* family, int rank) {
   Counter*& counter = counters[rank];
   if (counter == nullptr) {
-    const bool named = rank < static_cast<int>(options_.worker_names.size()) &&
-                       !options_.worker_names[rank].empty();
+    const absl::string_view name = WorkerName(rank);
     counter = family->With(
-        {named ? options_.worker_names[rank] : options_.addresses[rank]});
+        {name.empty() ? options_.addresses[rank] : std::string(name)});
   }
   return counter;
 }
@@ -64,7 +69,9 @@ absl::Status PeerTransport::Send(int to, absl::string_view data) {
   }
   absl::Status status = sender_->Send(address, Key(options_.rank, to, tag),
                                       data, options_.deadline);
-  if (!status.ok()) return UnreachableError(options_.group, to, status);
+  if (!status.ok()) {
+    return UnreachableError(options_.group, to, WorkerName(to), status);
+  }
   if (DefaultMetrics().enabled()) {
     PeerBytes(sent_bytes_, SentBytes(), to)->Add(data.size());
   }
@@ -73,8 +80,8 @@ absl::Status PeerTransport::Send(int to, absl::string_view data) {
 
 absl::StatusOr<std::string> PeerTransport::Recv(int from) {
   const uint32_t tag = received_[from]++;
-  absl::StatusOr<std::string> message =
-      inbox_->Take(Key(from, options_.rank, tag), options_.deadline);
+  absl::StatusOr<std::string> message = inbox_->Take(
+      Key(from, options_.rank, tag), options_.deadline, WorkerName(from));
   if (message.ok() && options_.addresses[from] != options_.self_address &&
       DefaultMetrics().enabled()) {
     PeerBytes(received_bytes_, ReceivedBytes(), from)->Add(message->size());

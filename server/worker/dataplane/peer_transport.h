@@ -42,8 +42,9 @@ struct PeerTransportOptions {
   std::vector<std::string> addresses;
   // This worker's own peer address; messages to it stay in process.
   std::string self_address;
-  // Worker name of every rank, by rank (empty: unknown), which labels the
-  // bytes counted per peer (chorus_peer_sent_bytes_total{peer} and
+  // Worker name of every rank, by rank (empty: unknown), which statuses
+  // name next to the rank and which labels the bytes counted per peer
+  // (chorus_peer_sent_bytes_total{peer} and
   // chorus_peer_received_bytes_total{peer}; the address when unknown).
   std::vector<std::string> worker_names;
   absl::Time deadline = absl::InfiniteFuture();
@@ -68,6 +69,8 @@ class PeerTransport final : public Transport {
 
  private:
   MessageKey Key(int from, int to, uint32_t tag) const;
+  // The name of the worker holding `rank`; empty when unknown.
+  absl::string_view WorkerName(int rank) const;
   // The counter of bytes sent to (or received from) rank `rank`'s worker,
   // made on first use.
   Counter* PeerBytes(std::vector<Counter*>& counters, CounterFamily* family,

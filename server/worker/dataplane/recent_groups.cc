@@ -21,14 +21,20 @@ void RecentGroups::Remember(const MessageKey& key) {
   if (recent_.size() > kRemembered) recent_.pop_front();
 }
 
-void RecentGroups::MarkLost(Inbox& inbox, const std::string& peer) {
+void RecentGroups::MarkLost(Inbox& inbox, const PeerDirectory* directory,
+                            const std::string& peer) {
   std::vector<Carried> groups;
   {
     absl::MutexLock lock(&mu_);
     groups.assign(recent_.begin(), recent_.end());
   }
   for (const Carried& c : groups) {
-    inbox.PeerLost(c.group, c.epoch, PeerGoneError(c.group, c.from_rank, peer));
+    const std::string worker =
+        directory == nullptr
+            ? std::string()
+            : directory->WorkerName(c.group, c.epoch, c.from_rank);
+    inbox.PeerLost(c.group, c.epoch,
+                   PeerGoneError(c.group, c.from_rank, worker, peer));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_directory.h"
 
 namespace chorus {
 
@@ -29,8 +30,10 @@ class RecentGroups {
   void Remember(const MessageKey& key);
 
   // Marks every remembered group epoch lost in `inbox`, naming `peer` as
-  // the connection that broke.
-  void MarkLost(Inbox& inbox, const std::string& peer);
+  // the connection that broke and, from `directory` (may be null), the
+  // worker that held the sending rank.
+  void MarkLost(Inbox& inbox, const PeerDirectory* directory,
+                const std::string& peer);
 
  private:
   struct Carried {

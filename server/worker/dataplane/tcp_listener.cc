@@ -292,7 +292,7 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     stopping = connection->stopping;
   }
   if (end != StreamEnd::kGoodbye && !stopping) {
-    recent.MarkLost(*inbox_, connection->peer);
+    recent.MarkLost(*inbox_, directory_, connection->peer);
   }
   inbox_->CloseStream(stream);
   EndConnection(*connection);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/client_context.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,6 +107,36 @@ absl::Status TcpPeerPool::WriteLocked(Peer& peer, const MessageKey& key,
   return WriteFrameLocked(peer, parts, 2, deadline, shutdown_fd_);
 }
 
+absl::Status TcpPeerPool::WriteCuttableLocked(Peer& peer, const MessageKey& key,
+                                              absl::string_view data,
+                                              absl::Time deadline, bool* cut) {
+  {
+    absl::MutexLock writing(&peer.writing_mu);
+    peer.writing_fd = peer.fd;
+    peer.writing_group = key.group;
+    peer.writing_epoch = key.epoch;
+    peer.cut = false;
+  }
+  absl::Status written = WriteLocked(peer, key, data, deadline);
+  absl::MutexLock writing(&peer.writing_mu);
+  peer.writing_fd = -1;
+  *cut = peer.cut;
+  return written;
+}
+
+void TcpPeerPool::AbortGroup(const std::string& group, uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [address, peer] : peers_) {
+    absl::MutexLock writing(&peer->writing_mu);
+    if (peer->writing_fd >= 0 && peer->writing_epoch == epoch &&
+        peer->writing_group == group) {
+      peer->cut = true;
+      // Wakes the writer's wait; the writer closes the socket.
+      shutdown(peer->writing_fd, SHUT_RDWR);
+    }
+  }
+}
+
 absl::Status TcpPeerPool::WriteFrameLocked(Peer& peer,
                                            const absl::string_view* parts,
                                            size_t count, absl::Time deadline,
@@ -159,7 +190,15 @@ absl::Status TcpPeerPool::Send(const std::string& address,
         break;
       }
     }
-    absl::Status written = WriteLocked(*peer, key, data, deadline);
+    bool cut = false;
+    absl::Status written =
+        WriteCuttableLocked(*peer, key, data, deadline, &cut);
+    if (!written.ok() && cut) {
+      CloseLocked(*peer, /*goodbye=*/false);
+      return absl::AbortedError(absl::StrCat("data-plane send to ", address,
+                                             " ended: group ", key.group,
+                                             " was aborted"));
+    }
     if (written.ok()) {
       if (new_collective) {
         peer->last_group = key.group;

@@ -61,6 +61,11 @@ class TcpPeerPool final : public PeerSender {
   absl::Status Send(const std::string& address, const MessageKey& key,
                     absl::string_view data, absl::Time deadline) override;
 
+  // As PeerSender::AbortGroup: a send of that group epoch blocked on its
+  // connection is cut (the connection is shut down and closed; the next
+  // send opens a new one).
+  void AbortGroup(const std::string& group, uint64_t epoch) override;
+
   // Ends sends in progress (they return UNAVAILABLE, as every later send
   // does), then says goodbye on and closes every connection.
   void Shutdown() override;
@@ -79,6 +84,15 @@ class TcpPeerPool final : public PeerSender {
     std::string last_group ABSL_GUARDED_BY(mu);
     uint64_t last_epoch ABSL_GUARDED_BY(mu) = 0;
     uint64_t last_sequence ABSL_GUARDED_BY(mu) = 0;
+    // The send writing now: its socket (-1: none) and group epoch, and
+    // whether AbortGroup() cut it. The writer clears the socket before it
+    // closes it, so AbortGroup() (holding writing_mu) shuts down only an
+    // open socket, never a number the kernel gave out again.
+    absl::Mutex writing_mu ABSL_ACQUIRED_AFTER(mu);
+    int writing_fd ABSL_GUARDED_BY(writing_mu) = -1;
+    std::string writing_group ABSL_GUARDED_BY(writing_mu);
+    uint64_t writing_epoch ABSL_GUARDED_BY(writing_mu) = 0;
+    bool cut ABSL_GUARDED_BY(writing_mu) = false;
   };
 
   Peer* GetPeer(const std::string& address);
@@ -87,6 +101,11 @@ class TcpPeerPool final : public PeerSender {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   absl::Status WriteLocked(Peer& peer, const MessageKey& key,
                            absl::string_view data, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // WriteLocked where AbortGroup() can cut the write; sets *cut when it did.
+  absl::Status WriteCuttableLocked(Peer& peer, const MessageKey& key,
+                                   absl::string_view data, absl::Time deadline,
+                                   bool* cut)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   // Writes `parts` on the peer's connection (through TLS when on); stops
   // when `cancel_fd` (-1: none) fires. Codes of WriteAll (tcp_socket.h).

@@ -50,15 +50,18 @@ class Transport {
 };
 
 // The status a rank waiting for data gets once the data-plane stream of
-// rank `rank` of `group`, coming from `peer`, broke: UNAVAILABLE "rank
-// <rank> of group <group> is gone: its data-plane stream from <peer> broke".
+// rank `rank` of `group`, held by worker `worker` ("" when unknown) and
+// coming from `peer`, broke: UNAVAILABLE "rank <rank> of group <group> on
+// worker <worker> is gone: its data-plane stream from <peer> broke".
 absl::Status PeerGoneError(absl::string_view group, int rank,
-                           absl::string_view peer);
+                           absl::string_view worker, absl::string_view peer);
 
-// The status of a failed send to rank `to` of `group`: `cause` with its code
-// kept when it is DEADLINE_EXCEEDED or INVALID_ARGUMENT (else UNAVAILABLE),
-// its message after "rank <to> of group <group> unreachable: ".
+// The status of a failed send to rank `to` of `group`, held by worker
+// `worker` ("" when unknown): `cause` with its code kept when it is
+// DEADLINE_EXCEEDED or INVALID_ARGUMENT (else UNAVAILABLE), its message
+// after "rank <to> of group <group> on worker <worker> unreachable: ".
 absl::Status UnreachableError(absl::string_view group, int to,
+                              absl::string_view worker,
                               const absl::Status& cause);
 
 }  // namespace chorus
