@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/common/answer_margin.h"
 #include "server/common/device.h"
 #include "server/common/metrics.h"
 
@@ -40,9 +41,7 @@ void CountLost(const char* reason) {
 absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
                         absl::Duration max_wait) {
   const absl::Time deadline = std::min(now + max_wait, client_deadline);
-  const absl::Duration margin = std::clamp(
-      (deadline - now) / 10, absl::Milliseconds(5), absl::Milliseconds(250));
-  return deadline - margin;
+  return deadline - AnswerMargin(deadline - now);
 }
 
 Coordinator::Coordinator(Clock* clock, CoordinatorOptions options)
@@ -67,7 +66,11 @@ void Coordinator::StartTimers() {
                                                   : absl::ToUnixNanos(next));
     return next;
   });
-  sweeper_ = std::make_unique<WakeupLoop>([this] { return EvictExpired(); });
+  sweeper_ = std::make_unique<WakeupLoop>(
+      [this, due = absl::InfiniteFuture()]() mutable {
+        due = SweepLeases(due);
+        return due;
+      });
   stall_reporter_ =
       std::make_unique<WakeupLoop>([this] { return ReportStalls(); });
   sweeper_->Start();
@@ -78,6 +81,20 @@ void Coordinator::StartTimers() {
 void Coordinator::RunTimers() {
   EvictExpired();
   ExpireDeadlines();
+}
+
+absl::Time Coordinator::SweepLeases(absl::Time due) {
+  const absl::Duration lease = registry_.lease_timeout();
+  const absl::Duration late = clock_->Now() - due;
+  if (due != absl::InfiniteFuture() && late > lease / 2) {
+    const int renewed = registry_.RenewAll();
+    LOG(WARNING) << "the lease timer ran " << absl::FormatDuration(late)
+                 << " late: this coordinator did not run meanwhile (stopped, "
+                    "or its machine paused), so it heard no heartbeats; "
+                 << renewed << " workers get a fresh lease of "
+                 << absl::FormatDuration(lease) << " instead of eviction";
+  }
+  return EvictExpired();
 }
 
 absl::Time Coordinator::EvictExpired() {

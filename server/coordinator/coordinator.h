@@ -97,6 +97,15 @@ class Coordinator {
   // collective whose deadline passed. For tests that move a fake clock.
   void RunTimers();
 
+  // The lease timer's step when it was due at `due` (InfiniteFuture() on
+  // its first run): evicts the workers whose leases expired and returns
+  // when it is due next. A step that runs more than half a lease after it
+  // was due means this process did not run meanwhile (SIGSTOP, a paused or
+  // swapping machine): the workers' heartbeats could not be heard, so
+  // instead of evicting them all, it gives every worker a fresh lease in
+  // which to send one. The timer thread calls it; public for tests.
+  absl::Time SweepLeases(absl::Time due);
+
   // Registers a worker (see Registry::Register for the codes: INVALID_ARGUMENT
   // for a malformed registration, UNIMPLEMENTED for an unsupported device).
   // A registration that replaces an older incarnation of the same name

@@ -114,6 +114,13 @@ absl::StatusOr<WorkerRecord> Registry::Deregister(uint64_t id,
   return record;
 }
 
+int Registry::RenewAll() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (auto& [id, record] : workers_) record.renewed_at = now;
+  return static_cast<int>(workers_.size());
+}
+
 std::vector<WorkerRecord> Registry::EvictExpired() {
   std::vector<WorkerRecord> evicted;
   absl::MutexLock lock(&mu_);

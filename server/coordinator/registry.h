@@ -79,6 +79,9 @@ class Registry {
   // FAILED_PRECONDITION as Renew.
   absl::StatusOr<WorkerRecord> Deregister(uint64_t id, uint64_t incarnation);
 
+  // Renews every worker's lease as of now; returns how many there are.
+  int RenewAll();
+
   // Removes every worker whose lease expired and returns them.
   std::vector<WorkerRecord> EvictExpired();
 

@@ -179,6 +179,36 @@ TEST_F(CoordinatorTest, RunTimers_LeasesRenewed_NothingAborted) {
   EXPECT_TRUE((*last)->ok()) << **last;
 }
 
+TEST_F(CoordinatorTest, SweepLeases_RunsLateAfterPause_FreshLeaseNotEviction) {
+  const uint64_t epoch = FormGroup();
+  // The timer was due a lease from now; the coordinator then stood still
+  // for three leases and heard no heartbeat meanwhile.
+  const absl::Time due = clock_.Now() + kLease;
+  clock_.Advance(3 * kLease);
+  core_.SweepLeases(due);
+  EXPECT_THAT(core_.Workers(), SizeIs(2));
+
+  // Worker 1 heartbeats within the fresh lease; worker 0 does not.
+  HeartbeatReply reply;
+  clock_.Advance(kLease / 2);
+  ASSERT_TRUE(core_.Heartbeat(ids_[1], 1, 0, &reply).ok());
+  clock_.Advance(kLease / 2 + absl::Milliseconds(1));
+  core_.SweepLeases(clock_.Now());
+  ASSERT_THAT(core_.Workers(), SizeIs(1));
+  EXPECT_EQ(core_.Workers()[0].id, ids_[1]);
+  std::optional<absl::Status>* later = Barrier(epoch, 1, 1, absl::Seconds(60));
+  ASSERT_TRUE(later->has_value());
+  EXPECT_TRUE(absl::IsAborted(**later)) << **later;
+}
+
+TEST_F(CoordinatorTest, SweepLeases_OnTime_ExpiredLeaseEvicted) {
+  FormGroup();
+  clock_.Advance(kLease + absl::Milliseconds(1));
+  // Due just now: the timer ran on time, so the silence is the workers'.
+  core_.SweepLeases(clock_.Now() - absl::Milliseconds(1));
+  EXPECT_THAT(core_.Workers(), SizeIs(0));
+}
+
 TEST_F(CoordinatorTest, AuthorizeWorker_OwnOtherAndUnknownIds) {
   EXPECT_TRUE(core_.AuthorizeWorker("w0", ids_[0]).ok());
   const absl::Status other = core_.AuthorizeWorker("w0", ids_[1]);
