@@ -38,7 +38,9 @@
 namespace chorus::test {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Workers (ranks); host 0 runs the coordinator, host i the worker of rank
 // i - 1.
@@ -185,14 +187,13 @@ class MultiHostTest : public ::testing::Test {
     }
   }
 
-  // Runs `command` (chorusctl's collective command) as every rank of
-  // `group`, rank r on worker r's host through its local API, and waits
-  // for all of them. Sets *took to the time until the last one ended.
-  std::vector<RankResult> RunRanks(const std::string& group,
-                                   const std::string& command,
-                                   const std::vector<RankCall>& calls,
-                                   absl::Duration* took) {
-    const absl::Time start = absl::Now();
+  // Starts `command` (chorusctl's collective command) as every rank of
+  // `group`, rank r on worker r's host through its local API, each call
+  // with deadline `timeout`.
+  std::vector<std::unique_ptr<Subprocess>> StartRanks(
+      const std::string& group, const std::string& command,
+      const std::vector<RankCall>& calls,
+      absl::Duration timeout = kCallTimeout) {
     std::vector<std::unique_ptr<Subprocess>> processes;
     for (int rank = 0; rank < static_cast<int>(calls.size()); ++rank) {
       std::vector<std::string> command_line = net_->Wrap(rank + 1);
@@ -205,7 +206,7 @@ class MultiHostTest : public ::testing::Test {
       options.args.push_back(absl::StrCat("--world=", calls.size()));
       options.args.push_back(absl::StrCat("--rank=", rank));
       options.args.push_back(
-          absl::StrCat("--timeout=", absl::ToInt64Seconds(kCallTimeout), "s"));
+          absl::StrCat("--timeout=", absl::ToInt64Milliseconds(timeout), "ms"));
       options.args.insert(options.args.end(), calls[rank].flags.begin(),
                           calls[rank].flags.end());
       options.args.push_back(command);
@@ -222,8 +223,15 @@ class MultiHostTest : public ::testing::Test {
       EXPECT_TRUE(process.ok()) << process.status();
       if (process.ok()) processes.push_back(*std::move(process));
     }
+    return processes;
+  }
+
+  // Waits for the rank processes of `group` and returns how each ended.
+  std::vector<RankResult> WaitForRanks(
+      const std::string& group,
+      std::vector<std::unique_ptr<Subprocess>>& processes) {
     std::vector<RankResult> results(processes.size());
-    const absl::Time give_up = start + kRanksTimeout;
+    const absl::Time give_up = absl::Now() + kRanksTimeout;
     for (size_t rank = 0; rank < processes.size(); ++rank) {
       absl::StatusOr<int> code =
           processes[rank]->WaitForExit(give_up - absl::Now());
@@ -236,6 +244,20 @@ class MultiHostTest : public ::testing::Test {
       results[rank].err = std::string(
           absl::StripAsciiWhitespace(processes[rank]->ReadStderr()));
     }
+    return results;
+  }
+
+  // StartRanks, then WaitForRanks. Sets *took to the time until the last
+  // rank ended.
+  std::vector<RankResult> RunRanks(const std::string& group,
+                                   const std::string& command,
+                                   const std::vector<RankCall>& calls,
+                                   absl::Duration* took,
+                                   absl::Duration timeout = kCallTimeout) {
+    const absl::Time start = absl::Now();
+    std::vector<std::unique_ptr<Subprocess>> processes =
+        StartRanks(group, command, calls, timeout);
+    std::vector<RankResult> results = WaitForRanks(group, processes);
     *took = absl::Now() - start;
     return results;
   }
@@ -274,7 +296,11 @@ class MultiHostTest : public ::testing::Test {
   }
 
   // Lists the workers (chorusctl workers, run on the coordinator's host).
-  std::string ListWorkers() {
+  std::string ListWorkers() { return Admin("workers"); }
+
+  // Runs chorusctl's admin command `what` (workers, groups) on the
+  // coordinator's host; returns what it printed, "" when it failed.
+  std::string Admin(const std::string& what) {
     std::vector<std::string> command = net_->Wrap(0);
     command.push_back(ChorusctlBinary());
     command.push_back(absl::StrCat("--coordinator=", coordinator_.address));
@@ -282,11 +308,36 @@ class MultiHostTest : public ::testing::Test {
     if (!certs_.empty()) {
       command.push_back(absl::StrCat("--tls_dir=", certs_, "/admin-admin"));
     }
-    command.push_back("workers");
+    command.push_back(what);
     absl::StatusOr<CommandResult> result = RunCommand(
         command[0], {command.begin() + 1, command.end()}, absl::Seconds(20));
     if (!result.ok() || result->exit_code != 0) return "";
     return result->out;
+  }
+
+  // Waits until every rank of `group` joined (chorusctl groups lists it,
+  // formed), then a little longer: its collective is under way.
+  void WaitForRingUnderWay(const std::string& group) {
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          const std::string groups = Admin("groups");
+          return absl::StrContains(groups, group) &&
+                 !absl::StrContains(groups, "forming");
+        },
+        absl::Seconds(20), absl::Milliseconds(50)))
+        << Admin("groups");
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+
+  // Runs `tc` with `args` on host `host` to shape its link; skips the test
+  // where the kernel lacks the qdisc (or there is no `tc`).
+  void ShapeLink(int host, const std::vector<std::string>& args) {
+    absl::StatusOr<std::string> shaped = net_->Tc(host, args);
+    if (absl::IsFailedPrecondition(shaped.status()) ||
+        absl::StrContains(shaped.status().message(), "qdisc kind is unknown")) {
+      GTEST_SKIP() << "cannot shape a link here: " << shaped.status().message();
+    }
+    ASSERT_TRUE(shaped.ok()) << shaped.status();
   }
 
   // Declared first: destroyed after every process running in it.
@@ -429,6 +480,258 @@ TEST_F(MultiHostTest, PartitionHealed_RingAtOnce) {
   }
   EXPECT_LE(took, kLease + absl::Seconds(1) + kSchedulingSlack);
   PrintTime("first ring after the heal", took);
+}
+
+// The ring all-reduce calls of u32 vectors of `count` elements: rank r's
+// elements are all r + 1, so every element of the result is 6.
+std::vector<RankCall> LargeRingCalls(int count) {
+  std::vector<std::vector<std::string>> values(kWorkers);
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    values[rank].assign(count, absl::StrCat(rank + 1));
+  }
+  return Calls({"--algorithm=ring", "--dtype=u32"}, values);
+}
+
+// What every rank of LargeRingCalls(count) prints.
+std::string LargeRingResult(int count) {
+  return absl::StrJoin(std::vector<std::string>(count, "6"), " ");
+}
+
+// The coordinator stopped (SIGSTOP) for longer than the lease: every rank
+// that calls meanwhile ends at its deadline with a status naming the
+// coordinator; once it runs again it evicts no one (the pause is its own,
+// not the workers') and a ring runs at once.
+TEST_F(MultiHostTest, CoordinatorPaused_RanksNameItAndNoWorkerEvicted) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      {absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")}));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  ExpectRingAllReduce("pause-0");
+
+  ASSERT_TRUE(coordinator_.process->Signal(SIGSTOP).ok());
+  const absl::Time stopped_at = absl::Now();
+  const absl::Duration timeout = absl::Seconds(3);
+  absl::Duration took;
+  const std::vector<RankResult> results = RunRanks(
+      "pause-1", "allreduce",
+      Calls({"--algorithm=ring", "--dtype=u32"}, {{"1"}, {"2"}, {"3"}}), &took,
+      timeout);
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    EXPECT_NE(results[rank].exit_code, 0) << "rank " << rank;
+    EXPECT_THAT(results[rank].err, HasSubstr("DEADLINE_EXCEEDED"))
+        << "rank " << rank;
+    EXPECT_THAT(
+        results[rank].err,
+        HasSubstr(absl::StrCat("the coordinator at ", coordinator_.address,
+                               " did not answer the join of group "
+                               "pause-1 as rank ",
+                               rank)))
+        << "rank " << rank;
+  }
+  EXPECT_LE(took, timeout + kSchedulingSlack);
+  PrintTime("ranks' calls to the stopped coordinator ended", took);
+  // Stopped for more than two leases in all.
+  ASSERT_TRUE(WaitUntil([&] { return absl::Now() - stopped_at > 2 * kLease; },
+                        3 * kLease));
+
+  ASSERT_TRUE(coordinator_.process->Signal(SIGCONT).ok());
+  const absl::Time resumed_at = absl::Now();
+  ExpectRingAllReduce("pause-2");
+  PrintTime("SIGCONT -> ring done", absl::Now() - resumed_at);
+  // The lease timer notices the pause when it next runs.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return absl::StrContains(coordinator_.process->ReadLog(),
+                                 "workers get a fresh lease");
+      },
+      kLease + absl::Seconds(5), absl::Milliseconds(50)));
+  EXPECT_THAT(coordinator_.process->ReadLog(),
+              Not(HasSubstr("evicted worker")));
+  const std::string listed = ListWorkers();
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_THAT(listed, HasSubstr(WorkerName(rank))) << listed;
+  }
+}
+
+// The coordinator killed with SIGKILL and started again on the same port:
+// the workers register again on their own and a ring runs at once.
+TEST_F(MultiHostTest, CoordinatorKilledAndRestarted_WorkersBackRingAtOnce) {
+  const std::vector<std::string> flags = {
+      "--listen=0.0.0.0:7000",
+      absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")};
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(flags));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  ExpectRingAllReduce("restart-0");
+
+  ASSERT_TRUE(coordinator_.process->Kill().ok());
+  ASSERT_TRUE(coordinator_.process->WaitForExit(absl::Seconds(10)).ok());
+  const absl::Time killed_at = absl::Now();
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(flags));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string listed = ListWorkers();
+        for (int rank = 0; rank < kWorkers; ++rank) {
+          if (!absl::StrContains(listed, WorkerName(rank))) return false;
+        }
+        return true;
+      },
+      kLease + absl::Seconds(10), absl::Milliseconds(50)))
+      << "the workers did not register with the new coordinator";
+  const absl::Duration back = absl::Now() - killed_at;
+  PrintTime("coordinator kill -9 + restart -> every worker registered", back);
+  EXPECT_LE(back, kLease + kSchedulingSlack);
+  ExpectRingAllReduce("restart-1");
+}
+
+// A worker killed with SIGKILL while a ring runs: every surviving rank ends
+// with a status naming that worker within the lease and a second, and no
+// rank succeeds. A link is slowed (tbf) so the ring is still running when
+// the kill comes.
+TEST_F(MultiHostTest, WorkerKilledMidRing_SurvivorsNameItWithinLease) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      {absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")}));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  const int victim = 1;
+  // The link of the victim's ring predecessor (rank 0, on host 1) at
+  // 2 Mbit/s: the ring of 800 KB per rank below takes seconds. (Shaping the
+  // victim's own link would delay the end of its connections: the kernel
+  // sends what a killed process left in its socket buffers before the FIN.)
+  ShapeLink(victim,
+            {"qdisc", "replace", "dev", NamespaceNetwork::kInterface, "root",
+             "tbf", "rate", "2mbit", "burst", "32kb", "latency", "100ms"});
+  if (IsSkipped() || HasFatalFailure()) return;
+
+  constexpr int kCount = 200000;
+  std::vector<std::unique_ptr<Subprocess>> ranks =
+      StartRanks("kill-0", "allreduce", LargeRingCalls(kCount));
+  ASSERT_NO_FATAL_FAILURE(WaitForRingUnderWay("kill-0"));
+  ASSERT_TRUE(workers_[victim].process->Kill().ok());
+  const absl::Time killed_at = absl::Now();
+
+  std::vector<RankResult> results(ranks.size());
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    absl::StatusOr<int> code = ranks[rank]->WaitForExit(kRanksTimeout);
+    ASSERT_TRUE(code.ok()) << "rank " << rank << ": " << code.status();
+    results[rank].exit_code = *code;
+    results[rank].err = ranks[rank]->ReadStderr();
+    if (rank != victim) {
+      PrintTime(absl::StrCat("kill -9 -> rank ", rank, " ended"),
+                absl::Now() - killed_at);
+      std::printf(
+          "[ status   ] rank %d: %s\n", rank,
+          std::string(absl::StripAsciiWhitespace(results[rank].err)).c_str());
+    }
+  }
+  const absl::Duration took = absl::Now() - killed_at;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_NE(results[rank].exit_code, 0) << "rank " << rank;
+    if (rank == victim) continue;
+    EXPECT_THAT(results[rank].err,
+                AnyOf(HasSubstr("ABORTED"), HasSubstr("UNAVAILABLE")))
+        << "rank " << rank;
+    EXPECT_THAT(results[rank].err, HasSubstr(WorkerName(victim)))
+        << "rank " << rank << ": " << results[rank].err;
+  }
+  EXPECT_LE(took, kLease + absl::Seconds(1) + kSchedulingSlack);
+  PrintTime("kill -9 mid-ring -> every survivor ended", took);
+}
+
+// A host cut off (its link down, nothing tells either side) while a ring
+// runs: the surviving ranks end within the lease and a second with the
+// coordinator's verdict naming the lost worker; the cut-off rank ends by
+// its deadline saying whom it waited for and that the coordinator did not
+// answer. A link is slowed so the ring is under way at the cut.
+TEST_F(MultiHostTest, PartitionMidRing_EveryRankNamesTheParty) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      {absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")}));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  const int victim = 2;
+  ShapeLink(1, {"qdisc", "replace", "dev", NamespaceNetwork::kInterface, "root",
+                "tbf", "rate", "2mbit", "burst", "32kb", "latency", "100ms"});
+  if (IsSkipped() || HasFatalFailure()) return;
+
+  const absl::Duration timeout = absl::Seconds(8);
+  std::vector<std::unique_ptr<Subprocess>> ranks =
+      StartRanks("cut-0", "allreduce", LargeRingCalls(200000), timeout);
+  ASSERT_NO_FATAL_FAILURE(WaitForRingUnderWay("cut-0"));
+  ASSERT_TRUE(net_->SetConnected(victim + 1, false).ok());
+  const absl::Time cut_at = absl::Now();
+
+  std::vector<RankResult> results(ranks.size());
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    absl::StatusOr<int> code = ranks[rank]->WaitForExit(kRanksTimeout);
+    ASSERT_TRUE(code.ok()) << "rank " << rank << ": " << code.status();
+    results[rank].exit_code = *code;
+    results[rank].err =
+        std::string(absl::StripAsciiWhitespace(ranks[rank]->ReadStderr()));
+    const absl::Duration ended = absl::Now() - cut_at;
+    PrintTime(absl::StrCat("cut -> rank ", rank, " ended"), ended);
+    std::printf("[ status   ] rank %d: %s\n", rank, results[rank].err.c_str());
+    EXPECT_NE(results[rank].exit_code, 0) << "rank " << rank;
+    if (rank == victim) {
+      EXPECT_THAT(results[rank].err, HasSubstr("DEADLINE_EXCEEDED"));
+      EXPECT_THAT(results[rank].err, HasSubstr("sent no data"));
+      EXPECT_THAT(
+          results[rank].err,
+          HasSubstr(absl::StrCat("the coordinator at ", coordinator_.address)));
+      EXPECT_THAT(results[rank].err, HasSubstr("did not answer"));
+      EXPECT_LE(ended, timeout + kSchedulingSlack);
+    } else {
+      EXPECT_THAT(results[rank].err, HasSubstr("ABORTED"));
+      EXPECT_THAT(results[rank].err,
+                  HasSubstr(absl::StrCat("\"", WorkerName(victim), "\"")));
+      EXPECT_THAT(results[rank].err, HasSubstr("no heartbeat"));
+      EXPECT_LE(ended, kLease + absl::Seconds(1) + kSchedulingSlack);
+    }
+  }
+  ASSERT_TRUE(net_->SetConnected(victim + 1, true).ok());
+}
+
+// A rate-limited link whose queue overflows (tbf drops what does not fit,
+// so TCP retransmits), with netem's random loss added where the kernel has
+// it: a ring across it completes with the exact result on every rank.
+TEST_F(MultiHostTest, LossyLink_RingExactOnEveryRank) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({}));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  const int host = 2;  // rank 1's host
+  const std::string dev = NamespaceNetwork::kInterface;
+  absl::StatusOr<std::string> netem =
+      net_->Tc(host, {"qdisc", "replace", "dev", dev, "root", "handle",
+                      "1:", "netem", "loss", "2%"});
+  const bool lossy = netem.ok();
+  if (!lossy) {
+    std::printf("[ note     ] no netem here (%s): tbf drops only\n",
+                std::string(netem.status().message()).c_str());
+  }
+  std::vector<std::string> tbf = {"qdisc", "replace", "dev", dev};
+  if (lossy) {
+    tbf.insert(tbf.end(), {"parent", "1:1", "handle", "10:"});
+  } else {
+    tbf.push_back("root");
+  }
+  // A queue of 16 KB at 8 Mbit/s: bursts beyond it are dropped.
+  tbf.insert(tbf.end(),
+             {"tbf", "rate", "8mbit", "burst", "8kb", "limit", "16kb"});
+  ShapeLink(host, tbf);
+  if (IsSkipped() || HasFatalFailure()) return;
+
+  constexpr int kCount = 50000;
+  absl::Duration took;
+  const std::vector<RankResult> results =
+      RunRanks("lossy-0", "allreduce", LargeRingCalls(kCount), &took);
+  const std::string want = LargeRingResult(kCount);
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    EXPECT_EQ(results[rank].exit_code, 0)
+        << "rank " << rank << ": " << results[rank].err;
+    EXPECT_TRUE(results[rank].out == want)
+        << "rank " << rank << " printed " << results[rank].out.size()
+        << " characters, not the " << want.size() << " of the exact result";
+  }
+  EXPECT_LE(took, kCollectiveBound + kSchedulingSlack);
+  PrintTime("ring over the lossy link", took);
+  absl::StatusOr<std::string> stats =
+      net_->Tc(host, {"-s", "qdisc", "show", "dev", dev});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::printf("[ link     ] %s\n", stats->c_str());
 }
 
 }  // namespace

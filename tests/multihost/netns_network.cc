@@ -21,36 +21,41 @@ namespace {
 
 // Every namespace of every test process starts with this, then the pid.
 constexpr char kPrefix[] = "chorus-mh-";
-// The veth end inside each host namespace.
-constexpr char kHostInterface[] = "eth0";
 // The bridge, inside the bridge namespace.
 constexpr char kBridge[] = "br0";
 // How long one `ip` command may take on a loaded machine.
 constexpr absl::Duration kIpTimeout = absl::Seconds(30);
 
-// The path of `ip`: on the PATH, else where Debian installs it (a PATH
-// without the sbin folders is common outside a login shell).
-std::string IpBinary() {
+// The path of iproute2's `tool` (ip, tc): on the PATH, else where Debian
+// installs it (a PATH without the sbin folders is common outside a login
+// shell); "" when there is none.
+std::string ToolBinary(absl::string_view tool) {
   std::vector<std::string> dirs = absl::StrSplit(
       getenv("PATH") ? getenv("PATH") : "", ':', absl::SkipEmpty());
   dirs.push_back("/usr/sbin");
   dirs.push_back("/sbin");
   for (const std::string& dir : dirs) {
-    const std::string candidate = absl::StrCat(dir, "/ip");
+    const std::string candidate = absl::StrCat(dir, "/", tool);
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
 }
 
+std::string IpBinary() { return ToolBinary("ip"); }
+
 // The bridge port of host `i`.
 std::string PortName(int i) { return absl::StrCat("p", i); }
 
-// Runs `ip` and returns its stdout.
-absl::StatusOr<std::string> IpOutput(const std::vector<std::string>& args) {
-  const std::string ip = IpBinary();
-  if (ip.empty()) return absl::FailedPreconditionError("no `ip` command");
-  absl::StatusOr<CommandResult> result = RunCommand(ip, args, kIpTimeout);
-  const std::string command = absl::StrCat("ip ", absl::StrJoin(args, " "));
+// Runs iproute2's `tool` and returns its stdout.
+absl::StatusOr<std::string> ToolOutput(absl::string_view tool,
+                                       const std::vector<std::string>& args) {
+  const std::string binary = ToolBinary(tool);
+  if (binary.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no `", tool, "` command (Debian: iproute2)"));
+  }
+  absl::StatusOr<CommandResult> result = RunCommand(binary, args, kIpTimeout);
+  const std::string command = absl::StrCat(tool, " ", absl::StrJoin(args, " "));
   if (!result.ok()) {
     return absl::InternalError(
         absl::StrCat(command, ": ", result.status().ToString()));
@@ -61,6 +66,10 @@ absl::StatusOr<std::string> IpOutput(const std::vector<std::string>& args) {
                                             result->err, result->out));
   }
   return result->out;
+}
+
+absl::StatusOr<std::string> IpOutput(const std::vector<std::string>& args) {
+  return ToolOutput("ip", args);
 }
 
 // Deletes the namespaces of test processes that are gone.
@@ -136,12 +145,12 @@ absl::StatusOr<std::unique_ptr<NamespaceNetwork>> NamespaceNetwork::Create(
          std::vector<std::vector<std::string>>{
              {"-n", host, "link", "set", "lo", "up"},
              {"-n", bridge_ns, "link", "add", port, "type", "veth", "peer",
-              "name", kHostInterface, "netns", host},
+              "name", NamespaceNetwork::kInterface, "netns", host},
              {"-n", bridge_ns, "link", "set", port, "master", kBridge},
              {"-n", bridge_ns, "link", "set", port, "up"},
              {"-n", host, "addr", "add", absl::StrCat(net->address(i), "/24"),
-              "dev", kHostInterface},
-             {"-n", host, "link", "set", kHostInterface, "up"}}) {
+              "dev", NamespaceNetwork::kInterface},
+             {"-n", host, "link", "set", NamespaceNetwork::kInterface, "up"}}) {
       if (absl::Status s = RunIp(args); !s.ok()) return s;
     }
   }
@@ -165,6 +174,13 @@ std::vector<std::string> NamespaceNetwork::Wrap(int i) const {
 absl::Status NamespaceNetwork::SetConnected(int i, bool connected) {
   return RunIp({"-n", BridgeNamespace(), "link", "set", PortName(i),
                 connected ? "up" : "down"});
+}
+
+absl::StatusOr<std::string> NamespaceNetwork::Tc(
+    int i, const std::vector<std::string>& args) {
+  std::vector<std::string> command = {"-n", names_[i]};
+  command.insert(command.end(), args.begin(), args.end());
+  return ToolOutput("tc", command);
 }
 
 std::string NamespaceNetwork::BridgeNamespace() const {

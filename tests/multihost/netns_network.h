@@ -61,6 +61,16 @@ class NamespaceNetwork {
   // cut) or up again. Returns INTERNAL quoting the failed command.
   absl::Status SetConnected(int i, bool connected);
 
+  // Runs `tc -n <name(i)> args...` (e.g. {"qdisc", "replace", "dev", "eth0",
+  // "root", "tbf", ...} to shape host `i`'s link) and returns what it
+  // printed. Returns FAILED_PRECONDITION without `tc`, INTERNAL quoting the
+  // command when it fails (for a qdisc the kernel lacks: "Specified qdisc
+  // kind is unknown").
+  absl::StatusOr<std::string> Tc(int i, const std::vector<std::string>& args);
+
+  // The interface of every host on the bridge.
+  static constexpr char kInterface[] = "eth0";
+
  private:
   explicit NamespaceNetwork(std::string prefix) : prefix_(std::move(prefix)) {}
 
