@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Chorus builds with, when any is missing.
-# Safe to run repeatedly: it changes nothing when everything is present.
+# Installs the Debian 12 packages Chorus builds and tests with, when any is
+# missing. Safe to run repeatedly: it changes nothing when everything is
+# present. CHORUS_BUILD_ONLY=1 installs only what building needs (what the
+# container image in deploy/Dockerfile runs), not the test and client
+# packages.
 set -euo pipefail
 
+# What configuring and building every target needs.
 packages=(
   cmake ninja-build pkg-config g++ ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev
-  python3-grpcio python3-protobuf python3-numpy python3-pytest
-  python3-pip python3-setuptools python3-wheel python3-torch openssl
-  libcpp-httplib-dev prometheus chromium
+  libssl-dev libcpp-httplib-dev
 )
+if [ "${CHORUS_BUILD_ONLY:-0}" != "1" ]; then
+  # The Python client and its tests, certificates, the tests' Prometheus
+  # and browser, and the Kubernetes manifests' check.
+  packages+=(
+    python3-grpcio python3-protobuf python3-numpy python3-pytest
+    python3-pip python3-setuptools python3-wheel python3-torch python3-yaml
+    openssl prometheus chromium
+  )
+  # Debian's kubectl, unless one from elsewhere is already on the PATH
+  # (both install /usr/bin/kubectl).
+  if ! command -v kubectl >/dev/null; then
+    packages+=(kubernetes-client)
+  fi
+fi
 # Extra packages a caller needs, e.g. CHORUS_EXTRA_PACKAGES="clang-14".
 read -r -a extra <<<"${CHORUS_EXTRA_PACKAGES:-}"
 packages+=("${extra[@]}")
