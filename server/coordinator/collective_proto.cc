@@ -30,6 +30,7 @@ WorkerRegistration RegistrationFromProto(
   WorkerRegistration registration;
   registration.name = request.name();
   registration.host = request.host();
+  registration.machine = request.machine();
   registration.address = request.address();
   registration.incarnation = request.incarnation();
   registration.cuda_support = request.cuda_support();

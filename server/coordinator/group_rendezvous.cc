@@ -178,6 +178,7 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
   member.worker_id = worker->id;
   member.worker_name = worker->registration.name;
   member.host = worker->registration.host;
+  member.machine = worker->registration.machine;
   member.address = worker->registration.address;
   member.device = request.device;
   for (const Device& d : worker->registration.devices) {
@@ -219,11 +220,18 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   for (std::optional<PendingJoin>& slot : formation.slots) {
     view.members.push_back(slot->member);
   }
-  view.same_host = !view.members.empty() && !view.members[0].host.empty() &&
-                   std::all_of(view.members.begin(), view.members.end(),
-                               [&](const GroupMember& m) {
-                                 return m.host == view.members[0].host;
-                               });
+  // One host: the same machine and network namespace where workers said
+  // (a host name alone where one did not).
+  auto host_key = [](const GroupMember& m) {
+    return m.machine.empty() ? absl::StrCat("name:", m.host)
+                             : absl::StrCat("machine:", m.machine);
+  };
+  view.same_host =
+      !view.members.empty() && !view.members[0].host.empty() &&
+      std::all_of(view.members.begin(), view.members.end(),
+                  [&](const GroupMember& m) {
+                    return host_key(m) == host_key(view.members[0]);
+                  });
   auto old = groups_.find(name);
   if (old != groups_.end()) {
     const absl::Status reformed = absl::AbortedError(

@@ -63,6 +63,8 @@ struct GroupMember {
   uint64_t worker_id = 0;
   std::string worker_name;
   std::string host;
+  // Machine and network namespace of the member's worker; may be empty.
+  std::string machine;
   // Where the member's worker serves its peers.
   std::string address;
   Device device;

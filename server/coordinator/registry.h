@@ -32,6 +32,9 @@ namespace chorus {
 struct WorkerRegistration {
   std::string name;
   std::string host;
+  // Machine and network namespace (RegisterWorkerRequest.machine); may be
+  // empty.
+  std::string machine;
   // Where the worker serves its peers, "host:port".
   std::string address;
   uint64_t incarnation = 0;

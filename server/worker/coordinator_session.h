@@ -32,6 +32,8 @@ struct SessionOptions {
   std::string coordinator;
   std::string name;
   std::string host;
+  // Machine and network namespace (RegisterWorkerRequest.machine).
+  std::string machine;
   // Where this worker serves its peers, "host:port".
   std::string address;
   std::vector<Device> devices;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -29,6 +30,22 @@ std::string Hostname() {
   char buffer[256] = {};
   if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
   return buffer;
+}
+
+// This machine's id and this process's network namespace,
+// "<machine id>/net:[<inode>]"; "" when either cannot be read. Two workers
+// with the same value share the machine's memory and its loopback.
+std::string MachineIdentity() {
+  std::string id;
+  for (const char* path : {"/etc/machine-id", "/var/lib/dbus/machine-id"}) {
+    std::ifstream file(path);
+    if (file && std::getline(file, id) && !id.empty()) break;
+    id.clear();
+  }
+  char netns[64] = {};
+  const ssize_t n = readlink("/proc/self/ns/net", netns, sizeof(netns) - 1);
+  if (id.empty() || n <= 0) return "";
+  return absl::StrCat(id, "/", absl::string_view(netns, n));
 }
 
 // "host:port", with brackets around an IPv6 host.
@@ -206,6 +223,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   session.coordinator = options.coordinator;
   session.address = runtime->address_;
   session.host = Hostname();
+  session.machine = MachineIdentity();
   session.name = options.name.empty() ? runtime->address_ : options.name;
   session.devices = runtime->devices_;
   session.cuda_support = discovered.support.cuda_built;

@@ -1571,5 +1571,44 @@ TEST_F(GroupTableTest, Collective_RankOnGpuInSameHostGroup_PlansDataPlane) {
   }
 }
 
+// Workers sharing a host name, on one machine or not: the machine and
+// network namespace they registered decide.
+TEST_F(GroupTableTest, Join_SameHostNameOtherMachines_NotSameHost) {
+  struct Case {
+    std::vector<std::string> machines;
+    bool same_host;
+  };
+  const std::vector<Case> cases = {
+      {{"m1/net:[1]", "m1/net:[1]"}, true},
+      {{"m1/net:[1]", "m1/net:[2]"}, false},  // containers, one machine
+      {{"m1/net:[1]", "m2/net:[1]"}, false},  // cloned machines
+      {{"m1/net:[1]", ""}, false},
+      {{"", ""}, true},  // only the host name is known
+  };
+  int group = 0;
+  for (const Case& c : cases) {
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 2; ++i) {
+      WorkerRegistration r;
+      r.name = absl::StrCat("clone", group, "-", i);
+      r.host = "vm";
+      r.machine = c.machines[i];
+      r.address = absl::StrCat("10.0.2.", i, ":", 7100 + group);
+      r.devices = {Cpu()};
+      ids.push_back(registry_.Register(r)->worker_id);
+    }
+    std::vector<JoinWaiter> joins(2);
+    const std::string name = absl::StrCat("clones-", group++);
+    for (int rank = 0; rank < 2; ++rank) {
+      JoinRequest request = Req(name, 2, rank);
+      request.worker_id = ids[rank];
+      table_->Join(request, joins[rank].Callback());
+    }
+    ASSERT_TRUE(joins[0].status().ok()) << joins[0].status();
+    EXPECT_EQ(joins[0].value().same_host, c.same_host)
+        << c.machines[0] << " and " << c.machines[1];
+  }
+}
+
 }  // namespace
 }  // namespace chorus
