@@ -286,6 +286,10 @@ TEST(TcpDataPlaneTest, AbortGroup_WhileSendIsStuck_SendEndsAbortedPoolUsable) {
   sender.join();
   EXPECT_EQ(stuck.code(), absl::StatusCode::kAborted) << stuck;
   EXPECT_THAT(std::string(stuck.message()), HasSubstr("group g was aborted"));
+  // A later send of the aborted group epoch is refused at once.
+  const absl::Status later =
+      pool.Send(receiver.address(), Key(2), "late", absl::Now() + kWait);
+  EXPECT_EQ(later.code(), absl::StatusCode::kAborted) << later;
   // The cut connection is replaced for the next message.
   ASSERT_TRUE(pool.Send(receiver.address(), Key(0, "next"), "after",
                         absl::Now() + kWait)

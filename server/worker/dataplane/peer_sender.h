@@ -39,9 +39,9 @@ class PeerSender {
 
   // Ends the sends in progress of messages of `group` at `epoch` (the
   // coordinator aborted it): they return ABORTED, rather than waiting for a
-  // peer that may be gone until the kernel or their deadline gives up.
-  // Where the medium cannot end one send alone (ExchangePool), does
-  // nothing. Later sends are not affected.
+  // peer that may be gone until the kernel or their deadline gives up, and
+  // so do later sends of that group epoch. Where the medium cannot end one
+  // send alone (ExchangePool), does nothing.
   virtual void AbortGroup(const std::string& group, uint64_t epoch) {}
 
   // Makes every later send return UNAVAILABLE, ends sends in progress where

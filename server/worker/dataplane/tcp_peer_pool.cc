@@ -117,6 +117,15 @@ absl::Status TcpPeerPool::WriteCuttableLocked(Peer& peer, const MessageKey& key,
     peer.writing_epoch = key.epoch;
     peer.cut = false;
   }
+  // An abort that came before the write was marked above cut nothing; it
+  // is in the list by now.
+  if (WasAborted(key.group, key.epoch)) {
+    absl::MutexLock writing(&peer.writing_mu);
+    peer.writing_fd = -1;
+    *cut = false;
+    return absl::AbortedError(
+        absl::StrCat("group ", key.group, " was aborted; nothing sent"));
+  }
   absl::Status written = WriteLocked(peer, key, data, deadline);
   absl::MutexLock writing(&peer.writing_mu);
   peer.writing_fd = -1;
@@ -124,7 +133,20 @@ absl::Status TcpPeerPool::WriteCuttableLocked(Peer& peer, const MessageKey& key,
   return written;
 }
 
+bool TcpPeerPool::WasAborted(const std::string& group, uint64_t epoch) {
+  absl::MutexLock lock(&aborted_mu_);
+  return std::find(aborted_.begin(), aborted_.end(),
+                   std::make_pair(group, epoch)) != aborted_.end();
+}
+
 void TcpPeerPool::AbortGroup(const std::string& group, uint64_t epoch) {
+  {
+    // Before the scan below: a send that marks its write after the scan
+    // finds the group here.
+    absl::MutexLock lock(&aborted_mu_);
+    aborted_.emplace_back(group, epoch);
+    if (aborted_.size() > kAbortsRemembered) aborted_.pop_front();
+  }
   absl::MutexLock lock(&mu_);
   for (auto& [address, peer] : peers_) {
     absl::MutexLock writing(&peer->writing_mu);
@@ -193,6 +215,8 @@ absl::Status TcpPeerPool::Send(const std::string& address,
     bool cut = false;
     absl::Status written =
         WriteCuttableLocked(*peer, key, data, deadline, &cut);
+    // Aborted before anything was written: the connection is intact.
+    if (absl::IsAborted(written)) return written;
     if (!written.ok() && cut) {
       CloseLocked(*peer, /*goodbye=*/false);
       return absl::AbortedError(absl::StrCat("data-plane send to ", address,

@@ -27,6 +27,7 @@
 #define CHORUS_SERVER_WORKER_DATAPLANE_TCP_PEER_POOL_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,7 +64,8 @@ class TcpPeerPool final : public PeerSender {
 
   // As PeerSender::AbortGroup: a send of that group epoch blocked on its
   // connection is cut (the connection is shut down and closed; the next
-  // send opens a new one).
+  // send opens a new one), and later sends of it return ABORTED at once
+  // (for the last 256 group epochs aborted).
   void AbortGroup(const std::string& group, uint64_t epoch) override;
 
   // Ends sends in progress (they return UNAVAILABLE, as every later send
@@ -102,7 +104,10 @@ class TcpPeerPool final : public PeerSender {
   absl::Status WriteLocked(Peer& peer, const MessageKey& key,
                            absl::string_view data, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // Whether AbortGroup() was called for `group` at `epoch` lately.
+  bool WasAborted(const std::string& group, uint64_t epoch);
   // WriteLocked where AbortGroup() can cut the write; sets *cut when it did.
+  // Returns ABORTED, writing nothing, for a group epoch aborted before.
   absl::Status WriteCuttableLocked(Peer& peer, const MessageKey& key,
                                    absl::string_view data, absl::Time deadline,
                                    bool* cut)
@@ -126,6 +131,11 @@ class TcpPeerPool final : public PeerSender {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_
       ABSL_GUARDED_BY(mu_);
+  // The group epochs AbortGroup() was called for, newest last.
+  static constexpr size_t kAbortsRemembered = 256;
+  absl::Mutex aborted_mu_;
+  std::deque<std::pair<std::string, uint64_t>> aborted_
+      ABSL_GUARDED_BY(aborted_mu_);
 };
 
 }  // namespace chorus
