@@ -88,6 +88,8 @@ class Subprocess {
 
   const std::string& binary() const { return binary_; }
   const std::string& log_path() const { return stdout_path_; }
+  // The separate stderr file; "" when stderr shares the stdout file.
+  const std::string& stderr_path() const { return stderr_path_; }
 
  private:
   Subprocess(pid_t pid, int pidfd, std::string binary, std::string stdout_path,
