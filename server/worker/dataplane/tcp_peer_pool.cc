@@ -134,9 +134,12 @@ absl::Status TcpPeerPool::WriteCuttableLocked(Peer& peer, const MessageKey& key,
 }
 
 bool TcpPeerPool::WasAborted(const std::string& group, uint64_t epoch) {
+  // Every frame asks: no lock and no scan while nothing was aborted.
+  if (!any_aborted_.load(std::memory_order_acquire)) return false;
   absl::MutexLock lock(&aborted_mu_);
-  return std::find(aborted_.begin(), aborted_.end(),
-                   std::make_pair(group, epoch)) != aborted_.end();
+  return std::any_of(aborted_.begin(), aborted_.end(), [&](const auto& a) {
+    return a.second == epoch && a.first == group;
+  });
 }
 
 void TcpPeerPool::AbortGroup(const std::string& group, uint64_t epoch) {
@@ -146,6 +149,7 @@ void TcpPeerPool::AbortGroup(const std::string& group, uint64_t epoch) {
     absl::MutexLock lock(&aborted_mu_);
     aborted_.emplace_back(group, epoch);
     if (aborted_.size() > kAbortsRemembered) aborted_.pop_front();
+    any_aborted_.store(true, std::memory_order_release);
   }
   absl::MutexLock lock(&mu_);
   for (auto& [address, peer] : peers_) {

@@ -136,6 +136,8 @@ class TcpPeerPool final : public PeerSender {
   absl::Mutex aborted_mu_;
   std::deque<std::pair<std::string, uint64_t>> aborted_
       ABSL_GUARDED_BY(aborted_mu_);
+  // Set once aborted_ holds anything.
+  std::atomic<bool> any_aborted_{false};
 };
 
 }  // namespace chorus
