@@ -13,6 +13,18 @@
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
+namespace {
+
+// A connection whose data (a call, or the keepalive ping sent every
+// kKeepaliveTime) stays unacknowledged for kKeepaliveTimeout is closed and
+// reopened: gRPC sets TCP_USER_TIMEOUT to it and closes on an unanswered
+// ping. Without it, a call sent into a network partition sits in TCP's
+// retransmission backoff after the partition heals, and so does every later
+// call on that connection, for seconds after a fresh connection would work.
+constexpr int kKeepaliveTimeMs = 5000;
+constexpr int kKeepaliveTimeoutMs = 2000;
+
+}  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            Role server_role) {
@@ -20,6 +32,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
   args.SetMaxSendMessageSize(kDefaultMaxMessageBytes);
   return grpc::CreateCustomChannel(target,
@@ -46,6 +62,13 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
     builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket_path),
                              grpc::InsecureServerCredentials(), &unix_bound);
   }
+  // Chorus channels ping every kKeepaliveTime, idle or not; the default
+  // policy would answer that with GOAWAY (too_many_pings).
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      kKeepaliveTimeMs / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : options.services) {

@@ -29,7 +29,10 @@ inline constexpr int kDefaultMaxMessageBytes = 64 << 20;
 
 // Returns a channel to `target` ("host:port", or "unix:PATH") that
 // reconnects quickly after the peer restarts (reconnect backoff capped at one
-// second). With TLS on, the server must present a certificate of the CA that
+// second) and replaces a connection that stopped carrying data (keepalive
+// pings every 5 s; a ping or call unacknowledged for 2 s closes it), so calls
+// after a network partition heals do not wait out TCP's retransmission
+// backoff. With TLS on, the server must present a certificate of the CA that
 // names `server_role`; a Unix socket target is always plaintext (the socket's
 // file permissions guard it).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
@@ -55,7 +58,8 @@ struct StartedServer {
   int port = 0;
 };
 
-// Builds and starts a server with the grpc.health.v1 health service (SERVING
+// Builds and starts a server, accepting MakeChannel's keepalive pings, with
+// the grpc.health.v1 health service (SERVING
 // for "" and every name in options.health_names; NOT_FOUND for any other
 // name) and server reflection. Returns UNAVAILABLE when an address cannot be
 // bound.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
@@ -183,9 +184,10 @@ void CoordinatorSession::HeartbeatLoop() {
                    << " failed: " << status;
     } else if (++failed_heartbeats == 2 && options_.on_forgotten) {
       // Unreachable for a while: the collectives it planned cannot commit.
-      options_.on_forgotten(absl::UnavailableError("lost the coordinator " +
-                                                   options_.coordinator + ": " +
-                                                   status.ToString()));
+      options_.on_forgotten(absl::UnavailableError(
+          absl::StrCat("the coordinator at ", options_.coordinator,
+                       " is unreachable: its last 3 heartbeats failed (",
+                       status.ToString(), ")")));
     }
     coordinator_lost = true;
   }

@@ -522,8 +522,13 @@ TEST_F(MultiHostTest, PartitionHealed_RingAtOnce) {
         << "rank " << rank << ": " << results[rank].err;
     EXPECT_EQ(results[rank].out, "6 60") << "rank " << rank;
   }
-  EXPECT_LE(took, kLease + absl::Seconds(1) + kSchedulingSlack);
   PrintTime("first ring after the heal", took);
+  // The worker's connection to the coordinator carried a heartbeat into the
+  // partition; a fresh one replaces it rather than waiting out TCP's
+  // retransmission backoff, so the whole way back stays within the lease.
+  const absl::Duration heal_to_ring = absl::Now() - healed_at;
+  EXPECT_LE(heal_to_ring, kLease + absl::Seconds(1) + kSchedulingSlack);
+  PrintTime("heal -> first ring done", heal_to_ring);
 }
 
 // The coordinator stopped (SIGSTOP) for longer than the lease: every rank
@@ -704,12 +709,21 @@ TEST_F(MultiHostTest, PartitionMidRing_EveryRankNamesTheParty) {
     std::printf("[ status   ] rank %d: %s\n", rank, results[rank].err.c_str());
     EXPECT_NE(results[rank].exit_code, 0) << "rank " << rank;
     if (rank == victim) {
-      EXPECT_THAT(results[rank].err, HasSubstr("DEADLINE_EXCEEDED"));
-      EXPECT_THAT(results[rank].err, HasSubstr("sent no data"));
+      // Its deadline comes first (its silent peer and the coordinator that
+      // did not answer its report), or its worker's heartbeats fail first
+      // (the connection to the coordinator is given up after 2 s and the
+      // new one finds no route).
       EXPECT_THAT(
           results[rank].err,
           HasSubstr(absl::StrCat("the coordinator at ", coordinator_.address)));
-      EXPECT_THAT(results[rank].err, HasSubstr("did not answer"));
+      if (absl::StrContains(results[rank].err, "DEADLINE_EXCEEDED")) {
+        EXPECT_THAT(results[rank].err, HasSubstr("sent no data"));
+        EXPECT_THAT(results[rank].err, HasSubstr("did not answer"));
+      } else {
+        EXPECT_THAT(results[rank].err,
+                    HasSubstr("UNAVAILABLE: the coordinator at"));
+        EXPECT_THAT(results[rank].err, HasSubstr("is unreachable"));
+      }
       EXPECT_LE(ended, timeout + kSchedulingSlack);
     } else {
       EXPECT_THAT(results[rank].err, HasSubstr("ABORTED"));
