@@ -32,6 +32,7 @@ WorkerRegistration RegistrationFromProto(
   registration.host = request.host();
   registration.machine = request.machine();
   registration.address = request.address();
+  registration.data_port = request.data_port();
   registration.incarnation = request.incarnation();
   registration.cuda_support = request.cuda_support();
   for (const v1::Device& device : request.devices()) {

@@ -40,6 +40,8 @@ v1::GroupMember MemberToProto(const GroupMember& member) {
   proto.set_worker_name(member.worker_name);
   proto.set_host(member.host);
   proto.set_address(member.address);
+  proto.set_data_port(member.data_port);
+  proto.set_incarnation(member.incarnation);
   *proto.mutable_device() = DeviceToProto(member.device);
   return proto;
 }

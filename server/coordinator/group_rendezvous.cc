@@ -180,6 +180,8 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
   member.host = worker->registration.host;
   member.machine = worker->registration.machine;
   member.address = worker->registration.address;
+  member.data_port = worker->registration.data_port;
+  member.incarnation = worker->registration.incarnation;
   member.device = request.device;
   for (const Device& d : worker->registration.devices) {
     if (SameDevice(d, request.device)) member.device = d;

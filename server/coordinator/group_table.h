@@ -65,8 +65,11 @@ struct GroupMember {
   std::string host;
   // Machine and network namespace of the member's worker; may be empty.
   std::string machine;
-  // Where the member's worker serves its peers.
+  // Where the member's worker serves its peers, its TCP data-plane port
+  // (0: not given) and the incarnation it registered with.
   std::string address;
+  uint32_t data_port = 0;
+  uint64_t incarnation = 0;
   Device device;
 };
 

@@ -37,6 +37,8 @@ struct WorkerRegistration {
   std::string machine;
   // Where the worker serves its peers, "host:port".
   std::string address;
+  // The TCP data-plane port on the address's host; 0 when not given.
+  uint32_t data_port = 0;
   uint64_t incarnation = 0;
   std::vector<Device> devices;
   bool cuda_support = false;

@@ -57,6 +57,7 @@ absl::Status CoordinatorSession::RegisterOnce() {
   request.set_name(options_.name);
   request.set_host(options_.host);
   request.set_machine(options_.machine);
+  request.set_data_port(options_.data_port);
   request.set_address(options_.address);
   request.set_incarnation(incarnation_);
   request.set_cuda_support(options_.cuda_support);

@@ -34,8 +34,10 @@ struct SessionOptions {
   std::string host;
   // Machine and network namespace (RegisterWorkerRequest.machine).
   std::string machine;
-  // Where this worker serves its peers, "host:port".
+  // Where this worker serves its peers, "host:port", and the port of its
+  // TCP data plane on that host.
   std::string address;
+  uint32_t data_port = 0;
   std::vector<Device> devices;
   bool cuda_support = false;
   // Deadline of each call to the coordinator.

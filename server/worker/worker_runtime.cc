@@ -222,6 +222,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   SessionOptions session;
   session.coordinator = options.coordinator;
   session.address = runtime->address_;
+  session.data_port = static_cast<uint32_t>(tcp_port);
   session.host = Hostname();
   session.machine = MachineIdentity();
   session.name = options.name.empty() ? runtime->address_ : options.name;
@@ -321,6 +322,13 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
     membership.addresses.push_back(member.address());
     membership.devices.push_back(DeviceFromProto(member.device()));
     membership.worker_names.push_back(member.worker_name());
+    if (member.address() != address_) {
+      PeerRegistration identity;
+      identity.worker_id = member.worker_id();
+      identity.incarnation = member.incarnation();
+      identity.data_port = member.data_port();
+      sender_->LearnPeer(member.address(), identity);
+    }
   }
   if (static_cast<int>(membership.addresses.size()) != world_size) {
     return absl::InternalError("the coordinator returned a partial group");

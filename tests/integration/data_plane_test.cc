@@ -327,5 +327,62 @@ TEST(TcpDataPlaneTest, PeerGone_SendFailsUnavailableNamingAddress) {
   EXPECT_THAT(sent.message(), HasSubstr(address));
 }
 
+// The data port a join taught the pool is used as is: the peer's gRPC port
+// (here one nothing listens on) is never asked.
+TEST(TcpDataPlaneTest, LearnPeer_DataPortKnown_ConnectsWithoutAskingThePeer) {
+  Receiver receiver;
+  const std::string address = "127.0.0.1:1";
+  TcpPeerPool pool;
+  PeerRegistration registration;
+  registration.worker_id = 7;
+  registration.incarnation = 1;
+  registration.data_port = static_cast<uint32_t>(receiver.listener().port());
+  pool.LearnPeer(address, registration);
+  ASSERT_TRUE(pool.Send(address, Key(0), "direct", absl::Now() + kWait).ok());
+  absl::StatusOr<std::string> data =
+      receiver.inbox().Take(Key(0), absl::Now() + kWait);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, "direct");
+}
+
+// A join that shows the address as another registration (the peer
+// restarted, or was evicted and came back) closes the old connection at
+// once; the next send opens a new one.
+TEST(TcpDataPlaneTest,
+     LearnPeer_NewIncarnation_OldConnectionClosedAndReplaced) {
+  Receiver receiver;
+  TcpPeerPool pool;
+  PeerRegistration registration;
+  registration.worker_id = 7;
+  registration.incarnation = 1;
+  registration.data_port = static_cast<uint32_t>(receiver.listener().port());
+  pool.LearnPeer(receiver.address(), registration);
+  ASSERT_TRUE(
+      pool.Send(receiver.address(), Key(0), "old", absl::Now() + kWait).ok());
+  ASSERT_TRUE(receiver.inbox().Take(Key(0), absl::Now() + kWait).ok());
+
+  // Learning the same registration again keeps the connection.
+  pool.LearnPeer(receiver.address(), registration);
+  EXPECT_EQ(receiver.inbox()
+                .Take(Key(1), absl::Now() + absl::Milliseconds(300))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  registration.incarnation = 2;
+  pool.LearnPeer(receiver.address(), registration);
+  // Closed without a goodbye: the receiver learns at once.
+  EXPECT_EQ(receiver.inbox().Take(Key(1), absl::Now() + kWait).status().code(),
+            absl::StatusCode::kUnavailable);
+
+  ASSERT_TRUE(
+      pool.Send(receiver.address(), Key(0, "after"), "new", absl::Now() + kWait)
+          .ok());
+  absl::StatusOr<std::string> data =
+      receiver.inbox().Take(Key(0, "after"), absl::Now() + kWait);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(*data, "new");
+}
+
 }  // namespace
 }  // namespace chorus

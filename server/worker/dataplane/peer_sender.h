@@ -23,6 +23,23 @@
 
 namespace chorus {
 
+// Which registration of a peer worker a group's member is, as the
+// coordinator's join reply says (GroupMember).
+struct PeerRegistration {
+  uint64_t worker_id = 0;
+  uint64_t incarnation = 0;
+  // Its TCP data-plane port; 0 when it did not register one.
+  uint32_t data_port = 0;
+
+  bool operator==(const PeerRegistration& other) const {
+    return worker_id == other.worker_id && incarnation == other.incarnation &&
+           data_port == other.data_port;
+  }
+  bool operator!=(const PeerRegistration& other) const {
+    return !(*this == other);
+  }
+};
+
 class PeerSender {
  public:
   virtual ~PeerSender() = default;
@@ -43,6 +60,14 @@ class PeerSender {
   // so do later sends of that group epoch. Where the medium cannot end one
   // send alone (ExchangePool), does nothing.
   virtual void AbortGroup(const std::string& group, uint64_t epoch) {}
+
+  // Records that the worker at `address` is now `identity` (a group joined
+  // with it says so). Connections opened to another identity there (a
+  // restarted process, or a worker the coordinator evicted and took back)
+  // are closed rather than reused, and new ones use its data port. Where
+  // the medium has no such notion (ExchangePool), does nothing.
+  virtual void LearnPeer(const std::string& address,
+                         const PeerRegistration& identity) {}
 
   // Makes every later send return UNAVAILABLE, ends sends in progress where
   // the medium allows (TcpPeerPool's), then closes every connection, saying

@@ -51,32 +51,66 @@ TcpPeerPool::Peer* TcpPeerPool::GetPeer(const std::string& address) {
   return peer.get();
 }
 
+PeerRegistration TcpPeerPool::Learned(Peer& peer) {
+  absl::MutexLock lock(&peer.learned_mu);
+  return peer.learned;
+}
+
+void TcpPeerPool::DropIfStaleLocked(Peer& peer) {
+  if (peer.fd >= 0 && peer.connected_as != Learned(peer)) {
+    // The old process is gone, or the coordinator evicted it and its
+    // connection may sit in a partition's retransmission backoff.
+    CloseLocked(peer, /*goodbye=*/false);
+  }
+}
+
+void TcpPeerPool::LearnPeer(const std::string& address,
+                            const PeerRegistration& identity) {
+  Peer* peer = GetPeer(address);
+  {
+    absl::MutexLock lock(&peer->learned_mu);
+    if (peer->learned == identity) return;
+    peer->learned = identity;
+  }
+  if (peer->mu.TryLock()) {
+    DropIfStaleLocked(*peer);
+    peer->mu.Unlock();
+  }
+}
+
 absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
   const absl::Time give_up = std::min(deadline, absl::Now() + kConnectTimeout);
-  // Asked on every (re)connection: a restarted peer listens elsewhere.
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(give_up));
-  context.set_wait_for_ready(true);
-  v1::DataPlaneInfo info;
-  absl::Status asked = FromGrpcStatus(
-      peer.stub->DataPlane(&context, v1::DataPlaneRequest(), &info));
-  if (!asked.ok()) {
-    return absl::UnavailableError(absl::IsDeadlineExceeded(asked)
-                                      ? "cannot connect"
-                                      : std::string(asked.message()));
-  }
-  if (info.tcp_port() == 0) {
-    return absl::UnavailableError("the peer has no TCP data plane");
+  const PeerRegistration identity = Learned(peer);
+  uint32_t port = identity.data_port;
+  if (port == 0) {
+    // A peer that registered no data port: asked on every (re)connection,
+    // since a restarted peer listens elsewhere.
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(give_up));
+    context.set_wait_for_ready(true);
+    v1::DataPlaneInfo info;
+    absl::Status asked = FromGrpcStatus(
+        peer.stub->DataPlane(&context, v1::DataPlaneRequest(), &info));
+    if (!asked.ok()) {
+      return absl::UnavailableError(absl::IsDeadlineExceeded(asked)
+                                        ? "cannot connect"
+                                        : std::string(asked.message()));
+    }
+    if (info.tcp_port() == 0) {
+      return absl::UnavailableError("the peer has no TCP data plane");
+    }
+    port = info.tcp_port();
   }
   absl::StatusOr<HostPort> where = SplitHostPort(peer.address);
   if (!where.ok()) return where.status();
   absl::StatusOr<int> fd =
-      ConnectTcp(where->host, static_cast<int>(info.tcp_port()), give_up);
+      ConnectTcp(where->host, static_cast<int>(port), give_up);
   if (!fd.ok()) return absl::UnavailableError(fd.status().message());
   if (dead_peer_timeout_ != nullptr) {
     SetDeadPeerTimeout(*fd, dead_peer_timeout_());
   }
   peer.fd = *fd;
+  peer.connected_as = identity;
   DataPlaneConnections("out")->Add();
   if (TlsEnabled()) {
     absl::StatusOr<std::unique_ptr<TlsStream>> tls =
@@ -205,6 +239,7 @@ absl::Status TcpPeerPool::Send(const std::string& address,
   const bool new_collective = peer->last_sequence != key.sequence ||
                               peer->last_epoch != key.epoch ||
                               peer->last_group != key.group;
+  if (new_collective) DropIfStaleLocked(*peer);
   if (peer->fd >= 0 && new_collective && PeerClosed(peer->fd)) {
     CloseLocked(*peer, /*goodbye=*/false);
   }

@@ -1,9 +1,14 @@
 // TcpPeerPool: the data plane's default PeerSender. Keeps one persistent TCP
-// connection per peer address, reused by every collective. It asks each peer
-// (Peer.DataPlane, once per connection) where its TCP data plane listens and
-// writes wire frames (wire_frame.h) straight from the caller's buffer with
+// connection per peer address, reused by every collective. It connects to
+// the data port the peer registered with (learned from group joins,
+// LearnPeer), or asks the peer (Peer.DataPlane) where a peer registered none,
+// and writes wire frames (wire_frame.h) straight from the caller's buffer with
 // one sendmsg per frame: no copy of the data. A broken connection is
 // reopened once on the next send.
+//
+// A connection belongs to the peer identity (worker id and incarnation) it
+// was opened for: once a join says the address is another identity, the
+// old connection is closed, not reused.
 //
 // A connection is checked before it carries the first frame of each
 // collective (a collective the connection has not carried yet): if the peer
@@ -68,6 +73,11 @@ class TcpPeerPool final : public PeerSender {
   // (for the last 256 group epochs aborted).
   void AbortGroup(const std::string& group, uint64_t epoch) override;
 
+  // As PeerSender::LearnPeer. Closes a connection of another identity now
+  // when no send holds it, else at that address's next send.
+  void LearnPeer(const std::string& address,
+                 const PeerRegistration& identity) override;
+
   // Ends sends in progress (they return UNAVAILABLE, as every later send
   // does), then says goodbye on and closes every connection.
   void Shutdown() override;
@@ -81,6 +91,12 @@ class TcpPeerPool final : public PeerSender {
     int fd ABSL_GUARDED_BY(mu) = -1;
     // Over `fd` with TLS on.
     std::unique_ptr<TlsStream> tls ABSL_GUARDED_BY(mu);
+    // The identity `fd` was opened for.
+    PeerRegistration connected_as ABSL_GUARDED_BY(mu);
+    // The identity a join reported last; LearnPeer() sets it without
+    // waiting for `mu`, which a send may hold until its deadline.
+    absl::Mutex learned_mu ABSL_ACQUIRED_AFTER(mu);
+    PeerRegistration learned ABSL_GUARDED_BY(learned_mu);
     // The collective (group, epoch, sequence) `fd` last carried a frame of;
     // a frame of another one checks the connection first.
     std::string last_group ABSL_GUARDED_BY(mu);
@@ -98,7 +114,13 @@ class TcpPeerPool final : public PeerSender {
   };
 
   Peer* GetPeer(const std::string& address);
-  // Asks the peer for its TCP port and connects.
+  static PeerRegistration Learned(Peer& peer);
+  // Closes the connection when it was opened for another identity than
+  // the one learned last.
+  static void DropIfStaleLocked(Peer& peer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
+  // Connects to the learned data port, or asks the peer for its TCP port
+  // first when none was learned.
   absl::Status OpenLocked(Peer& peer, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   absl::Status WriteLocked(Peer& peer, const MessageKey& key,
