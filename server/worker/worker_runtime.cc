@@ -117,6 +117,40 @@ absl::StatusOr<std::string> AdvertiseWithPort(const std::string& advertise,
   return with_port;
 }
 
+// Refuses an advertised address peers could not use: a host that does not
+// resolve or that this host has no route to; a loopback address while the
+// coordinator (and so, presumably, the peers) is elsewhere; a non-loopback
+// address while the worker listens on a loopback address only. An address
+// that is not this host's own (a NAT's, a port mapping's) is allowed.
+absl::Status CheckAdvertised(const std::string& advertised,
+                             const std::string& listen_host,
+                             const std::string& coordinator) {
+  absl::StatusOr<HostPort> where = SplitHostPort(advertised);
+  if (!where.ok()) return where.status();
+  const std::string prefix =
+      absl::StrCat("advertise address \"", advertised, "\": ");
+  absl::StatusOr<std::string> route =
+      LocalAddressTowards(where->host, where->port);
+  if (!route.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "peers could not reach it (", route.status().message(), ")"));
+  }
+  const bool loopback = IsLoopbackHost(where->host);
+  absl::StatusOr<HostPort> coordinator_at = SplitHostPort(coordinator);
+  if (loopback && coordinator_at.ok() &&
+      !IsLoopbackHost(coordinator_at->host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "a loopback address, while the coordinator at ", coordinator,
+        " is on another host: peers there could not reach this worker"));
+  }
+  if (!loopback && IsLoopbackHost(listen_host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "not a loopback address, but this worker listens on ",
+        listen_host, " only; set --listen to an address peers reach"));
+  }
+  return absl::OkStatus();
+}
+
 // The shortest time a failure report gets, even past the call's deadline.
 constexpr absl::Duration kMinReportTime = absl::Milliseconds(50);
 
@@ -213,6 +247,9 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     absl::StatusOr<std::string> advertised =
         AdvertiseWithPort(options.advertise_address, server->port);
     if (!advertised.ok()) return advertised.status();
+    absl::Status usable =
+        CheckAdvertised(*advertised, listen->host, options.coordinator);
+    if (!usable.ok()) return usable;
     runtime->address_ = *std::move(advertised);
   }
   LOG(INFO) << "peers reach this worker at " << runtime->address_ << " (" << why

@@ -139,6 +139,27 @@ TEST(RegistrationTest, WorkerStart_AdvertiseHostWithoutPort_BoundPortAdded) {
               HasSubstr("INVALID_ARGUMENT: advertise address \"host:99999\""));
 }
 
+// An advertised address peers could not use ends the worker at start, not
+// at its first data-plane collective: here a routable address while the
+// worker listens on loopback only.
+TEST(RegistrationTest, WorkerStart_AdvertiseUnreachable_RefusedAtStart) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::StatusOr<std::unique_ptr<Subprocess>> bad = SpawnWorker(
+      coordinator->address, {"--name=worker-far", "--listen=127.0.0.1:0",
+                             "--advertise_address=192.0.2.1"});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  absl::StatusOr<int> code = (*bad)->WaitForExit(kExitTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT((*bad)->ReadLog(),
+              HasSubstr("INVALID_ARGUMENT: advertise address \"192.0.2.1:"));
+  auto stub = NewCoordinatorStub(coordinator->address);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = ListWorkers(*stub);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_TRUE(workers->empty());
+}
+
 TEST(RegistrationTest, ChorusctlWorkers_TwoWorkers_PrintsNamesAddressesCpu) {
   absl::StatusOr<Daemon> coordinator = StartCoordinator();
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
