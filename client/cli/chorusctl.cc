@@ -26,6 +26,8 @@
 #include "server/common/device_proto.h"
 #include "server/common/rank_list.h"
 #include "server/common/security_flags.h"
+#include "server/common/tcp_socket.h"
+#include "server/common/transport_security.h"
 #include "server/worker/local_socket.h"
 #include "server/worker/worker_runtime.h"
 
@@ -45,6 +47,12 @@ ABSL_FLAG(std::string, worker, "",
           "--tls_dir a client certificate). Empty: chorusctl joins as a "
           "worker of its own, registered with --coordinator (with TLS, under "
           "the name of its worker certificate).");
+ABSL_FLAG(std::string, listen, "",
+          "Without --worker: where chorusctl's own worker serves its peers, "
+          "host:port (port 0 picks one). Default: 0.0.0.0:0 with TLS or "
+          "--insecure, else 127.0.0.1:0, which serves only peers on this "
+          "host (a coordinator on another host then refuses it). Without "
+          "TLS a non-loopback address needs --insecure.");
 ABSL_FLAG(std::string, group, "", "Group to join (collective commands).");
 ABSL_FLAG(int32_t, world, 1, "Number of ranks in the group.");
 ABSL_FLAG(int32_t, rank, 0, "This rank, 0 .. world-1.");
@@ -308,6 +316,18 @@ int RunCollective(chorus::CollectiveKind kind,
   } else {
     chorus::RuntimeOptions options;
     options.coordinator = absl::GetFlag(FLAGS_coordinator);
+    options.listen = absl::GetFlag(FLAGS_listen);
+    if (options.listen.empty()) {
+      options.listen = chorus::TlsEnabled() || chorus::InsecureFlag()
+                           ? "0.0.0.0:0"
+                           : "127.0.0.1:0";
+    }
+    absl::StatusOr<chorus::HostPort> listen =
+        chorus::SplitHostPort(options.listen);
+    if (!listen.ok()) return Fail(listen.status());
+    absl::Status listen_allowed = chorus::CheckPlaintextListen(
+        "--listen", listen->host, chorus::InsecureFlag());
+    if (!listen_allowed.ok()) return Fail(listen_allowed);
     options.name = absl::StrCat("chorusctl-", getpid(), "-", group, "-", rank);
     if (chorus::TlsEnabled() &&
         chorus::OwnIdentity().role == chorus::Role::kWorker) {

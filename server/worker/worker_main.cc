@@ -52,8 +52,8 @@ ABSL_FLAG(std::string, advertise_address, "",
           "INVALID_ARGUMENT.");
 ABSL_FLAG(int32_t, data_port, 0,
           "Port of the TCP data plane (on the listen host) that peers send "
-          "collective data to; 0 picks a free port. Peers learn it from this "
-          "worker over gRPC.");
+          "collective data to; 0 picks a free port. It is registered with the "
+          "coordinator, and peers learn it from their group joins.");
 ABSL_FLAG(bool, tcp_data_plane, true,
           "Send collective data to peers over raw TCP; false sends it "
           "through gRPC streams on the listen port instead (slower; for "

@@ -243,6 +243,17 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (options.advertise_address.empty()) {
     runtime->address_ = AdvertisedAddress(options.listen, options.coordinator,
                                           server->port, &why);
+    absl::StatusOr<HostPort> coordinator_at =
+        SplitHostPort(options.coordinator);
+    if (coordinator_at.ok() && !IsLoopbackHost(coordinator_at->host) &&
+        IsLoopbackHost(listen->host)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "this worker listens on ", options.listen,
+          ", a loopback address, but the coordinator at ", options.coordinator,
+          " is on another host: peers there could not reach it. Listen on an "
+          "address they reach (e.g. 0.0.0.0:0; without TLS that needs "
+          "--insecure)"));
+    }
   } else {
     absl::StatusOr<std::string> advertised =
         AdvertiseWithPort(options.advertise_address, server->port);

@@ -45,7 +45,9 @@ namespace chorus {
 struct RuntimeOptions {
   // Coordinator address, "host:port".
   std::string coordinator;
-  // Where the peer data plane (and any extra services) listen.
+  // Where the peer data plane (and any extra services) listen. A loopback
+  // address with the coordinator on another host is refused (peers there
+  // could not reach this worker).
   std::string listen = "127.0.0.1:0";
   // Address peers use, "host:port" or just "host" (then with the bound
   // port); default: the listen host and the bound port, or, listening on

@@ -196,13 +196,21 @@ class MultiHostTest : public ::testing::Test {
     }
   }
 
+  // How a chorusctl rank reaches the cluster.
+  enum class Via {
+    // Through the local API of the worker daemon on its host.
+    kWorkerDaemon,
+    // As a worker of its own (no --worker), with only --coordinator and
+    // the security flags.
+    kOwnWorker,
+  };
+
   // Starts `command` (chorusctl's collective command) as every rank of
-  // `group`, rank r on worker r's host through its local API, each call
-  // with deadline `timeout`.
+  // `group`, rank r on worker r's host, each call with deadline `timeout`.
   std::vector<std::unique_ptr<Subprocess>> StartRanks(
       const std::string& group, const std::string& command,
-      const std::vector<RankCall>& calls,
-      absl::Duration timeout = kCallTimeout) {
+      const std::vector<RankCall>& calls, absl::Duration timeout = kCallTimeout,
+      Via via = Via::kWorkerDaemon) {
     std::vector<std::unique_ptr<Subprocess>> processes;
     for (int rank = 0; rank < static_cast<int>(calls.size()); ++rank) {
       std::vector<std::string> command_line = net_->Wrap(rank + 1);
@@ -210,7 +218,15 @@ class MultiHostTest : public ::testing::Test {
       options.binary = command_line[0];
       options.args.assign(command_line.begin() + 1, command_line.end());
       options.args.push_back(ChorusctlBinary());
-      options.args.push_back(absl::StrCat("--worker=unix:", Socket(rank)));
+      if (via == Via::kWorkerDaemon) {
+        options.args.push_back(absl::StrCat("--worker=unix:", Socket(rank)));
+      } else {
+        options.args.push_back(
+            absl::StrCat("--coordinator=", coordinator_.address));
+        for (const std::string& flag : Security("worker-" + WorkerName(rank))) {
+          options.args.push_back(flag);
+        }
+      }
       options.args.push_back(absl::StrCat("--group=", group));
       options.args.push_back(absl::StrCat("--world=", calls.size()));
       options.args.push_back(absl::StrCat("--rank=", rank));
@@ -262,10 +278,11 @@ class MultiHostTest : public ::testing::Test {
                                    const std::string& command,
                                    const std::vector<RankCall>& calls,
                                    absl::Duration* took,
-                                   absl::Duration timeout = kCallTimeout) {
+                                   absl::Duration timeout = kCallTimeout,
+                                   Via via = Via::kWorkerDaemon) {
     const absl::Time start = absl::Now();
     std::vector<std::unique_ptr<Subprocess>> processes =
-        StartRanks(group, command, calls, timeout);
+        StartRanks(group, command, calls, timeout, via);
     std::vector<RankResult> results = WaitForRanks(group, processes);
     *took = absl::Now() - start;
     return results;
@@ -734,6 +751,40 @@ TEST_F(MultiHostTest, PartitionMidRing_EveryRankNamesTheParty) {
     }
   }
   ASSERT_TRUE(net_->SetConnected(victim + 1, true).ok());
+}
+
+// chorusctl without --worker is a worker of its own: ranks on three hosts
+// with only --coordinator and --insecure run a ring across them (the data
+// plane between the chorusctl processes themselves). One told to listen on
+// loopback while the coordinator is on another host is refused at start.
+TEST_F(MultiHostTest, ChorusctlOwnWorkers_RingAcrossHosts) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({}));
+  absl::Duration took;
+  std::vector<RankResult> results =
+      RunRanks("own-0", "allreduce",
+               Calls({"--algorithm=ring", "--dtype=u32"},
+                     {{"1", "10"}, {"2", "20"}, {"3", "30"}}),
+               &took, kCallTimeout, Via::kOwnWorker);
+  for (size_t rank = 0; rank < results.size(); ++rank) {
+    EXPECT_EQ(results[rank].exit_code, 0)
+        << "rank " << rank << ": " << results[rank].err;
+    EXPECT_EQ(results[rank].out, "6 60") << "rank " << rank;
+    EXPECT_THAT(results[rank].err, HasSubstr(" ran ring")) << "rank " << rank;
+  }
+  EXPECT_LE(took, kCollectiveBound + kSchedulingSlack);
+  PrintTime("ring across 3 hosts, chorusctl's own workers", took);
+
+  results = RunRanks("own-1", "allreduce",
+                     Calls({"--listen=127.0.0.1:0", "--dtype=u32"}, {{"1"}}),
+                     &took, kCallTimeout, Via::kOwnWorker);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].exit_code, 0);
+  EXPECT_THAT(results[0].err,
+              HasSubstr("INVALID_ARGUMENT: this worker listens on "
+                        "127.0.0.1:0, a loopback address, but the "
+                        "coordinator at " +
+                        coordinator_.address + " is on another host"));
+  EXPECT_LE(took, kCollectiveBound + kSchedulingSlack);
 }
 
 // A rate-limited link whose queue overflows (tbf drops what does not fit,
