@@ -64,7 +64,20 @@ ABSL_DECLARE_FLAG(bool, collect_metrics);  // metrics_flags.cc
 ABSL_FLAG(std::string, collective, "all_reduce",
           "all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, "
           "scatter, all_to_all or barrier.");
-ABSL_FLAG(int32_t, ranks, 4, "Number of ranks (one process each).");
+ABSL_FLAG(int32_t, ranks, 4,
+          "Number of ranks this chorus-bench runs (one process each).");
+ABSL_FLAG(int32_t, world, 0,
+          "Ranks in the group, on every host together; 0: --ranks. Larger "
+          "than --ranks runs across hosts: start chorus-bench on each host "
+          "with the same --coordinator, --group, --world and sweep flags, "
+          "and its own --first_rank; each prints the rows of its own "
+          "ranks.");
+ABSL_FLAG(int32_t, first_rank, 0,
+          "The first of the --ranks consecutive ranks this chorus-bench "
+          "runs.");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "Where each rank's worker serves its peers; across hosts an "
+          "address they reach, e.g. 0.0.0.0:0.");
 ABSL_FLAG(std::string, min_bytes, "8", "Smallest size, e.g. 8, 1K, 1M.");
 ABSL_FLAG(std::string, max_bytes, "64M", "Largest size, e.g. 64M.");
 ABSL_FLAG(int32_t, step_factor, 2, "Each size is this many times the last.");
@@ -119,7 +132,9 @@ ABSL_FLAG(std::string, tls_certs, "",
           "offers no call port, and the data plane runs TLS.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
-ABSL_FLAG(std::string, group, "", "Internal: the group to join.");
+ABSL_FLAG(std::string, group, "",
+          "The group to join; default: a new name. Needed across hosts "
+          "(--world larger than --ranks), the same on every host.");
 
 namespace chorus::bench {
 namespace {
@@ -133,7 +148,11 @@ struct Config {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   Algorithm algorithm = Algorithm::kUnspecified;
+  // Ranks in the group; this invocation runs ranks first_rank ..
+  // first_rank + local_ranks - 1.
   int world = 0;
+  int local_ranks = 0;
+  int first_rank = 0;
   std::vector<SweepPoint> sweep;
   int iters = 0;
   int warmup = -1;
@@ -169,13 +188,30 @@ absl::StatusOr<Config> ConfigFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--data_plane must be tcp or grpc, not \"", data_plane, "\""));
   }
-  c.world = absl::GetFlag(FLAGS_ranks);
+  c.local_ranks = absl::GetFlag(FLAGS_ranks);
+  c.world = absl::GetFlag(FLAGS_world);
+  if (c.world == 0) c.world = c.local_ranks;
+  c.first_rank = absl::GetFlag(FLAGS_first_rank);
   if (c.world < 1 || c.world > 256) {
-    return absl::InvalidArgumentError("--ranks must be between 1 and 256");
+    return absl::InvalidArgumentError(
+        "--world (or --ranks) must be between 1 and 256");
+  }
+  if (c.local_ranks < 1 || c.first_rank < 0 ||
+      c.first_rank + c.local_ranks > c.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--first_rank=", c.first_rank, " --ranks=", c.local_ranks,
+                     " does not fit a group of --world=", c.world, " ranks"));
+  }
+  if (c.local_ranks < c.world && !absl::GetFlag(FLAGS_rank_worker) &&
+      (absl::GetFlag(FLAGS_coordinator).empty() ||
+       absl::GetFlag(FLAGS_group).empty())) {
+    return absl::InvalidArgumentError(
+        "with ranks on several hosts (--world larger than --ranks), every "
+        "host's chorus-bench needs the same --coordinator and --group");
   }
   c.root = KindHasRoot(c.kind) ? absl::GetFlag(FLAGS_root) : 0;
   if (c.root < 0 || c.root >= c.world) {
-    return absl::InvalidArgumentError("--root must be a rank below --ranks");
+    return absl::InvalidArgumentError("--root must be a rank below --world");
   }
   absl::StatusOr<uint64_t> min_bytes =
       ParseByteSize(absl::GetFlag(FLAGS_min_bytes));
@@ -395,7 +431,7 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
                      const std::string& group) {
   RuntimeOptions options;
   options.coordinator = coordinator;
-  options.listen = "127.0.0.1:0";
+  options.listen = absl::GetFlag(FLAGS_listen);
   options.name = absl::StrCat(group, "-rank", rank);
   if (const std::string certs = absl::GetFlag(FLAGS_tls_certs);
       !certs.empty()) {
@@ -488,6 +524,9 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--group=", group),
       absl::StrCat("--collective=", absl::GetFlag(FLAGS_collective)),
       absl::StrCat("--ranks=", absl::GetFlag(FLAGS_ranks)),
+      absl::StrCat("--world=", absl::GetFlag(FLAGS_world)),
+      absl::StrCat("--first_rank=", absl::GetFlag(FLAGS_first_rank)),
+      absl::StrCat("--listen=", absl::GetFlag(FLAGS_listen)),
       absl::StrCat("--min_bytes=", absl::GetFlag(FLAGS_min_bytes)),
       absl::StrCat("--max_bytes=", absl::GetFlag(FLAGS_max_bytes)),
       absl::StrCat("--step_factor=", absl::GetFlag(FLAGS_step_factor)),
@@ -556,14 +595,16 @@ class Parent {
       if (!started.ok()) return started.status();
       address = *started;
     }
-    const std::string group =
-        absl::StrCat("chorus-bench-", getpid(), "-",
-                     absl::ToUnixMicros(absl::Now()) % 1000000000);
+    std::string group = absl::GetFlag(FLAGS_group);
+    if (group.empty()) {
+      group = absl::StrCat("chorus-bench-", getpid(), "-",
+                           absl::ToUnixMicros(absl::Now()) % 1000000000);
+    }
     PrintPreamble(address);
 
     const std::string self = SelfExecutable();
     if (self.empty()) return absl::InternalError("cannot find my own binary");
-    for (int r = 0; r < c_.world; ++r) {
+    for (int r = c_.first_rank; r < c_.first_rank + c_.local_ranks; ++r) {
       SpawnOptions spawn;
       spawn.binary = self;
       spawn.args = RankArgs(r, address, group);
@@ -630,18 +671,24 @@ class Parent {
                            ")");
     const std::string warmup =
         c_.warmup >= 0 ? absl::StrCat(c_.warmup) : "auto (1..5)";
+    const bool split = c_.local_ranks < c_.world;
+    const std::string ranks =
+        split ? absl::StrCat(c_.world, " ranks, ranks ", c_.first_rank, "..",
+                             c_.first_rank + c_.local_ranks - 1, " here")
+              : absl::StrCat(c_.world, " ranks");
     std::printf(
-        "# chorus-bench: %s, %d ranks (one process each, embedded "
+        "# chorus-bench: %s, %s (one process each, embedded "
         "WorkerRuntime), dtype %s, op %s%s, algorithm %s\n",
-        std::string(CollectiveKindName(c_.kind)).c_str(), c_.world,
+        std::string(CollectiveKindName(c_.kind)).c_str(), ranks.c_str(),
         std::string(DTypeName(c_.dtype)).c_str(), op.c_str(), root.c_str(),
         std::string(AlgorithmName(c_.algorithm)).c_str());
     std::printf("# coordinator %s%s\n", address.c_str(), coordinator.c_str());
     std::printf(
         "# iterations: %s, warm-up: %s\n"
-        "# time = median over iterations of the slowest rank's time; "
+        "# time = median over iterations of the slowest %s time; "
         "algbw = size/time; busbw = algbw x %.3f\n#\n",
-        iters.c_str(), warmup.c_str(), BusBandwidthFactor(c_.kind, c_.world));
+        iters.c_str(), warmup.c_str(), split ? "local rank's" : "rank's",
+        BusBandwidthFactor(c_.kind, c_.world));
     std::fflush(stdout);
   }
 
@@ -714,12 +761,13 @@ class Parent {
     rank.process->CloseStdout();
     absl::StatusOr<int> code = rank.process->WaitForExit(absl::Seconds(30));
     if (!code.ok()) {
-      return absl::InternalError(absl::StrCat(
-          "rank ", r, " closed its report pipe but does not exit"));
+      return absl::InternalError(
+          absl::StrCat("rank ", c_.first_rank + r,
+                       " closed its report pipe but does not exit"));
     }
     if (*code != 0 || !rank.done) {
       return absl::InternalError(
-          absl::StrCat("rank ", r, " exited with code ", *code,
+          absl::StrCat("rank ", c_.first_rank + r, " exited with code ", *code,
                        rank.done ? "" : " before finishing",
                        "; its log ends:\n", rank.process->LogTail()));
     }
@@ -732,19 +780,21 @@ class Parent {
       return absl::OkStatus();
     }
     if (absl::ConsumePrefix(&line, "error ")) {
-      return absl::AbortedError(absl::StrCat("rank ", r, " failed: ", line));
+      return absl::AbortedError(
+          absl::StrCat("rank ", c_.first_rank + r, " failed: ", line));
     }
     absl::StatusOr<RankReport> report = ParseReport(line);
     if (!report.ok()) return report.status();
     if (report->point < 0 ||
         report->point >= static_cast<int>(reports_.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", r, " reported unknown point ", report->point));
+      return absl::InvalidArgumentError(absl::StrCat("rank ", c_.first_rank + r,
+                                                     " reported unknown point ",
+                                                     report->point));
     }
     reports_[report->point].push_back(*std::move(report));
     // Rows print in order, each once every rank reported it.
     while (next_row_ < reports_.size() &&
-           static_cast<int>(reports_[next_row_].size()) == c_.world) {
+           static_cast<int>(reports_[next_row_].size()) == c_.local_ranks) {
       absl::StatusOr<Row> row =
           CombineReports(reports_[next_row_], c_.kind, c_.world);
       if (!row.ok()) return row.status();

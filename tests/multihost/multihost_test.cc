@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -785,6 +786,59 @@ TEST_F(MultiHostTest, ChorusctlOwnWorkers_RingAcrossHosts) {
                         "coordinator at " +
                         coordinator_.address + " is on another host"));
   EXPECT_LE(took, kCollectiveBound + kSchedulingSlack);
+}
+
+// chorus-bench across hosts: one invocation on each of two hosts, one rank
+// each, sharing a coordinator and a group. Each prints the rows of its own
+// rank, every result checked.
+TEST_F(MultiHostTest, ChorusBench_OneRankPerHost_RowsCheckedOnBoth) {
+#ifndef CHORUS_BENCH_BIN
+  GTEST_SKIP() << "chorus-bench is not built (CHORUS_BENCH=OFF)";
+#else
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({}));
+  std::vector<std::unique_ptr<Subprocess>> benches;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> command_line = net_->Wrap(rank + 1);
+    SubprocessOptions options;
+    options.binary = command_line[0];
+    options.args.assign(command_line.begin() + 1, command_line.end());
+    options.args.push_back(CHORUS_BENCH_BIN);
+    for (const std::string& flag :
+         {absl::StrCat("--coordinator=", coordinator_.address),
+          std::string("--group=bench-0"), std::string("--world=2"),
+          std::string("--ranks=1"), absl::StrCat("--first_rank=", rank),
+          std::string("--listen=0.0.0.0:0"), std::string("--algorithm=ring"),
+          std::string("--min_bytes=1K"), std::string("--max_bytes=64K"),
+          std::string("--step_factor=8"), std::string("--iters=2"),
+          std::string("--warmup=1"), std::string("--timeout=10s")}) {
+      options.args.push_back(flag);
+    }
+    const std::string stem = absl::StrCat("bench-", rank);
+    options.stdout_path = NewScratchPath(stem, ".out");
+    options.stderr_path = NewScratchPath(stem, ".err");
+    absl::StatusOr<std::unique_ptr<Subprocess>> process =
+        Subprocess::Start(options);
+    ASSERT_TRUE(process.ok()) << process.status();
+    benches.push_back(*std::move(process));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<int> code = benches[rank]->WaitForExit(kRanksTimeout);
+    ASSERT_TRUE(code.ok()) << "bench " << rank << ": " << code.status();
+    const std::string out = benches[rank]->ReadLog();
+    EXPECT_EQ(*code, 0) << "bench " << rank << ": " << out
+                        << benches[rank]->ReadStderr();
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("2 ranks, ranks ", rank, "..", rank,
+                                            " here")));
+    // 1K, 8K and 64K, each a ring.
+    EXPECT_THAT(out, HasSubstr("65536"));
+    int rows = 0;
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      rows += absl::StrContains(line, " ring ") ? 1 : 0;
+    }
+    EXPECT_EQ(rows, 3) << out;
+    EXPECT_THAT(out, HasSubstr("# wrong elements in total: 0\n"));
+  }
+#endif
 }
 
 // A rate-limited link whose queue overflows (tbf drops what does not fit,
