@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -282,8 +284,24 @@ absl::Status TcpPeerPool::Send(const std::string& address,
       return absl::DeadlineExceededError(absl::StrCat(
           "data-plane connection to ", address, ": ", written.message()));
     }
-    // The connection broke; try a fresh one once.
     why = std::string(written.message());
+    if (why == std::strerror(ETIMEDOUT)) {
+      // The dead-peer timeout: the peer acknowledged nothing for a lease.
+      // A fresh connection would wait for it as long, and its connect
+      // could not be cut by AbortGroup().
+      return absl::UnavailableError(absl::StrCat(
+          "data-plane connection to ", address,
+          " failed: the peer acknowledged nothing within the dead-peer "
+          "timeout (",
+          why, ")"));
+    }
+    // The connection broke (the peer restarted?); try a fresh one once,
+    // unless the group was aborted meanwhile.
+    if (WasAborted(key.group, key.epoch)) {
+      return absl::AbortedError(absl::StrCat("data-plane send to ", address,
+                                             " ended: group ", key.group,
+                                             " was aborted"));
+    }
   }
   return absl::UnavailableError(
       absl::StrCat("data-plane connection to ", address, " failed: ", why));

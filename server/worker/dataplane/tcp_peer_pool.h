@@ -4,7 +4,8 @@
 // LearnPeer), or asks the peer (Peer.DataPlane) where a peer registered none,
 // and writes wire frames (wire_frame.h) straight from the caller's buffer with
 // one sendmsg per frame: no copy of the data. A broken connection is
-// reopened once on the next send.
+// reopened once on the next send, except after the dead-peer timeout (the
+// peer acknowledged nothing for a lease) or for a group already aborted.
 //
 // A connection belongs to the peer identity (worker id and incarnation) it
 // was opened for: once a join says the address is another identity, the
