@@ -60,8 +60,10 @@ void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
   static CounterFamily* const aborts = DefaultMetrics().Counters(
       "chorus_aborts_total",
       "Group epochs aborted, by reason: worker_lost (evicted, deregistered or "
-      "restarted), data_plane_failure (a rank reported one), commit_deadline "
-      "(a rank never committed), shutdown.",
+      "restarted), data_plane_failure (a rank reported one), rank_gone (a "
+      "rank's "
+      "client process went away), commit_deadline (a rank never committed), "
+      "shutdown.",
       {"reason"});
   aborts->With({reason})->Add();
   group.aborted = status;

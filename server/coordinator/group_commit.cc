@@ -118,12 +118,18 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
       return absl::FailedPreconditionError(
           absl::StrCat("stale epoch ", epoch, " for group ", group_name));
     }
+    // Sequence 0: no collective failed; the rank itself is gone (its
+    // worker saw its client process go away).
+    const std::string what =
+        sequence == 0 ? std::string(" is gone")
+                      : absl::StrCat(" failed collective #", sequence);
     AbortGroupLocked(
         group,
-        absl::AbortedError(absl::StrCat(
-            "group ", group_name, " (epoch ", epoch, ") aborted: rank ", rank,
-            " failed collective #", sequence, ": ", failure.ToString())),
-        "data_plane_failure", Blame{{rank}, 0, ""}, &completions);
+        absl::AbortedError(absl::StrCat("group ", group_name, " (epoch ", epoch,
+                                        ") aborted: rank ", rank, what, ": ",
+                                        failure.ToString())),
+        sequence == 0 ? "rank_gone" : "data_plane_failure",
+        Blame{{rank}, 0, ""}, &completions);
     verdict = group.aborted;
   }
   for (auto& complete : completions) complete();

@@ -1,5 +1,7 @@
 #include "server/worker/local_api_service.h"
 
+#include <glog/logging.h>
+
 #include "absl/strings/str_cat.h"
 #include "server/common/answer_margin.h"
 #include "server/common/collective_spec_proto.h"
@@ -8,6 +10,7 @@
 #include "server/common/refused_reactor.h"
 #include "server/common/transport_security.h"
 #include "server/worker/chunked_call_reactor.h"
+#include "server/worker/membership_hold_reactor.h"
 
 namespace chorus {
 namespace {
@@ -60,6 +63,57 @@ void LocalApiService::Bind(WorkerRuntime* runtime) {
 WorkerRuntime* LocalApiService::runtime() const {
   absl::MutexLock lock(&mu_);
   return runtime_;
+}
+
+void LocalApiService::BeginShutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+}
+
+std::string LocalApiService::WorkerName() const {
+  WorkerRuntime* bound = runtime();
+  return bound == nullptr ? std::string() : bound->name();
+}
+
+absl::StatusOr<Membership> LocalApiService::FindMembership(
+    const std::string& group, uint64_t epoch, int rank) const {
+  absl::MutexLock lock(&mu_);
+  if (runtime_ == nullptr) {
+    return absl::UnavailableError("this worker is not registered yet");
+  }
+  auto it = memberships_.find({group, rank});
+  if (it == memberships_.end() || it->second.epoch != epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this worker has not joined group ", group, " as rank ",
+                     rank, " at epoch ", epoch));
+  }
+  return it->second;
+}
+
+void LocalApiService::ReportRankGone(const Membership& membership,
+                                     absl::Status why) {
+  WorkerRuntime* bound;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    bound = runtime_;
+  }
+  if (bound == nullptr) return;
+  tasks_.Spawn([bound, membership, why = std::move(why)] {
+    const absl::Status verdict = bound->ReportRankGone(membership, why);
+    LOG(WARNING) << "rank " << membership.rank << " of group "
+                 << membership.group << " is gone (" << why
+                 << "); the group's verdict: " << verdict;
+  });
+}
+
+grpc::ServerReadReactor<v1::MembershipHold>* LocalApiService::HoldMembership(
+    grpc::CallbackServerContext* context, v1::MembershipHoldReply* reply) {
+  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+    return new RefusedReactor<grpc::ServerReadReactor<v1::MembershipHold>>(
+        ToGrpcStatus(allowed));
+  }
+  return new MembershipHoldReactor(this, context->peer());
 }
 
 grpc::ServerUnaryReactor* LocalApiService::JoinGroup(

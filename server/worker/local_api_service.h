@@ -71,6 +71,11 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // Waits for the calls in flight to end.
   void Drain() { tasks_.WaitIdle(); }
 
+  // From now on a hold that ends is not reported (the daemon is stopping:
+  // its deregistration tells the coordinator). Call before the runtime's
+  // Shutdown().
+  void BeginShutdown();
+
   grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
                                       const v1::LocalJoinRequest* request,
                                       v1::LocalJoinResponse* response) override;
@@ -80,6 +85,23 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
       v1::LocalCollectiveResponse* response) override;
   grpc::ServerBidiReactor<v1::LocalChunkedRequest, v1::LocalChunkedResponse>*
   CollectiveChunked(grpc::CallbackServerContext* context) override;
+  grpc::ServerReadReactor<v1::MembershipHold>* HoldMembership(
+      grpc::CallbackServerContext* context,
+      v1::MembershipHoldReply* reply) override;
+
+  // Returns the membership this daemon joined as `rank` of `group` at
+  // `epoch`; UNAVAILABLE before Bind(), FAILED_PRECONDITION when it has not
+  // joined it (or at another epoch).
+  absl::StatusOr<Membership> FindMembership(const std::string& group,
+                                            uint64_t epoch, int rank) const;
+
+  // Reports on a task thread that `membership`'s rank is gone (`why`), so
+  // that the coordinator aborts its group epoch; does nothing after
+  // BeginShutdown().
+  void ReportRankGone(const Membership& membership, absl::Status why);
+
+  // This worker's name, for messages ("" before Bind()).
+  std::string WorkerName() const;
 
   // Looks up the membership `request` names and reads its spec and options
   // (all but `data`). Returns the call, UNAVAILABLE before Bind(), or
@@ -108,6 +130,7 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   const uint64_t max_tensor_bytes_;
   mutable absl::Mutex mu_;
   WorkerRuntime* runtime_ ABSL_GUARDED_BY(mu_) = nullptr;  // not owned
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   // (group, rank) -> membership.
   absl::flat_hash_map<std::pair<std::string, int>, Membership> memberships_
       ABSL_GUARDED_BY(mu_);

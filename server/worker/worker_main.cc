@@ -215,6 +215,8 @@ int main(int argc, char** argv) {
   }
 
   runtime.WaitForStopRequest();
+  // Holds that end now end with the daemon, not with their clients.
+  local_api.BeginShutdown();
   runtime.Shutdown();
   local_api.Drain();
   metrics->reset();

@@ -274,6 +274,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   session.host = Hostname();
   session.machine = MachineIdentity();
   session.name = options.name.empty() ? runtime->address_ : options.name;
+  runtime->name_ = session.name;
   session.devices = runtime->devices_;
   session.cuda_support = discovered.support.cuda_built;
   session.rpc_timeout = options.rpc_timeout;
@@ -675,6 +676,13 @@ absl::Status WorkerRuntime::RunPlanned(
     result_hash = hash->value();
   }
   return Commit(membership, sequence, deadline, result_hash);
+}
+
+absl::Status WorkerRuntime::ReportRankGone(const Membership& membership,
+                                           const absl::Status& why) {
+  // Sequence 0: no collective of it failed; the rank left.
+  return ReportFailure(membership, /*sequence=*/0, why,
+                       absl::Now() + options_.rpc_timeout);
 }
 
 void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,

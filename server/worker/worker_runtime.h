@@ -148,6 +148,15 @@ class WorkerRuntime {
                                   int rank, const Device& device,
                                   absl::Duration timeout);
 
+  // Reports that `membership`'s rank is gone (its client process went
+  // away, `why`) so that the coordinator aborts the group epoch at once.
+  // Returns the group's verdict (ABORTED); `why` with the reason appended
+  // when the coordinator could not be told (within the RPC timeout); the
+  // coordinator's NOT_FOUND / FAILED_PRECONDITION for a group or epoch it
+  // no longer has.
+  absl::Status ReportRankGone(const Membership& membership,
+                              const absl::Status& why);
+
   // Runs the `sequence`-th collective of `membership` (numbered from 1 in
   // the order the rank issues them) on `input`, writing this rank's output.
   // Returns INVALID_ARGUMENT for a malformed spec or input size (checked
@@ -195,6 +204,8 @@ class WorkerRuntime {
   void RequestStop() { session_->RequestStop(); }
 
   const std::string& address() const { return address_; }
+  // The name this worker registered under.
+  const std::string& name() const { return name_; }
   int port() const { return port_; }
   uint64_t worker_id() const { return session_->worker_id(); }
   const std::vector<Device>& devices() const { return devices_; }
@@ -258,6 +269,7 @@ class WorkerRuntime {
   std::vector<Device> devices_;
   DeviceSupport support_;
   std::string address_;
+  std::string name_;
   int port_ = 0;
   Inbox inbox_;
   // Who holds each rank of this worker's groups (for the peer service).

@@ -108,6 +108,9 @@ _MAX_COUNT = 1 << 40
 
 _COLLECTIVE_METHOD = "/chorus.v1.WorkerLocal/Collective"
 _CHUNKED_METHOD = "/chorus.v1.WorkerLocal/CollectiveChunked"
+_HOLD_METHOD = "/chorus.v1.WorkerLocal/HoldMembership"
+# How long close() waits for the daemon to take the hold's release.
+_RELEASE_WAIT = 2.0
 
 
 def _varint_size(value: int) -> int:
@@ -623,6 +626,8 @@ class Communicator:
         self._next_sequence = 1
         self._in_flight = 0
         self._closed = False
+        self._release = threading.Event()
+        self._hold = self._start_hold()
 
     # --- properties ---------------------------------------------------------
 
@@ -690,13 +695,41 @@ class Communicator:
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Waits for the calls in flight (at most `timeout` seconds; their
-        own deadlines bound the wait anyway), then closes the connection to
+        own deadlines bound the wait anyway), releases the rank's hold (so
+        the daemon does not report it gone), then closes the connection to
         the daemon. Later calls raise InvalidArgument. Idempotent.
         """
         with self._lock:
             self._closed = True
             self._lock.wait_for(lambda: self._in_flight == 0, timeout)
+        self._release.set()
+        try:
+            self._hold.result(timeout=_RELEASE_WAIT)
+        except (grpc.RpcError, grpc.FutureTimeoutError):
+            pass  # an older daemon without holds, or one already gone
         self._channel.close()
+
+    def _start_hold(self) -> "grpc.Future":
+        """Opens this rank's hold on the daemon (WorkerLocal.HoldMembership):
+        while this process lives the stream stays open; if the process dies
+        it ends without a release, the daemon reports the rank gone, and the
+        other ranks' calls end at once with ABORTED naming it. close()
+        releases it. The stream has no deadline: nothing waits for it.
+        """
+        first = worker_pb2.MembershipHold(
+            group=self._group, epoch=self._epoch, rank=self._rank)
+        release = self._release
+
+        def holds() -> Iterator[worker_pb2.MembershipHold]:
+            yield first
+            release.wait()  # on gRPC's (daemon) request thread
+            yield worker_pb2.MembershipHold(release=True)
+
+        hold = self._channel.stream_unary(
+            _HOLD_METHOD,
+            request_serializer=worker_pb2.MembershipHold.SerializeToString,
+            response_deserializer=worker_pb2.MembershipHoldReply.FromString)
+        return hold.future(holds())
 
     def __enter__(self) -> "Communicator":
         return self

@@ -1,0 +1,190 @@
+// WorkerLocal.HoldMembership against real daemons: a client whose hold ends
+// without a release (its process died) is reported gone by its worker, and
+// the other ranks' calls end at once with ABORTED naming the rank; a
+// released hold changes nothing; a hold on a membership the worker does
+// not have is refused.
+#include <grpcpp/client_context.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "chorus/v1/worker.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/common/net.h"
+#include "tests/testing/daemons.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Far longer than the abort takes: the bound below is what is checked.
+constexpr absl::Duration kCallTimeout = absl::Seconds(30);
+// How soon the other rank must hear of the gone rank.
+constexpr absl::Duration kGoneBound = absl::Seconds(5);
+
+class MembershipHoldTest : public ::testing::Test {
+ protected:
+  // A coordinator and one worker; ranks 0 and 1 of `group` joined through
+  // it.
+  void Start(const std::string& group) {
+    group_ = group;
+    absl::StatusOr<Daemon> coordinator = StartCoordinator();
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    absl::StatusOr<Daemon> worker =
+        StartWorker(coordinator_.address, {"--name=hold-w"});
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = *std::move(worker);
+    stub_ =
+        v1::WorkerLocal::NewStub(MakeChannel(worker_.address, Role::kWorker));
+    grpc::Status joined[2];
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([this, r, &joined] {
+        grpc::ClientContext context;
+        context.set_deadline(DeadlineAfter(kCallTimeout));
+        v1::LocalJoinRequest request;
+        request.set_group(group_);
+        request.set_world_size(2);
+        request.set_rank(r);
+        v1::LocalJoinResponse response;
+        joined[r] = stub_->JoinGroup(&context, request, &response);
+        epoch_ = response.epoch();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(joined[r].ok()) << r << ": " << joined[r].error_message();
+    }
+  }
+
+  v1::MembershipHold Hold(int rank) const {
+    v1::MembershipHold hold;
+    hold.set_group(group_);
+    hold.set_epoch(epoch_);
+    hold.set_rank(rank);
+    return hold;
+  }
+
+  // Rank `rank`'s all_reduce of one u32 as its call #`sequence`.
+  grpc::Status AllReduce(int rank, uint64_t sequence,
+                         v1::LocalCollectiveResponse* response) {
+    v1::LocalCollectiveRequest call;
+    call.set_group(group_);
+    call.set_rank(rank);
+    call.set_epoch(epoch_);
+    call.set_sequence(sequence);
+    v1::CollectiveSpec& spec = *call.mutable_spec();
+    spec.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    spec.set_dtype(v1::DTYPE_U32);
+    spec.set_count(1);
+    spec.set_op(v1::REDUCE_OP_SUM);
+    const uint32_t value = 1;
+    call.set_data(std::string(reinterpret_cast<const char*>(&value), 4));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(kCallTimeout));
+    return stub_->Collective(&context, call, response);
+  }
+
+  Daemon coordinator_;
+  Daemon worker_;
+  std::unique_ptr<v1::WorkerLocal::Stub> stub_;
+  std::string group_;
+  uint64_t epoch_ = 0;
+};
+
+TEST_F(MembershipHoldTest, HoldEndsWithoutRelease_OtherRankAbortedNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(Start("hold-gone"));
+  grpc::ClientContext hold_context;
+  v1::MembershipHoldReply reply;
+  std::unique_ptr<grpc::ClientWriter<v1::MembershipHold>> hold =
+      stub_->HoldMembership(&hold_context, &reply);
+  ASSERT_TRUE(hold->Write(Hold(1)));
+
+  // Rank 0 waits in its call for rank 1, which never comes: its process
+  // "dies" (the hold's stream is cut without a release).
+  grpc::Status waited;
+  absl::Time ended;
+  std::thread rank0([&] {
+    v1::LocalCollectiveResponse response;
+    waited = AllReduce(0, 1, &response);
+    ended = absl::Now();
+  });
+  // Usually rank 0 is waiting by now; if not, its call meets the abort.
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time cut = absl::Now();
+  hold_context.TryCancel();
+  rank0.join();
+  hold->Finish().IgnoreError();
+
+  EXPECT_EQ(waited.error_code(), grpc::StatusCode::ABORTED)
+      << waited.error_message();
+  EXPECT_THAT(waited.error_message(), HasSubstr("rank 1 is gone"));
+  EXPECT_THAT(waited.error_message(),
+              HasSubstr("client process went away (its hold on the local API "
+                        "of worker hold-w"));
+  EXPECT_LT(ended - cut, kGoneBound);
+}
+
+TEST_F(MembershipHoldTest, HoldReleased_GroupKeepsWorking) {
+  ASSERT_NO_FATAL_FAILURE(Start("hold-released"));
+  {
+    grpc::ClientContext hold_context;
+    v1::MembershipHoldReply reply;
+    std::unique_ptr<grpc::ClientWriter<v1::MembershipHold>> hold =
+        stub_->HoldMembership(&hold_context, &reply);
+    ASSERT_TRUE(hold->Write(Hold(1)));
+    v1::MembershipHold release;
+    release.set_release(true);
+    hold->Write(release);
+    hold->WritesDone();
+    const grpc::Status finished = hold->Finish();
+    EXPECT_TRUE(finished.ok()) << finished.error_message();
+  }
+  grpc::Status statuses[2];
+  std::string outputs[2];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      v1::LocalCollectiveResponse response;
+      statuses[r] = AllReduce(r, 1, &response);
+      outputs[r] = response.data();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].error_message();
+    ASSERT_EQ(outputs[r].size(), 4u);
+    uint32_t sum = 0;
+    std::memcpy(&sum, outputs[r].data(), 4);
+    EXPECT_EQ(sum, 2u);
+  }
+}
+
+TEST_F(MembershipHoldTest, HoldOnUnjoinedRank_FailedPrecondition) {
+  ASSERT_NO_FATAL_FAILURE(Start("hold-unjoined"));
+  grpc::ClientContext hold_context;
+  hold_context.set_deadline(DeadlineAfter(kCallTimeout));
+  v1::MembershipHoldReply reply;
+  std::unique_ptr<grpc::ClientWriter<v1::MembershipHold>> hold =
+      stub_->HoldMembership(&hold_context, &reply);
+  v1::MembershipHold wrong = Hold(1);
+  wrong.set_epoch(epoch_ + 1);
+  hold->Write(wrong);
+  hold->WritesDone();
+  const grpc::Status finished = hold->Finish();
+  EXPECT_EQ(finished.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(finished.error_message(),
+              HasSubstr("has not joined group hold-unjoined as rank 1"));
+}
+
+}  // namespace
+}  // namespace chorus::test
