@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
+#include "client/src/membership_hold.h"
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
@@ -31,8 +32,14 @@ class DaemonCommunicator final : public Communicator {
                      std::string group, int world_size, int rank,
                      uint64_t epoch)
       : Communicator(std::move(group), world_size, rank, epoch),
-        stub_(std::move(stub)) {}
-  ~DaemonCommunicator() override { WaitForAsyncCalls(); }
+        stub_(std::move(stub)),
+        hold_(std::make_unique<MembershipHold>(stub_.get(), this->group(),
+                                               epoch, rank)) {}
+  ~DaemonCommunicator() override {
+    WaitForAsyncCalls();
+    // The rank leaves on purpose: the daemon does not report it gone.
+    hold_->Release();
+  }
 
  protected:
   absl::StatusOr<CallResult> RunSequenced(uint64_t sequence,
@@ -66,6 +73,8 @@ class DaemonCommunicator final : public Communicator {
 
  private:
   std::unique_ptr<v1::WorkerLocal::Stub> stub_;
+  // Holds the rank on the daemon for as long as this process lives.
+  std::unique_ptr<MembershipHold> hold_;
 };
 
 RunOptions ToRunOptions(const CallOptions& options) {

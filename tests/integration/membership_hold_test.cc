@@ -19,6 +19,8 @@
 #include "gtest/gtest.h"
 #include "server/common/net.h"
 #include "tests/testing/daemons.h"
+#include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
@@ -35,6 +37,12 @@ class MembershipHoldTest : public ::testing::Test {
   // A coordinator and one worker; ranks 0 and 1 of `group` joined through
   // it.
   void Start(const std::string& group) {
+    ASSERT_NO_FATAL_FAILURE(StartDaemons(group));
+    ASSERT_NO_FATAL_FAILURE(JoinRanks({0, 1}));
+  }
+
+  // A coordinator and one worker, for ranks of `group`.
+  void StartDaemons(const std::string& group) {
     group_ = group;
     absl::StatusOr<Daemon> coordinator = StartCoordinator();
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
@@ -45,9 +53,13 @@ class MembershipHoldTest : public ::testing::Test {
     worker_ = *std::move(worker);
     stub_ =
         v1::WorkerLocal::NewStub(MakeChannel(worker_.address, Role::kWorker));
+  }
+
+  // Joins `ranks` of the group (of two) through the worker at once.
+  void JoinRanks(const std::vector<int>& ranks) {
     grpc::Status joined[2];
     std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
+    for (int r : ranks) {
       threads.emplace_back([this, r, &joined] {
         grpc::ClientContext context;
         context.set_deadline(DeadlineAfter(kCallTimeout));
@@ -61,7 +73,7 @@ class MembershipHoldTest : public ::testing::Test {
       });
     }
     for (std::thread& t : threads) t.join();
-    for (int r = 0; r < 2; ++r) {
+    for (int r : ranks) {
       ASSERT_TRUE(joined[r].ok()) << r << ": " << joined[r].error_message();
     }
   }
@@ -132,6 +144,63 @@ TEST_F(MembershipHoldTest, HoldEndsWithoutRelease_OtherRankAbortedNamingIt) {
               HasSubstr("client process went away (its hold on the local API "
                         "of worker hold-w"));
   EXPECT_LT(ended - cut, kGoneBound);
+}
+
+// chorusctl holds its rank through the C++ client: killed while its call
+// waits for rank 0, its worker reports it gone, and rank 0's next call that
+// needs rank 1 is aborted naming it instead of waiting out its deadline.
+TEST_F(MembershipHoldTest, ChorusctlRankKilled_OtherRankAbortedNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemons("hold-ctl"));
+  SubprocessOptions options;
+  options.binary = ChorusctlBinary();
+  options.args = {absl::StrCat("--worker=", worker_.address),
+                  "--group=hold-ctl",
+                  "--world=2",
+                  "--rank=1",
+                  "--timeout=30s",
+                  "--dtype=u32",
+                  "allreduce",
+                  "--",
+                  "1"};
+  options.stdout_path = NewScratchPath("chorusctl", ".out");
+  absl::StatusOr<std::unique_ptr<Subprocess>> chorusctl =
+      Subprocess::Start(options);
+  ASSERT_TRUE(chorusctl.ok()) << chorusctl.status();
+  ASSERT_NO_FATAL_FAILURE(JoinRanks({0}));
+  // Rank 1's call #1 waits for rank 0 at the coordinator.
+  auto coordinator = NewCoordinatorStub(coordinator_.address);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        grpc::ClientContext context;
+        context.set_deadline(DeadlineAfter(kRpcTimeout));
+        v1::ListGroupsResponse groups;
+        if (!coordinator->ListGroups(&context, v1::ListGroupsRequest(), &groups)
+                 .ok()) {
+          return false;
+        }
+        for (const v1::GroupInfo& g : groups.groups()) {
+          if (g.name() == "hold-ctl" && g.pending_sequence() == 1 &&
+              g.missing_ranks_size() == 1 && g.missing_ranks(0) == 0) {
+            return true;
+          }
+        }
+        return false;
+      },
+      kCallTimeout))
+      << "chorusctl's call never reached the coordinator";
+  ASSERT_TRUE((*chorusctl)->Kill().ok());
+  const absl::Time killed = absl::Now();
+
+  // Call #1 has rank 1's input at the coordinator already and may still
+  // complete; rank 1 never makes #2.
+  v1::LocalCollectiveResponse response;
+  grpc::Status status = AllReduce(0, 1, &response);
+  if (status.ok()) status = AllReduce(0, 2, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("rank 1 is gone"));
+  EXPECT_THAT(status.error_message(), HasSubstr("client process went away"));
+  EXPECT_LT(absl::Now() - killed, kGoneBound);
 }
 
 TEST_F(MembershipHoldTest, HoldReleased_GroupKeepsWorking) {
