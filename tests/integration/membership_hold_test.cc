@@ -58,9 +58,10 @@ class MembershipHoldTest : public ::testing::Test {
   // Joins `ranks` of the group (of two) through the worker at once.
   void JoinRanks(const std::vector<int>& ranks) {
     grpc::Status joined[2];
+    uint64_t epochs[2] = {0, 0};
     std::vector<std::thread> threads;
     for (int r : ranks) {
-      threads.emplace_back([this, r, &joined] {
+      threads.emplace_back([this, r, &joined, &epochs] {
         grpc::ClientContext context;
         context.set_deadline(DeadlineAfter(kCallTimeout));
         v1::LocalJoinRequest request;
@@ -69,12 +70,13 @@ class MembershipHoldTest : public ::testing::Test {
         request.set_rank(r);
         v1::LocalJoinResponse response;
         joined[r] = stub_->JoinGroup(&context, request, &response);
-        epoch_ = response.epoch();
+        epochs[r] = response.epoch();
       });
     }
     for (std::thread& t : threads) t.join();
     for (int r : ranks) {
       ASSERT_TRUE(joined[r].ok()) << r << ": " << joined[r].error_message();
+      epoch_ = epochs[r];
     }
   }
 
