@@ -271,6 +271,15 @@ bool PeerClosed(int fd) {
   }
 }
 
+absl::Status BrokenConnectionError(int error) {
+  return absl::UnavailableError(ErrnoText(error));
+}
+
+bool IsDeadPeerTimeout(const absl::Status& status) {
+  return absl::IsUnavailable(status) &&
+         status.message() == ErrnoText(ETIMEDOUT);
+}
+
 absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
                       absl::Time deadline, int cancel_fd) {
   std::vector<iovec> pending;
@@ -289,7 +298,7 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return absl::UnavailableError(ErrnoText(errno));
+        return BrokenConnectionError(errno);
       }
       const Wait waited = WaitFor(fd, POLLOUT, deadline, cancel_fd);
       if (waited == Wait::kDeadline) {

@@ -72,6 +72,15 @@ void SetDeadPeerTimeout(int fd, absl::Duration timeout);
 // waiting stays unread.
 bool PeerClosed(int fd);
 
+// Returns the UNAVAILABLE status of a connection that broke with `error`
+// (an errno value), as WriteAll and TlsStream::WriteAll report it.
+absl::Status BrokenConnectionError(int error);
+
+// Returns true when `status` is a write's failure because the connection's
+// dead-peer timeout (SetDeadPeerTimeout) gave up on it: the peer had
+// acknowledged nothing for that long.
+bool IsDeadPeerTimeout(const absl::Status& status);
+
 // Writes every byte of `parts` (in order) to the non-blocking socket `fd`,
 // waiting for room until `deadline`, or until `cancel_fd` (an eventfd, or
 // -1 for none) becomes readable. Never raises SIGPIPE. Returns UNAVAILABLE

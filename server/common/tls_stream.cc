@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <string>
 #include <utility>
@@ -208,12 +209,19 @@ absl::Status TlsStream::WriteAll(const absl::string_view* parts, size_t count,
     absl::string_view left = parts[i];
     while (!left.empty()) {
       const int step = static_cast<int>(std::min<size_t>(left.size(), INT_MAX));
+      errno = 0;  // SSL_ERROR_SYSCALL below reads it
       const int written = SSL_write(ssl_, left.data(), step);
       if (written > 0) {
         left.remove_prefix(static_cast<size_t>(written));
         continue;
       }
       const int error = SSL_get_error(ssl_, written);
+      if (error == SSL_ERROR_SYSCALL && errno != 0) {
+        // The socket failed (reset, or the dead-peer timeout): said as a
+        // plain TCP write would say it.
+        ERR_clear_error();
+        return BrokenConnectionError(errno);
+      }
       if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
         return absl::UnavailableError(OpenSslError());
       }

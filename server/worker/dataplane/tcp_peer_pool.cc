@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -155,7 +153,7 @@ absl::Status TcpPeerPool::WriteCuttableLocked(Peer& peer, const MessageKey& key,
   }
   // An abort that came before the write was marked above cut nothing; it
   // is in the list by now.
-  if (WasAborted(key.group, key.epoch)) {
+  if (AbortedLocked(peer, key)) {
     absl::MutexLock writing(&peer.writing_mu);
     peer.writing_fd = -1;
     *cut = false;
@@ -169,9 +167,21 @@ absl::Status TcpPeerPool::WriteCuttableLocked(Peer& peer, const MessageKey& key,
   return written;
 }
 
+bool TcpPeerPool::AbortedLocked(Peer& peer, const MessageKey& key) {
+  const uint64_t aborts = aborts_.load(std::memory_order_acquire);
+  if (aborts == 0) return false;
+  if (aborts == peer.checked_aborts && key.epoch == peer.checked_epoch &&
+      key.group == peer.checked_group) {
+    return peer.checked_aborted;
+  }
+  peer.checked_aborts = aborts;
+  peer.checked_epoch = key.epoch;
+  if (peer.checked_group != key.group) peer.checked_group = key.group;
+  peer.checked_aborted = WasAborted(key.group, key.epoch);
+  return peer.checked_aborted;
+}
+
 bool TcpPeerPool::WasAborted(const std::string& group, uint64_t epoch) {
-  // Every frame asks: no lock and no scan while nothing was aborted.
-  if (!any_aborted_.load(std::memory_order_acquire)) return false;
   absl::MutexLock lock(&aborted_mu_);
   return std::any_of(aborted_.begin(), aborted_.end(), [&](const auto& a) {
     return a.second == epoch && a.first == group;
@@ -185,7 +195,7 @@ void TcpPeerPool::AbortGroup(const std::string& group, uint64_t epoch) {
     absl::MutexLock lock(&aborted_mu_);
     aborted_.emplace_back(group, epoch);
     if (aborted_.size() > kAbortsRemembered) aborted_.pop_front();
-    any_aborted_.store(true, std::memory_order_release);
+    aborts_.fetch_add(1, std::memory_order_release);
   }
   absl::MutexLock lock(&mu_);
   for (auto& [address, peer] : peers_) {
@@ -285,7 +295,7 @@ absl::Status TcpPeerPool::Send(const std::string& address,
           "data-plane connection to ", address, ": ", written.message()));
     }
     why = std::string(written.message());
-    if (why == std::strerror(ETIMEDOUT)) {
+    if (IsDeadPeerTimeout(written)) {
       // The dead-peer timeout: the peer acknowledged nothing for a lease.
       // A fresh connection would wait for it as long, and its connect
       // could not be cut by AbortGroup().
@@ -297,7 +307,7 @@ absl::Status TcpPeerPool::Send(const std::string& address,
     }
     // The connection broke (the peer restarted?); try a fresh one once,
     // unless the group was aborted meanwhile.
-    if (WasAborted(key.group, key.epoch)) {
+    if (AbortedLocked(*peer, key)) {
       return absl::AbortedError(absl::StrCat("data-plane send to ", address,
                                              " ended: group ", key.group,
                                              " was aborted"));

@@ -98,6 +98,12 @@ class TcpPeerPool final : public PeerSender {
     // waiting for `mu`, which a send may hold until its deadline.
     absl::Mutex learned_mu ABSL_ACQUIRED_AFTER(mu);
     PeerRegistration learned ABSL_GUARDED_BY(learned_mu);
+    // The last AbortedLocked() answer: for this group epoch, with this many
+    // AbortGroup() calls made so far.
+    std::string checked_group ABSL_GUARDED_BY(mu);
+    uint64_t checked_epoch ABSL_GUARDED_BY(mu) = 0;
+    uint64_t checked_aborts ABSL_GUARDED_BY(mu) = 0;
+    bool checked_aborted ABSL_GUARDED_BY(mu) = false;
     // The collective (group, epoch, sequence) `fd` last carried a frame of;
     // a frame of another one checks the connection first.
     std::string last_group ABSL_GUARDED_BY(mu);
@@ -129,6 +135,11 @@ class TcpPeerPool final : public PeerSender {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   // Whether AbortGroup() was called for `group` at `epoch` lately.
   bool WasAborted(const std::string& group, uint64_t epoch);
+  // WasAborted for `key`'s group epoch, asked per frame: the peer keeps the
+  // last answer, so only a new group epoch or a new AbortGroup() call since
+  // takes the lock and the scan.
+  bool AbortedLocked(Peer& peer, const MessageKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   // WriteLocked where AbortGroup() can cut the write; sets *cut when it did.
   // Returns ABORTED, writing nothing, for a group epoch aborted before.
   absl::Status WriteCuttableLocked(Peer& peer, const MessageKey& key,
@@ -159,8 +170,8 @@ class TcpPeerPool final : public PeerSender {
   absl::Mutex aborted_mu_;
   std::deque<std::pair<std::string, uint64_t>> aborted_
       ABSL_GUARDED_BY(aborted_mu_);
-  // Set once aborted_ holds anything.
-  std::atomic<bool> any_aborted_{false};
+  // How many times AbortGroup() was called.
+  std::atomic<uint64_t> aborts_{0};
 };
 
 }  // namespace chorus
