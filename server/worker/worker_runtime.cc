@@ -122,9 +122,11 @@ absl::StatusOr<std::string> AdvertiseWithPort(const std::string& advertise,
 // coordinator (and so, presumably, the peers) is elsewhere; a non-loopback
 // address while the worker listens on a loopback address only. An address
 // that is not this host's own (a NAT's, a port mapping's) is allowed.
+// `coordinator_remote`: the coordinator is not on a loopback address.
 absl::Status CheckAdvertised(const std::string& advertised,
                              const std::string& listen_host,
-                             const std::string& coordinator) {
+                             const std::string& coordinator,
+                             bool coordinator_remote) {
   absl::StatusOr<HostPort> where = SplitHostPort(advertised);
   if (!where.ok()) return where.status();
   const std::string prefix =
@@ -136,9 +138,7 @@ absl::Status CheckAdvertised(const std::string& advertised,
         prefix, "peers could not reach it (", route.status().message(), ")"));
   }
   const bool loopback = IsLoopbackHost(where->host);
-  absl::StatusOr<HostPort> coordinator_at = SplitHostPort(coordinator);
-  if (loopback && coordinator_at.ok() &&
-      !IsLoopbackHost(coordinator_at->host)) {
+  if (loopback && coordinator_remote) {
     return absl::InvalidArgumentError(absl::StrCat(
         prefix, "a loopback address, while the coordinator at ", coordinator,
         " is on another host: peers there could not reach this worker"));
@@ -240,13 +240,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   runtime->server_ = std::move(server->server);
   runtime->port_ = server->port;
   std::string why = "--advertise_address";
+  absl::StatusOr<HostPort> coordinator_at = SplitHostPort(options.coordinator);
+  const bool coordinator_remote =
+      coordinator_at.ok() && !IsLoopbackHost(coordinator_at->host);
   if (options.advertise_address.empty()) {
     runtime->address_ = AdvertisedAddress(options.listen, options.coordinator,
                                           server->port, &why);
-    absl::StatusOr<HostPort> coordinator_at =
-        SplitHostPort(options.coordinator);
-    if (coordinator_at.ok() && !IsLoopbackHost(coordinator_at->host) &&
-        IsLoopbackHost(listen->host)) {
+    if (coordinator_remote && IsLoopbackHost(listen->host)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "this worker listens on ", options.listen,
           ", a loopback address, but the coordinator at ", options.coordinator,
@@ -258,8 +258,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     absl::StatusOr<std::string> advertised =
         AdvertiseWithPort(options.advertise_address, server->port);
     if (!advertised.ok()) return advertised.status();
-    absl::Status usable =
-        CheckAdvertised(*advertised, listen->host, options.coordinator);
+    absl::Status usable = CheckAdvertised(
+        *advertised, listen->host, options.coordinator, coordinator_remote);
     if (!usable.ok()) return usable;
     runtime->address_ = *std::move(advertised);
   }
