@@ -474,8 +474,10 @@ int RankMain(const Config& c, const char* argv0) {
                 "--rank_worker needs --rank, --coordinator and --group")
           : RankRun(c, rank, coordinator, group);
   if (!status.ok()) {
-    LOG(ERROR) << "rank " << rank << ": " << status;
-    std::string message = status.ToString();
+    LOG(ERROR) << "rank " << rank << ": "
+               << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
+    std::string message =
+        status.ToString(absl::StatusToStringMode::kWithNoExtraData);
     std::replace(message.begin(), message.end(), '\n', ' ');
     (void)ReportLine("error " + message);
     return 1;
@@ -570,7 +572,9 @@ class Parent {
   int Run() {
     absl::Status status = RunInner();
     if (!status.ok()) {
-      std::fprintf(stderr, "chorus-bench: %s\n", status.ToString().c_str());
+      std::fprintf(
+          stderr, "chorus-bench: %s\n",
+          status.ToString(absl::StatusToStringMode::kWithNoExtraData).c_str());
     }
     Cleanup(status.ok());
     return status.ok() && !wrong_ ? 0 : 1;
@@ -881,7 +885,9 @@ int main(int argc, char** argv) {
       chorus::bench::ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "chorus-bench: %s\n",
-                 config.status().ToString().c_str());
+                 config.status()
+                     .ToString(absl::StatusToStringMode::kWithNoExtraData)
+                     .c_str());
     return 2;
   }
   const std::string format = absl::GetFlag(FLAGS_format);

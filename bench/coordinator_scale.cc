@@ -609,7 +609,9 @@ int Main() {
         StartedCoordinator::Start();
     if (!coordinator.ok()) {
       std::fprintf(stderr, "cannot start the coordinator: %s\n",
-                   coordinator.status().ToString().c_str());
+                   coordinator.status()
+                       .ToString(absl::StatusToStringMode::kWithNoExtraData)
+                       .c_str());
       return 1;
     }
     started = *std::move(coordinator);
@@ -627,7 +629,10 @@ int Main() {
       absl::GetFlag(FLAGS_barriers), absl::GetFlag(FLAGS_transport).c_str());
   absl::StatusOr<RunFigures> figures = run.Run();
   if (!figures.ok()) {
-    std::fprintf(stderr, "failed: %s\n", figures.status().ToString().c_str());
+    std::fprintf(stderr, "failed: %s\n",
+                 figures.status()
+                     .ToString(absl::StatusToStringMode::kWithNoExtraData)
+                     .c_str());
     if (started != nullptr) started->KeepLog();
     return 1;
   }

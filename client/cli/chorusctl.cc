@@ -115,7 +115,9 @@ constexpr char kUsage[] =
     "Values that start with '-' go after --: ... allreduce -- -1 2 3";
 
 int Fail(const absl::Status& status) {
-  std::cerr << "chorusctl: " << status << std::endl;
+  std::cerr << "chorusctl: "
+            << status.ToString(absl::StatusToStringMode::kWithNoExtraData)
+            << std::endl;
   return 1;
 }
 
@@ -405,7 +407,10 @@ int main(int argc, char** argv) {
   if (absl::StatusOr<std::optional<chorus::Identity>> tls =
           chorus::ApplySecurityFlags();
       !tls.ok()) {
-    std::cerr << "chorusctl: " << tls.status() << std::endl;
+    std::cerr << "chorusctl: "
+              << tls.status().ToString(
+                     absl::StatusToStringMode::kWithNoExtraData)
+              << std::endl;
     return 2;
   }
   const std::string command = args[1];

@@ -86,7 +86,9 @@ std::string FormatTrace(const std::vector<TraceEntry>& entries) {
                           : std::string("-"));
     }
     if (e.state == TraceEntry::State::kFailed) {
-      absl::StrAppend(&out, "  ", e.verdict.ToString());
+      absl::StrAppend(
+          &out, "  ",
+          e.verdict.ToString(absl::StatusToStringMode::kWithNoExtraData));
     }
     out += "\n";
   }
@@ -105,9 +107,9 @@ std::vector<std::string> AnalyzeTrace(const std::vector<TraceEntry>& entries,
           name, ": ", FormatRanks(missing), " never called it; the others ",
           "have waited ", absl::FormatDuration(now - FirstArrival(e))));
     } else if (!missing.empty() && e.state == TraceEntry::State::kFailed) {
-      findings.push_back(absl::StrCat(name, ": ", FormatRanks(missing),
-                                      " never called it; it ended with ",
-                                      e.verdict.ToString()));
+      findings.push_back(absl::StrCat(
+          name, ": ", FormatRanks(missing), " never called it; it ended with ",
+          e.verdict.ToString(absl::StatusToStringMode::kWithNoExtraData)));
     }
     std::set<std::string> asked;
     for (const std::string& a : e.asked) {
@@ -136,9 +138,10 @@ std::vector<std::string> AnalyzeTrace(const std::vector<TraceEntry>& entries,
   if (!entries.empty() && entries.back().state == TraceEntry::State::kFailed &&
       Missing(entries.back().arrived).empty()) {
     const TraceEntry& e = entries.back();
-    findings.push_back(
-        absl::StrCat("last call ", CollectiveKindName(e.spec.kind), " #",
-                     e.sequence, " failed: ", e.verdict.ToString()));
+    findings.push_back(absl::StrCat(
+        "last call ", CollectiveKindName(e.spec.kind), " #", e.sequence,
+        " failed: ",
+        e.verdict.ToString(absl::StatusToStringMode::kWithNoExtraData)));
   }
   if (std::string s = Stragglers(entries, recent); !s.empty()) {
     findings.push_back(s);

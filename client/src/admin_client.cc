@@ -10,6 +10,7 @@
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 namespace {
@@ -51,8 +52,8 @@ GroupInfo GroupFromProto(const v1::GroupInfo& proto) {
   info.pending = absl::Milliseconds(proto.pending_ms());
   if (proto.has_aborted()) {
     info.aborted =
-        absl::Status(static_cast<absl::StatusCode>(proto.aborted().code()),
-                     proto.aborted().message());
+        StatusWithDetail(static_cast<absl::StatusCode>(proto.aborted().code()),
+                         proto.aborted().message(), proto.aborted().detail());
   }
   return info;
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 namespace {
@@ -60,7 +61,9 @@ absl::Status UnsupportedDeviceError(const Device& device,
   std::string message =
       absl::StrCat(kUnsupportedDevicePrefix, CanonicalName(device));
   if (!reason.empty()) absl::StrAppend(&message, ": ", reason);
-  return absl::UnimplementedError(message);
+  v1::ErrorDetail detail = MakeErrorDetail("DEVICE_UNSUPPORTED", "", 0, 0);
+  detail.set_device(CanonicalName(device));
+  return WithErrorDetail(absl::UnimplementedError(message), detail);
 }
 
 bool IsDeviceRefusal(const absl::Status& status) {

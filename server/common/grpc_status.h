@@ -11,10 +11,12 @@
 
 namespace chorus {
 
-// Returns the grpc::Status with the same code and message.
+// Returns the grpc::Status with the same code and message, and the
+// status's ErrorDetail as a google.rpc.Status detail when it has one.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// Returns the absl::Status with the same code and message.
+// Returns the absl::Status with the same code and message, and the
+// ErrorDetail of error_details() when there is one.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace chorus

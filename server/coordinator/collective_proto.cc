@@ -1,11 +1,13 @@
 #include "server/coordinator/collective_proto.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 namespace {
@@ -15,6 +17,9 @@ v1::CallPortReply StatusReply(uint64_t call_id, const absl::Status& status) {
   reply.set_call_id(call_id);
   reply.set_code(static_cast<int>(status.code()));
   reply.set_message(std::string(status.message()));
+  if (std::optional<v1::ErrorDetail> detail = ErrorDetailOf(status)) {
+    *reply.mutable_detail() = *std::move(detail);
+  }
   return reply;
 }
 
@@ -138,6 +143,9 @@ v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
   proto.set_epoch(epoch);
   proto.set_code(static_cast<int>(status.code()));
   proto.set_message(std::string(status.message()));
+  if (std::optional<v1::ErrorDetail> detail = ErrorDetailOf(status)) {
+    *proto.mutable_detail() = *std::move(detail);
+  }
   return proto;
 }
 

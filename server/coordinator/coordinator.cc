@@ -242,7 +242,9 @@ absl::Status Coordinator::ReportFailure(const std::string& group,
                                         const absl::Status& failure) {
   absl::Status verdict =
       groups_.ReportFailure(group, epoch, rank, sequence, failure);
-  if (absl::IsAborted(verdict)) LOG(WARNING) << verdict;
+  if (absl::IsAborted(verdict))
+    LOG(WARNING) << verdict.ToString(
+        absl::StatusToStringMode::kWithNoExtraData);
   return verdict;
 }
 

@@ -189,7 +189,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<chorus::CallPort>> call_port =
       StartCallPort(&core);
   if (!call_port.ok()) {
-    LOG(ERROR) << "call port: " << call_port.status();
+    LOG(ERROR) << "call port: "
+               << call_port.status().ToString(
+                      absl::StatusToStringMode::kWithNoExtraData);
     return 1;
   }
   if (*call_port != nullptr) service.SetCallPort((*call_port)->port());
@@ -200,7 +202,8 @@ int main(int argc, char** argv) {
   options.health_names = {chorus::v1::Coordinator::service_full_name()};
   absl::StatusOr<chorus::StartedServer> server = chorus::StartServer(options);
   if (!server.ok()) {
-    LOG(ERROR) << server.status();
+    LOG(ERROR) << server.status().ToString(
+        absl::StatusToStringMode::kWithNoExtraData);
     return 1;
   }
   chorus::ExportCoordinatorGauges(&core, call_port->get(),
@@ -212,7 +215,8 @@ int main(int argc, char** argv) {
                               return chorus::RenderStatusPage(core, {});
                             }}});
   if (!metrics.ok()) {
-    LOG(ERROR) << metrics.status();
+    LOG(ERROR) << metrics.status().ToString(
+        absl::StatusToStringMode::kWithNoExtraData);
     return 2;
   }
   core.StartTimers();

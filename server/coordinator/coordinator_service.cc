@@ -223,7 +223,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
   absl::StatusOr<RegisterResult> result = core_->Register(registration);
   if (!result.ok()) {
     LOG(WARNING) << "refused registration of worker \"" << request->name()
-                 << "\" from " << context->peer() << ": " << result.status();
+                 << "\" from " << context->peer() << ": "
+                 << result.status().ToString(
+                        absl::StatusToStringMode::kWithNoExtraData);
     return Finish(context, result.status());
   }
   if (!result->retried) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "server/common/metrics.h"
 #include "server/common/rank_list.h"
+#include "server/common/status_detail.h"
 #include "server/coordinator/group_table.h"
 
 namespace chorus {
@@ -24,10 +25,17 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
         if (member.worker_id == worker_id) ranks.push_back(member.rank);
       }
       if (ranks.empty()) continue;
-      const absl::Status status = absl::AbortedError(absl::StrCat(
-          "group ", name, " (epoch ", group.view.epoch,
-          ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
-          "\" (id ", worker_id, ") lost: ", why, "; join the group again"));
+      v1::ErrorDetail detail =
+          MakeErrorDetail("WORKER_LOST", name, group.view.epoch, 0);
+      detail.set_lost_worker(worker_name);
+      detail.set_lost_worker_id(worker_id);
+      for (int rank : ranks) detail.add_lost_ranks(rank);
+      const absl::Status status = WithErrorDetail(
+          absl::AbortedError(absl::StrCat(
+              "group ", name, " (epoch ", group.view.epoch,
+              ") aborted: ", FormatRanks(ranks), " on worker \"", worker_name,
+              "\" (id ", worker_id, ") lost: ", why, "; join the group again")),
+          detail);
       AbortGroupLocked(group, status, "worker_lost",
                        Blame{ranks, worker_id, worker_name}, &completions);
     }
@@ -36,8 +44,14 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
       Formation& formation = it->second;
       for (std::optional<PendingJoin>& slot : formation.slots) {
         if (!slot || slot->member.worker_id != worker_id) continue;
-        const absl::Status status = absl::AbortedError(absl::StrCat(
-            "worker \"", worker_name, "\" (id ", worker_id, ") lost: ", why));
+        v1::ErrorDetail detail =
+            MakeErrorDetail("WORKER_LOST", it->first, 0, 0);
+        detail.set_lost_worker(worker_name);
+        detail.set_lost_worker_id(worker_id);
+        const absl::Status status = WithErrorDetail(
+            absl::AbortedError(absl::StrCat("worker \"", worker_name, "\" (id ",
+                                            worker_id, ") lost: ", why)),
+            detail);
         completions.push_back(
             [done = std::move(slot->done), status] { done(status); });
         slot.reset();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/rank_list.h"
+#include "server/common/status_detail.h"
 #include "server/coordinator/group_table.h"
 
 namespace chorus {
@@ -115,19 +116,33 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
     }
     Group& group = it->second;
     if (group.view.epoch != epoch) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("stale epoch ", epoch, " for group ", group_name));
+      return WithErrorDetail(
+          absl::FailedPreconditionError(
+              absl::StrCat("stale epoch ", epoch, " for group ", group_name)),
+          MakeErrorDetail("STALE_EPOCH", group_name, epoch, 0));
     }
     // Sequence 0: no collective failed; the rank itself is gone (its
     // worker saw its client process go away).
     const std::string what =
         sequence == 0 ? std::string(" is gone")
                       : absl::StrCat(" failed collective #", sequence);
+    v1::ErrorDetail detail =
+        MakeErrorDetail(sequence == 0 ? "RANK_GONE" : "RANK_FAILED", group_name,
+                        epoch, sequence);
+    if (sequence == 0) {
+      detail.add_lost_ranks(rank);
+    } else {
+      (*detail.mutable_ranks())[rank] =
+          failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
+    }
     AbortGroupLocked(
         group,
-        absl::AbortedError(absl::StrCat("group ", group_name, " (epoch ", epoch,
-                                        ") aborted: rank ", rank, what, ": ",
-                                        failure.ToString())),
+        WithErrorDetail(
+            absl::AbortedError(absl::StrCat(
+                "group ", group_name, " (epoch ", epoch, ") aborted: rank ",
+                rank, what, ": ",
+                failure.ToString(absl::StatusToStringMode::kWithNoExtraData))),
+            detail),
         sequence == 0 ? "rank_gone" : "data_plane_failure",
         Blame{{rank}, 0, ""}, &completions);
     verdict = group.aborted;
@@ -151,10 +166,15 @@ void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
       }
     }
     if (!expired) continue;
-    const absl::Status status = absl::DeadlineExceededError(
-        absl::StrCat(FormatRanks(missing), " of group ", group.view.name,
-                     " did not finish #", sequence,
-                     " within the deadline; the group is aborted"));
+    v1::ErrorDetail detail = MakeErrorDetail("COMMIT_MISSING", group.view.name,
+                                             group.view.epoch, sequence);
+    for (int rank : missing) detail.add_missing_ranks(rank);
+    const absl::Status status =
+        WithErrorDetail(absl::DeadlineExceededError(absl::StrCat(
+                            FormatRanks(missing), " of group ", group.view.name,
+                            " did not finish #", sequence,
+                            " within the deadline; the group is aborted")),
+                        detail);
     Event event = GroupEvent(Event::Kind::kDeadline, group.view, sequence,
                              std::string(status.message()));
     event.ranks = missing;
@@ -166,8 +186,10 @@ void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
           [done = std::move(commit.done[rank]), status] { done(status); });
       commit.calls[rank].reset();
     }
-    AbortGroupLocked(group, absl::AbortedError(status.message()),
-                     "commit_deadline", Blame{missing, 0, ""}, completions);
+    AbortGroupLocked(
+        group,
+        RewordedStatus(status, absl::StatusCode::kAborted, status.message()),
+        "commit_deadline", Blame{missing, 0, ""}, completions);
     return;  // the abort cleared the commits
   }
 }

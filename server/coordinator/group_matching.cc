@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/rank_list.h"
+#include "server/common/status_detail.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/inline_executor.h"
 
@@ -241,9 +242,18 @@ bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,
     }
   }
   if (refused.empty()) return false;
-  const absl::Status others = absl::FailedPreconditionError(absl::StrCat(
-      CallName(group.view.name, sequence, match.calls[0]->call.spec),
-      " cannot run: ", absl::StrJoin(refused, "; ")));
+  v1::ErrorDetail detail = MakeErrorDetail("DEVICE_REFUSED", group.view.name,
+                                           group.view.epoch, sequence);
+  for (int rank = world - 1; rank >= 0; --rank) {
+    if (refusals[rank].ok()) continue;
+    (*detail.mutable_ranks())[rank] = std::string(refusals[rank].message());
+    detail.set_device(CanonicalName(*match.calls[rank]->call.device));
+  }
+  const absl::Status others = WithErrorDetail(
+      absl::FailedPreconditionError(absl::StrCat(
+          CallName(group.view.name, sequence, match.calls[0]->call.spec),
+          " cannot run: ", absl::StrJoin(refused, "; "))),
+      detail);
   recorder_.Ended(group.view.name, group.view.epoch, sequence, others,
                   clock_->Now());
   StallEndedLocked(group, sequence, match, others, completions);
@@ -279,9 +289,16 @@ absl::Status GroupTable::CheckAgreement(const Group& group, uint64_t sequence,
                         AlgorithmName(call.algorithm));
       }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("collective #", sequence, " of group ", group.view.name,
-                     " does not match across ranks: ", DescribeByRank(asked)));
+    v1::ErrorDetail detail = MakeErrorDetail("MISMATCH", group.view.name,
+                                             group.view.epoch, sequence);
+    for (int rank = 0; rank < world; ++rank) {
+      (*detail.mutable_ranks())[rank] = asked[rank];
+    }
+    return WithErrorDetail(
+        absl::InvalidArgumentError(absl::StrCat(
+            "collective #", sequence, " of group ", group.view.name,
+            " does not match across ranks: ", DescribeByRank(asked))),
+        detail);
   }
   return absl::OkStatus();
 }
@@ -390,10 +407,15 @@ void GroupTable::ExpireMatchesLocked(Group& group, absl::Time now,
       ++it;
       continue;
     }
-    const absl::Status status = absl::DeadlineExceededError(
-        absl::StrCat(FormatRanks(missing), " of group ", name,
-                     " did not reach ", CollectiveKindName(spec->kind), " #",
-                     it->first, " within the deadline"));
+    v1::ErrorDetail detail =
+        MakeErrorDetail("RANKS_MISSING", name, group.view.epoch, it->first);
+    for (int rank : missing) detail.add_missing_ranks(rank);
+    const absl::Status status =
+        WithErrorDetail(absl::DeadlineExceededError(absl::StrCat(
+                            FormatRanks(missing), " of group ", name,
+                            " did not reach ", CollectiveKindName(spec->kind),
+                            " #", it->first, " within the deadline")),
+                        detail);
     const uint64_t sequence = it->first;
     Event event = GroupEvent(Event::Kind::kDeadline, group.view, sequence,
                              std::string(status.message()));

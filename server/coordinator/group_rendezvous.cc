@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/rank_list.h"
+#include "server/common/status_detail.h"
 #include "server/coordinator/group_table.h"
 
 namespace chorus {
@@ -131,10 +132,16 @@ absl::Status GroupTable::RefusedFormationStatus(const std::string& group,
     parts.push_back(absl::StrCat("rank ", rank, " of group ", group,
                                  " was refused: ", refusal));
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat(absl::StrJoin(parts, "; "),
-                   "; the group cannot form until that rank joins on a "
-                   "device with distributed support"));
+  v1::ErrorDetail detail = MakeErrorDetail("DEVICE_REFUSED", group, 0, 0);
+  for (const auto& [rank, refusal] : formation.refused) {
+    (*detail.mutable_ranks())[rank] = refusal;
+  }
+  return WithErrorDetail(
+      absl::FailedPreconditionError(
+          absl::StrCat(absl::StrJoin(parts, "; "),
+                       "; the group cannot form until that rank joins on a "
+                       "device with distributed support")),
+      detail);
 }
 
 void GroupTable::RefuseJoinLocked(const JoinRequest& request,
@@ -312,7 +319,11 @@ void GroupTable::ExpireJoinsLocked(absl::Time now, Completions* completions) {
     for (std::optional<PendingJoin>& slot : formation.slots) {
       if (!slot || slot->request.deadline > now) continue;
       expired = true;
-      const absl::Status status = absl::DeadlineExceededError(why);
+      v1::ErrorDetail detail =
+          MakeErrorDetail("RANKS_MISSING", it->first, 0, 0);
+      for (int rank : missing) detail.add_missing_ranks(rank);
+      const absl::Status status =
+          WithErrorDetail(absl::DeadlineExceededError(why), detail);
       formation.gave_up.insert(slot->request.rank);
       completions->push_back(
           [done = std::move(slot->done), status] { done(status); });

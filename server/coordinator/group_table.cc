@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/common/rank_list.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 
@@ -63,10 +64,14 @@ void GroupTable::StallEndedLocked(const Group& group, uint64_t sequence,
                                : CallName(group.view.name, sequence, *spec);
   Event event = GroupEvent(
       Event::Kind::kStallEnded, group.view, sequence,
-      absl::StrCat(call, " stopped waiting after ",
-                   absl::FormatDuration(clock_->Now() - match.first_arrival),
-                   verdict.ok() ? ": every rank called it"
-                                : absl::StrCat(": ", verdict.ToString())));
+      absl::StrCat(
+          call, " stopped waiting after ",
+          absl::FormatDuration(clock_->Now() - match.first_arrival),
+          verdict.ok()
+              ? ": every rank called it"
+              : absl::StrCat(": ",
+                             verdict.ToString(
+                                 absl::StatusToStringMode::kWithNoExtraData))));
   event.status = verdict;
   PublishLocked(std::move(event), completions);
 }
@@ -80,9 +85,11 @@ absl::StatusOr<GroupTable::Group*> GroupTable::FindGroupLocked(
   }
   Group& group = it->second;
   if (epoch != group.view.epoch) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("stale epoch ", epoch, " for group ", name,
-                     ", which is at epoch ", group.view.epoch, "; join again"));
+    return WithErrorDetail(
+        absl::FailedPreconditionError(absl::StrCat(
+            "stale epoch ", epoch, " for group ", name, ", which is at epoch ",
+            group.view.epoch, "; join again")),
+        MakeErrorDetail("STALE_EPOCH", name, epoch, 0));
   }
   if (!group.aborted.ok()) return group.aborted;
   return &group;

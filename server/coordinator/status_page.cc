@@ -159,8 +159,10 @@ std::string VerdictsTable(const Coordinator& core,
         {Age(now - entry.ended), Html(group), absl::StrCat(entry.epoch),
          absl::StrCat("#", entry.sequence), Html(DescribeSpec(entry.spec)),
          std::string(AlgorithmName(entry.plan)),
-         Html(entry.verdict.ok() ? std::string("OK")
-                                 : entry.verdict.ToString())});
+         Html(entry.verdict.ok()
+                  ? std::string("OK")
+                  : entry.verdict.ToString(
+                        absl::StatusToStringMode::kWithNoExtraData))});
   }
   return Table(
       "verdicts",

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/common/net.h"
+#include "server/common/status_detail.h"
 #include "server/common/tcp_socket.h"
 #include "server/worker/coordinator_status.h"
 
@@ -315,14 +316,16 @@ void CallPortClient::HandleBytesLocked(uint64_t generation,
                       "the coordinator's call port sent a malformed reply"));
       return;
     }
-    const absl::Status verdict(static_cast<absl::StatusCode>(reply.code()),
-                               reply.message());
+    const absl::Status verdict =
+        StatusWithDetail(static_cast<absl::StatusCode>(reply.code()),
+                         reply.message(), reply.detail());
     if (reply.call_id() == 0) {
       // About the connection, not a call.
-      BreakLocked(generation,
-                  absl::UnavailableError(absl::StrCat(
-                      "the coordinator's call port refused this worker: ",
-                      verdict.ToString())));
+      BreakLocked(
+          generation,
+          absl::UnavailableError(absl::StrCat(
+              "the coordinator's call port refused this worker: ",
+              verdict.ToString(absl::StatusToStringMode::kWithNoExtraData))));
       return;
     }
     auto it = waiters_.find(reply.call_id());

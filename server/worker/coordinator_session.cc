@@ -11,6 +11,7 @@
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 namespace {
@@ -109,7 +110,8 @@ absl::Status CoordinatorSession::Start() {
     if (next > give_up) {
       return absl::DeadlineExceededError(
           "could not register with coordinator " + options_.coordinator +
-          " within --register_timeout: " + last.ToString());
+          " within --register_timeout: " +
+          last.ToString(absl::StatusToStringMode::kWithNoExtraData));
     }
     if (WaitForStopUntil(next)) {
       return absl::CancelledError("stopped before registering");
@@ -150,8 +152,8 @@ void CoordinatorSession::HeartbeatLoop() {
         if (options_.on_group_aborted) {
           options_.on_group_aborted(
               abort.group(), abort.epoch(),
-              absl::Status(static_cast<absl::StatusCode>(abort.code()),
-                           abort.message()));
+              StatusWithDetail(static_cast<absl::StatusCode>(abort.code()),
+                               abort.message(), abort.detail()));
         }
       }
       aborts_seen_ = response.aborts_latest();
@@ -181,14 +183,15 @@ void CoordinatorSession::HeartbeatLoop() {
       continue;
     }
     if (!coordinator_lost) {
-      LOG(WARNING) << "heartbeat to " << options_.coordinator
-                   << " failed: " << status;
+      LOG(WARNING) << "heartbeat to " << options_.coordinator << " failed: "
+                   << status.ToString(
+                          absl::StatusToStringMode::kWithNoExtraData);
     } else if (++failed_heartbeats == 2 && options_.on_forgotten) {
       // Unreachable for a while: the collectives it planned cannot commit.
-      options_.on_forgotten(absl::UnavailableError(
-          absl::StrCat("the coordinator at ", options_.coordinator,
-                       " is unreachable: its last 3 heartbeats failed (",
-                       status.ToString(), ")")));
+      options_.on_forgotten(absl::UnavailableError(absl::StrCat(
+          "the coordinator at ", options_.coordinator,
+          " is unreachable: its last 3 heartbeats failed (",
+          status.ToString(absl::StatusToStringMode::kWithNoExtraData), ")")));
     }
     coordinator_lost = true;
   }
@@ -226,7 +229,8 @@ void CoordinatorSession::Shutdown() {
   if (status.ok()) {
     LOG(INFO) << "deregistered worker " << id;
   } else {
-    LOG(WARNING) << "deregistering worker " << id << " failed: " << status;
+    LOG(WARNING) << "deregistering worker " << id << " failed: "
+                 << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
   }
 }
 

@@ -103,7 +103,9 @@ void LocalApiService::ReportRankGone(const Membership& membership,
     const absl::Status verdict = bound->ReportRankGone(membership, why);
     LOG(WARNING) << "rank " << membership.rank << " of group "
                  << membership.group << " is gone (" << why
-                 << "); the group's verdict: " << verdict;
+                 << "); the group's verdict: "
+                 << verdict.ToString(
+                        absl::StatusToStringMode::kWithNoExtraData);
   });
 }
 

@@ -100,7 +100,9 @@ ABSL_FLAG(absl::Duration, register_timeout, absl::InfiniteDuration(),
 namespace {
 
 int Fail(const absl::Status& status, absl::string_view what) {
-  std::cerr << "chorus-worker: " << what << ": " << status << std::endl;
+  std::cerr << "chorus-worker: " << what << ": "
+            << status.ToString(absl::StatusToStringMode::kWithNoExtraData)
+            << std::endl;
   return 1;
 }
 

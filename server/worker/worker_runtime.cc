@@ -15,6 +15,7 @@
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/common/status_detail.h"
 #include "server/common/tcp_socket.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/coordinator_status.h"
@@ -283,7 +284,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   Inbox* inbox = &runtime->inbox_;
   session.on_group_aborted = [self](const std::string& group, uint64_t epoch,
                                     const absl::Status& status) {
-    LOG(WARNING) << status;
+    LOG(WARNING) << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
     self->AbortLocally(group, epoch, status);
   };
   session.on_forgotten = [inbox](const absl::Status& why) {
@@ -755,15 +756,18 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
         options_.coordinator, "the failure report", now);
   }
   if (!reported.ok()) {
-    LOG(WARNING) << "could not report " << failure << ": " << reported;
+    LOG(WARNING) << "could not report "
+                 << failure.ToString(absl::StatusToStringMode::kWithNoExtraData)
+                 << ": " << reported;
     // The rank's own account, and why the group's verdict is missing.
-    return absl::Status(failure.code(), absl::StrCat(failure.message(), "; ",
-                                                     reported.message()));
+    return RewordedStatus(
+        failure, failure.code(),
+        absl::StrCat(failure.message(), "; ", reported.message()));
   }
   if (!response.has_abort()) return failure;
-  const absl::Status verdict(
-      static_cast<absl::StatusCode>(response.abort().code()),
-      response.abort().message());
+  const absl::Status verdict =
+      StatusWithDetail(static_cast<absl::StatusCode>(response.abort().code()),
+                       response.abort().message(), response.abort().detail());
   AbortLocally(membership.group, membership.epoch, verdict);
   return verdict;
 }

@@ -34,6 +34,9 @@ def test_mismatch_gives_every_rank_the_account(pair: Any) -> None:
         assert error.sequence == sequence
         assert error.group == pair[0].group
         assert "does not match across ranks" in error.message
+        # The facts come from the server's ErrorDetail, not only the text.
+        assert error.reason == "MISMATCH"
+        assert error.details[0][0] == "chorus.v1.ErrorDetail"
     # The call used up its number on both ranks; the group goes on.
     got = run_ranks([(lambda c=c: c.all_reduce(np.ones(2, np.int32)))
                      for c in pair])
@@ -63,6 +66,7 @@ def test_deadline_names_the_missing_rank(cluster: Cluster) -> None:
             assert isinstance(error, chorus.DeadlineExceeded), error
             assert isinstance(error, TimeoutError)
             assert error.missing_ranks == [2]
+            assert error.reason == "RANKS_MISSING"
             assert error.sequence == 1
             assert error.group == comms[0].group
             assert error.message == (
@@ -85,6 +89,7 @@ def test_join_deadline_names_the_missing_ranks(cluster: Cluster) -> None:
         # join already timed out as missing too, so the rank that times out
         # second may also name the first.
         assert {1, 2} <= set(error.missing_ranks) <= {0, 1, 2, 3} - {joined}
+        assert error.reason == "RANKS_MISSING"
         assert error.group == group
         assert "did not join within the deadline" in error.message
 
@@ -106,6 +111,7 @@ def test_killed_worker_aborts_the_group(tmp_path: Path) -> None:
             error = caught.value
             assert error.code == grpc.StatusCode.ABORTED
             assert error.lost_worker == "doomed"
+            assert error.reason == "WORKER_LOST"
             assert error.lost_rank == 1 and error.lost_ranks == [1]
             assert isinstance(error.lost_worker_id, int)
             assert error.group == doomed_id_hint
@@ -122,6 +128,7 @@ def test_vulkan_join_is_refused(cluster: Cluster) -> None:
                     device="vulkan:0", timeout=CALL_TIMEOUT)
     assert caught.value.message == REFUSAL
     assert caught.value.device == "Vulkan(0)"
+    assert caught.value.reason == "DEVICE_UNSUPPORTED"
     assert caught.value.code == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -136,6 +143,7 @@ def test_vulkan_call_is_refused_and_the_others_told(pair: Any) -> None:
     assert refused.message.startswith(REFUSAL)
     assert refused.device == "Vulkan(0)"
     assert isinstance(told, chorus.FailedPrecondition), told
+    assert told.reason == "DEVICE_REFUSED"
     assert told.device == "Vulkan(0)"
     assert list(told.ranks) == [1] and told.ranks[1].startswith(REFUSAL)
 

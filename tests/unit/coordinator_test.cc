@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/common/status_detail.h"
 #include "tests/testing/fake_clock.h"
 
 namespace chorus {
@@ -343,6 +344,14 @@ TEST_F(CoordinatorTest, RunTimers_WorkerMissesLease_LostThenAbortedEvents) {
   EXPECT_EQ(events[1].worker_id, ids_[0]);
   EXPECT_EQ(events[1].worker_name, "w0");
   EXPECT_TRUE(absl::IsAborted(events[1].status)) << events[1].status;
+  const std::optional<v1::ErrorDetail> detail = ErrorDetailOf(events[1].status);
+  ASSERT_TRUE(detail.has_value());
+  EXPECT_EQ(detail->reason(), "WORKER_LOST");
+  EXPECT_EQ(detail->group(), "g");
+  EXPECT_EQ(detail->epoch(), epoch);
+  EXPECT_EQ(detail->lost_worker(), "w0");
+  EXPECT_EQ(detail->lost_worker_id(), ids_[0]);
+  EXPECT_THAT(detail->lost_ranks(), ElementsAre(0));
   EXPECT_THAT(events[1].text, HasSubstr("rank 0 on worker \"w0\""));
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/common/status_detail.h"
 #include "tests/testing/fake_clock.h"
 
 namespace chorus {
@@ -20,8 +21,10 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Pair;
 using ::testing::SizeIs;
 using ::testing::StartsWith;
+using ::testing::UnorderedElementsAre;
 
 constexpr int kWorkers = 8;
 constexpr char kVulkanRefusal[] =
@@ -831,6 +834,15 @@ TEST_F(GroupTableTest, Collective_CountMismatch_ExactPerRankAccount) {
     EXPECT_EQ(Message(w->status()),
               "collective #1 of group g does not match across ranks: rank 0: "
               "all_reduce f32[1024] sum; rank 1: all_reduce f32[2048] sum");
+    const std::optional<v1::ErrorDetail> detail = ErrorDetailOf(w->status());
+    ASSERT_TRUE(detail.has_value());
+    EXPECT_EQ(detail->reason(), "MISMATCH");
+    EXPECT_EQ(detail->group(), "g");
+    EXPECT_EQ(detail->epoch(), view.epoch);
+    EXPECT_EQ(detail->sequence(), 1u);
+    EXPECT_THAT(detail->ranks(),
+                UnorderedElementsAre(Pair(0, "all_reduce f32[1024] sum"),
+                                     Pair(1, "all_reduce f32[2048] sum")));
   }
 }
 
@@ -950,7 +962,17 @@ TEST_F(GroupTableTest, Collective_OneRankUnsupportedDevice_AllRanksAnswered) {
     EXPECT_EQ(Message(w[rank].status()),
               absl::StrCat("all_reduce #1 of group g cannot run: rank 1: ",
                            kVulkanRefusal));
+    const std::optional<v1::ErrorDetail> detail =
+        ErrorDetailOf(w[rank].status());
+    ASSERT_TRUE(detail.has_value());
+    EXPECT_EQ(detail->reason(), "DEVICE_REFUSED");
+    EXPECT_EQ(detail->device(), "Vulkan(0)");
+    EXPECT_THAT(detail->ranks(), UnorderedElementsAre(Pair(1, kVulkanRefusal)));
   }
+  const std::optional<v1::ErrorDetail> own = ErrorDetailOf(w[1].status());
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->reason(), "DEVICE_UNSUPPORTED");
+  EXPECT_EQ(own->device(), "Vulkan(0)");
 
   auto waiters = CallAll(view, 2, spec);
   ExpectInlineResults(*waiters, view, 2, spec);
@@ -1282,6 +1304,11 @@ TEST_F(GroupTableTest,
     ASSERT_EQ(w->calls(), 1);
     EXPECT_EQ(w->status().code(), absl::StatusCode::kDeadlineExceeded);
     EXPECT_EQ(Message(w->status()), verdict);
+    const std::optional<v1::ErrorDetail> detail = ErrorDetailOf(w->status());
+    ASSERT_TRUE(detail.has_value());
+    EXPECT_EQ(detail->reason(), "RANKS_MISSING");
+    EXPECT_EQ(detail->sequence(), 1u);
+    EXPECT_THAT(detail->missing_ranks(), ElementsAre(2, 3));
   }
   EXPECT_EQ(table_->NextDeadline(), absl::InfiniteFuture());
   summary = Summary("g");

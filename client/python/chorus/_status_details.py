@@ -3,15 +3,20 @@ trailing metadata entry "grpc-status-details-bin".
 
 google.rpc.Status and google.rpc.ErrorInfo are declared here in a descriptor
 pool of this module's own, so they never clash with another package that
-registers the same names in protobuf's default pool. Details of any other
-type are unpacked when their type is known to the default pool (e.g. a
-chorus.v1 message), and kept as raw bytes otherwise.
+registers the same names in protobuf's default pool. The chorus.v1.ErrorDetail
+that Chorus's servers attach (proto/chorus/v1/status.proto) comes from the
+generated stubs. Details of any other type are unpacked when their type is
+known to the default pool, and kept as raw bytes otherwise.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool
 from google.protobuf import json_format, message_factory, symbol_database
+
+# Imported for its side effect too: it puts chorus.v1.ErrorDetail into the
+# default pool, where _unpack finds it.
+from chorus.v1 import status_pb2  # noqa: F401
 
 DETAILS_KEY = "grpc-status-details-bin"
 

@@ -44,7 +44,10 @@ class Error(Exception):
             what that rank asked for ("all_reduce f32[3] sum") or why it was
             refused.
         device: the device a refusal names, e.g. "Vulkan(0)".
-        reason: the reason of a google.rpc.ErrorInfo detail, if any.
+        reason: what happened, from the server's chorus.v1.ErrorDetail
+            (e.g. "MISMATCH", "RANKS_MISSING", "WORKER_LOST"; the list is in
+            proto/chorus/v1/status.proto) or a google.rpc.ErrorInfo; None
+            when the server attached neither.
         details: every google.rpc.Status detail, as (type name, fields dict
             or raw bytes) pairs; empty when the server attached none.
     """
@@ -329,6 +332,8 @@ def _from_details(details: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
             if fields.get("reason"):
                 found["reason"] = fields["reason"]
             values = dict(fields.get("metadata") or {})
+        elif type_name == "chorus.v1.ErrorDetail" and fields.get("reason"):
+            found["reason"] = fields["reason"]
         for key in _INT_KEYS:
             if key in values and str(values[key]).strip():
                 found[key] = int(values[key])
