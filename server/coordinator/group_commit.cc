@@ -126,23 +126,22 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
     const std::string what =
         sequence == 0 ? std::string(" is gone")
                       : absl::StrCat(" failed collective #", sequence);
+    const std::string why =
+        failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
     v1::ErrorDetail detail =
         MakeErrorDetail(sequence == 0 ? "RANK_GONE" : "RANK_FAILED", group_name,
                         epoch, sequence);
     if (sequence == 0) {
       detail.add_lost_ranks(rank);
     } else {
-      (*detail.mutable_ranks())[rank] =
-          failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
+      (*detail.mutable_ranks())[rank] = why;
     }
     AbortGroupLocked(
         group,
-        WithErrorDetail(
-            absl::AbortedError(absl::StrCat(
-                "group ", group_name, " (epoch ", epoch, ") aborted: rank ",
-                rank, what, ": ",
-                failure.ToString(absl::StatusToStringMode::kWithNoExtraData))),
-            detail),
+        WithErrorDetail(absl::AbortedError(absl::StrCat(
+                            "group ", group_name, " (epoch ", epoch,
+                            ") aborted: rank ", rank, what, ": ", why)),
+                        detail),
         sequence == 0 ? "rank_gone" : "data_plane_failure",
         Blame{{rank}, 0, ""}, &completions);
     verdict = group.aborted;

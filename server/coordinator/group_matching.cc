@@ -244,10 +244,12 @@ bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,
   if (refused.empty()) return false;
   v1::ErrorDetail detail = MakeErrorDetail("DEVICE_REFUSED", group.view.name,
                                            group.view.epoch, sequence);
-  for (int rank = world - 1; rank >= 0; --rank) {
+  for (int rank = 0; rank < world; ++rank) {
     if (refusals[rank].ok()) continue;
     (*detail.mutable_ranks())[rank] = std::string(refusals[rank].message());
-    detail.set_device(CanonicalName(*match.calls[rank]->call.device));
+    if (detail.device().empty()) {
+      detail.set_device(CanonicalName(*match.calls[rank]->call.device));
+    }
   }
   const absl::Status others = WithErrorDetail(
       absl::FailedPreconditionError(absl::StrCat(
