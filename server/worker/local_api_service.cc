@@ -135,22 +135,23 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
   Device device;
   device.kind = DeviceKind::kCpu;
   if (request->has_device()) device = DeviceFromProto(request->device());
-  const absl::Duration timeout = TimeLeft(*context);
-  tasks_.Spawn([this, runtime, reactor, request, response, device, timeout] {
-    absl::StatusOr<Membership> membership =
-        runtime->Join(request->group(), request->world_size(), request->rank(),
-                      device, timeout);
-    if (membership.ok()) {
-      response->set_epoch(membership->epoch);
-      response->set_world_size(membership->world_size);
-      for (const Device& d : membership->devices) {
-        response->add_member_devices(CanonicalName(d));
-      }
-      absl::MutexLock lock(&mu_);
-      memberships_[{request->group(), request->rank()}] = *membership;
-    }
-    reactor->Finish(ToGrpcStatus(membership.status()));
-  });
+  // No thread waits while the group assembles: any number of joins may be
+  // pending through one daemon.
+  runtime->JoinAsync(
+      request->group(), request->world_size(), request->rank(), device,
+      TimeLeft(*context),
+      [this, reactor, request, response](absl::StatusOr<Membership> joined) {
+        if (joined.ok()) {
+          response->set_epoch(joined->epoch);
+          response->set_world_size(joined->world_size);
+          for (const Device& d : joined->devices) {
+            response->add_member_devices(CanonicalName(d));
+          }
+          absl::MutexLock lock(&mu_);
+          memberships_[{request->group(), request->rank()}] = *joined;
+        }
+        reactor->Finish(ToGrpcStatus(joined.status()));
+      });
   return reactor;
 }
 

@@ -4,7 +4,8 @@
 // with its WorkerRuntime. Collective carries a call's tensors in one message
 // each way; CollectiveChunked streams them in pieces (ChunkedCallReactor).
 // Both go through PrepareCall() and StartCall(), the one way a local
-// collective runs. Each call that waits on peers runs on a task thread, so
+// collective runs. A join holds no thread while its group assembles
+// (WorkerRuntime::JoinAsync); each collective call runs on a task thread, so
 // gRPC's callback threads never block. Every call is checked first with
 // CheckLocalCaller.
 //

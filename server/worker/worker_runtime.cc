@@ -10,6 +10,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "server/common/answer_margin.h"
 #include "server/common/collective_metrics.h"
 #include "server/common/collective_spec_proto.h"
@@ -319,6 +320,9 @@ void WorkerRuntime::Shutdown() {
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
   if (call_port_ != nullptr) call_port_->Shutdown();
   if (session_ != nullptr) session_->Shutdown();
+  // The deregistration ended this worker's joins at the coordinator; any
+  // still waiting end here, before the services they answer through stop.
+  if (coordinator_ != nullptr) CloseJoins();
   if (sender_ != nullptr) sender_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
   // The server's shutdown ended every stream; this makes the inbox's last
@@ -330,11 +334,39 @@ void WorkerRuntime::Shutdown() {
   }
 }
 
+struct WorkerRuntime::PendingJoin {
+  v1::JoinGroupRequest request;
+  v1::JoinGroupResponse response;
+  // Guarded by the runtime's joins_mu_ (CloseJoins() cancels it).
+  std::unique_ptr<grpc::ClientContext> context;
+  Device device;
+  absl::Time start;
+  absl::Time deadline;
+  int attempt = 0;
+  std::function<void(absl::StatusOr<Membership>)> done;
+};
+
 absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
                                                int world_size, int rank,
                                                const Device& device,
                                                absl::Duration timeout) {
-  v1::JoinGroupRequest request;
+  absl::Notification joined;
+  absl::StatusOr<Membership> result;
+  JoinAsync(group, world_size, rank, device, timeout,
+            [&](absl::StatusOr<Membership> membership) {
+              result = std::move(membership);
+              joined.Notify();
+            });
+  joined.WaitForNotification();
+  return result;
+}
+
+void WorkerRuntime::JoinAsync(
+    const std::string& group, int world_size, int rank, const Device& device,
+    absl::Duration timeout,
+    std::function<void(absl::StatusOr<Membership>)> done) {
+  auto* join = new PendingJoin;
+  v1::JoinGroupRequest& request = join->request;
   request.set_group(group);
   request.set_world_size(world_size);
   request.set_rank(rank);
@@ -343,30 +375,82 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
   absl::BitGen gen;
   request.set_request_id(absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen)),
                                       absl::Hex(absl::Uniform<uint64_t>(gen))));
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + timeout;
-  v1::JoinGroupResponse response;
-  absl::Status status;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    grpc::ClientContext context;
-    // The retry waits a little for the connection to come back.
-    context.set_wait_for_ready(attempt > 0);
-    context.set_deadline(absl::ToChronoTime(
-        attempt == 0 ? deadline
-                     : std::min(deadline, absl::Now() + options_.rpc_timeout)));
-    status = FromCoordinator(
-        coordinator_->JoinGroup(&context, request, &response),
-        options_.coordinator,
-        absl::StrCat("the join of group ", group, " as rank ", rank), start);
-    if (!absl::IsUnavailable(status)) break;
+  join->device = device;
+  join->start = absl::Now();
+  join->deadline = join->start + timeout;
+  join->done = std::move(done);
+  {
+    absl::MutexLock lock(&joins_mu_);
+    joins_.insert(join);
   }
-  if (!status.ok()) return status;
+  SendJoin(join);
+}
+
+void WorkerRuntime::SendJoin(PendingJoin* join) {
+  grpc::ClientContext* context;
+  {
+    absl::MutexLock lock(&joins_mu_);
+    if (joins_closed_)
+      context = nullptr;
+    else {
+      join->context = std::make_unique<grpc::ClientContext>();
+      context = join->context.get();
+      // The retry waits a little for the connection to come back.
+      context->set_wait_for_ready(join->attempt > 0);
+      context->set_deadline(absl::ToChronoTime(
+          join->attempt == 0
+              ? join->deadline
+              : std::min(join->deadline, absl::Now() + options_.rpc_timeout)));
+    }
+  }
+  if (context == nullptr) {
+    EndJoin(join, absl::UnavailableError("this worker is shutting down"));
+    return;
+  }
+  coordinator_->async()->JoinGroup(
+      context, &join->request, &join->response,
+      [this, join](grpc::Status answer) { OnJoinAnswered(join, answer); });
+}
+
+void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
+                                   const grpc::Status& answer) {
+  const v1::JoinGroupRequest& request = join->request;
+  absl::Status status =
+      FromCoordinator(answer, options_.coordinator,
+                      absl::StrCat("the join of group ", request.group(),
+                                   " as rank ", request.rank()),
+                      join->start);
+  if (absl::IsUnavailable(status) && join->attempt == 0) {
+    ++join->attempt;
+    SendJoin(join);
+    return;
+  }
+  if (!status.ok()) {
+    absl::MutexLock lock(&joins_mu_);
+    // CloseJoins() cancelled it.
+    if (joins_closed_ && absl::IsCancelled(status)) {
+      status = absl::UnavailableError(
+          absl::StrCat("this worker is shutting down; the join of group ",
+                       request.group(), " as rank ", request.rank(), " ended"));
+    }
+  }
+  if (!status.ok()) {
+    EndJoin(join, status);
+    return;
+  }
+  EndJoin(join, MembershipFromJoin(*join));
+}
+
+absl::StatusOr<Membership> WorkerRuntime::MembershipFromJoin(
+    const PendingJoin& join) {
+  const v1::JoinGroupRequest& request = join.request;
+  const v1::JoinGroupResponse& response = join.response;
   Membership membership;
-  membership.group = group;
+  membership.group = request.group();
   membership.epoch = response.epoch();
-  membership.rank = rank;
-  membership.world_size = world_size;
-  membership.device = device;
+  membership.rank = request.rank();
+  membership.world_size = request.world_size();
+  membership.device = join.device;
   membership.inline_max_bytes = response.inline_max_bytes();
   for (const v1::GroupMember& member : response.members()) {
     membership.addresses.push_back(member.address());
@@ -380,11 +464,32 @@ absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
       sender_->LearnPeer(member.address(), identity);
     }
   }
-  if (static_cast<int>(membership.addresses.size()) != world_size) {
+  if (static_cast<int>(membership.addresses.size()) != membership.world_size) {
     return absl::InternalError("the coordinator returned a partial group");
   }
-  peers_.Learn(group, membership.epoch, membership.worker_names);
+  peers_.Learn(membership.group, membership.epoch, membership.worker_names);
   return membership;
+}
+
+void WorkerRuntime::EndJoin(PendingJoin* join,
+                            absl::StatusOr<Membership> result) {
+  join->done(std::move(result));
+  {
+    absl::MutexLock lock(&joins_mu_);
+    joins_.erase(join);
+  }
+  delete join;
+}
+
+void WorkerRuntime::CloseJoins() {
+  absl::MutexLock lock(&joins_mu_);
+  joins_closed_ = true;
+  for (PendingJoin* join : joins_) {
+    if (join->context != nullptr) join->context->TryCancel();
+  }
+  joins_mu_.Await(absl::Condition(
+      +[](absl::flat_hash_set<PendingJoin*>* joins) { return joins->empty(); },
+      &joins_));
 }
 
 absl::StatusOr<RunResult> WorkerRuntime::Run(

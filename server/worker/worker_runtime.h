@@ -7,21 +7,26 @@
 //
 // Lifecycle: Start() returns a registered runtime; Shutdown() (or the
 // destructor) deregisters and stops serving.
-// Thread safety: Join() and Run() may be called concurrently from any
-// threads; each blocks its caller until its call ends.
+// Thread safety: Join(), JoinAsync() and Run() may be called concurrently
+// from any threads; Join() and Run() block their caller until the call
+// ends, JoinAsync() holds no thread while the group assembles.
 #ifndef CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
 #define CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/common/collective.h"
@@ -148,6 +153,14 @@ class WorkerRuntime {
                                   int rank, const Device& device,
                                   absl::Duration timeout);
 
+  // Join() without blocking: returns at once and runs `done` once with
+  // Join()'s result, on a gRPC thread (on the caller's when the worker is
+  // shutting down: UNAVAILABLE). `done` must not block. No thread waits
+  // while the group assembles, so any number of joins may be pending.
+  void JoinAsync(const std::string& group, int world_size, int rank,
+                 const Device& device, absl::Duration timeout,
+                 std::function<void(absl::StatusOr<Membership>)> done);
+
   // Reports that `membership`'s rank is gone (its client process went
   // away, `why`) so that the coordinator aborts the group epoch at once.
   // Returns the group's verdict (ABORTED); `why` with the reason appended
@@ -229,6 +242,23 @@ class WorkerRuntime {
     void* device_output = nullptr;
     bool on_device = false;
   };
+  // A JoinAsync() waiting for the coordinator's answer.
+  struct PendingJoin;
+  // Sends `join`'s JoinGroup (again, on a retry), or ends it with
+  // UNAVAILABLE once joins are closed.
+  void SendJoin(PendingJoin* join);
+  // Takes the coordinator's answer to `join`: retries it once when the
+  // connection broke, else ends it.
+  void OnJoinAnswered(PendingJoin* join, const grpc::Status& answer);
+  // Runs `join`'s callback with `result`, forgets and deletes it.
+  void EndJoin(PendingJoin* join, absl::StatusOr<Membership> result);
+  // The membership the coordinator's `response` to `join` describes (and
+  // learns its peers); INTERNAL for a partial group.
+  absl::StatusOr<Membership> MembershipFromJoin(const PendingJoin& join);
+  // Ends every pending join with UNAVAILABLE, refuses new ones, and waits
+  // until each callback has returned.
+  void CloseJoins();
+
   // Bytes of `input` for a device call: 0 when it is null and may be empty.
   static uint64_t DeviceInputBytes(const Membership& membership,
                                    const CollectiveSpec& spec,
@@ -286,6 +316,9 @@ class WorkerRuntime {
   // Carries Run()'s collective calls, commits and failure reports when the
   // coordinator has a call port; null when options_.call_port is false.
   std::unique_ptr<CallPortClient> call_port_;
+  absl::Mutex joins_mu_;
+  absl::flat_hash_set<PendingJoin*> joins_ ABSL_GUARDED_BY(joins_mu_);
+  bool joins_closed_ ABSL_GUARDED_BY(joins_mu_) = false;
   bool shut_down_ = false;
   std::atomic<bool> corrupt_results_for_testing_{false};
 };
