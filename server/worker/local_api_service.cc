@@ -8,6 +8,7 @@
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/refused_reactor.h"
+#include "server/common/status_detail.h"
 #include "server/common/transport_security.h"
 #include "server/worker/chunked_call_reactor.h"
 #include "server/worker/membership_hold_reactor.h"
@@ -25,6 +26,16 @@ absl::Duration TimeLeft(const grpc::CallbackServerContext& context) {
   }
   const absl::Duration left = absl::FromChrono(deadline) - absl::Now();
   return left - AnswerMargin(left);
+}
+
+// `failure` of collective `sequence` of `membership`, which took its number,
+// with an ErrorDetail saying so (number_used) added to the one it carries.
+absl::Status NumberUsed(const absl::Status& failure,
+                        const Membership& membership, uint64_t sequence) {
+  v1::ErrorDetail detail = ErrorDetailOf(failure).value_or(MakeErrorDetail(
+      "CALL_FAILED", membership.group, membership.epoch, sequence));
+  detail.set_number_used(true);
+  return WithErrorDetail(failure, detail);
 }
 
 }  // namespace
@@ -66,8 +77,11 @@ WorkerRuntime* LocalApiService::runtime() const {
 }
 
 void LocalApiService::BeginShutdown() {
-  absl::MutexLock lock(&mu_);
-  shutting_down_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  ledger_.Close();
 }
 
 std::string LocalApiService::WorkerName() const {
@@ -208,10 +222,24 @@ void LocalApiService::StartCall(
     LocalCall call, const grpc::CallbackServerContext& context,
     absl::string_view input, std::string* output,
     std::function<void(absl::StatusOr<RunResult>)> done) {
-  call.options.timeout = TimeLeft(context);
-  tasks_.Spawn([call = std::move(call), input, output, done = std::move(done)] {
-    done(call.runtime->Run(call.membership, call.sequence, call.spec, input,
-                           output, call.options));
+  const absl::Time deadline = absl::Now() + TimeLeft(context);
+  tasks_.Spawn([this, call = std::move(call), input, output, deadline,
+                done = std::move(done)]() mutable {
+    const Membership& m = call.membership;
+    absl::Status taken = ValidateCall(call.spec, m.world_size, m.rank,
+                                      input.size(), call.options.algorithm);
+    if (taken.ok()) {
+      taken = ledger_.Use(m.group, m.rank, m.epoch, call.sequence, deadline);
+    }
+    if (!taken.ok()) {
+      done(taken);
+      return;
+    }
+    call.options.timeout = deadline - absl::Now();
+    absl::StatusOr<RunResult> result = call.runtime->Run(
+        m, call.sequence, call.spec, input, output, call.options);
+    if (!result.ok()) result = NumberUsed(result.status(), m, call.sequence);
+    done(std::move(result));
   });
 }
 

@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/common/collective.h"
+#include "server/worker/call_ledger.h"
 #include "server/worker/task_runner.h"
 #include "server/worker/worker_runtime.h"
 
@@ -119,8 +120,11 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
 
   // Runs `call` on `input` on a task thread, with the time left before
   // `context`'s deadline, writing this rank's output to `output`; then calls
-  // `done` on that thread with WorkerRuntime::Run()'s result. `input` and
-  // `output` must stay valid until `done` runs.
+  // `done` on that thread with WorkerRuntime::Run()'s result. The call first
+  // checks its input (INVALID_ARGUMENT as ValidateCall) and takes its
+  // sequence number (CallLedger::Use's codes: a number used twice, skipped
+  // or from the future); a failure after that carries an ErrorDetail with
+  // number_used set. `input` and `output` must stay valid until `done` runs.
   void StartCall(LocalCall call, const grpc::CallbackServerContext& context,
                  absl::string_view input, std::string* output,
                  std::function<void(absl::StatusOr<RunResult>)> done);
@@ -135,6 +139,8 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // (group, rank) -> membership.
   absl::flat_hash_map<std::pair<std::string, int>, Membership> memberships_
       ABSL_GUARDED_BY(mu_);
+  // The sequence numbers each joined rank has used.
+  CallLedger ledger_;
   TaskRunner tasks_;
 };
 

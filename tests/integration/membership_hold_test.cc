@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/common/net.h"
 #include "tests/testing/daemons.h"
+#include "tests/testing/local_calls.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
 
@@ -91,18 +92,8 @@ class MembershipHoldTest : public ::testing::Test {
   // Rank `rank`'s all_reduce of one u32 as its call #`sequence`.
   grpc::Status AllReduce(int rank, uint64_t sequence,
                          v1::LocalCollectiveResponse* response) {
-    v1::LocalCollectiveRequest call;
-    call.set_group(group_);
-    call.set_rank(rank);
-    call.set_epoch(epoch_);
-    call.set_sequence(sequence);
-    v1::CollectiveSpec& spec = *call.mutable_spec();
-    spec.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
-    spec.set_dtype(v1::DTYPE_U32);
-    spec.set_count(1);
-    spec.set_op(v1::REDUCE_OP_SUM);
-    const uint32_t value = 1;
-    call.set_data(std::string(reinterpret_cast<const char*>(&value), 4));
+    const v1::LocalCollectiveRequest call =
+        OneU32AllReduce(group_, epoch_, rank, sequence);
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(kCallTimeout));
     return stub_->Collective(&context, call, response);

@@ -37,6 +37,7 @@ def test_mismatch_gives_every_rank_the_account(pair: Any) -> None:
         # The facts come from the server's ErrorDetail, not only the text.
         assert error.reason == "MISMATCH"
         assert error.details[0][0] == "chorus.v1.ErrorDetail"
+        assert error.number_used is True
     # The call used up its number on both ranks; the group goes on.
     got = run_ranks([(lambda c=c: c.all_reduce(np.ones(2, np.int32)))
                      for c in pair])
@@ -68,6 +69,7 @@ def test_deadline_names_the_missing_rank(cluster: Cluster) -> None:
             assert error.missing_ranks == [2]
             assert error.reason == "RANKS_MISSING"
             assert error.sequence == 1
+            assert error.number_used is True
             assert error.group == comms[0].group
             assert error.message == (
                 f"rank 2 of group {comms[0].group} did not reach all_reduce "
@@ -188,6 +190,7 @@ def test_tensor_over_the_daemons_cap_is_refused_without_a_number(
         assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert f"limit of {cap} bytes per tensor (--max_tensor_bytes)" in \
             caught.value.message
+        assert caught.value.number_used is False
         # A result over the cap is refused too.
         with pytest.raises(chorus.ResourceExhausted) as caught:
             comms[0].all_gather(np.zeros(cap // 8 + 1, np.float32),

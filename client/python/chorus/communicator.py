@@ -15,7 +15,7 @@ import math
 import os
 import threading
 from concurrent import futures
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Iterator, List, Optional
 from typing import Sequence, Tuple, Union
 
 import grpc
@@ -23,8 +23,7 @@ import numpy as np
 
 from chorus import _connect, _dtypes
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
-                           InvalidArgument, ResourceExhausted, Unavailable,
-                           from_rpc_error)
+                           InvalidArgument, Unavailable, from_rpc_error)
 from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 
 __all__ = ["join", "Communicator", "Work", "DEFAULT_TIMEOUT",
@@ -52,6 +51,11 @@ _PIECE_BYTES = 4 * 1024 * 1024
 # Bytes a reply adds around its data: the data field's tag and length, the
 # sequence and the plan.
 _REPLY_OVERHEAD = 64
+# Codes of a daemon's (or gRPC's own size) refusal: without `number_used`
+# the call took no sequence number.
+_REFUSALS = (grpc.StatusCode.INVALID_ARGUMENT,
+             grpc.StatusCode.FAILED_PRECONDITION,
+             grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 # How long join() waits for the channel to connect before it asks anyway.
 _CONNECT_WAIT = 5.0
@@ -593,7 +597,7 @@ class Communicator:
     so do the daemon's refusals of a call's size (InvalidArgument) and of a
     tensor over its cap (ResourceExhausted). Other errors from the servers
     come as chorus.Error subclasses (from result() for async calls), after
-    the call used up its number.
+    the call used up its number (their `number_used` is True).
     """
 
     def __init__(self, *, _channel: grpc.Channel, _worker: str, _group: str,
@@ -1018,7 +1022,7 @@ class Communicator:
                 target=self._settle, daemon=True,
                 name=f"chorus-{call.kind}-{sequence}",
                 args=(call, work, lambda: self._receive_streamed(
-                    rpc, call, target, sequence), True)).start()
+                    rpc, call, target, sequence))).start()
         else:
             rpc.add_done_callback(lambda done: self._settle(
                 call, work, lambda: self._receive_unary(
@@ -1084,12 +1088,13 @@ class Communicator:
             call.out_shape)
 
     def _settle(self, call: _Call, work: Work,
-                receive: Callable[[], Tuple[Any, Optional[np.ndarray]]],
-                streamed: bool = False) -> None:
+                receive: Callable[[], Tuple[Any, Optional[np.ndarray]]]
+                ) -> None:
         """Completes `work` with what receive() returns (the plan and the
-        output) or with the chorus.Error it raises. A streamed call the
-        daemon refused over its --max_tensor_bytes took no number there: its
-        number is given back when no later call took one meanwhile.
+        output) or with the chorus.Error it raises. A call refused before it
+        took its number (a refusal code without `number_used`, e.g. over the
+        daemon's --max_tensor_bytes) gives its number back when no later
+        call took one meanwhile.
         """
         try:
             try:
@@ -1111,7 +1116,7 @@ class Communicator:
                     error.sequence = work.sequence
                 if error.group is None:
                     error.group = self._group
-                if streamed and isinstance(error, ResourceExhausted):
+                if not error.number_used and error.code in _REFUSALS:
                     with self._lock:
                         if self._next_sequence == work.sequence + 1:
                             self._next_sequence = work.sequence

@@ -44,6 +44,11 @@ class Error(Exception):
             what that rank asked for ("all_reduce f32[3] sum") or why it was
             refused.
         device: the device a refusal names, e.g. "Vulkan(0)".
+        number_used: for a failed collective, True when the worker daemon
+            says the call took its sequence number on this rank (the next
+            call takes the next one); False when its status says nothing
+            of it (a refusal before the number was taken, or a status gRPC
+            made itself).
         reason: what happened, from the server's chorus.v1.ErrorDetail
             (e.g. "MISMATCH", "RANKS_MISSING", "WORKER_LOST"; the list is in
             proto/chorus/v1/status.proto) or a google.rpc.ErrorInfo; None
@@ -71,6 +76,7 @@ class Error(Exception):
         self.lost_ranks: Optional[List[int]] = None
         self.ranks: Optional[Dict[int, str]] = None
         self.device: Optional[str] = None
+        self.number_used: bool = False
         self.reason: Optional[str] = None
         for name, value in _parse_message(message).items():
             setattr(self, name, value)
@@ -343,6 +349,8 @@ def _from_details(details: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
         for key in _TEXT_KEYS:
             if key in values:
                 found[key] = str(values[key])
+        if values.get("number_used") is True:
+            found["number_used"] = True
         account = values.get("ranks")
         if isinstance(account, dict):
             found["ranks"] = {int(k): str(v) for k, v in account.items()}
