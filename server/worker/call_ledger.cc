@@ -5,7 +5,10 @@
 namespace chorus {
 
 absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
-                             uint64_t sequence, absl::Time deadline) {
+                             uint64_t sequence, const std::string& call,
+                             absl::Time deadline,
+                             std::optional<CallOutcome>* retried) {
+  retried->reset();
   const std::string who =
       absl::StrCat("rank ", rank, " of group ", group, " (epoch ", epoch, ")");
   if (sequence == 0) {
@@ -13,16 +16,19 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
         absl::StrCat(who, " sent sequence 0; sequences start at 1"));
   }
   absl::MutexLock lock(&mu_);
-  // Node-stable: the reference survives other ranks' insertions.
   Numbers& numbers = ranks_[Key{group, rank}];
   if (epoch > numbers.epoch) {
     numbers = Numbers();
     numbers.epoch = epoch;
   }
-  auto settled = [&] {
-    return closed_ || numbers.epoch != epoch ||
-           numbers.lowest_unused >= sequence ||
+  auto used = [&] {
+    return sequence < numbers.lowest_unused ||
            numbers.used_ahead.contains(sequence);
+  };
+  auto settled = [&] {
+    mu_.AssertHeld();
+    return closed_ || numbers.epoch != epoch ||
+           numbers.lowest_unused >= sequence || used();
   };
   if (!settled() && sequence >= numbers.lowest_unused + kMaxNumbersAhead) {
     return absl::InvalidArgumentError(
@@ -49,11 +55,8 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
         absl::StrCat("stale epoch ", epoch, " for group ", group,
                      "; this worker has seen epoch ", numbers.epoch));
   }
-  if (sequence < numbers.lowest_unused ||
-      numbers.used_ahead.contains(sequence)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(who, " already called #", sequence,
-                     "; each call takes the next number"));
+  if (used()) {
+    return RetryLocked(who, numbers, epoch, sequence, call, deadline, retried);
   }
   if (sequence == numbers.lowest_unused) {
     ++numbers.lowest_unused;
@@ -63,7 +66,83 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
   } else {
     numbers.used_ahead.insert(sequence);
   }
+  numbers.calls[sequence].call = call;
   return absl::OkStatus();
+}
+
+absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
+                                     uint64_t epoch, uint64_t sequence,
+                                     const std::string& call,
+                                     absl::Time deadline,
+                                     std::optional<CallOutcome>* retried) {
+  auto it = numbers.calls.find(sequence);
+  if (it == numbers.calls.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " already called #", sequence,
+        "; each call takes the next number (a retry gets the first "
+        "attempt's outcome only for the rank's newest finished call or one "
+        "still running)"));
+  }
+  if (it->second.call != call) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " already called #", sequence, " as ", it->second.call, ", not ",
+        call, "; each call takes the next number"));
+  }
+  auto ended = [&] {
+    mu_.AssertHeld();
+    auto found = numbers.calls.find(sequence);
+    return closed_ || numbers.epoch != epoch || found == numbers.calls.end() ||
+           found->second.finished;
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ended), deadline)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(who, " retried #", sequence,
+                     ", whose first attempt was still running at the "
+                     "retry's deadline"));
+  }
+  if (closed_) {
+    return absl::UnavailableError("this worker is shutting down");
+  }
+  it = numbers.calls.find(sequence);
+  if (numbers.epoch != epoch || it == numbers.calls.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " retried #", sequence,
+        ", whose outcome is no longer kept: a newer call finished first"));
+  }
+  *retried = it->second.outcome;
+  return absl::OkStatus();
+}
+
+void CallLedger::Keep(const std::string& group, int rank, uint64_t epoch,
+                      uint64_t sequence, CallOutcome outcome) {
+  absl::MutexLock lock(&mu_);
+  auto numbers = ranks_.find(Key{group, rank});
+  if (numbers == ranks_.end() || numbers->second.epoch != epoch) return;
+  std::map<uint64_t, Entry>& calls = numbers->second.calls;
+  auto it = calls.find(sequence);
+  if (it == calls.end()) return;
+  if (outcome.output.size() > kMaxKeptOutputBytes && outcome.status.ok()) {
+    outcome.status = absl::FailedPreconditionError(
+        absl::StrCat("collective #", sequence, " of group ", group,
+                     " ran, but its output of ", outcome.output.size(),
+                     " bytes is over the ", kMaxKeptOutputBytes,
+                     " bytes a worker keeps for a retry; join again"));
+    std::string().swap(outcome.output);
+  }
+  it->second.finished = true;
+  it->second.outcome = std::move(outcome);
+  // Only the newest finished call's outcome is kept.
+  uint64_t newest = 0;
+  for (const auto& [number, entry] : calls) {
+    if (entry.finished) newest = number;
+  }
+  for (auto at = calls.begin(); at != calls.end();) {
+    if (at->second.finished && at->first < newest) {
+      at = calls.erase(at);
+    } else {
+      ++at;
+    }
+  }
 }
 
 void CallLedger::Close() {

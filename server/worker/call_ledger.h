@@ -1,10 +1,15 @@
 // CallLedger: the sequence numbers each rank of a daemon's memberships has
-// used, so that the local API refuses a number used twice and finds a
-// number skipped. A rank numbers its collectives 1, 2, 3, ... in each group
-// epoch; calls issued together may reach the daemon out of order, so a call
-// whose number is above one not yet used waits (without holding a lock) for
-// the lower numbers to be used, until its deadline: only then is the gap a
-// skip.
+// used, so that the local API refuses a number used twice, finds a number
+// skipped, and answers a retried call (its reply was lost) with the outcome
+// of the first attempt rather than running it again.
+//
+// A rank numbers its collectives 1, 2, 3, ... in each group epoch; calls
+// issued together may reach the daemon out of order, so a call whose number
+// is above one not yet used waits (without holding a lock) for the lower
+// numbers to be used, until its deadline: only then is the gap a skip. The
+// ledger keeps the outcome of each rank's newest finished call (its output
+// up to kMaxKeptOutputBytes) and follows the calls still running, so a
+// retry of either gets the first attempt's outcome.
 //
 // Lifecycle: constructed with the local API; Close() ends every wait.
 // Thread safety: all methods are thread-safe.
@@ -12,6 +17,8 @@
 #define CHORUS_SERVER_WORKER_CALL_LEDGER_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -21,12 +28,24 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "chorus/types.h"
 
 namespace chorus {
 
 // How far past a rank's lowest unused number a call's number may be: calls
 // further ahead are refused at once (as the coordinator's sequence window).
 inline constexpr uint64_t kMaxNumbersAhead = 1024;
+
+// The largest output the ledger keeps for a retry: 64 MiB.
+inline constexpr uint64_t kMaxKeptOutputBytes = uint64_t{64} << 20;
+
+// How a call that took its number ended.
+struct CallOutcome {
+  absl::Status status;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  uint64_t chunk_bytes = 0;
+  std::string output;
+};
 
 class CallLedger {
  public:
@@ -36,30 +55,60 @@ class CallLedger {
 
   // Uses number `sequence` for `rank` of `group` at `epoch` once every lower
   // number of that epoch is used, waiting for them until `deadline`. A newer
-  // epoch starts again from 1. Returns OK when the call now holds its
-  // number; otherwise the number stays free and:
+  // epoch starts again from 1. `call` describes the call (spec, plan,
+  // device, input size): the same number with the same `call` again is a
+  // retry. Returns OK when the call now holds its number (run it, then
+  // Keep() its outcome), or OK with `*retried` set to the first attempt's
+  // outcome for a retry (waiting until `deadline` for an attempt still
+  // running); otherwise the number stays free and:
   // - INVALID_ARGUMENT: sequence 0; a number kMaxNumbersAhead or more past
   //   the lowest unused one (at once); a lower number still unused at
   //   `deadline` (the message names it: the client skipped it);
-  // - FAILED_PRECONDITION: the number was used already; `epoch` is older
-  //   than one seen since;
+  // - FAILED_PRECONDITION: the number was used already by another call, or
+  //   by an older one than the rank's newest finished call (not kept);
+  //   `epoch` is older than one seen since;
+  // - DEADLINE_EXCEEDED: a retry whose first attempt was still running at
+  //   `deadline`;
   // - UNAVAILABLE: Close() was called.
   absl::Status Use(const std::string& group, int rank, uint64_t epoch,
-                   uint64_t sequence, absl::Time deadline);
+                   uint64_t sequence, const std::string& call,
+                   absl::Time deadline, std::optional<CallOutcome>* retried);
+
+  // Records how the call that took `sequence` (in Use) ended, for its
+  // retries; an output over kMaxKeptOutputBytes is not kept (its retries
+  // get FAILED_PRECONDITION saying so). Forgets the outcomes of the rank's
+  // older finished calls.
+  void Keep(const std::string& group, int rank, uint64_t epoch,
+            uint64_t sequence, CallOutcome outcome);
 
   // Ends every wait in Use() with UNAVAILABLE, now and later.
   void Close();
 
  private:
+  // A call that took its number: running, or the rank's newest finished.
+  struct Entry {
+    std::string call;
+    bool finished = false;
+    CallOutcome outcome;
+  };
   struct Numbers {
     uint64_t epoch = 0;
     // The lowest number not used yet, and the higher ones already used.
     uint64_t lowest_unused = 1;
     absl::flat_hash_set<uint64_t> used_ahead;
+    std::map<uint64_t, Entry> calls;
   };
   using Key = std::pair<std::string, int>;
 
+  // Answers a retry of used number `sequence` of `numbers`.
+  absl::Status RetryLocked(const std::string& who, Numbers& numbers,
+                           uint64_t epoch, uint64_t sequence,
+                           const std::string& call, absl::Time deadline,
+                           std::optional<CallOutcome>* retried)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
+  // Node-stable: a reference to a rank's Numbers survives insertions.
   absl::node_hash_map<Key, Numbers> ranks_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };

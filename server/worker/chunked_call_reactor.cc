@@ -117,12 +117,16 @@ void ChunkedCallReactor::StartRun() {
   }
   service_->StartCall(
       std::move(call), *context_, input, output,
-      [this](absl::StatusOr<RunResult> result) { Ran(std::move(result)); });
+      [this](absl::StatusOr<RunResult> result, KeepOutput keep) {
+        Ran(std::move(result), std::move(keep));
+      });
 }
 
-void ChunkedCallReactor::Ran(absl::StatusOr<RunResult> result) {
+void ChunkedCallReactor::Ran(absl::StatusOr<RunResult> result,
+                             KeepOutput keep) {
   {
     absl::MutexLock lock(&mu_);
+    keep_ = std::move(keep);
     std::string().swap(input_);
     if (result.ok()) {
       phase_ = Phase::kOutput;
@@ -174,8 +178,15 @@ bool ChunkedCallReactor::MarkFinished() {
   if (phase_ == Phase::kFinished) return false;
   phase_ = Phase::kFinished;
   std::string().swap(input_);
-  std::string().swap(output_);
   return true;
+}
+
+void ChunkedCallReactor::OnDone() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (keep_) keep_(std::move(output_));
+  }
+  delete this;
 }
 
 }  // namespace chorus

@@ -4,8 +4,9 @@
 // while it waits for them, runs the call once the client half-closed with
 // the whole input (LocalApiService::StartCall, on a task thread), then
 // writes the result's header and the output in pieces of at most
-// kMaxPieceBytes. Any refusal before the run ends the stream with its
-// status; the call then took no sequence number.
+// kMaxPieceBytes; once done, it hands the output to the ledger for retries. Any
+// refusal before the run ends the stream with its status; the call then took no
+// sequence number.
 //
 // Lifecycle: made by LocalApiService::CollectiveChunked for each stream;
 // gRPC owns it and it deletes itself in OnDone(). The service must outlive
@@ -41,7 +42,9 @@ class ChunkedCallReactor final
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
-  void OnDone() override { delete this; }
+  // Hands the output of a call that ran to the ledger (its retries), then
+  // deletes the reactor.
+  void OnDone() override;
 
  private:
   enum class Phase { kHeader, kInput, kRunning, kOutput, kFinished };
@@ -58,7 +61,7 @@ class ChunkedCallReactor final
   // Hands the call to the service's task runner.
   void StartRun();
   // Called on the task thread with the call's result.
-  void Ran(absl::StatusOr<RunResult> result);
+  void Ran(absl::StatusOr<RunResult> result, KeepOutput keep);
   // Puts the next piece of the output in response_. Returns false when none
   // is left.
   bool NextPiece() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -81,6 +84,8 @@ class ChunkedCallReactor final
   std::string input_ ABSL_GUARDED_BY(mu_);
   std::string output_ ABSL_GUARDED_BY(mu_);
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
+  // Takes output_ in OnDone() when the call ran here.
+  KeepOutput keep_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

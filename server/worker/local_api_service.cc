@@ -38,6 +38,55 @@ absl::Status NumberUsed(const absl::Status& failure,
   return WithErrorDetail(failure, detail);
 }
 
+// What identifies a call for its retries: the same number with the same
+// spec, plan, device and input size again is a retry.
+std::string DescribeCall(const LocalCall& call, uint64_t input_bytes) {
+  return absl::StrCat(DescribeSpec(call.spec), " (algorithm ",
+                      static_cast<int>(call.options.algorithm), ", device ",
+                      call.options.device.has_value()
+                          ? CanonicalName(*call.options.device)
+                          : std::string("of the rank"),
+                      ", ", input_bytes, " bytes of input)");
+}
+
+// One WorkerLocal.Collective call: finishes with the call's result, then
+// (OnDone, once the reply went out or the client went away) hands the
+// output to the ledger for retries. Deletes itself in OnDone().
+class CollectiveReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit CollectiveReactor(v1::LocalCollectiveResponse* response)
+      : response_(response) {}
+
+  // Finishes the call with `result`; `keep` (may be null) takes the output
+  // once the call is done.
+  void End(absl::StatusOr<RunResult> result, KeepOutput keep) {
+    if (result.ok()) {
+      response_->set_sequence(result->sequence);
+      ToPlanProto(*result, response_->mutable_plan());
+    }
+    {
+      // gRPC orders Finish() before OnDone(), but out of the sanitizers'
+      // sight: the lock says so to them.
+      absl::MutexLock lock(&mu_);
+      keep_ = std::move(keep);
+    }
+    Finish(ToGrpcStatus(result.status()));
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (keep_) keep_(std::move(*response_->mutable_data()));
+    }
+    delete this;
+  }
+
+ private:
+  v1::LocalCollectiveResponse* const response_;  // owned by gRPC
+  absl::Mutex mu_;
+  KeepOutput keep_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context) {
@@ -218,28 +267,57 @@ absl::Status LocalApiService::CheckSizes(const LocalCall& call,
   return absl::OkStatus();
 }
 
-void LocalApiService::StartCall(
-    LocalCall call, const grpc::CallbackServerContext& context,
-    absl::string_view input, std::string* output,
-    std::function<void(absl::StatusOr<RunResult>)> done) {
+void LocalApiService::StartCall(LocalCall call,
+                                const grpc::CallbackServerContext& context,
+                                absl::string_view input, std::string* output,
+                                CallDone done) {
   const absl::Time deadline = absl::Now() + TimeLeft(context);
   tasks_.Spawn([this, call = std::move(call), input, output, deadline,
                 done = std::move(done)]() mutable {
     const Membership& m = call.membership;
     absl::Status taken = ValidateCall(call.spec, m.world_size, m.rank,
                                       input.size(), call.options.algorithm);
+    std::optional<CallOutcome> retried;
     if (taken.ok()) {
-      taken = ledger_.Use(m.group, m.rank, m.epoch, call.sequence, deadline);
+      taken = ledger_.Use(m.group, m.rank, m.epoch, call.sequence,
+                          DescribeCall(call, input.size()), deadline, &retried);
     }
     if (!taken.ok()) {
-      done(taken);
+      done(taken, nullptr);
+      return;
+    }
+    RunResult result;
+    result.sequence = call.sequence;
+    if (retried.has_value()) {
+      // The first attempt's outcome: nothing runs again.
+      if (!retried->status.ok()) {
+        done(NumberUsed(retried->status, m, call.sequence), nullptr);
+        return;
+      }
+      result.algorithm = retried->algorithm;
+      result.chunk_bytes = retried->chunk_bytes;
+      *output = std::move(retried->output);
+      done(result, nullptr);
       return;
     }
     call.options.timeout = deadline - absl::Now();
-    absl::StatusOr<RunResult> result = call.runtime->Run(
+    absl::StatusOr<RunResult> ran = call.runtime->Run(
         m, call.sequence, call.spec, input, output, call.options);
-    if (!result.ok()) result = NumberUsed(result.status(), m, call.sequence);
-    done(std::move(result));
+    CallOutcome outcome;
+    if (ran.ok()) {
+      outcome.algorithm = ran->algorithm;
+      outcome.chunk_bytes = ran->chunk_bytes;
+    } else {
+      ran = NumberUsed(ran.status(), m, call.sequence);
+      outcome.status = ran.status();
+    }
+    KeepOutput keep = [this, group = m.group, rank = m.rank, epoch = m.epoch,
+                       sequence = call.sequence, outcome = std::move(outcome)](
+                          std::string output) mutable {
+      outcome.output = std::move(output);
+      ledger_.Keep(group, rank, epoch, sequence, std::move(outcome));
+    };
+    done(std::move(ran), std::move(keep));
   });
 }
 
@@ -247,24 +325,20 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
     grpc::CallbackServerContext* context,
     const v1::LocalCollectiveRequest* request,
     v1::LocalCollectiveResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new CollectiveReactor(response);
   if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
-    reactor->Finish(ToGrpcStatus(allowed));
+    reactor->End(allowed, nullptr);
     return reactor;
   }
   absl::StatusOr<LocalCall> call = PrepareCall(*request);
   if (!call.ok()) {
-    reactor->Finish(ToGrpcStatus(call.status()));
+    reactor->End(call.status(), nullptr);
     return reactor;
   }
   StartCall(*std::move(call), *context, request->data(),
             response->mutable_data(),
-            [reactor, response](absl::StatusOr<RunResult> result) {
-              if (result.ok()) {
-                response->set_sequence(result->sequence);
-                ToPlanProto(*result, response->mutable_plan());
-              }
-              reactor->Finish(ToGrpcStatus(result.status()));
+            [reactor](absl::StatusOr<RunResult> result, KeepOutput keep) {
+              reactor->End(std::move(result), std::move(keep));
             });
   return reactor;
 }

@@ -50,6 +50,14 @@ struct LocalCall {
   uint64_t sequence = 0;
 };
 
+// Takes a finished call's output for its retries (CallLedger::Keep); called
+// once, when the reply went out. Null where the call did not run here (a
+// refusal, or a retry answered from the ledger).
+using KeepOutput = std::function<void(std::string output)>;
+// How StartCall() ends: the call's result and its KeepOutput.
+using CallDone =
+    std::function<void(absl::StatusOr<RunResult> result, KeepOutput keep)>;
+
 // Who may use the local API, which runs collectives as any rank: callers on
 // the worker's Unix socket; over TCP, with TLS on, a client or admin
 // certificate, and without TLS only a loopback caller. Returns OK, or
@@ -120,14 +128,17 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
 
   // Runs `call` on `input` on a task thread, with the time left before
   // `context`'s deadline, writing this rank's output to `output`; then calls
-  // `done` on that thread with WorkerRuntime::Run()'s result. The call first
-  // checks its input (INVALID_ARGUMENT as ValidateCall) and takes its
-  // sequence number (CallLedger::Use's codes: a number used twice, skipped
-  // or from the future); a failure after that carries an ErrorDetail with
-  // number_used set. `input` and `output` must stay valid until `done` runs.
+  // `done` on that thread with WorkerRuntime::Run()'s result and a
+  // KeepOutput. The call first checks its input (INVALID_ARGUMENT as
+  // ValidateCall) and takes its sequence number (CallLedger::Use's codes: a
+  // number used twice, skipped or from the future); a failure after that
+  // carries an ErrorDetail with number_used set. A retry of a call that
+  // took its number gets the first attempt's outcome without running
+  // again (and a null KeepOutput). `input` and `output` must stay valid
+  // until `done` runs; the caller hands the output to the KeepOutput once
+  // the reply is sent.
   void StartCall(LocalCall call, const grpc::CallbackServerContext& context,
-                 absl::string_view input, std::string* output,
-                 std::function<void(absl::StatusOr<RunResult>)> done);
+                 absl::string_view input, std::string* output, CallDone done);
 
  private:
   WorkerRuntime* runtime() const;

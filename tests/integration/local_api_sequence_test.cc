@@ -1,7 +1,8 @@
-// Sequence numbers on a worker daemon's local API, against real daemons: a
-// number used twice is refused, a skipped one is found (and the call that
-// skipped takes no number), calls that arrive out of order both run, and a
-// failed call that used its number says so in its ErrorDetail.
+// Sequence numbers on a worker daemon's local API, against real daemons: an
+// old number used again is refused, a skipped one is found (and the call
+// that skipped takes no number), calls that arrive out of order both run, a
+// ring call retried after its reply was lost gets its result, and a failed
+// call that used its number says so in its ErrorDetail.
 #include <grpcpp/client_context.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -20,6 +22,7 @@
 #include "server/common/status_detail.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/local_calls.h"
+#include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
@@ -30,6 +33,8 @@ using ::testing::HasSubstr;
 constexpr absl::Duration kCallTimeout = absl::Seconds(60);
 // The deadline of a call that is meant to wait out its deadline.
 constexpr absl::Duration kShortTimeout = absl::Seconds(2);
+// Elements of the ring calls: enough for a ring of two ranks.
+constexpr uint64_t kRingCount = 64;
 
 class LocalApiSequenceTest : public ::testing::Test {
  protected:
@@ -84,6 +89,52 @@ class LocalApiSequenceTest : public ::testing::Test {
     return FromGrpcStatus(stub_->Collective(&context, call, &response));
   }
 
+  // Rank `rank`'s ring all_reduce (sum) of kRingCount u32 of value rank + 1
+  // as its call #`sequence`.
+  static v1::LocalCollectiveRequest RingCall(const std::string& group,
+                                             uint64_t epoch, int rank,
+                                             uint64_t sequence) {
+    v1::LocalCollectiveRequest call =
+        OneU32AllReduce(group, epoch, rank, sequence);
+    call.mutable_spec()->set_count(kRingCount);
+    call.set_algorithm(v1::ALGORITHM_RING);
+    const std::vector<uint32_t> values(kRingCount, rank + 1);
+    call.set_data(std::string(reinterpret_cast<const char*>(values.data()),
+                              values.size() * sizeof(uint32_t)));
+    return call;
+  }
+
+  // The output of RingCall on two ranks.
+  static std::string Sums() {
+    const std::vector<uint32_t> sums(kRingCount, 3);
+    return std::string(reinterpret_cast<const char*>(sums.data()),
+                       sums.size() * sizeof(uint32_t));
+  }
+
+  absl::Status Ring(const v1::LocalCollectiveRequest& call,
+                    v1::LocalCollectiveResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(kCallTimeout));
+    return FromGrpcStatus(stub_->Collective(&context, call, response));
+  }
+
+  // The oldest collective of `group` still waiting for ranks; 0 for none
+  // (or when the coordinator does not answer).
+  static uint64_t PendingSequence(v1::Coordinator::Stub& coordinator,
+                                  const std::string& group) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(kRpcTimeout));
+    v1::ListGroupsResponse response;
+    if (!coordinator.ListGroups(&context, v1::ListGroupsRequest(), &response)
+             .ok()) {
+      return 0;
+    }
+    for (const v1::GroupInfo& info : response.groups()) {
+      if (info.name() == group) return info.pending_sequence();
+    }
+    return 0;
+  }
+
   Daemon coordinator_;
   Daemon worker_;
   std::unique_ptr<v1::WorkerLocal::Stub> stub_;
@@ -103,14 +154,65 @@ TEST_F(LocalApiSequenceTest,
   EXPECT_TRUE(AllReduce("skip", epoch, 0, 3).ok());
 }
 
-TEST_F(LocalApiSequenceTest, Collective_NumberUsedTwice_FailedPrecondition) {
+TEST_F(LocalApiSequenceTest, Collective_OlderNumberAgain_FailedPrecondition) {
   const uint64_t epoch = Join("twice", 1);
   ASSERT_NE(epoch, 0u);
   ASSERT_TRUE(AllReduce("twice", epoch, 0, 1).ok());
+  ASSERT_TRUE(AllReduce("twice", epoch, 0, 2).ok());
+  // Only the newest finished call is kept for a retry.
   const absl::Status again = AllReduce("twice", epoch, 0, 1);
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
   EXPECT_THAT(again.message(), HasSubstr("already called #1"));
-  EXPECT_TRUE(AllReduce("twice", epoch, 0, 2).ok());
+  EXPECT_TRUE(AllReduce("twice", epoch, 0, 3).ok());
+}
+
+TEST_F(LocalApiSequenceTest,
+       Collective_RingCallRetriedAfterLostReply_GetsItsResult) {
+  const uint64_t epoch = Join("lost", 2);
+  ASSERT_NE(epoch, 0u);
+  std::unique_ptr<v1::Coordinator::Stub> coordinator =
+      NewCoordinatorStub(coordinator_.address);
+  // Rank 0's first attempt reaches the coordinator, then its client gives
+  // up on it (the reply is lost); the call goes on at the daemon.
+  grpc::ClientContext first;
+  first.set_deadline(DeadlineAfter(kCallTimeout));
+  v1::LocalCollectiveResponse first_response;
+  grpc::Status first_status;
+  absl::Notification first_done;
+  const v1::LocalCollectiveRequest first_call = RingCall("lost", epoch, 0, 1);
+  stub_->async()->Collective(&first, &first_call, &first_response,
+                             [&](grpc::Status status) {
+                               first_status = status;
+                               first_done.Notify();
+                             });
+  ASSERT_TRUE(
+      WaitUntil([&] { return PendingSequence(*coordinator, "lost") == 1; },
+                kCallTimeout));
+  first.TryCancel();
+  first_done.WaitForNotification();
+  EXPECT_EQ(first_status.error_code(), grpc::StatusCode::CANCELLED);
+  // Rank 1 comes: the ring runs once, on both ranks.
+  v1::LocalCollectiveResponse peer;
+  EXPECT_TRUE(Ring(RingCall("lost", epoch, 1, 1), &peer).ok());
+  EXPECT_EQ(peer.data(), Sums());
+  // The retry gets the first attempt's result; nothing runs again.
+  v1::LocalCollectiveResponse retried;
+  const absl::Status retry = Ring(RingCall("lost", epoch, 0, 1), &retried);
+  ASSERT_TRUE(retry.ok()) << retry;
+  EXPECT_EQ(retried.data(), Sums());
+  EXPECT_EQ(retried.sequence(), 1u);
+  EXPECT_EQ(retried.plan().algorithm(), v1::ALGORITHM_RING);
+  // The group goes on with #2.
+  absl::Status second[2];
+  std::thread other([&] {
+    v1::LocalCollectiveResponse unused;
+    second[1] = Ring(RingCall("lost", epoch, 1, 2), &unused);
+  });
+  v1::LocalCollectiveResponse unused;
+  second[0] = Ring(RingCall("lost", epoch, 0, 2), &unused);
+  other.join();
+  EXPECT_TRUE(second[0].ok()) << second[0];
+  EXPECT_TRUE(second[1].ok()) << second[1];
 }
 
 TEST_F(LocalApiSequenceTest, Collective_HigherNumberFirst_BothComplete) {
