@@ -14,7 +14,7 @@
 namespace chorus {
 
 absl::Status GroupTable::CheckResultHashes(const std::string& group,
-                                           uint64_t sequence,
+                                           uint64_t epoch, uint64_t sequence,
                                            const CommitMatch& commit) {
   // Ranks by the hash they hold, in order of each hash's lowest rank.
   std::vector<std::pair<uint64_t, std::vector<int>>> holders;
@@ -42,12 +42,19 @@ absl::Status GroupTable::CheckResultHashes(const std::string& group,
     differing.insert(differing.end(), ranks.begin(), ranks.end());
   }
   std::sort(differing.begin(), differing.end());
-  return absl::DataLossError(absl::StrCat(
-      "the results of ", CallName(group, sequence, commit.spec), " differ: ",
-      FormatRanks(differing), differing.size() == 1 ? " holds" : " hold",
-      " other bytes than ", FormatRanks(largest->second),
-      " (result hashes differ); no rank's output of this call can be "
-      "trusted"));
+  const std::string other =
+      absl::StrCat("other bytes than ", FormatRanks(largest->second));
+  v1::ErrorDetail detail =
+      MakeErrorDetail("RESULTS_DIFFER", group, epoch, sequence);
+  for (int rank : differing) (*detail.mutable_ranks())[rank] = other;
+  return WithErrorDetail(
+      absl::DataLossError(absl::StrCat(
+          "the results of ", CallName(group, sequence, commit.spec),
+          " differ: ", FormatRanks(differing),
+          differing.size() == 1 ? " holds " : " hold ", other,
+          " (result hashes differ); no rank's output of this call can be "
+          "trusted")),
+      detail);
 }
 
 void GroupTable::Commit(CommitCall call, CommitCallback done) {
@@ -82,8 +89,8 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
         commit->calls[rank] = std::move(call);
         commit->done[rank] = std::move(done);
         if (++commit->arrived == group.view.world_size) {
-          const absl::Status verdict =
-              CheckResultHashes(group.view.name, it->first, *commit);
+          const absl::Status verdict = CheckResultHashes(
+              group.view.name, group.view.epoch, it->first, *commit);
           recorder_.Ended(group.view.name, group.view.epoch, it->first, verdict,
                           clock_->Now());
           for (CommitCallback& waiter : commit->done) {

@@ -368,9 +368,10 @@ class GroupTable {
   void JoinLocked(JoinRequest request, JoinCallback done,
                   Completions* completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when every rank of a complete commit sent the same result hash (or
-  // some sent none); DATA_LOSS naming the ranks whose results differ.
+  // some sent none); DATA_LOSS naming the ranks whose results differ (and
+  // a RESULTS_DIFFER detail with them in `ranks`).
   static absl::Status CheckResultHashes(const std::string& group,
-                                        uint64_t sequence,
+                                        uint64_t epoch, uint64_t sequence,
                                         const CommitMatch& commit);
   // How long a join refused for its device fails the other ranks' joins
   // at once (at most; no longer than the refused join's deadline).

@@ -6,9 +6,12 @@
 // A real coordinator process and worker runtimes embedded in the test, one
 // thread per rank.
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "chorus/status_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/collective_harness.h"
@@ -104,6 +107,14 @@ TEST_P(ResultCheckTest, Run_OneRankResultCorrupted_DataLossOnEveryRank) {
                                        CollectiveKindName(param.kind),
                                        " #1 of group checked differ: rank 2 "
                                        "holds other bytes than ranks 0, 1")));
+    // Programs read the same facts from the status's ErrorDetail.
+    const std::optional<StatusFacts> facts = StatusFactsOf(statuses[r]);
+    ASSERT_TRUE(facts.has_value()) << statuses[r];
+    EXPECT_EQ(facts->reason, "RESULTS_DIFFER");
+    EXPECT_EQ(facts->group, "checked");
+    EXPECT_EQ(facts->sequence, 1u);
+    EXPECT_EQ(facts->ranks,
+              (std::map<int, std::string>{{2, "other bytes than ranks 0, 1"}}));
   }
 
   // The group goes on: the next call, unchecked bytes intact, succeeds.

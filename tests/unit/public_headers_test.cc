@@ -6,6 +6,7 @@
 
 #include "chorus/admin_client.h"
 #include "chorus/communicator.h"
+#include "chorus/status_facts.h"
 #include "chorus/types.h"
 #include "gtest/gtest.h"
 
@@ -30,6 +31,9 @@ TEST(PublicHeadersTest, Defaults_PlainValues_AsDocumented) {
   const GroupInfo group;
   EXPECT_TRUE(group.aborted.ok());
   EXPECT_EQ(group.pending_sequence, 0u);
+  const StatusFacts facts;
+  EXPECT_TRUE(facts.reason.empty());
+  EXPECT_FALSE(facts.number_used);
 }
 
 }  // namespace
