@@ -1,8 +1,18 @@
 #include "server/worker/call_ledger.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
+namespace {
+
+// The status of a call whose rank left meanwhile (CallLedger::Forget).
+absl::Status LeftError(const std::string& who) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(who, " left the group on this worker; join again"));
+}
+
+}  // namespace
 
 absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
                              uint64_t sequence, const std::string& call,
@@ -16,18 +26,27 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
         absl::StrCat(who, " sent sequence 0; sequences start at 1"));
   }
   absl::MutexLock lock(&mu_);
-  Numbers& numbers = ranks_[Key{group, rank}];
+  const Key key{group, rank};
+  Numbers& numbers = ranks_[key];
   if (epoch > numbers.epoch) {
+    const int users = numbers.users;
     numbers = Numbers();
     numbers.epoch = epoch;
+    numbers.users = users;
   }
+  // While this call looks at `numbers`, Forget() leaves the node in place.
+  ++numbers.users;
+  absl::Cleanup done_with_numbers = [&] {
+    mu_.AssertHeld();
+    if (--numbers.users == 0 && numbers.forgotten) ranks_.erase(key);
+  };
   auto used = [&] {
     return sequence < numbers.lowest_unused ||
            numbers.used_ahead.contains(sequence);
   };
   auto settled = [&] {
     mu_.AssertHeld();
-    return closed_ || numbers.epoch != epoch ||
+    return closed_ || numbers.epoch != epoch || numbers.forgotten ||
            numbers.lowest_unused >= sequence || used();
   };
   if (!settled() && sequence >= numbers.lowest_unused + kMaxNumbersAhead) {
@@ -55,6 +74,7 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
         absl::StrCat("stale epoch ", epoch, " for group ", group,
                      "; this worker has seen epoch ", numbers.epoch));
   }
+  if (numbers.forgotten) return LeftError(who);
   if (used()) {
     return RetryLocked(who, numbers, epoch, sequence, call, deadline, retried);
   }
@@ -91,8 +111,8 @@ absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
   auto ended = [&] {
     mu_.AssertHeld();
     auto found = numbers.calls.find(sequence);
-    return closed_ || numbers.epoch != epoch || found == numbers.calls.end() ||
-           found->second.finished;
+    return closed_ || numbers.epoch != epoch || numbers.forgotten ||
+           found == numbers.calls.end() || found->second.finished;
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(&ended), deadline)) {
     return absl::DeadlineExceededError(
@@ -103,6 +123,7 @@ absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
   if (closed_) {
     return absl::UnavailableError("this worker is shutting down");
   }
+  if (numbers.forgotten) return LeftError(who);
   it = numbers.calls.find(sequence);
   if (numbers.epoch != epoch || it == numbers.calls.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -143,6 +164,32 @@ void CallLedger::Keep(const std::string& group, int rank, uint64_t epoch,
       ++at;
     }
   }
+}
+
+void CallLedger::Forget(const std::string& group, int rank, uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find(Key{group, rank});
+  if (it == ranks_.end() || it->second.epoch != epoch) return;
+  Numbers& numbers = it->second;
+  if (numbers.users == 0) {
+    ranks_.erase(it);
+    return;
+  }
+  numbers.forgotten = true;
+  numbers.used_ahead.clear();
+  numbers.calls.clear();
+}
+
+void CallLedger::AwaitCallsForTesting(const std::string& group, int rank,
+                                      int count) {
+  absl::MutexLock lock(&mu_);
+  const Key key{group, rank};
+  auto reached = [&] {
+    mu_.AssertHeld();
+    auto it = ranks_.find(key);
+    return it != ranks_.end() && it->second.users >= count;
+  };
+  mu_.Await(absl::Condition(&reached));
 }
 
 void CallLedger::Close() {

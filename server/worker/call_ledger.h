@@ -66,7 +66,7 @@ class CallLedger {
   //   `deadline` (the message names it: the client skipped it);
   // - FAILED_PRECONDITION: the number was used already by another call, or
   //   by an older one than the rank's newest finished call (not kept);
-  //   `epoch` is older than one seen since;
+  //   `epoch` is older than one seen since; the rank left (Forget());
   // - DEADLINE_EXCEEDED: a retry whose first attempt was still running at
   //   `deadline`;
   // - UNAVAILABLE: Close() was called.
@@ -81,8 +81,16 @@ class CallLedger {
   void Keep(const std::string& group, int rank, uint64_t epoch,
             uint64_t sequence, CallOutcome outcome);
 
+  // Forgets `rank` of `group` at `epoch` (it left: its hold ended); calls
+  // waiting in Use() for it get FAILED_PRECONDITION. Nothing happens for
+  // another epoch.
+  void Forget(const std::string& group, int rank, uint64_t epoch);
+
   // Ends every wait in Use() with UNAVAILABLE, now and later.
   void Close();
+
+  // Blocks until `count` calls are inside Use() for `rank` of `group`.
+  void AwaitCallsForTesting(const std::string& group, int rank, int count);
 
  private:
   // A call that took its number: running, or the rank's newest finished.
@@ -97,6 +105,10 @@ class CallLedger {
     uint64_t lowest_unused = 1;
     absl::flat_hash_set<uint64_t> used_ahead;
     std::map<uint64_t, Entry> calls;
+    // Use() calls looking at this entry; a Forget() while there are any
+    // marks it forgotten, and the last of them erases it.
+    int users = 0;
+    bool forgotten = false;
   };
   using Key = std::pair<std::string, int>;
 

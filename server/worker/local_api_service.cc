@@ -172,6 +172,17 @@ void LocalApiService::ReportRankGone(const Membership& membership,
   });
 }
 
+void LocalApiService::Forget(const Membership& membership) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = memberships_.find({membership.group, membership.rank});
+    if (it != memberships_.end() && it->second.epoch == membership.epoch) {
+      memberships_.erase(it);
+    }
+  }
+  ledger_.Forget(membership.group, membership.rank, membership.epoch);
+}
+
 grpc::ServerReadReactor<v1::MembershipHold>* LocalApiService::HoldMembership(
     grpc::CallbackServerContext* context, v1::MembershipHoldReply* reply) {
   if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {

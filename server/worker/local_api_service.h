@@ -110,6 +110,12 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // BeginShutdown().
   void ReportRankGone(const Membership& membership, absl::Status why);
 
+  // Forgets `membership` (its rank left: its hold was released or ended),
+  // so that a daemon serving many groups over time keeps only the live
+  // ones; later calls on it get FAILED_PRECONDITION ("join first"). Does
+  // nothing when the rank joined again at another epoch meanwhile.
+  void Forget(const Membership& membership);
+
   // This worker's name, for messages ("" before Bind()).
   std::string WorkerName() const;
 

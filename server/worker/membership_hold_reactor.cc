@@ -30,6 +30,7 @@ void MembershipHoldReactor::OnReadDone(bool ok) {
             "its client process went away (its hold on the local API of "
             "worker ",
             service_->WorkerName(), " from ", peer_, " ended)")));
+    service_->Forget(membership_);
     Finish(grpc::Status::OK);
     return;
   }
@@ -44,6 +45,7 @@ void MembershipHoldReactor::OnReadDone(bool ok) {
     held_ = true;
   }
   if (hold_.release()) {
+    service_->Forget(membership_);
     Finish(grpc::Status::OK);
     return;
   }

@@ -196,7 +196,7 @@ TEST_F(MembershipHoldTest, ChorusctlRankKilled_OtherRankAbortedNamingIt) {
   EXPECT_LT(absl::Now() - killed, kGoneBound);
 }
 
-TEST_F(MembershipHoldTest, HoldReleased_GroupKeepsWorking) {
+TEST_F(MembershipHoldTest, HoldReleased_RankForgottenGroupNotAborted) {
   ASSERT_NO_FATAL_FAILURE(Start("hold-released"));
   {
     grpc::ClientContext hold_context;
@@ -211,24 +211,22 @@ TEST_F(MembershipHoldTest, HoldReleased_GroupKeepsWorking) {
     const grpc::Status finished = hold->Finish();
     EXPECT_TRUE(finished.ok()) << finished.error_message();
   }
-  grpc::Status statuses[2];
-  std::string outputs[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      v1::LocalCollectiveResponse response;
-      statuses[r] = AllReduce(r, 1, &response);
-      outputs[r] = response.data();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(statuses[r].ok()) << r << ": " << statuses[r].error_message();
-    ASSERT_EQ(outputs[r].size(), 4u);
-    uint32_t sum = 0;
-    std::memcpy(&sum, outputs[r].data(), 4);
-    EXPECT_EQ(sum, 2u);
-  }
+  // The daemon keeps only live memberships: rank 1 left.
+  v1::LocalCollectiveResponse response;
+  const grpc::Status after = AllReduce(1, 1, &response);
+  EXPECT_EQ(after.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << after.error_message();
+  EXPECT_THAT(after.error_message(), HasSubstr("join first"));
+  // Leaving on purpose is not a failure: the group epoch is not aborted.
+  std::unique_ptr<v1::Coordinator::Stub> admin =
+      NewCoordinatorStub(coordinator_.address);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(kRpcTimeout));
+  v1::ListGroupsResponse groups;
+  ASSERT_TRUE(
+      admin->ListGroups(&context, v1::ListGroupsRequest(), &groups).ok());
+  ASSERT_EQ(groups.groups_size(), 1);
+  EXPECT_FALSE(groups.groups(0).has_aborted());
 }
 
 TEST_F(MembershipHoldTest, HoldOnUnjoinedRank_FailedPrecondition) {

@@ -197,5 +197,38 @@ TEST(CallLedgerTest, Keep_OutputOverTheCap_RetryToldItIsNotKept) {
   EXPECT_TRUE(retried->output.empty());
 }
 
+TEST(CallLedgerTest, Forget_CallWaiting_FailedPreconditionRankLeft) {
+  CallLedger ledger;
+  absl::Status waiting;
+  std::thread early([&] { waiting = Take(ledger, "g", 0, 7, 2, Later()); });
+  ledger.AwaitCallsForTesting("g", 0, 1);
+  ledger.Forget("g", 0, 7);
+  early.join();
+  EXPECT_EQ(waiting.code(), absl::StatusCode::kFailedPrecondition) << waiting;
+  EXPECT_THAT(waiting.message(), HasSubstr("left the group"));
+  // The last call out erased the entry: the rank starts afresh.
+  EXPECT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
+}
+
+TEST(CallLedgerTest, Forget_OtherEpoch_NumbersKept) {
+  CallLedger ledger;
+  ASSERT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
+  ledger.Keep("g", 0, 7, 1, Output("one"));
+  ledger.Forget("g", 0, 6);
+  std::optional<CallOutcome> retried;
+  ASSERT_TRUE(ledger.Use("g", 0, 7, 1, kCall, Later(), &retried).ok());
+  ASSERT_TRUE(retried.has_value());
+  EXPECT_EQ(retried->output, "one");
+}
+
+TEST(CallLedgerTest, Forget_NothingWaiting_KeptOutcomeDropped) {
+  CallLedger ledger;
+  ASSERT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
+  ledger.Keep("g", 0, 7, 1, Output("one"));
+  ledger.Forget("g", 0, 7);
+  // The rank's numbers are gone with it: #1 is a first call again.
+  EXPECT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
+}
+
 }  // namespace
 }  // namespace chorus
