@@ -19,11 +19,14 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
                              absl::Time deadline,
                              std::optional<CallOutcome>* retried) {
   retried->reset();
-  const std::string who =
-      absl::StrCat("rank ", rank, " of group ", group, " (epoch ", epoch, ")");
+  // Built only for a status: the common call needs no words.
+  auto who = [&] {
+    return absl::StrCat("rank ", rank, " of group ", group, " (epoch ", epoch,
+                        ")");
+  };
   if (sequence == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(who, " sent sequence 0; sequences start at 1"));
+        absl::StrCat(who(), " sent sequence 0; sequences start at 1"));
   }
   absl::MutexLock lock(&mu_);
   const Key key{group, rank};
@@ -51,7 +54,7 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
   };
   if (!settled() && sequence >= numbers.lowest_unused + kMaxNumbersAhead) {
     return absl::InvalidArgumentError(
-        absl::StrCat(who, " sent sequence ", sequence,
+        absl::StrCat(who(), " sent sequence ", sequence,
                      " from the future: its lowest unused "
                      "number is #",
                      numbers.lowest_unused, " and calls may be at most ",
@@ -60,7 +63,7 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
   const uint64_t waited_for = numbers.lowest_unused;
   if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        who, " called #", sequence, " but not #", numbers.lowest_unused,
+        who(), " called #", sequence, " but not #", numbers.lowest_unused,
         " by the call's deadline: a rank numbers its calls 1, 2, 3, ... "
         "without gaps in each group epoch (#",
         sequence, " used no number; the lowest unused was #", waited_for,
@@ -74,9 +77,10 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
         absl::StrCat("stale epoch ", epoch, " for group ", group,
                      "; this worker has seen epoch ", numbers.epoch));
   }
-  if (numbers.forgotten) return LeftError(who);
+  if (numbers.forgotten) return LeftError(who());
   if (used()) {
-    return RetryLocked(who, numbers, epoch, sequence, call, deadline, retried);
+    return RetryLocked(who(), numbers, epoch, sequence, call, deadline,
+                       retried);
   }
   if (sequence == numbers.lowest_unused) {
     ++numbers.lowest_unused;

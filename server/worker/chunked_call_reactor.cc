@@ -182,10 +182,14 @@ bool ChunkedCallReactor::MarkFinished() {
 }
 
 void ChunkedCallReactor::OnDone() {
+  KeepOutput keep;
+  std::string output;
   {
     absl::MutexLock lock(&mu_);
-    if (keep_) keep_(std::move(output_));
+    keep = std::move(keep_);
+    output = std::move(output_);
   }
+  if (keep) keep(std::move(output));
   delete this;
 }
 

@@ -74,10 +74,12 @@ class CollectiveReactor final : public grpc::ServerUnaryReactor {
   }
 
   void OnDone() override {
+    KeepOutput keep;
     {
       absl::MutexLock lock(&mu_);
-      if (keep_) keep_(std::move(*response_->mutable_data()));
+      keep = std::move(keep_);
     }
+    if (keep) keep(std::move(*response_->mutable_data()));
     delete this;
   }
 

@@ -387,12 +387,10 @@ void WorkerRuntime::JoinAsync(
 }
 
 void WorkerRuntime::SendJoin(PendingJoin* join) {
-  grpc::ClientContext* context;
+  grpc::ClientContext* context = nullptr;
   {
     absl::MutexLock lock(&joins_mu_);
-    if (joins_closed_)
-      context = nullptr;
-    else {
+    if (!joins_closed_) {
       join->context = std::make_unique<grpc::ClientContext>();
       context = join->context.get();
       // The retry waits a little for the connection to come back.
@@ -425,7 +423,11 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
     SendJoin(join);
     return;
   }
-  if (!status.ok()) {
+  if (status.ok()) {
+    EndJoin(join, MembershipFromJoin(*join));
+    return;
+  }
+  {
     absl::MutexLock lock(&joins_mu_);
     // CloseJoins() cancelled it.
     if (joins_closed_ && absl::IsCancelled(status)) {
@@ -434,11 +436,7 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
                        request.group(), " as rank ", request.rank(), " ended"));
     }
   }
-  if (!status.ok()) {
-    EndJoin(join, status);
-    return;
-  }
-  EndJoin(join, MembershipFromJoin(*join));
+  EndJoin(join, status);
 }
 
 absl::StatusOr<Membership> WorkerRuntime::MembershipFromJoin(

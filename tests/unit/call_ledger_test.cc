@@ -75,6 +75,7 @@ TEST(CallLedgerTest, Use_HigherNumberFirst_WaitsForTheLowerOne) {
   CallLedger ledger;
   absl::Status second;
   std::thread early([&] { second = Take(ledger, "g", 0, 7, 2, Later()); });
+  ledger.AwaitCallsForTesting("g", 0, 1);  // #2 waits before #1 comes
   EXPECT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
   early.join();
   EXPECT_TRUE(second.ok()) << second;
@@ -115,6 +116,7 @@ TEST(CallLedgerTest, Close_WaitingCall_Unavailable) {
   CallLedger ledger;
   absl::Status waiting;
   std::thread early([&] { waiting = Take(ledger, "g", 0, 7, 2, Later()); });
+  ledger.AwaitCallsForTesting("g", 0, 1);
   ledger.Close();
   early.join();
   EXPECT_EQ(waiting.code(), absl::StatusCode::kUnavailable);
@@ -141,6 +143,7 @@ TEST(CallLedgerTest, Use_RetryWhileFirstAttemptRuns_WaitsForItsOutcome) {
   absl::Status status;
   std::thread retry(
       [&] { status = ledger.Use("g", 0, 7, 1, kCall, Later(), &retried); });
+  ledger.AwaitCallsForTesting("g", 0, 1);  // the retry waits first
   ledger.Keep("g", 0, 7, 1, Output("late"));
   retry.join();
   ASSERT_TRUE(status.ok()) << status;
