@@ -1,5 +1,7 @@
 #include "server/worker/call_ledger.h"
 
+#include <iterator>
+
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
@@ -90,6 +92,11 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
   } else {
     numbers.used_ahead.insert(sequence);
   }
+  // The rank moved on: its finished calls below are no longer its latest.
+  for (auto at = numbers.calls.begin();
+       at != numbers.calls.end() && at->first < sequence;) {
+    at = at->second.finished ? numbers.calls.erase(at) : std::next(at);
+  }
   numbers.calls[sequence].call = call;
   return absl::OkStatus();
 }
@@ -146,6 +153,13 @@ void CallLedger::Keep(const std::string& group, int rank, uint64_t epoch,
   std::map<uint64_t, Entry>& calls = numbers->second.calls;
   auto it = calls.find(sequence);
   if (it == calls.end()) return;
+  // A later number was taken (this reply may arrive after the next call
+  // began): only the rank's latest call is kept.
+  if (numbers->second.lowest_unused > sequence + 1 ||
+      std::next(it) != calls.end()) {
+    calls.erase(it);
+    return;
+  }
   if (outcome.output.size() > kMaxKeptOutputBytes && outcome.status.ok()) {
     outcome.status = absl::FailedPreconditionError(
         absl::StrCat("collective #", sequence, " of group ", group,

@@ -7,9 +7,9 @@
 // issued together may reach the daemon out of order, so a call whose number
 // is above one not yet used waits (without holding a lock) for the lower
 // numbers to be used, until its deadline: only then is the gap a skip. The
-// ledger keeps the outcome of each rank's newest finished call (its output
-// up to kMaxKeptOutputBytes) and follows the calls still running, so a
-// retry of either gets the first attempt's outcome.
+// ledger keeps the outcome of each rank's latest call (the highest number
+// taken; its output up to kMaxKeptOutputBytes) and follows the calls still
+// running, so a retry of either gets the first attempt's outcome.
 //
 // Lifecycle: constructed with the local API; Close() ends every wait.
 // Thread safety: all methods are thread-safe.
