@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "chorus/status_facts.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "client/src/membership_hold.h"
 #include "server/common/collective_spec_proto.h"
@@ -21,6 +22,22 @@
 
 namespace chorus {
 namespace {
+
+// Whether the daemon refused a call before it took its number: those
+// refusals carry no ErrorDetail with number_used (worker.proto, "Sequence
+// numbers"), and neither does gRPC's own refusal of an oversized message.
+bool TookNoNumber(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kResourceExhausted:
+      break;
+    default:
+      return false;
+  }
+  const std::optional<StatusFacts> facts = StatusFactsOf(status);
+  return !facts.has_value() || !facts->number_used;
+}
 
 // How long joining through a daemon waits for the connection to it.
 constexpr absl::Duration kConnectWait = absl::Seconds(5);
@@ -63,7 +80,10 @@ class DaemonCommunicator final : public Communicator {
     context.set_deadline(DeadlineAfter(options.timeout));
     absl::Status status =
         FromGrpcStatus(stub_->Collective(&context, request, &response));
-    if (!status.ok()) return status;
+    if (!status.ok()) {
+      if (TookNoNumber(status)) GiveBackSequence(sequence);
+      return status;
+    }
     *output = std::move(*response.mutable_data());
     CallResult result;
     result.sequence = response.sequence();
@@ -187,6 +207,11 @@ absl::Status Communicator::CheckCall(const CollectiveSpec& spec,
     valid = ValidateDevice(*options.device);
   }
   return valid;
+}
+
+void Communicator::GiveBackSequence(uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  if (next_sequence_ == sequence + 1) next_sequence_ = sequence;
 }
 
 uint64_t Communicator::NextSequence() {

@@ -190,6 +190,31 @@ TEST_F(MultiProcessTest,
   EXPECT_TRUE(RunAndCheck(Pointers(group), c));
 }
 
+TEST_F(MultiProcessTest,
+       JoinThroughDaemon_InputOverMessageLimit_RefusedNextCallTakesItsNumber) {
+  std::vector<std::unique_ptr<Communicator>> group = JoinThroughDaemons("over");
+  ASSERT_EQ(group.size(), kWorld);
+
+  // One element more than the daemon's 64 MiB message takes: refused before
+  // the call takes its number, so it leaves no gap.
+  constexpr uint64_t kOver = (uint64_t{64} << 20) / sizeof(float) + 1;
+  CallOptions options;
+  options.timeout = kCallTimeout;
+  std::string output;
+  const absl::Status refused =
+      group[0]
+          ->Run(Spec(CollectiveKind::kAllReduce, DType::kF32, kOver,
+                     ReduceOp::kSum),
+                std::string(kOver * sizeof(float), '\0'), &output, options)
+          .status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+
+  // Every rank's next call is its #1, rank 0's too.
+  CollectiveCase c;
+  c.spec = Spec(CollectiveKind::kAllReduce, DType::kF32, 16, ReduceOp::kSum);
+  EXPECT_TRUE(RunAndCheck(Pointers(group), c));
+}
+
 TEST_F(MultiProcessTest, Chorusctl_AllReduceThroughWorkers_PrintsWrappedSums) {
   // Rank r gives {r + 1, -3r, 10^9}: the sums are 10, -18 and 4 * 10^9,
   // which wraps in i32 to -294967296.

@@ -160,6 +160,12 @@ class Communicator {
 
   void WaitForAsyncCalls();
 
+  // Hands back number `sequence`, whose call was refused without taking it
+  // (the daemon's refusals before a number is taken), so the next call
+  // takes it again and leaves no gap; does nothing once a later call has
+  // taken a number.
+  void GiveBackSequence(uint64_t sequence);
+
   // Runs the `sequence`-th collective; implemented per path.
   virtual absl::StatusOr<CallResult> RunSequenced(
       uint64_t sequence, const CollectiveSpec& spec, absl::string_view input,
