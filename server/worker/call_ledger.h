@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,11 +27,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/types.h"
 
 namespace chorus {
+
+class SharedRegion;
 
 // How far past a rank's lowest unused number a call's number may be: calls
 // further ahead are refused at once (as the coordinator's sequence window).
@@ -45,6 +49,11 @@ struct CallOutcome {
   Algorithm algorithm = Algorithm::kUnspecified;
   uint64_t chunk_bytes = 0;
   std::string output;
+  // A call that wrote its output into shared memory keeps it there: the
+  // region (mapped while the outcome is kept) and the output's bytes in
+  // it; `output` is then empty.
+  std::shared_ptr<const SharedRegion> output_region;
+  absl::string_view shared_output;
 };
 
 class CallLedger {

@@ -1,6 +1,10 @@
 #include "server/worker/local_api_service.h"
 
 #include <glog/logging.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/answer_margin.h"
@@ -183,6 +187,7 @@ void LocalApiService::Forget(const Membership& membership) {
     }
   }
   ledger_.Forget(membership.group, membership.rank, membership.epoch);
+  regions_.Forget(membership.group, membership.rank, membership.epoch);
 }
 
 grpc::ServerReadReactor<v1::MembershipHold>* LocalApiService::HoldMembership(
@@ -192,6 +197,56 @@ grpc::ServerReadReactor<v1::MembershipHold>* LocalApiService::HoldMembership(
         ToGrpcStatus(allowed));
   }
   return new MembershipHoldReactor(this, context->peer());
+}
+
+grpc::ServerUnaryReactor* LocalApiService::OpenSharedRegion(
+    grpc::CallbackServerContext* context,
+    const v1::SharedRegionRequest* request, v1::SharedRegion* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckLocalCaller(*context);
+  if (status.ok()) {
+    status = FindMembership(request->group(), request->epoch(), request->rank())
+                 .status();
+  }
+  absl::StatusOr<std::shared_ptr<SharedRegion>> region =
+      status.ok() ? regions_.Open(request->group(), request->rank(),
+                                  request->epoch(), request->bytes())
+                  : absl::StatusOr<std::shared_ptr<SharedRegion>>(status);
+  if (region.ok() &&
+      !FindMembership(request->group(), request->epoch(), request->rank())
+           .ok()) {
+    // The rank left meanwhile (its Forget may have come first).
+    regions_.Forget(request->group(), request->rank(), request->epoch());
+    region = absl::FailedPreconditionError(
+        absl::StrCat("rank ", request->rank(), " of group ", request->group(),
+                     " left while its shared region was made"));
+  }
+  if (region.ok()) {
+    response->set_region((*region)->id());
+    response->set_bytes((*region)->bytes());
+    response->set_pid(getpid());
+    response->set_fd((*region)->fd());
+    response->set_name((*region)->name());
+  }
+  reactor->Finish(ToGrpcStatus(region.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LocalApiService::ReleaseSharedRegion(
+    grpc::CallbackServerContext* context,
+    const v1::SharedRegionRelease* request, v1::SharedRegionReleased*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckLocalCaller(*context);
+  if (status.ok()) {
+    status = FindMembership(request->group(), request->epoch(), request->rank())
+                 .status();
+  }
+  if (status.ok()) {
+    status = regions_.Release(request->group(), request->rank(),
+                              request->epoch(), request->region());
+  }
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
@@ -262,6 +317,48 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareCall(
   return call;
 }
 
+absl::StatusOr<absl::string_view> LocalApiService::PrepareShared(
+    const v1::LocalCollectiveRequest& request, LocalCall* call) const {
+  if (!request.has_shared_input() && !request.has_shared_output()) {
+    return absl::string_view();
+  }
+  if (!request.has_shared_input() || !request.has_shared_output()) {
+    return absl::InvalidArgumentError(
+        "a call on shared memory sets both shared_input and shared_output");
+  }
+  if (!request.data().empty()) {
+    return absl::InvalidArgumentError(
+        "a call on shared memory carries no data: its input is "
+        "shared_input");
+  }
+  const Membership& m = call->membership;
+  const v1::SharedBuffer& in = request.shared_input();
+  const v1::SharedBuffer& out = request.shared_output();
+  absl::StatusOr<std::shared_ptr<SharedRegion>> input_region =
+      regions_.Find(m.group, m.rank, m.epoch, in.region());
+  if (!input_region.ok()) return input_region.status();
+  absl::StatusOr<std::shared_ptr<SharedRegion>> output_region =
+      regions_.Find(m.group, m.rank, m.epoch, out.region());
+  if (!output_region.ok()) return output_region.status();
+  absl::StatusOr<absl::Span<char>> input =
+      (*input_region)->Range(in.offset(), in.bytes(), "shared_input");
+  if (!input.ok()) return input.status();
+  absl::StatusOr<absl::Span<char>> output =
+      (*output_region)->Range(out.offset(), out.bytes(), "shared_output");
+  if (!output.ok()) return output.status();
+  const uint64_t output_bytes = OutputBytes(call->spec, m.world_size, m.rank);
+  if (output->size() < output_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared_output has room for ", output->size(),
+                     " bytes; rank ", m.rank, "'s output of ",
+                     DescribeSpec(call->spec), " is ", output_bytes, " bytes"));
+  }
+  call->input_region = *std::move(input_region);
+  call->output_region = *std::move(output_region);
+  call->shared_output = *output;
+  return absl::string_view(input->data(), input->size());
+}
+
 absl::Status LocalApiService::CheckSizes(const LocalCall& call,
                                          uint64_t input_bytes) const {
   const Membership& m = call.membership;
@@ -309,25 +406,59 @@ void LocalApiService::StartCall(LocalCall call,
       }
       result.algorithm = retried->algorithm;
       result.chunk_bytes = retried->chunk_bytes;
-      *output = std::move(retried->output);
+      const absl::string_view kept = retried->output_region != nullptr
+                                         ? retried->shared_output
+                                         : absl::string_view(retried->output);
+      if (call.output_region == nullptr) {
+        *output = std::string(kept);
+      } else if (kept.size() > call.shared_output.size()) {
+        done(absl::InternalError(absl::StrCat(
+                 "the retried call's output of ", kept.size(),
+                 " bytes does not fit the ", call.shared_output.size(),
+                 " bytes of shared_output")),
+             nullptr);
+        return;
+      } else if (kept.data() != call.shared_output.data()) {
+        std::memmove(call.shared_output.data(), kept.data(), kept.size());
+      }
       done(result, nullptr);
       return;
     }
     call.options.timeout = deadline - absl::Now();
+    // A call on shared memory runs into the region's reused scratch, then
+    // lands in place: its input may be the very bytes it writes.
+    std::string scratch;
+    std::string* run_output = output;
+    if (call.output_region != nullptr) {
+      scratch = call.output_region->TakeScratch();
+      run_output = &scratch;
+    }
     absl::StatusOr<RunResult> ran = call.runtime->Run(
-        m, call.sequence, call.spec, input, output, call.options);
+        m, call.sequence, call.spec, input, run_output, call.options);
     CallOutcome outcome;
     if (ran.ok()) {
       outcome.algorithm = ran->algorithm;
       outcome.chunk_bytes = ran->chunk_bytes;
+      if (call.output_region != nullptr) {
+        // PrepareShared checked the room; the output's size is the spec's.
+        std::memcpy(call.shared_output.data(), scratch.data(),
+                    std::min(scratch.size(), call.shared_output.size()));
+        outcome.output_region = call.output_region;
+        outcome.shared_output = absl::string_view(
+            call.shared_output.data(),
+            std::min(scratch.size(), call.shared_output.size()));
+      }
     } else {
       ran = NumberUsed(ran.status(), m, call.sequence);
       outcome.status = ran.status();
     }
+    if (call.output_region != nullptr) {
+      call.output_region->GiveScratch(std::move(scratch));
+    }
     KeepOutput keep = [this, group = m.group, rank = m.rank, epoch = m.epoch,
                        sequence = call.sequence, outcome = std::move(outcome)](
                           std::string output) mutable {
-      outcome.output = std::move(output);
+      if (outcome.output_region == nullptr) outcome.output = std::move(output);
       ledger_.Keep(group, rank, epoch, sequence, std::move(outcome));
     };
     done(std::move(ran), std::move(keep));
@@ -344,12 +475,20 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
     return reactor;
   }
   absl::StatusOr<LocalCall> call = PrepareCall(*request);
-  if (!call.ok()) {
-    reactor->End(call.status(), nullptr);
+  absl::StatusOr<absl::string_view> input =
+      call.ok() ? PrepareShared(*request, &*call)
+                : absl::StatusOr<absl::string_view>(call.status());
+  if (input.ok() && call->input_region != nullptr) {
+    absl::Status sized = CheckSizes(*call, input->size());
+    if (!sized.ok()) input = sized;
+  } else if (input.ok()) {
+    input = absl::string_view(request->data());
+  }
+  if (!input.ok()) {
+    reactor->End(input.status(), nullptr);
     return reactor;
   }
-  StartCall(*std::move(call), *context, request->data(),
-            response->mutable_data(),
+  StartCall(*std::move(call), *context, *input, response->mutable_data(),
             [reactor](absl::StatusOr<RunResult> result, KeepOutput keep) {
               reactor->End(std::move(result), std::move(keep));
             });

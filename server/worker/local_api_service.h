@@ -2,7 +2,9 @@
 // (chorus.v1.WorkerLocal). An application joins a group as one rank through
 // the daemon and issues collectives by sequence number; the daemon runs them
 // with its WorkerRuntime. Collective carries a call's tensors in one message
-// each way; CollectiveChunked streams them in pieces (ChunkedCallReactor).
+// each way; CollectiveChunked streams them in pieces (ChunkedCallReactor);
+// with shared_input/shared_output it reads and writes them in place in a
+// region of shared memory (SharedRegions) made by OpenSharedRegion.
 // Both go through PrepareCall() and StartCall(), the one way a local
 // collective runs. A join holds no thread while its group assembles
 // (WorkerRuntime::JoinAsync); each collective call runs on a task thread, so
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -26,9 +29,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/common/collective.h"
 #include "server/worker/call_ledger.h"
+#include "server/worker/shared_regions.h"
 #include "server/worker/task_runner.h"
 #include "server/worker/worker_runtime.h"
 
@@ -48,6 +53,12 @@ struct LocalCall {
   CollectiveSpec spec;
   RunOptions options;
   uint64_t sequence = 0;
+  // A call on shared memory: the regions its input and output are in
+  // (kept mapped while it runs) and its output's place there, at least
+  // OutputBytes() long. Null for a call whose data travels in messages.
+  std::shared_ptr<SharedRegion> input_region;
+  std::shared_ptr<SharedRegion> output_region;
+  absl::Span<char> shared_output;
 };
 
 // Takes a finished call's output for its retries (CallLedger::Keep); called
@@ -70,9 +81,11 @@ void ToPlanProto(const RunResult& result, v1::Plan* plan);
 class LocalApiService final : public v1::WorkerLocal::CallbackService {
  public:
   // `max_tensor_bytes` bounds the input and the output of a
-  // CollectiveChunked call.
-  explicit LocalApiService(uint64_t max_tensor_bytes = kDefaultMaxTensorBytes)
-      : max_tensor_bytes_(max_tensor_bytes) {}
+  // CollectiveChunked or shared-memory call; `max_shared_bytes` the shared
+  // regions held at once (0: none).
+  explicit LocalApiService(uint64_t max_tensor_bytes = kDefaultMaxTensorBytes,
+                           uint64_t max_shared_bytes = kDefaultMaxSharedBytes)
+      : max_tensor_bytes_(max_tensor_bytes), regions_(max_shared_bytes) {}
 
   // Sets the runtime calls run on (not owned). Calls before Bind() get
   // UNAVAILABLE.
@@ -98,6 +111,14 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   grpc::ServerReadReactor<v1::MembershipHold>* HoldMembership(
       grpc::CallbackServerContext* context,
       v1::MembershipHoldReply* reply) override;
+  grpc::ServerUnaryReactor* OpenSharedRegion(
+      grpc::CallbackServerContext* context,
+      const v1::SharedRegionRequest* request,
+      v1::SharedRegion* response) override;
+  grpc::ServerUnaryReactor* ReleaseSharedRegion(
+      grpc::CallbackServerContext* context,
+      const v1::SharedRegionRelease* request,
+      v1::SharedRegionReleased* response) override;
 
   // Returns the membership this daemon joined as `rank` of `group` at
   // `epoch`; UNAVAILABLE before Bind(), FAILED_PRECONDITION when it has not
@@ -112,8 +133,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
 
   // Forgets `membership` (its rank left: its hold was released or ended),
   // so that a daemon serving many groups over time keeps only the live
-  // ones; later calls on it get FAILED_PRECONDITION ("join first"). Does
-  // nothing when the rank joined again at another epoch meanwhile.
+  // ones, and drops its shared regions; later calls on it get
+  // FAILED_PRECONDITION ("join first"). Does nothing to the membership when
+  // the rank joined again at another epoch meanwhile.
   void Forget(const Membership& membership);
 
   // This worker's name, for messages ("" before Bind()).
@@ -125,6 +147,16 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // rank or the epoch is not the one it joined at. Takes no sequence number.
   absl::StatusOr<LocalCall> PrepareCall(
       const v1::LocalCollectiveRequest& request) const;
+
+  // For a call on shared memory (shared_input and shared_output set):
+  // finds its regions, sets call->input_region, output_region and
+  // shared_output, and returns its input in place. Returns an empty input
+  // for a call whose data travels in the request. Codes, none of which
+  // takes a number: FAILED_PRECONDITION for a region the rank does not
+  // hold; INVALID_ARGUMENT for only one of the two set, `data` as well, a
+  // range past a region's end, or room for less than the output.
+  absl::StatusOr<absl::string_view> PrepareShared(
+      const v1::LocalCollectiveRequest& request, LocalCall* call) const;
 
   // Checks what a call of `input_bytes` bytes of input can be checked for
   // before its input arrives: ValidateCall's INVALID_ARGUMENT (the messages
@@ -142,7 +174,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // took its number gets the first attempt's outcome without running
   // again (and a null KeepOutput). `input` and `output` must stay valid
   // until `done` runs; the caller hands the output to the KeepOutput once
-  // the reply is sent.
+  // the reply is sent. A call on shared memory (call.output_region set)
+  // writes its output into call.shared_output once the collective
+  // completed and leaves `output` empty.
   void StartCall(LocalCall call, const grpc::CallbackServerContext& context,
                  absl::string_view input, std::string* output, CallDone done);
 
@@ -158,6 +192,7 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
       ABSL_GUARDED_BY(mu_);
   // The sequence numbers each joined rank has used.
   CallLedger ledger_;
+  SharedRegions regions_;
   TaskRunner tasks_;
 };
 

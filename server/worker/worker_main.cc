@@ -82,9 +82,18 @@ ABSL_FLAG(std::string, devices, "",
           "Comma-separated devices to register instead of the discovered "
           "ones, e.g. cpu,cuda:0. Any device this worker cannot serve is "
           "refused with UNIMPLEMENTED and the worker exits non-zero.");
+ABSL_FLAG(uint64_t, max_shared_bytes, chorus::kDefaultMaxSharedBytes,
+          "Most bytes of shared memory regions (WorkerLocal.OpenSharedRegion) "
+          "the daemon holds at once for the applications on its host, "
+          "through which their collectives read input and write output in "
+          "place; memory is used only as it is written, and each region "
+          "may hold one more output-sized buffer while a call writes into "
+          "it. 0 turns shared memory off (OpenSharedRegion then answers "
+          "UNIMPLEMENTED and clients stream instead). Default 16 GiB.");
 ABSL_FLAG(uint64_t, max_tensor_bytes, chorus::kDefaultMaxTensorBytes,
           "Largest input or output, in bytes, of one collective an "
-          "application streams through the local API (CollectiveChunked); "
+          "application streams through the local API (CollectiveChunked) or "
+          "runs on shared memory; "
           "a larger one is refused with RESOURCE_EXHAUSTED before it takes "
           "a sequence number. The daemon holds a call's whole input and "
           "output in memory. Default 4 GiB. The unary Collective is bounded "
@@ -174,7 +183,8 @@ int main(int argc, char** argv) {
     return Fail(secured, "cannot start");
   }
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
-  chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes));
+  chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes),
+                                    absl::GetFlag(FLAGS_max_shared_bytes));
   options.extra_services = {&local_api};
   options.extra_service_names = {chorus::v1::WorkerLocal::service_full_name()};
 
