@@ -8,7 +8,11 @@ One invocation measures all_reduce, f32, sum over the same sizes twice, on
   started from the build tree (without Unix sockets, --local_socket=, so
   that they do not share the default one); each rank is a Python process
   that joins with ``chorus.join(..., worker=...)`` through its own daemon's
-  loopback TCP address and times ``comm.all_reduce(x, out=out)``.
+  loopback TCP address and times ``comm.all_reduce(x, out=out)``; x and out
+  are numpy arrays (--buffers=numpy: the client copies them into and out
+  of memory it shares with the daemon), arrays from comm.shared_array()
+  (--buffers=shared: the daemon reads and writes them in place), or numpy
+  arrays with shared memory off (--buffers=stream).
 - embedded: ``chorus-bench --collective=all_reduce --dtype=f32 --op=sum
   --format=csv`` once per size, whose ranks embed a WorkerRuntime in their own
   processes (no hop to a daemon).
@@ -59,6 +63,17 @@ TARGETS: Tuple[Tuple[int, Optional[int], float], ...] = (
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
           "M": MIB, "MB": MIB, "MIB": MIB, "G": 1 << 30, "GB": 1 << 30,
           "GIB": 1 << 30}
+
+
+# --buffers: what the Python ranks pass to all_reduce.
+_BUFFERS = {
+    "numpy": "numpy arrays, copied into and out of memory shared with the "
+             "daemon (where it shares none: streamed)",
+    "shared": "x and out from comm.shared_array(), read and written by the "
+              "daemon in place",
+    "stream": "numpy arrays, shared memory off: messages, or "
+              "CollectiveChunked streams over 4 MiB",
+}
 
 
 class BenchError(Exception):
@@ -177,7 +192,7 @@ class Deadline:
 
 def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
               worker: str, group: str, world: int, rank: int,
-              timeout: float) -> None:
+              timeout: float, buffers: str) -> None:
     """One Python rank (a spawned process): joins through its daemon, then
     runs the parent's commands, one size at a time, and reports its times.
 
@@ -198,7 +213,8 @@ def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
         return
     try:
         comm = chorus.join(group, world, rank, worker=worker,
-                           timeout=timeout)
+                           timeout=timeout,
+                           shared_memory=buffers != "stream")
     except chorus.Error as e:
         conn.send(("error", f"rank {rank}: join: {e}"))
         return
@@ -219,6 +235,10 @@ def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
             x = np.resize(pattern * (rank + 1), count)
             expected = np.resize(pattern * total, count)
             out = np.empty(count, dtype=np.float32)
+            if buffers == "shared":
+                x, given = comm.shared_array(count, np.float32), x
+                x[...] = given
+                out = comm.shared_array(count, np.float32)
 
             def timed() -> int:
                 start = time.perf_counter_ns()
@@ -233,7 +253,7 @@ def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
             first = time.perf_counter_ns() - start
             plan = str(work.algorithm or "?")
             wrong = int(np.count_nonzero(out != expected))
-            conn.send(("first", first, plan))
+            conn.send(("first", first, plan, comm.shared_memory))
             extra = expect("extra")[1]
             if extra > 0:
                 conn.send(("extra", sum(timed() for _ in range(extra))
@@ -268,8 +288,9 @@ class PythonSide:
     rank; stops all of them on exit."""
 
     def __init__(self, build_dir: Path, ranks: int, timeout: float,
-                 deadline: Deadline, folder: Path) -> None:
+                 deadline: Deadline, folder: Path, buffers: str) -> None:
         self.build_dir = build_dir
+        self.buffers = buffers
         self.ranks = ranks
         self.timeout = timeout
         self.deadline = deadline
@@ -336,7 +357,7 @@ class PythonSide:
                 target=rank_main, name=f"rank-{rank}",
                 args=(child, python_dir, f"127.0.0.1:{port}",
                       f"pyvsemb-{os.getpid()}", self.ranks, rank,
-                      self.timeout))
+                      self.timeout, self.buffers))
             process.start()
             child.close()
             self.procs.append(process)
@@ -384,6 +405,7 @@ class PythonSide:
         first = self._gather("first", call_wait)
         estimate = max(1, max(m[1] for m in first))
         plans = sorted({m[2] for m in first})
+        self.shared_memory = sorted({m[3] for m in first})
         if warmup > 0:
             extra = warmup - 1
         else:
@@ -509,6 +531,9 @@ def print_table(ranks: int, args: argparse.Namespace, started: str,
           f"{args.min_iters}, {args.max_iters})")
     print("# time = median over iterations of the slowest rank's time per "
           "call; ratio = python / embedded")
+    print(f"# python buffers: {args.buffers}: {_BUFFERS[args.buffers]}; "
+          f"shared memory: "
+          f"{', '.join(getattr(args, 'shared_memory', ['?']))}")
     print("# targets (issue 16): >= 64 MiB within 1.25x; 8 B within 2x")
     print(f"{'size':<9} {'py plan':<18} {'iters':>5} {'python (us)':>13} "
           f"{'emb plan':<18} {'iters':>5} {'embedded (us)':>13} "
@@ -560,6 +585,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "(default 120s)")
     parser.add_argument("--max_time", type=parse_duration, default=1800.0,
                         help="bound on the whole run (default 30m)")
+    parser.add_argument("--buffers", choices=sorted(_BUFFERS),
+                        default="numpy",
+                        help="the Python ranks' tensors: " + "; ".join(
+                            f"{k}: {v}" for k, v in sorted(_BUFFERS.items()))
+                        + " (default numpy)")
     parser.add_argument("--build_dir", default="build",
                         help="the build tree, relative to the repository "
                         "(default build)")
@@ -597,7 +627,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         side: Optional[PythonSide] = None
         try:
             side = PythonSide(build_dir, args.ranks, args.timeout, deadline,
-                              Path(folder))
+                              Path(folder), args.buffers)
             with side:
                 for nbytes in args.sizes:
                     py = side.measure(nbytes, args.warmup,
@@ -608,6 +638,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         args.warmup, args.time_per_size, args.min_iters,
                         args.max_iters, args.timeout, deadline)
                     rows.append((nbytes, py, emb))
+                    args.shared_memory = side.shared_memory
                     print(f"# {format_size(nbytes)}: python "
                           f"{py.time_us:.1f} us, embedded {emb.time_us:.1f} "
                           f"us", file=sys.stderr, flush=True)

@@ -1,19 +1,42 @@
 """Tensors over gRPC's 64 MiB message limit through the Python client.
 
 Calls whose request or reply would be over chorus.STREAM_THRESHOLD_BYTES go
-through the daemon's CollectiveChunked stream in pieces; these tests run such
-calls on real daemons and check the results against numpy.
+through the daemon's CollectiveChunked stream in pieces when they do not go
+through shared memory; these tests turn shared memory off (test_shared.py
+covers it), run such calls on real daemons and check the results against
+numpy.
 """
 
 import time
-from typing import Any
+from typing import Any, Iterator, List
 
 import numpy as np
+import pytest
 
 import chorus
-from conftest import CALL_TIMEOUT, run_ranks
+from conftest import CALL_TIMEOUT, Cluster, join_all, run_ranks
 
 MIB = 2 ** 20
+
+
+@pytest.fixture(scope="module")
+def trio(cluster: Cluster) -> Iterator[List[chorus.Communicator]]:
+    """Three streaming ranks: ranks 0 and 2 on w0, rank 1 on w1."""
+    w0, w1 = cluster.address("w0"), cluster.address("w1")
+    comms = join_all([w0, w1, w0], shared_memory=False)
+    yield comms
+    for comm in comms:
+        comm.close()
+
+
+@pytest.fixture
+def pair(cluster: Cluster) -> Iterator[List[chorus.Communicator]]:
+    """Two streaming ranks of a fresh group: rank 0 on w0, rank 1 on w1."""
+    comms = join_all([cluster.address("w0"), cluster.address("w1")],
+                     shared_memory=False)
+    yield comms
+    for comm in comms:
+        comm.close()
 
 
 def _ramp(count: int, rank: int) -> np.ndarray:

@@ -18,6 +18,7 @@ to this package for the whole API.
 from chorus._connect import default_socket_path
 from chorus._dtypes import DTYPES, bf16_to_f32, dtype_name, f32_to_bf16
 from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
+                                 SHARED_THRESHOLD_BYTES,
                                  STREAM_THRESHOLD_BYTES, Communicator, Work,
                                  join)
 from chorus.errors import (Aborted, Cancelled, DataLoss, DeadlineExceeded,
@@ -31,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "join", "default_socket_path", "Communicator", "Work", "DEFAULT_TIMEOUT",
-    "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES",
+    "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES", "SHARED_THRESHOLD_BYTES",
     "DTYPES", "dtype_name", "bf16_to_f32", "f32_to_bf16",
     "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
     "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",

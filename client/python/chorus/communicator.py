@@ -22,12 +22,14 @@ import grpc
 import numpy as np
 
 from chorus import _connect, _dtypes
+from chorus._shared import SHARED_THRESHOLD_BYTES, Region, SharedMemory
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
                            InvalidArgument, Unavailable, from_rpc_error)
 from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 
 __all__ = ["join", "Communicator", "Work", "DEFAULT_TIMEOUT",
-           "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES"]
+           "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES",
+           "SHARED_THRESHOLD_BYTES"]
 
 DEFAULT_TIMEOUT: float = 60.0
 """Seconds a join or a collective may take unless `timeout` says otherwise."""
@@ -231,7 +233,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
          rank: Optional[int] = None, *, worker: Optional[str] = None,
          device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
          max_message_bytes: int = MAX_MESSAGE_BYTES,
-         tls_dir: Optional[_connect.PathLike] = None) -> "Communicator":
+         tls_dir: Optional[_connect.PathLike] = None,
+         shared_memory: bool = True) -> "Communicator":
     """Joins `group` as `rank` of `world_size` ranks through the worker daemon
     at `worker` and returns the Communicator once every rank joined.
 
@@ -261,6 +264,11 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             DIR/client-NAME: the channel then uses mutual TLS; default
             $CHORUS_TLS_DIR; "" means plaintext. A unix: worker is always
             reached in plaintext and tls_dir is not read.
+        shared_memory: let collectives of SHARED_THRESHOLD_BYTES or more
+            read and write their tensors in memory shared with the daemon
+            (WorkerLocal.OpenSharedRegion) rather than in messages. It works
+            when the daemon runs on this host as this user (or this process
+            as root); elsewhere calls go in messages, as with False.
 
     Raises:
         InvalidArgument: a missing or malformed argument (nothing is sent),
@@ -347,7 +355,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _world_size=world_size, _rank=rank, _epoch=response.epoch,
         _device=_canonical_name(device_proto),
         _member_devices=list(response.member_devices), _timeout=timeout,
-        _max_message_bytes=max_message_bytes)
+        _max_message_bytes=max_message_bytes,
+        _shared_memory=bool(shared_memory))
 
 
 def _connection_hint(worker: str, tls_source: str) -> str:
@@ -388,6 +397,26 @@ class Work(futures.Future):
         return self.result(timeout)
 
 
+class _Blocking:
+    """A unary call made when its result is asked for, on that thread: what
+    a call that blocks uses in place of a gRPC future.
+    """
+
+    __slots__ = ("_method", "_request", "_timeout")
+
+    def __init__(self, method: Any, request: bytes, timeout: float) -> None:
+        self._method = method
+        self._request = request
+        self._timeout = timeout
+
+    def result(self) -> Any:
+        """Makes the call and returns its response (or raises its
+        grpc.RpcError).
+        """
+        request, self._request = self._request, b""
+        return self._method(request, timeout=self._timeout)
+
+
 class _Call:
     """What one collective sends and expects back."""
 
@@ -412,7 +441,7 @@ class _Call:
     def output_bytes(self) -> int:
         if self.out_shape is None or self.out_dtype is None:
             return 0
-        return int(np.prod(self.out_shape, dtype=np.int64)) * \
+        return math.prod(self.out_shape) * \
             self.out_dtype.itemsize
 
 
@@ -603,7 +632,7 @@ class Communicator:
     def __init__(self, *, _channel: grpc.Channel, _worker: str, _group: str,
                  _world_size: int, _rank: int, _epoch: int, _device: str,
                  _member_devices: List[str], _timeout: float,
-                 _max_message_bytes: int) -> None:
+                 _max_message_bytes: int, _shared_memory: bool = True) -> None:
         """Made by chorus.join(); not meant to be called directly."""
         self._channel = _channel
         self._worker = _worker
@@ -626,6 +655,8 @@ class Communicator:
             _CHUNKED_METHOD,
             request_serializer=None,
             response_deserializer=worker_pb2.LocalChunkedResponse.FromString)
+        self._shared = SharedMemory(_channel, _group, _epoch, _rank,
+                                    _shared_memory)
         self._lock = threading.Condition()
         self._next_sequence = 1
         self._in_flight = 0
@@ -685,6 +716,41 @@ class Communicator:
         return self._max_message_bytes
 
     @property
+    def shared_memory(self) -> str:
+        """Whether large collectives go through memory shared with the
+        daemon: "on" once a region was mapped, "untried" before the first
+        such call, else why not (e.g. the daemon runs as another user).
+        """
+        usable = self._shared.usable
+        if usable is None:
+            return "untried"
+        return "on" if usable else self._shared.why_not
+
+    def shared_array(self, shape: Union[int, Sequence[int]],
+                     dtype: Any = "float32") -> np.ndarray:
+        """Returns a new, uninitialized array of `shape` and `dtype` (a
+        Chorus dtype name or a numpy dtype) in memory shared with the
+        daemon. Passed as a collective's input or `out`, its bytes are not
+        copied on this side at all: the daemon reads and writes them in
+        place. It stays valid until it is garbage, but after close() it is
+        no longer shared. Where the daemon shares no memory with this
+        process it is an ordinary array (and calls copy as usual).
+
+        Raises:
+            InvalidArgument: a malformed shape or an unknown dtype.
+        """
+        arr_shape = _shape_of(shape)
+        try:
+            name = _dtypes.dtype_name(dtype)
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+        np_dtype = _dtypes.numpy_dtype(name)
+        shared = self._shared.array(arr_shape, np_dtype)
+        if shared is None:
+            return np.empty(arr_shape, np_dtype)
+        return shared
+
+    @property
     def next_sequence(self) -> int:
         """The number the next collective will take."""
         with self._lock:
@@ -706,6 +772,7 @@ class Communicator:
         with self._lock:
             self._closed = True
             self._lock.wait_for(lambda: self._in_flight == 0, timeout)
+        self._shared.close()
         self._release.set()
         try:
             self._hold.result(timeout=_RELEASE_WAIT)
@@ -793,7 +860,7 @@ class Communicator:
         else:
             name, block = self._receive_only(shape, out, dtype, "broadcast")
             arr = None
-        count = int(np.prod(block, dtype=np.int64))
+        count = math.prod(block)
         call = _Call("broadcast", name, count, root=root,
                      data=arr if self._rank == root else None,
                      out_shape=block)
@@ -870,7 +937,7 @@ class Communicator:
         else:
             name, block = self._receive_only(shape, out, dtype, "scatter")
             arr = None
-        count = int(np.prod(block, dtype=np.int64))
+        count = math.prod(block)
         call = _Call("scatter", name, count, root=root,
                      data=arr if self._rank == root else None,
                      out_shape=block)
@@ -978,7 +1045,7 @@ class Communicator:
             request.device.CopyFrom(_parse_device(device))
         target = None
         if call.out_shape is not None and out is not None:
-            size = int(np.prod(call.out_shape, dtype=np.int64))
+            size = math.prod(call.out_shape)
             target = _as_output(out, call.dtype, size)
         data = call.data
         data_bytes = 0 if data is None else data.nbytes
@@ -987,10 +1054,13 @@ class Communicator:
         request_bytes = request.ByteSize() + 11 + (
             1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
         reply_bytes = call.output_bytes() + _REPLY_OVERHEAD
-        streamed = max(request_bytes, reply_bytes) > min(
+        shared = None
+        if data_bytes + call.output_bytes() >= SHARED_THRESHOLD_BYTES:
+            shared = self._share(request, data, target, call.output_bytes())
+        streamed = shared is None and max(request_bytes, reply_bytes) > min(
             STREAM_THRESHOLD_BYTES, self._max_message_bytes)
         payload: List[Any] = []
-        if data_bytes and not streamed:
+        if data_bytes and not streamed and shared is None:
             payload = [_DATA_TAG, _varint(data_bytes),
                        data.reshape(-1).view(np.uint8).data]
         with self._lock:
@@ -1009,27 +1079,129 @@ class Communicator:
                     rpc = self._chunked(
                         _chunked_requests(header.SerializeToString(), data),
                         timeout=timeout)
-                else:
+                elif async_op:
                     wire = b"".join([request.SerializeToString()] + payload)
                     rpc = self._collective.future(wire, timeout=timeout)
                     del wire
+                else:
+                    # Sent from this thread once the lock is released: a
+                    # call that blocks needs no gRPC future (the daemon
+                    # orders calls by number however they arrive).
+                    rpc = _Blocking(self._collective, b"".join(
+                        [request.SerializeToString()] + payload), timeout)
             except BaseException:
                 self._in_flight -= 1
                 self._lock.notify_all()
+                if shared is not None and shared[0] is not None:
+                    self._shared.give_back(shared[0])
                 raise
-        if streamed:
+        if shared is not None:
+            lease, out_offset, in_target = shared
+
+            def receive(done: Any) -> Callable[[], Any]:
+                return lambda: self._receive_shared(
+                    done, call, target, sequence, lease, out_offset,
+                    in_target)
+        elif streamed:
+            def receive(done: Any) -> Callable[[], Any]:
+                return lambda: self._receive_streamed(
+                    done, call, target, sequence)
+        else:
+            def receive(done: Any) -> Callable[[], Any]:
+                return lambda: self._receive_unary(
+                    done, call, target, sequence)
+        if not async_op:
+            self._settle(call, work, receive(rpc))  # on this thread
+        elif streamed:
             threading.Thread(
                 target=self._settle, daemon=True,
                 name=f"chorus-{call.kind}-{sequence}",
-                args=(call, work, lambda: self._receive_streamed(
-                    rpc, call, target, sequence))).start()
+                args=(call, work, receive(rpc))).start()
         else:
-            rpc.add_done_callback(lambda done: self._settle(
-                call, work, lambda: self._receive_unary(
-                    done, call, target, sequence)))
+            rpc.add_done_callback(
+                lambda done: self._settle(call, work, receive(done)))
         if async_op:
             return work
         return work.result()
+
+    def _share(self, request: Any, data: Optional[np.ndarray],
+               target: Optional[np.ndarray], output_bytes: int
+               ) -> Optional[Tuple[Optional[Region], int, bool]]:
+        """Sets `request`'s shared_input and shared_output when the call can
+        go through shared memory: in place for arrays from shared_array(),
+        else through a pool region it borrows, copying the input in.
+        Returns (the borrowed region or None, the output's offset in it,
+        whether the output lands in `target` itself), or None when the call
+        goes in messages.
+        """
+        input_bytes = 0 if data is None else data.nbytes
+        at_input = self._shared.locate(data) if input_bytes else None
+        at_output = None
+        if target is not None and output_bytes:
+            at_output = self._shared.locate(target)
+        in_target = at_output is not None
+        in_pool = input_bytes if at_input is None else 0
+        out_offset = SharedMemory.output_offset(in_pool)
+        need = out_offset + (output_bytes if at_output is None else 0)
+        lease = None
+        if need:
+            lease = self._shared.borrow(need)
+            if lease is None:
+                return None
+        if at_input is None:
+            if lease is None:  # no input, output in a shared array
+                at_input = at_output
+            else:
+                at_input = (lease.region, 0)
+                if input_bytes:
+                    lease.view[:input_bytes] = \
+                        data.reshape(-1).view(np.uint8)
+        if at_output is None:
+            at_output = (lease.region, out_offset) if lease is not None \
+                else at_input
+        request.shared_input.region, request.shared_input.offset = at_input
+        request.shared_input.bytes = input_bytes
+        request.shared_output.region, request.shared_output.offset = at_output
+        request.shared_output.bytes = output_bytes
+        return lease, out_offset, in_target
+
+    def _receive_shared(self, rpc: Any, call: _Call,
+                        target: Optional[np.ndarray], sequence: int,
+                        lease: Optional[Region], out_offset: int,
+                        in_target: bool
+                        ) -> Tuple[Any, Optional[np.ndarray]]:
+        """Returns (the plan, the output) of a finished call on shared
+        memory, copying the output out of the pool region unless it landed
+        in `target` itself. The region goes back to the pool, or, when the
+        call ended without the daemon's answer (it may still write into
+        it), is released.
+        """
+        try:
+            response = rpc.result()
+        except BaseException:
+            if lease is not None:
+                self._shared.discard(lease)
+            raise
+        try:
+            if response.data:
+                raise Internal(f"{call.kind} #{sequence}: the worker sent "
+                               "its output in the reply, not in shared "
+                               "memory", grpc.StatusCode.INTERNAL)
+            if call.out_shape is None:
+                return response.plan, None
+            if in_target:
+                return response.plan, target
+            size = call.output_bytes()
+            assert lease is not None
+            result = lease.view[out_offset:out_offset + size]
+            if target is not None:
+                target.reshape(-1).view(np.uint8)[...] = result
+                return response.plan, target
+            return response.plan, result.view(call.out_dtype).reshape(
+                call.out_shape).copy()
+        finally:
+            if lease is not None:
+                self._shared.give_back(lease)
 
     def _receive_unary(self, rpc: Any, call: _Call,
                        target: Optional[np.ndarray], sequence: int
@@ -1127,6 +1299,8 @@ class Communicator:
             work.set_result(output)
         except Error as e:
             work.set_exception(e)
+        except (KeyboardInterrupt, SystemExit):
+            raise  # a blocking call interrupted on its own thread
         except BaseException as e:  # never leave a future unfinished
             work.set_exception(Internal(
                 f"{call.kind} #{work.sequence}: {type(e).__name__}: {e}",
