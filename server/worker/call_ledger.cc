@@ -137,9 +137,13 @@ absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
   if (numbers.forgotten) return LeftError(who);
   it = numbers.calls.find(sequence);
   if (numbers.epoch != epoch || it == numbers.calls.end()) {
+    // Its first attempt was still being recorded when the rank called a
+    // newer number: the same answer as for an older call.
     return absl::FailedPreconditionError(absl::StrCat(
-        who, " retried #", sequence,
-        ", whose outcome is no longer kept: a newer call finished first"));
+        who, " already called #", sequence,
+        "; its outcome is no longer kept: the rank called a newer number "
+        "first (a retry gets the first attempt's outcome only for the "
+        "rank's newest finished call or one still running)"));
   }
   *retried = it->second.outcome;
   return absl::OkStatus();

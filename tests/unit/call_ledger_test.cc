@@ -151,6 +151,25 @@ TEST(CallLedgerTest, Use_RetryWhileFirstAttemptRuns_WaitsForItsOutcome) {
   EXPECT_EQ(retried->output, "late");
 }
 
+TEST(CallLedgerTest,
+     Use_RetryWaitingWhenANewerNumberIsTaken_FailedPreconditionAlreadyCalled) {
+  CallLedger ledger;
+  ASSERT_TRUE(Take(ledger, "g", 0, 1, 1, Later()).ok());
+  ASSERT_TRUE(Take(ledger, "g", 0, 1, 2, Later()).ok());
+  // #1's outcome is still being recorded (its reply went out before) when
+  // the rank, which has called #2 since, sends #1 again.
+  absl::Status again;
+  std::optional<CallOutcome> retried;
+  std::thread retry(
+      [&] { again = ledger.Use("g", 0, 1, 1, kCall, Later(), &retried); });
+  ledger.AwaitCallsForTesting("g", 0, 1);
+  ledger.Keep("g", 0, 1, 1, Output("first"));
+  retry.join();
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  EXPECT_THAT(again.message(), HasSubstr("already called #1"));
+  EXPECT_FALSE(retried.has_value());
+}
+
 TEST(CallLedgerTest, Use_RetryOfFailedCall_GetsTheSameFailure) {
   CallLedger ledger;
   ASSERT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
