@@ -3,7 +3,6 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -425,13 +424,16 @@ void LocalApiService::StartCall(LocalCall call,
       return;
     }
     call.options.timeout = deadline - absl::Now();
-    // A call on shared memory runs into the region's reused scratch, then
-    // lands in place: its input may be the very bytes it writes.
+    // A call on shared memory lands in place (its input may be the very
+    // bytes it writes): the same_host plan writes there directly, the
+    // others through the region's reused scratch.
     std::string scratch;
     std::string* run_output = output;
     if (call.output_region != nullptr) {
       scratch = call.output_region->TakeScratch();
+      scratch.clear();
       run_output = &scratch;
+      call.options.output_place = call.shared_output;
     }
     absl::StatusOr<RunResult> ran = call.runtime->Run(
         m, call.sequence, call.spec, input, run_output, call.options);
@@ -440,13 +442,11 @@ void LocalApiService::StartCall(LocalCall call,
       outcome.algorithm = ran->algorithm;
       outcome.chunk_bytes = ran->chunk_bytes;
       if (call.output_region != nullptr) {
-        // PrepareShared checked the room; the output's size is the spec's.
-        std::memcpy(call.shared_output.data(), scratch.data(),
-                    std::min(scratch.size(), call.shared_output.size()));
+        // Run() put it in place (PrepareShared checked the room).
         outcome.output_region = call.output_region;
-        outcome.shared_output = absl::string_view(
-            call.shared_output.data(),
-            std::min(scratch.size(), call.shared_output.size()));
+        outcome.shared_output =
+            absl::string_view(call.shared_output.data(),
+                              OutputBytes(call.spec, m.world_size, m.rank));
       }
     } else {
       ran = NumberUsed(ran.status(), m, call.sequence);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <utility>
 
@@ -496,6 +497,9 @@ absl::StatusOr<RunResult> WorkerRuntime::Run(
   CallBuffers buffers;
   buffers.host_input = input;
   buffers.host_output = output;
+  if (!options.output_place.empty()) {
+    buffers.host_output_place = options.output_place.data();
+  }
   const absl::Time start = absl::Now();
   return Counted(spec, start,
                  RunCall(membership, sequence, spec, buffers, options));
@@ -644,6 +648,12 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     host_output->clear();
     return status;
   }
+  if (buffers.host_output_place != nullptr && !host_output->empty()) {
+    // The plan wrote the string (only same_host writes the place itself).
+    std::memcpy(buffers.host_output_place, host_output->data(),
+                host_output->size());
+    host_output->clear();
+  }
   return result;
 }
 
@@ -670,6 +680,7 @@ absl::Status WorkerRuntime::RunPlanned(
   args.chunk_bytes = std::max<uint64_t>(1, plan->chunk_bytes);
   args.transport = &transport;
   args.output = host_output;
+  args.output_place = buffers.host_output_place;
   // Kinds whose output every rank holds identically are checked at the
   // commit: each rank hashes its output as it writes it.
   std::optional<ResultHash> hash;

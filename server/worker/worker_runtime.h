@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/common/collective.h"
 #include "server/common/device.h"
@@ -112,6 +113,10 @@ struct RunOptions {
   absl::Duration timeout = absl::Minutes(1);
   // The device the rank's buffers live on; the member's device when unset.
   std::optional<Device> device;
+  // Host memory for Run()'s output (not owned), at least OutputBytes() long:
+  // when set, the output lands there (the same_host plan writes it there
+  // directly) and Run() leaves its `output` string empty.
+  absl::Span<char> output_place;
 };
 
 struct RunResult {
@@ -238,6 +243,8 @@ class WorkerRuntime {
   struct CallBuffers {
     absl::string_view host_input;
     std::string* host_output = nullptr;
+    // RunOptions::output_place, for a host call.
+    char* host_output_place = nullptr;
     const void* device_input = nullptr;
     void* device_output = nullptr;
     bool on_device = false;

@@ -59,6 +59,38 @@ TEST_P(SameHostTest, ManyReducePieces_MatchesReferenceOnEveryRank) {
   }
 }
 
+// The same_host plan writing into a place of its own (AlgorithmArgs::
+// output_place) that is also its input, as a call on shared memory of an
+// in-place all_reduce does: the result lands there and not in the string.
+AlgorithmFn InPlaceSameHostFn() {
+  return [](const AlgorithmArgs& args, Algorithm* ran) -> absl::Status {
+    std::string place(args.input);
+    AlgorithmArgs in_place = args;
+    in_place.input = place;
+    in_place.output_place = place.data();
+    args.output->clear();
+    absl::Status status = SameHostFn()(in_place, ran);
+    if (status.ok() && !args.output->empty()) {
+      return absl::InternalError("same_host wrote the string, not the place");
+    }
+    if (status.ok()) *args.output = place;
+    return status;
+  };
+}
+
+TEST_P(SameHostTest, OutputPlaceOverItsInput_MatchesReferenceOnEveryRank) {
+  const int world = GetParam();
+  for (uint64_t count : {0, 7, 70000}) {
+    CollectiveCase c;
+    c.spec =
+        Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum);
+    c.algorithm = Algorithm::kSameHost;
+    c.seed = 11;
+    ASSERT_TRUE(RunAndCheckInProcess(InPlaceSameHostFn(), c, world,
+                                     Algorithm::kSameHost, 1 << 20));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, SameHostTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrCat("world", info.param);

@@ -30,6 +30,9 @@ struct AlgorithmArgs {
   absl::string_view input;
   // Receives this rank's output, OutputBytes() long.
   std::string* output = nullptr;
+  // When set (not owned, OutputBytes() long), the same_host plan writes the
+  // output here instead and leaves `output` alone; the others ignore it.
+  char* output_place = nullptr;
   // Not owned.
   Transport* transport = nullptr;
   // For all_reduce, reduce and reduce_scatter under the ring and recursive

@@ -109,17 +109,16 @@ absl::StatusOr<bool> MapPeers(const std::vector<std::string>& hellos, int rank,
 // publishes it in this rank's segment `own`.
 absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
                             const std::function<const char*(int)>& source,
-                            char* own) {
+                            char* own, char* out) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
-  std::string& out = *args.output;
   const Range mine = SplitRange(spec.count, element, world, rank);
   const uint64_t piece_bytes = ElementChunkBytes(kPieceBytes, element);
   std::vector<const void*> sources(world);
   std::string accumulators;
   for (uint64_t c = 0; c < ChunkCount(mine.size, piece_bytes); ++c) {
     const Range piece = ChunkOf(mine, piece_bytes, c);
-    char* dst = out.data() + piece.offset;
+    char* dst = out + piece.offset;
     for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
     const absl::Time start = absl::Now();
     absl::Status reduced =
@@ -137,14 +136,14 @@ absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
 
 // D. Copies every other block from the rank that reduced it.
 void CopyPeerBlocks(const AlgorithmArgs& args, int world, int rank,
-                    const std::function<const char*(int)>& source) {
+                    const std::function<const char*(int)>& source, char* out) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
   bool corrupted = false;
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
     const Range block = SplitRange(spec.count, element, world, peer);
-    char* dst = args.output->data() + block.offset;
+    char* dst = out + block.offset;
     std::memcpy(dst, source(peer) + block.offset, block.size);
     if (args.corrupt_for_testing && block.size > 0 && !corrupted) {
       dst[0] ^= 1;
@@ -169,7 +168,13 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   const int world = transport.world_size();
   const int rank = transport.rank();
   const uint64_t bytes = spec.count * DTypeSize(spec.dtype);
-  args.output->resize(bytes);
+  // The input is read (step A) before any of the output is written, so the
+  // two may be the same memory.
+  char* out = args.output_place;
+  if (out == nullptr) {
+    args.output->resize(bytes);
+    out = args.output->data();
+  }
 
   // A. Copy the input into a shared segment and expose it. Without one,
   // this rank says it cannot take part (step B), and all fall back.
@@ -214,13 +219,13 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
 
   // C and D, each followed by a step every rank must have finished.
   if (absl::Status reduced =
-          ReduceOwnBlock(args, world, rank, source, own->data);
+          ReduceOwnBlock(args, world, rank, source, own->data, out);
       !reduced.ok()) {
     return reduced;
   }
   absl::StatusOr<std::vector<std::string>> reduced = AllToAll(transport, "r");
   if (!reduced.ok()) return reduced.status();
-  CopyPeerBlocks(args, world, rank, source);
+  CopyPeerBlocks(args, world, rank, source, out);
   absl::StatusOr<std::vector<std::string>> done = AllToAll(transport, "d");
   if (!done.ok()) return done.status();
   return absl::OkStatus();
