@@ -7,6 +7,7 @@ These tests run real daemons on 127.0.0.1, as the same user as the tests,
 so the client can map the daemons' regions.
 """
 
+import gc
 import os
 from typing import Any, Iterator, List
 
@@ -71,18 +72,44 @@ def test_all_reduce_of_256_mib_per_rank_on_three_ranks(trio: Any) -> None:
         assert trio[r].shared_memory == "on"
 
 
-def test_shared_array_in_place_is_written_by_the_daemon(pair: Any) -> None:
+@pytest.mark.parametrize("algorithm", ["same_host", "ring"])
+def test_shared_array_in_place_is_written_by_the_daemon(
+        pair: Any, algorithm: str) -> None:
+    # same_host writes the result into the array itself; the ring writes
+    # it through the daemon's buffer, then into the array.
     count = 1 << 20
     arrays = [comm.shared_array((count,), "f32") for comm in pair]
     for r, x in enumerate(arrays):
         x[...] = _ramp(count, r)
     got = run_ranks([
-        (lambda r=r: pair[r].all_reduce(arrays[r], out=arrays[r]))
+        (lambda r=r: pair[r].all_reduce(arrays[r], out=arrays[r],
+                                        algorithm=algorithm))
         for r in range(2)])
     want = _ramp(count, 0) + _ramp(count, 1)
     for r in range(2):
         assert got[r] is arrays[r]
         assert np.array_equal(arrays[r], want)
+
+
+def test_shared_array_released_once_garbage(pair: Any) -> None:
+    comm = pair[0]
+    x = comm.shared_array(1000, "i32")
+    region, _ = comm._shared.locate(x)
+    view = x[10:20]
+    del x
+    gc.collect()
+    assert comm._shared.locate(view) == (region, 40)  # a view keeps it
+    del view
+    gc.collect()
+    # The next shared_array() releases it on the daemon first.
+    y = comm.shared_array(10, "i32")
+    stub = worker_pb2_grpc.WorkerLocalStub(comm._channel)
+    with pytest.raises(grpc.RpcError) as gone:
+        stub.ReleaseSharedRegion(worker_pb2.SharedRegionRelease(
+            group=comm.group, epoch=comm.epoch, rank=comm.rank,
+            region=region), timeout=CALL_TIMEOUT)
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+    assert comm._shared.locate(y) is not None
 
 
 def test_shared_array_as_input_with_a_plain_output(pair: Any) -> None:

@@ -8,7 +8,8 @@ names byte ranges of regions for its input and output
 input in place and writes the output there, and no tensor bytes cross gRPC.
 
 SharedMemory keeps one communicator's regions: a pool lent to one call at a
-time, and the regions behind the arrays shared_array() returns. Where the
+time, and the regions behind the arrays shared_array() returns (each
+released once its array and every view of it are garbage). Where the
 daemon cannot share memory with this process it records why, and the
 communicator streams instead.
 
@@ -19,7 +20,8 @@ import math
 import mmap
 import os
 import threading
-from typing import Any, List, Optional, Tuple
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -58,16 +60,6 @@ class Region:
         self.mapping = mapping
         self.view = np.frombuffer(mapping, np.uint8, nbytes)
         self.address = self.view.ctypes.data
-
-    def contains(self, arr: np.ndarray) -> Optional[int]:
-        """Returns the offset of `arr`'s bytes in this region, or None when
-        they are not all inside it.
-        """
-        start = arr.ctypes.data
-        if self.address <= start and \
-                start + arr.nbytes <= self.address + self.nbytes:
-            return start - self.address
-        return None
 
 
 def _map(answer: Any) -> Region:
@@ -114,7 +106,12 @@ class SharedMemory:
         self._usable: Optional[bool] = None if enabled else False
         self._why_not = "" if enabled else "turned off (shared_memory=False)"
         self._idle: List[Region] = []
-        self._arrays: List[Region] = []
+        # Regions behind arrays from array(): region -> (address, bytes, a
+        # weak reference to the mapping the array keeps alive).
+        self._arrays: Dict[int, Tuple[int, int, "weakref.ref[Any]"]] = {}
+        # Regions whose arrays were collected, to release on the next call:
+        # a finalizer may run inside any code, so it only appends here.
+        self._dead: List[int] = []
 
     @property
     def usable(self) -> Optional[bool]:
@@ -169,11 +166,20 @@ class SharedMemory:
         except grpc.RpcError:
             pass
 
+    def _release_dead(self) -> None:
+        """Releases the regions whose arrays were collected."""
+        while self._dead:
+            region = self._dead.pop()
+            with self._lock:
+                self._arrays.pop(region, None)
+            self._drop(region)
+
     def borrow(self, nbytes: int) -> Optional[Region]:
         """Lends a pool region of at least `nbytes` to one call; returns None
         when shared memory is off or no region can be had (the call then
         goes in messages). Give it back with give_back() or discard().
         """
+        self._release_dead()
         with self._lock:
             if self._usable is False:
                 return None
@@ -214,6 +220,7 @@ class SharedMemory:
         """Returns a new array of `shape` and `dtype` in a region of its own,
         or None when shared memory is off.
         """
+        self._release_dead()
         nbytes = math.prod(shape) * dtype.itemsize
         with self._lock:
             if self._usable is False:
@@ -221,22 +228,27 @@ class SharedMemory:
         region = self._make(max(nbytes, 1))
         if region is None:
             return None
+        count = nbytes // dtype.itemsize
+        arr = np.frombuffer(region.mapping, dtype, count).reshape(shape)
         with self._lock:
             self._usable = True
-            self._arrays.append(region)
-        count = nbytes // dtype.itemsize
-        return np.frombuffer(region.mapping, dtype, count).reshape(shape)
+            self._arrays[region.region] = (
+                region.address, region.nbytes, weakref.ref(region.mapping))
+        weakref.finalize(region.mapping, self._dead.append, region.region)
+        return arr
 
     def locate(self, arr: np.ndarray) -> Optional[Tuple[int, int]]:
         """Returns (region, offset) when `arr`'s bytes lie in an array made
         by array(), else None.
         """
+        start = arr.ctypes.data
+        end = start + arr.nbytes
         with self._lock:
-            regions = list(self._arrays)
-        for region in regions:
-            offset = region.contains(arr)
-            if offset is not None:
-                return region.region, offset
+            regions = list(self._arrays.items())
+        for region, (address, nbytes, mapping) in regions:
+            if address <= start and end <= address + nbytes and \
+                    mapping() is not None:
+                return region, start - address
         return None
 
     @staticmethod
@@ -254,6 +266,7 @@ class SharedMemory:
         with self._lock:
             self._idle.clear()
             self._arrays.clear()
+            self._dead.clear()
             self._usable = False
             self._why_not = "the communicator is closed"
 
