@@ -64,6 +64,11 @@ absl::Status ChunkedCallReactor::TakeHeader(
         header.call().data().size(),
         " bytes of data; send the input in data pieces after the header"));
   }
+  if (header.call().has_shared_input() || header.call().has_shared_output()) {
+    return absl::InvalidArgumentError(
+        "CollectiveChunked streams the data: shared_input and shared_output "
+        "are for Collective");
+  }
   absl::StatusOr<LocalCall> call = service_->PrepareCall(header.call());
   if (!call.ok()) return call.status();
   absl::Status sizes = service_->CheckSizes(*call, header.input_bytes());

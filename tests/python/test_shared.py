@@ -296,6 +296,25 @@ def test_raw_bad_shared_requests_are_refused_and_take_no_number(
                           shared_output=good_out).sequence == 1
 
 
+def test_raw_chunked_call_naming_shared_memory_is_refused(
+        raw: _Rank) -> None:
+    region = raw.open(8192)
+    call = worker_pb2.LocalCollectiveRequest(
+        group=raw.group, rank=0, epoch=raw.epoch, sequence=1,
+        spec=types_pb2.CollectiveSpec(
+            kind=types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
+            dtype=types_pb2.DTYPE_F32, count=1024,
+            op=types_pb2.REDUCE_OP_SUM),
+        shared_input=_buffer(region, 0, 4096),
+        shared_output=_buffer(region, 4096, 4096))
+    header = worker_pb2.LocalChunkedRequest(
+        header=worker_pb2.LocalChunkedHeader(call=call, input_bytes=4096))
+    error = _code_of(lambda: list(raw.stub.CollectiveChunked(
+        iter([header]), timeout=CALL_TIMEOUT)))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "are for Collective" in error.details()
+
+
 def test_raw_region_requests_are_checked(raw: _Rank, cluster: Any) -> None:
     error = _code_of(lambda: raw.open(0))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
