@@ -316,10 +316,10 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareCall(
   return call;
 }
 
-absl::StatusOr<absl::string_view> LocalApiService::PrepareShared(
+absl::StatusOr<absl::string_view> LocalApiService::PrepareInput(
     const v1::LocalCollectiveRequest& request, LocalCall* call) const {
   if (!request.has_shared_input() && !request.has_shared_output()) {
-    return absl::string_view();
+    return absl::string_view(request.data());
   }
   if (!request.has_shared_input() || !request.has_shared_output()) {
     return absl::InvalidArgumentError(
@@ -442,7 +442,7 @@ void LocalApiService::StartCall(LocalCall call,
       outcome.algorithm = ran->algorithm;
       outcome.chunk_bytes = ran->chunk_bytes;
       if (call.output_region != nullptr) {
-        // Run() put it in place (PrepareShared checked the room).
+        // Run() put it in place (PrepareInput checked the room).
         outcome.output_region = call.output_region;
         outcome.shared_output =
             absl::string_view(call.shared_output.data(),
@@ -476,13 +476,12 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
   }
   absl::StatusOr<LocalCall> call = PrepareCall(*request);
   absl::StatusOr<absl::string_view> input =
-      call.ok() ? PrepareShared(*request, &*call)
+      call.ok() ? PrepareInput(*request, &*call)
                 : absl::StatusOr<absl::string_view>(call.status());
   if (input.ok() && call->input_region != nullptr) {
+    // Not bounded by a message: by --max_tensor_bytes, as a stream.
     absl::Status sized = CheckSizes(*call, input->size());
     if (!sized.ok()) input = sized;
-  } else if (input.ok()) {
-    input = absl::string_view(request->data());
   }
   if (!input.ok()) {
     reactor->End(input.status(), nullptr);

@@ -148,14 +148,14 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   absl::StatusOr<LocalCall> PrepareCall(
       const v1::LocalCollectiveRequest& request) const;
 
-  // For a call on shared memory (shared_input and shared_output set):
-  // finds its regions, sets call->input_region, output_region and
-  // shared_output, and returns its input in place. Returns an empty input
-  // for a call whose data travels in the request. Codes, none of which
+  // Returns the input of `call`: the request's data, or for a call on
+  // shared memory (shared_input and shared_output set) the input in place,
+  // after finding its regions and setting call->input_region,
+  // output_region and shared_output. Codes, none of which
   // takes a number: FAILED_PRECONDITION for a region the rank does not
   // hold; INVALID_ARGUMENT for only one of the two set, `data` as well, a
   // range past a region's end, or room for less than the output.
-  absl::StatusOr<absl::string_view> PrepareShared(
+  absl::StatusOr<absl::string_view> PrepareInput(
       const v1::LocalCollectiveRequest& request, LocalCall* call) const;
 
   // Checks what a call of `input_bytes` bytes of input can be checked for
