@@ -118,23 +118,6 @@ class LocalApiSequenceTest : public ::testing::Test {
     return FromGrpcStatus(stub_->Collective(&context, call, response));
   }
 
-  // The oldest collective of `group` still waiting for ranks; 0 for none
-  // (or when the coordinator does not answer).
-  static uint64_t PendingSequence(v1::Coordinator::Stub& coordinator,
-                                  const std::string& group) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(kRpcTimeout));
-    v1::ListGroupsResponse response;
-    if (!coordinator.ListGroups(&context, v1::ListGroupsRequest(), &response)
-             .ok()) {
-      return 0;
-    }
-    for (const v1::GroupInfo& info : response.groups()) {
-      if (info.name() == group) return info.pending_sequence();
-    }
-    return 0;
-  }
-
   Daemon coordinator_;
   Daemon worker_;
   std::unique_ptr<v1::WorkerLocal::Stub> stub_;

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -150,49 +151,38 @@ class LocalApiSharedTest : public ::testing::Test {
     return status;
   }
 
-  // The oldest collective of `group` still waiting for ranks; 0 for none.
-  uint64_t PendingSequence(const std::string& group) {
-    std::unique_ptr<v1::Coordinator::Stub> coordinator =
-        NewCoordinatorStub(coordinator_.address);
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(kRpcTimeout));
-    v1::ListGroupsResponse response;
-    if (!coordinator->ListGroups(&context, v1::ListGroupsRequest(), &response)
-             .ok()) {
-      return 0;
+  // Opens a region for each of ranks 0 and 1 of `group` and maps it into
+  // regions_ and mapped_.
+  void OpenAndMapTwo(const std::string& group, uint64_t epoch) {
+    for (int r = 0; r < 2; ++r) {
+      absl::StatusOr<v1::SharedRegion> region = OpenRegion(group, epoch, r);
+      ASSERT_TRUE(region.ok()) << region.status();
+      absl::StatusOr<std::unique_ptr<Mapped>> map = Mapped::Open(*region);
+      ASSERT_TRUE(map.ok()) << map.status();
+      regions_.push_back(*region);
+      mapped_.push_back(*std::move(map));
     }
-    for (const v1::GroupInfo& info : response.groups()) {
-      if (info.name() == group) return info.pending_sequence();
-    }
-    return 0;
   }
 
   Daemon coordinator_;
   Daemon worker_;
   std::unique_ptr<v1::WorkerLocal::Stub> stub_;
+  std::vector<v1::SharedRegion> regions_;
+  std::vector<std::unique_ptr<Mapped>> mapped_;
 };
 
 TEST_F(LocalApiSharedTest,
        Collective_InPlaceOnTwoRanks_ResultInEachRegionUnderEveryPlan) {
   const uint64_t epoch = JoinTwo("inplace");
   ASSERT_NE(epoch, 0u);
-  std::vector<v1::SharedRegion> regions;
-  std::vector<std::unique_ptr<Mapped>> mapped;
-  for (int r = 0; r < 2; ++r) {
-    absl::StatusOr<v1::SharedRegion> region = OpenRegion("inplace", epoch, r);
-    ASSERT_TRUE(region.ok()) << region.status();
-    absl::StatusOr<std::unique_ptr<Mapped>> map = Mapped::Open(*region);
-    ASSERT_TRUE(map.ok()) << map.status();
-    regions.push_back(*region);
-    mapped.push_back(*std::move(map));
-  }
+  ASSERT_NO_FATAL_FAILURE(OpenAndMapTwo("inplace", epoch));
   uint64_t sequence = 0;
   for (v1::Algorithm algorithm :
        {v1::ALGORITHM_SAME_HOST, v1::ALGORITHM_RING}) {
     ++sequence;
     for (int r = 0; r < 2; ++r) {
       for (uint64_t i = 0; i < kCount; ++i) {
-        mapped[r]->data()[i] = static_cast<uint32_t>(i * (r + 1));
+        mapped_[r]->data()[i] = static_cast<uint32_t>(i * (r + 1));
       }
     }
     std::vector<absl::Status> ran(2);
@@ -200,14 +190,14 @@ TEST_F(LocalApiSharedTest,
     for (int r = 0; r < 2; ++r) {
       ranks.emplace_back([&, r] {
         ran[r] = AllReduceInPlace("inplace", epoch, r, sequence, algorithm,
-                                  regions[r]);
+                                  regions_[r]);
       });
     }
     for (std::thread& t : ranks) t.join();
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(ran[r].ok()) << algorithm << " rank " << r << ": " << ran[r];
       for (uint64_t i : {uint64_t{0}, uint64_t{1}, kCount / 2, kCount - 1}) {
-        EXPECT_EQ(mapped[r]->data()[i], static_cast<uint32_t>(3 * i))
+        EXPECT_EQ(mapped_[r]->data()[i], static_cast<uint32_t>(3 * i))
             << algorithm << " rank " << r << " element " << i;
       }
     }
@@ -218,43 +208,39 @@ TEST_F(LocalApiSharedTest,
        ReleaseSharedRegion_WhileACallOnItWaits_CallStillWritesIt) {
   const uint64_t epoch = JoinTwo("release");
   ASSERT_NE(epoch, 0u);
-  std::vector<v1::SharedRegion> regions;
-  std::vector<std::unique_ptr<Mapped>> mapped;
-  for (int r = 0; r < 2; ++r) {
-    absl::StatusOr<v1::SharedRegion> region = OpenRegion("release", epoch, r);
-    ASSERT_TRUE(region.ok()) << region.status();
-    absl::StatusOr<std::unique_ptr<Mapped>> map = Mapped::Open(*region);
-    ASSERT_TRUE(map.ok()) << map.status();
-    for (uint64_t i = 0; i < kCount; ++i) map->get()->data()[i] = 1;
-    regions.push_back(*region);
-    mapped.push_back(*std::move(map));
+  ASSERT_NO_FATAL_FAILURE(OpenAndMapTwo("release", epoch));
+  for (const std::unique_ptr<Mapped>& map : mapped_) {
+    std::fill(map->data(), map->data() + kCount, 1u);
   }
   absl::Status first;
   std::thread waiting([&] {
     first = AllReduceInPlace("release", epoch, 0, 1, v1::ALGORITHM_RING,
-                             regions[0]);
+                             regions_[0]);
   });
   // Once the coordinator holds rank 0's call, the daemon runs it with the
   // region it took; the region is released, then rank 1 comes.
+  std::unique_ptr<v1::Coordinator::Stub> coordinator =
+      NewCoordinatorStub(coordinator_.address);
   ASSERT_TRUE(
-      WaitUntil([&] { return PendingSequence("release") == 1; }, kCallTimeout));
+      WaitUntil([&] { return PendingSequence(*coordinator, "release") == 1; },
+                kCallTimeout));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(kCallTimeout));
   v1::SharedRegionRelease release;
   release.set_group("release");
   release.set_epoch(epoch);
   release.set_rank(0);
-  release.set_region(regions[0].region());
+  release.set_region(regions_[0].region());
   v1::SharedRegionReleased released;
   ASSERT_TRUE(stub_->ReleaseSharedRegion(&context, release, &released).ok());
   const absl::Status second =
-      AllReduceInPlace("release", epoch, 1, 1, v1::ALGORITHM_RING, regions[1]);
+      AllReduceInPlace("release", epoch, 1, 1, v1::ALGORITHM_RING, regions_[1]);
   waiting.join();
   ASSERT_TRUE(first.ok()) << first;
   ASSERT_TRUE(second.ok()) << second;
-  EXPECT_EQ(mapped[0]->data()[0], 2u);
-  EXPECT_EQ(mapped[0]->data()[kCount - 1], 2u);
-  EXPECT_EQ(mapped[1]->data()[kCount - 1], 2u);
+  EXPECT_EQ(mapped_[0]->data()[0], 2u);
+  EXPECT_EQ(mapped_[0]->data()[kCount - 1], 2u);
+  EXPECT_EQ(mapped_[1]->data()[kCount - 1], 2u);
 }
 
 }  // namespace

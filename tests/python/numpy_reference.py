@@ -165,3 +165,33 @@ def expected(kind: str, inputs: List[np.ndarray], dtype: str, op: str,
     if kind == "all_to_all":
         return np.stack([x[rank] for x in inputs])
     raise ValueError(kind)
+
+
+def ramp(count: int, rank: int) -> np.ndarray:
+    """count f32 values (i % 1000) + rank: small integers, so sums are
+    exact.
+    """
+    x = np.arange(count, dtype=np.int32)
+    np.remainder(x, 1000, out=x)
+    out = x.astype(np.float32)
+    out += rank
+    return out
+
+
+def check_ramp_sums(results: Sequence[np.ndarray], count: int,
+                    world: int) -> None:
+    """Asserts that every result is the all_reduce sum of ramp(count, r)
+    over `world` ranks: a few elements, and the whole sum in exact
+    integers.
+    """
+    i = np.array([0, 1, 999, 1000, 12345, count // 2, count - 1])
+    i = i[i < count]
+    ranks = world * (world - 1) // 2
+    want_at = world * (i % 1000).astype(np.float32) + ranks
+    whole, part = divmod(count, 1000)
+    want_sum = world * (whole * 999 * 1000 // 2 + part * (part - 1) // 2) + \
+        ranks * count
+    for r, result in enumerate(results):
+        assert result.shape == (count,) and result.dtype == np.float32
+        assert np.array_equal(result[i], want_at), f"rank {r}"
+        assert int(result.sum(dtype=np.float64)) == want_sum, f"rank {r}"

@@ -15,6 +15,7 @@ import pytest
 
 import chorus
 from conftest import CALL_TIMEOUT, Cluster, join_all, run_ranks
+from numpy_reference import check_ramp_sums, ramp
 
 MIB = 2 ** 20
 
@@ -39,20 +40,9 @@ def pair(cluster: Cluster) -> Iterator[List[chorus.Communicator]]:
         comm.close()
 
 
-def _ramp(count: int, rank: int) -> np.ndarray:
-    """count f32 values (i % 1000) + rank: small integers, so sums are
-    exact.
-    """
-    x = np.arange(count, dtype=np.int32)
-    np.remainder(x, 1000, out=x)
-    out = x.astype(np.float32)
-    out += rank
-    return out
-
-
 def test_all_reduce_of_256_mib_per_rank_on_three_ranks(trio: Any) -> None:
     count = 256 * MIB // 4
-    inputs = [_ramp(count, r) for r in range(3)]
+    inputs = [ramp(count, r) for r in range(3)]
     start = time.monotonic()
     got = run_ranks([
         (lambda r=r: trio[r].all_reduce(inputs[r], timeout=CALL_TIMEOUT))
@@ -60,16 +50,7 @@ def test_all_reduce_of_256_mib_per_rank_on_three_ranks(trio: Any) -> None:
     elapsed = time.monotonic() - start
     inputs.clear()  # the results are what the checks need
     print(f"all_reduce f32 256 MiB x 3 ranks: {elapsed:.2f} s")
-    i = np.array([0, 1, 999, 1000, 12345, count // 2, count - 1])
-    want_at = 3 * (i % 1000).astype(np.float32) + 3
-    # sum over i of 3 * (i % 1000) + 3, in exact integers.
-    whole, part = divmod(count, 1000)
-    want_sum = 3 * (whole * 999 * 1000 // 2 + part * (part - 1) // 2) + \
-        3 * count
-    for r, result in enumerate(got):
-        assert result.shape == (count,) and result.dtype == np.float32
-        assert np.array_equal(result[i], want_at), f"rank {r}"
-        assert int(result.sum(dtype=np.float64)) == want_sum, f"rank {r}"
+    check_ramp_sums(got, count, 3)
 
 
 def test_all_gather_with_a_result_over_64_mib(pair: Any) -> None:

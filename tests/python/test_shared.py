@@ -18,20 +18,12 @@ import pytest
 import chorus
 from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 from conftest import CALL_TIMEOUT, join_all, run_ranks, unique_group
-from numpy_reference import KINDS, check_close, expected, rank_input
+from numpy_reference import (KINDS, check_close, check_ramp_sums, expected,
+                             ramp, rank_input)
 from test_collectives import issue
 
 MIB = 2 ** 20
 WORLD = 3
-
-
-def _ramp(count: int, rank: int) -> np.ndarray:
-    """count f32 values (i % 1000) + rank: small integers, exact sums."""
-    x = np.arange(count, dtype=np.int32)
-    np.remainder(x, 1000, out=x)
-    out = x.astype(np.float32)
-    out += rank
-    return out
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -55,20 +47,13 @@ def test_collective_through_shared_memory_matches_numpy(
 
 def test_all_reduce_of_256_mib_per_rank_on_three_ranks(trio: Any) -> None:
     count = 256 * MIB // 4
-    inputs = [_ramp(count, r) for r in range(3)]
+    inputs = [ramp(count, r) for r in range(3)]
     got = run_ranks([
         (lambda r=r: trio[r].all_reduce(inputs[r], timeout=CALL_TIMEOUT))
         for r in range(3)])
     inputs.clear()
-    i = np.array([0, 1, 999, 1000, 12345, count // 2, count - 1])
-    want_at = 3 * (i % 1000).astype(np.float32) + 3
-    whole, part = divmod(count, 1000)
-    want_sum = 3 * (whole * 999 * 1000 // 2 + part * (part - 1) // 2) + \
-        3 * count
-    for r, result in enumerate(got):
-        assert result.shape == (count,) and result.dtype == np.float32
-        assert np.array_equal(result[i], want_at), f"rank {r}"
-        assert int(result.sum(dtype=np.float64)) == want_sum, f"rank {r}"
+    check_ramp_sums(got, count, 3)
+    for r in range(3):
         assert trio[r].shared_memory == "on"
 
 
@@ -80,12 +65,12 @@ def test_shared_array_in_place_is_written_by_the_daemon(
     count = 1 << 20
     arrays = [comm.shared_array((count,), "f32") for comm in pair]
     for r, x in enumerate(arrays):
-        x[...] = _ramp(count, r)
+        x[...] = ramp(count, r)
     got = run_ranks([
         (lambda r=r: pair[r].all_reduce(arrays[r], out=arrays[r],
                                         algorithm=algorithm))
         for r in range(2)])
-    want = _ramp(count, 0) + _ramp(count, 1)
+    want = ramp(count, 0) + ramp(count, 1)
     for r in range(2):
         assert got[r] is arrays[r]
         assert np.array_equal(arrays[r], want)

@@ -408,6 +408,20 @@ std::vector<std::string> ListedNamesOrEmpty(v1::Coordinator::Stub& stub) {
   return WorkerNames(*workers);
 }
 
+uint64_t PendingSequence(v1::Coordinator::Stub& stub,
+                         const std::string& group) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(kRpcTimeout));
+  v1::ListGroupsResponse response;
+  if (!stub.ListGroups(&context, v1::ListGroupsRequest(), &response).ok()) {
+    return 0;
+  }
+  for (const v1::GroupInfo& info : response.groups()) {
+    if (info.name() == group) return info.pending_sequence();
+  }
+  return 0;
+}
+
 absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
     v1::Coordinator::Stub& stub, const v1::RegisterWorkerRequest& request,
     absl::Duration timeout) {

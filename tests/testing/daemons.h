@@ -138,6 +138,11 @@ std::vector<std::string> WorkerNames(
 // "not yet").
 std::vector<std::string> ListedNamesOrEmpty(v1::Coordinator::Stub& stub);
 
+// The oldest collective of `group` still waiting for ranks (ListGroups'
+// pending_sequence); 0 for none, or when the coordinator does not answer
+// (for WaitUntil predicates).
+uint64_t PendingSequence(v1::Coordinator::Stub& stub, const std::string& group);
+
 // Calls RegisterWorker with a deadline of `timeout`. Returns the response,
 // or the call's status with the coordinator's code and message.
 absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(
