@@ -86,9 +86,10 @@ ABSL_FLAG(uint64_t, max_shared_bytes, chorus::kDefaultMaxSharedBytes,
           "Most bytes of shared memory regions (WorkerLocal.OpenSharedRegion) "
           "the daemon holds at once for the applications on its host, "
           "through which their collectives read input and write output in "
-          "place; memory is used only as it is written, and each region "
-          "may hold one more output-sized buffer while a call writes into "
-          "it. 0 turns shared memory off (OpenSharedRegion then answers "
+          "place; memory is used only as it is written, and a region that "
+          "took the output of a plan other than same_host also keeps an "
+          "output-sized buffer for the next such call. 0 turns shared memory "
+          "off (OpenSharedRegion then answers "
           "UNIMPLEMENTED and clients stream instead). Default 16 GiB.");
 ABSL_FLAG(uint64_t, max_tensor_bytes, chorus::kDefaultMaxTensorBytes,
           "Largest input or output, in bytes, of one collective an "
