@@ -30,7 +30,8 @@ CallPortClient::CallPortClient(std::function<std::string()> address,
     : address_(std::move(address)),
       coordinator_(std::move(coordinator)),
       cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      frames_(kMaxReplyBytes) {}
+      frames_(kMaxReplyBytes),
+      async_wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 CallPortClient::~CallPortClient() {
   Shutdown();
@@ -38,22 +39,31 @@ CallPortClient::~CallPortClient() {
   if (fd_ >= 0) CloseSocket(fd_);
   for (int fd : retired_) CloseSocket(fd);
   if (cancel_fd_ >= 0) close(cancel_fd_);
+  if (async_wake_fd_ >= 0) close(async_wake_fd_);
 }
 
 void CallPortClient::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  if (!shut_down_) {
-    shut_down_ = true;
-    BreakLocked(generation_,
-                absl::UnavailableError("this worker is shutting down"));
-    const uint64_t one = 1;
-    // Ends writes and connects waiting in poll().
-    if (cancel_fd_ >= 0 && write(cancel_fd_, &one, sizeof(one)) < 0) {
-      // The socket shutdown above ends them too, just later.
+  std::thread completion;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shut_down_) {
+      shut_down_ = true;
+      BreakLocked(generation_,
+                  absl::UnavailableError("this worker is shutting down"));
+      const uint64_t one = 1;
+      // Ends writes and connects waiting in poll().
+      if (cancel_fd_ >= 0 && write(cancel_fd_, &one, sizeof(one)) < 0) {
+        // The socket shutdown above ends them too, just later.
+      }
     }
+    // The completion thread runs the callbacks of the calls ended above.
+    mu_.Await(absl::Condition(
+        +[](int* active) { return *active == 0; }, &active_calls_));
+    async_stop_ = true;
+    changed_.SignalAll();
+    completion = std::move(async_thread_);
   }
-  mu_.Await(absl::Condition(
-      +[](int* active) { return *active == 0; }, &active_calls_));
+  if (completion.joinable()) completion.join();
 }
 
 absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
@@ -188,31 +198,15 @@ absl::Status CallPortClient::Commit(const v1::CommitRequest& request,
       .status();
 }
 
-absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
-    v1::CallPortRequest framed, absl::Time deadline, const std::string& what) {
-  const absl::Time start = absl::Now();
-  {
-    absl::MutexLock lock(&mu_);
-    if (shut_down_) {
-      return absl::UnavailableError("this worker is shutting down");
-    }
-    ++active_calls_;
-  }
-  struct Leave {
-    CallPortClient* client;
-    ~Leave() {
-      absl::MutexLock lock(&client->mu_);
-      --client->active_calls_;
-    }
-  } leave{this};
-
+absl::StatusOr<uint64_t> CallPortClient::Send(v1::CallPortRequest framed,
+                                              absl::Time deadline,
+                                              Waiter* waiter) {
   int fd = -1;
   uint64_t generation = 0;
   if (absl::Status connected = Connect(deadline, &fd, &generation);
       !connected.ok()) {
     return absl::UnavailableError(connected.message());
   }
-  Waiter waiter;
   {
     absl::MutexLock lock(&mu_);
     // The connection may have broken since Connect() returned; a waiter
@@ -222,9 +216,22 @@ absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
           "the connection to the coordinator's call port broke");
     }
     framed.set_call_id(next_call_id_++);
-    waiters_[framed.call_id()] = &waiter;
+    waiter->call_id = framed.call_id();
+    waiters_[waiter->call_id] = waiter;
+    if (waiter->on_done != nullptr) {
+      async_deadlines_.emplace(deadline, waiter->call_id);
+      // The completion thread waits for calls, or reads until too late
+      // for this one.
+      changed_.SignalAll();
+      const uint64_t one = 1;
+      if (async_read_until_ != absl::InfiniteFuture() &&
+          deadline < async_read_until_ &&
+          write(async_wake_fd_, &one, sizeof(one)) < 0) {
+        // Only a full counter fails, and then the thread is woken already.
+      }
+    }
+    // From here an asynchronous `waiter` may end (and go) at any time.
   }
-  const uint64_t call_id = framed.call_id();
   framed.set_timeout_us(
       std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
   std::string frame;
@@ -243,49 +250,182 @@ absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
     sent = current ? WriteAll(fd, &bytes, 1, deadline, cancel_fd_)
                    : absl::UnavailableError("the connection was replaced");
   }
-
-  absl::MutexLock lock(&mu_);
   if (!sent.ok()) {
-    // Part of a frame may be on the wire: the connection is unusable.
+    // Part of a frame may be on the wire: the connection is unusable. Its
+    // break ends the waiter.
+    absl::MutexLock lock(&mu_);
     BreakLocked(generation,
                 absl::UnavailableError(absl::StrCat(
                     "writing to the coordinator's call port failed: ",
                     sent.message())));
   }
+  return generation;
+}
+
+absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
+    v1::CallPortRequest framed, absl::Time deadline, const std::string& what) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      return absl::UnavailableError("this worker is shutting down");
+    }
+    ++active_calls_;
+  }
+  struct Leave {
+    CallPortClient* client;
+    ~Leave() {
+      absl::MutexLock lock(&client->mu_);
+      --client->active_calls_;
+    }
+  } leave{this};
+
+  Waiter waiter;
+  waiter.start = absl::Now();
+  waiter.deadline = deadline;
+  waiter.what = what;
+  absl::StatusOr<uint64_t> generation =
+      Send(std::move(framed), deadline, &waiter);
+  if (!generation.ok()) return generation.status();
+
+  absl::MutexLock lock(&mu_);
   while (!waiter.done) {
     if (absl::Now() >= deadline) {
-      waiters_.erase(call_id);
-      return CoordinatorSilentError(
-          coordinator_.empty() ? connected_address_
-                               : absl::StrCat(coordinator_, " (call port ",
-                                              connected_address_, ")"),
-          what, absl::Now() - start);
+      waiters_.erase(waiter.call_id);
+      return SilentLocked(waiter);
     }
-    if (generation_ != generation || shut_down_) {
+    if (generation_ != *generation || shut_down_) {
       waiter.done = true;
       waiter.result = absl::UnavailableError(
           "the connection to the coordinator's call port broke");
-    } else if (!reader_ && fd_ == fd) {
+    } else if (!reader_ && fd_ >= 0) {
       reader_ = true;
-      ReadAsReader(fd, generation, deadline);
+      ReadAsReader(fd_, generation_, deadline);
     } else {
       changed_.WaitWithDeadline(&mu_, deadline);
     }
   }
-  waiters_.erase(call_id);
+  waiters_.erase(waiter.call_id);
   return std::move(waiter.result);
 }
 
+void CallPortClient::CallAsync(v1::CollectiveRequest request,
+                               absl::Time deadline, CallDone done) {
+  auto waiter = std::make_unique<Waiter>();
+  waiter->start = absl::Now();
+  waiter->deadline = deadline;
+  waiter->what = absl::StrCat("collective #", request.sequence(), " of group ",
+                              request.group());
+  waiter->on_done =
+      [done = std::move(done)](absl::StatusOr<v1::CallPortReply> reply) {
+        if (!reply.ok()) {
+          done(reply.status());
+        } else {
+          done(std::move(*reply->mutable_response()));
+        }
+      };
+  bool refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = shut_down_;
+    if (!refused) {
+      ++active_calls_;
+      if (!async_thread_.joinable()) {
+        async_thread_ = std::thread([this] { ServeAsync(); });
+      }
+    }
+  }
+  if (refused) {
+    waiter->on_done(absl::UnavailableError("this worker is shutting down"));
+    return;
+  }
+  v1::CallPortRequest framed;
+  *framed.mutable_call() = std::move(request);
+  absl::StatusOr<uint64_t> sent =
+      Send(std::move(framed), deadline, waiter.get());
+  if (sent.ok()) {
+    // Registered: the completion thread owns (and ends) it now.
+    waiter.release();
+    return;
+  }
+  waiter->on_done(sent.status());
+  absl::MutexLock lock(&mu_);
+  --active_calls_;
+}
+
+void CallPortClient::ServeAsync() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    const absl::Time now = absl::Now();
+    while (!async_deadlines_.empty() &&
+           async_deadlines_.begin()->first <= now) {
+      Waiter* late = waiters_.at(async_deadlines_.begin()->second);
+      FinishLocked(late, SilentLocked(*late));
+    }
+    if (!async_done_.empty()) {
+      std::vector<Waiter*> ended;
+      ended.swap(async_done_);
+      mu_.Unlock();
+      for (Waiter* waiter : ended) {
+        waiter->on_done(std::move(waiter->result));
+        delete waiter;
+      }
+      mu_.Lock();
+      active_calls_ -= static_cast<int>(ended.size());
+      continue;
+    }
+    if (async_stop_) return;
+    if (async_deadlines_.empty()) {
+      changed_.Wait(&mu_);
+    } else if (!reader_ && fd_ >= 0) {
+      reader_ = true;
+      async_read_until_ = async_deadlines_.begin()->first;
+      ReadAsReader(fd_, generation_, async_read_until_, async_wake_fd_);
+      async_read_until_ = absl::InfiniteFuture();
+    } else {
+      changed_.WaitWithDeadline(&mu_, async_deadlines_.begin()->first);
+    }
+  }
+}
+
+void CallPortClient::FinishLocked(Waiter* waiter,
+                                  absl::StatusOr<v1::CallPortReply> result) {
+  waiter->done = true;
+  waiter->result = std::move(result);
+  if (waiter->on_done != nullptr) {
+    async_deadlines_.erase({waiter->deadline, waiter->call_id});
+    waiters_.erase(waiter->call_id);
+    async_done_.push_back(waiter);
+  }
+}
+
+absl::Status CallPortClient::SilentLocked(const Waiter& waiter) {
+  return CoordinatorSilentError(
+      coordinator_.empty()
+          ? connected_address_
+          : absl::StrCat(coordinator_, " (call port ", connected_address_, ")"),
+      waiter.what, absl::Now() - waiter.start);
+}
+
 void CallPortClient::ReadAsReader(int fd, uint64_t generation,
-                                  absl::Time deadline) {
+                                  absl::Time deadline, int wake_fd) {
   char buffer[16 << 10];
   mu_.Unlock();
-  absl::StatusOr<size_t> got =
-      ReadSome(fd, buffer, sizeof(buffer), deadline, cancel_fd_);
+  absl::StatusOr<size_t> got = ReadSome(fd, buffer, sizeof(buffer), deadline,
+                                        wake_fd >= 0 ? wake_fd : cancel_fd_);
+  const bool woken = wake_fd >= 0 && absl::IsCancelled(got.status());
+  if (woken) {
+    uint64_t count = 0;
+    if (read(wake_fd, &count, sizeof(count)) < 0) {
+      // Another wake-up read it first.
+    }
+  }
   mu_.Lock();
   reader_ = false;
   if (generation != generation_) {
     // The connection was replaced meanwhile; what was read belongs to it.
+  } else if (woken) {
+    // A call due sooner than the read's deadline came (or the client is
+    // shutting down, which breaks the connection itself).
   } else if (got.ok()) {
     HandleBytesLocked(generation, absl::string_view(buffer, *got));
   } else if (!absl::IsDeadlineExceeded(got.status())) {
@@ -329,12 +469,11 @@ void CallPortClient::HandleBytesLocked(uint64_t generation,
       return;
     }
     auto it = waiters_.find(reply.call_id());
-    if (it == waiters_.end()) continue;  // its caller gave up
-    it->second->done = true;
+    if (it == waiters_.end() || it->second->done) continue;  // caller gave up
     if (verdict.ok()) {
-      it->second->result = std::move(reply);
+      FinishLocked(it->second, std::move(reply));
     } else {
-      it->second->result = verdict;
+      FinishLocked(it->second, verdict);
     }
   }
 }
@@ -362,11 +501,11 @@ void CallPortClient::BreakLocked(uint64_t generation,
   retired_.push_back(fd_);
   fd_ = -1;
   ++generation_;
+  std::vector<Waiter*> waiting;
   for (auto& [call_id, waiter] : waiters_) {
-    if (waiter->done) continue;
-    waiter->done = true;
-    waiter->result = status;
+    if (!waiter->done) waiting.push_back(waiter);
   }
+  for (Waiter* waiter : waiting) FinishLocked(waiter, status);
   changed_.SignalAll();
 }
 

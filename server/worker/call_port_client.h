@@ -15,15 +15,26 @@
 // its calls in flight end with UNAVAILABLE; the next call connects again, to
 // the port the address function then gives.
 //
+// CallAsync() sends a call without waiting for it: the client's one
+// completion thread (started with the first such call) reads the connection
+// while asynchronous calls are pending, ends those whose deadline passes,
+// and runs their callbacks, so any number of calls may wait for other ranks
+// without a thread each.
+//
 // Lifecycle: Shutdown() (or the destructor) ends every call in flight with
-// UNAVAILABLE and waits until each has returned.
-// Thread safety: Call() may run concurrently from any threads.
+// UNAVAILABLE and waits until each has returned (and each asynchronous
+// call's callback has run).
+// Thread safety: Call() and CallAsync() may run concurrently from any
+// threads.
 #ifndef CHORUS_SERVER_WORKER_CALL_PORT_CLIENT_H_
 #define CHORUS_SERVER_WORKER_CALL_PORT_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -56,6 +67,17 @@ class CallPortClient {
   absl::StatusOr<v1::CollectiveResponse> Call(v1::CollectiveRequest request,
                                               absl::Time deadline);
 
+  // How an asynchronous call ended: Call()'s result.
+  using CallDone =
+      std::function<void(absl::StatusOr<v1::CollectiveResponse> result)>;
+
+  // Call() without waiting: sends `request` and returns; `done` runs once
+  // with Call()'s result (same codes) on the completion thread, or on the
+  // caller's thread when the call ends before it was sent (UNAVAILABLE:
+  // no connection, shutting down). `done` must not block.
+  void CallAsync(v1::CollectiveRequest request, absl::Time deadline,
+                 CallDone done);
+
   // Connects unless connected (without checking an open connection, which
   // Call() does). Returns OK when calls can be sent now;
   // FAILED_PRECONDITION when the coordinator has no call port or it cannot
@@ -83,7 +105,31 @@ class CallPortClient {
   struct Waiter {
     bool done = false;
     absl::StatusOr<v1::CallPortReply> result;
+    // Set for an asynchronous call (owned by waiters_ until it is done,
+    // then by async_done_): what its callback needs.
+    std::function<void(absl::StatusOr<v1::CallPortReply>)> on_done;
+    uint64_t call_id = 0;
+    absl::Time start;
+    absl::Time deadline;
+    std::string what;
   };
+
+  // Frames `framed` and registers `waiter` for its reply on the open
+  // connection (connecting first), then writes it. Returns the connection's
+  // generation; an error when nothing was registered.
+  absl::StatusOr<uint64_t> Send(v1::CallPortRequest framed, absl::Time deadline,
+                                Waiter* waiter)
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
+  // Marks `waiter` done with `result`; an asynchronous one moves to
+  // async_done_ for the completion thread.
+  void FinishLocked(Waiter* waiter, absl::StatusOr<v1::CallPortReply> result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The DEADLINE_EXCEEDED of a call the coordinator did not answer.
+  absl::Status SilentLocked(const Waiter& waiter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The completion thread: reads while asynchronous calls wait, ends them
+  // at their deadlines and runs their callbacks, until Shutdown().
+  void ServeAsync();
 
   // Sends `framed` (its call id and timeout are set here) and waits for its
   // reply; `what` names it in a DEADLINE_EXCEEDED message.
@@ -96,8 +142,10 @@ class CallPortClient {
       ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
   // Reads once from `fd` and hands out the replies it completes. Called
   // with reader_ set; returns with it cleared.
-  void ReadAsReader(int fd, uint64_t generation, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `wake_fd`, when readable, ends the read early (without breaking the
+  // connection); the cancel eventfd when -1.
+  void ReadAsReader(int fd, uint64_t generation, absl::Time deadline,
+                    int wake_fd = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends bytes read from connection `generation` and hands out the
   // replies they complete.
   void HandleBytesLocked(uint64_t generation, absl::string_view bytes)
@@ -139,6 +187,19 @@ class CallPortClient {
   absl::flat_hash_map<uint64_t, Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
   int active_calls_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Asynchronous calls waiting for their replies, by deadline.
+  std::set<std::pair<absl::Time, uint64_t>> async_deadlines_
+      ABSL_GUARDED_BY(mu_);
+  // Asynchronous calls that ended, whose callbacks are still to run.
+  std::vector<Waiter*> async_done_ ABSL_GUARDED_BY(mu_);
+  // The deadline the completion thread's read waits until (InfiniteFuture
+  // when it is not reading); a call due earlier wakes it through
+  // async_wake_fd_.
+  absl::Time async_read_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  int async_wake_fd_ = -1;
+  std::thread async_thread_ ABSL_GUARDED_BY(mu_);
+  bool async_stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace chorus

@@ -4,7 +4,8 @@
 // call id 0, then the connection closes), requests the core refuses, calls and
 // commits alike (answered under their call id, the connection stays), a request
 // trickling in byte by byte, the worker's client (a verdict as a status,
-// shutdown, a port nothing listens on), and a coordinator with the port
+// shutdown, a port nothing listens on; asynchronous calls ending by verdict,
+// at their own deadlines and at shutdown), and a coordinator with the port
 // turned off (workers then call on the gRPC stream and collectives still
 // run). A real chorus-coordinator process.
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -228,6 +230,70 @@ TEST_F(CallPortTest, Client_Verdict_ReturnedAsStatus) {
   client.Shutdown();
   EXPECT_EQ(client.Call(request, absl::Now() + kWait).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// What an asynchronous call ended with, once it did.
+struct AsyncResult {
+  absl::Notification done;
+  absl::Status status;
+
+  CallPortClient::CallDone Callback() {
+    return [this](absl::StatusOr<v1::CollectiveResponse> result) {
+      status = result.status();
+      done.Notify();
+    };
+  }
+};
+
+TEST_F(CallPortTest, CallAsync_Verdict_CallbackGetsStatus) {
+  CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
+  v1::CollectiveRequest request;
+  request.set_group("no-such-group");
+  request.set_epoch(1);
+  request.set_sequence(1);
+  request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  AsyncResult first;
+  client.CallAsync(request, absl::Now() + kWait, first.Callback());
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(first.status.code(), absl::StatusCode::kNotFound) << first.status;
+  EXPECT_THAT(std::string(first.status.message()), HasSubstr("no-such-group"));
+  client.Shutdown();
+  AsyncResult late;
+  client.CallAsync(request, absl::Now() + kWait, late.Callback());
+  ASSERT_TRUE(late.done.HasBeenNotified());
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable) << late.status;
+}
+
+TEST(CallPortClientTest, CallAsync_SilentPort_EachCallEndsAtItsDeadline) {
+  // A listener that never accepts: the connection and the hello land in its
+  // backlog, and no reply ever comes.
+  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int port = listener->port;
+  CallPortClient client([port] { return absl::StrCat("127.0.0.1:", port); });
+  v1::CollectiveRequest request;
+  request.set_group("g");
+  request.set_sequence(1);
+  AsyncResult long_call;
+  client.CallAsync(request, absl::Now() + absl::Minutes(10),
+                   long_call.Callback());
+  // Due long before the first: it ends at its own deadline, not the first's.
+  request.set_sequence(2);
+  AsyncResult short_call;
+  client.CallAsync(request, absl::Now() + absl::Milliseconds(300),
+                   short_call.Callback());
+  ASSERT_TRUE(short_call.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(short_call.status.code(), absl::StatusCode::kDeadlineExceeded)
+      << short_call.status;
+  EXPECT_THAT(std::string(short_call.status.message()),
+              HasSubstr("collective #2 of group g"));
+  EXPECT_FALSE(long_call.done.HasBeenNotified()) << long_call.status;
+  // Shutting down ends the other, and waits until its callback ran.
+  client.Shutdown();
+  ASSERT_TRUE(long_call.done.HasBeenNotified());
+  EXPECT_EQ(long_call.status.code(), absl::StatusCode::kUnavailable)
+      << long_call.status;
+  CloseSocket(listener->fd);
 }
 
 TEST(CallPortClientTest, Ready_NothingListening_FailedPreconditionThenBackoff) {
