@@ -101,6 +101,23 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
   return absl::OkStatus();
 }
 
+bool CallLedger::MayWait(const std::string& group, int rank, uint64_t epoch,
+                         uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find(Key{group, rank});
+  if (closed_ || it == ranks_.end()) return sequence > 1;
+  const Numbers& numbers = it->second;
+  if (epoch != numbers.epoch || numbers.forgotten) {
+    // A newer epoch starts again from 1; an older one is refused at once.
+    return epoch > numbers.epoch && sequence > 1;
+  }
+  const bool used =
+      sequence < numbers.lowest_unused || numbers.used_ahead.contains(sequence);
+  if (!used) return sequence > numbers.lowest_unused;
+  auto call = numbers.calls.find(sequence);
+  return call != numbers.calls.end() && !call->second.finished;
+}
+
 absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
                                      uint64_t epoch, uint64_t sequence,
                                      const std::string& call,

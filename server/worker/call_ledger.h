@@ -83,6 +83,13 @@ class CallLedger {
                    uint64_t sequence, const std::string& call,
                    absl::Time deadline, std::optional<CallOutcome>* retried);
 
+  // Whether Use() of `sequence` for `rank` of `group` at `epoch` may wait
+  // now: a lower number of that epoch is still unused, or it is a retry of
+  // an attempt still running. Once false it stays false for that call, so
+  // a caller that must not block can run Use() itself when it is false.
+  bool MayWait(const std::string& group, int rank, uint64_t epoch,
+               uint64_t sequence);
+
   // Records how the call that took `sequence` (in Use) ended, for its
   // retries; an output over kMaxKeptOutputBytes is not kept (its retries
   // get FAILED_PRECONDITION saying so). Forgets the outcomes of the rank's

@@ -376,12 +376,35 @@ absl::Status LocalApiService::CheckSizes(const LocalCall& call,
   return absl::OkStatus();
 }
 
+void LocalApiService::Drain() {
+  tasks_.WaitIdle();
+  absl::MutexLock lock(&calls_mu_);
+  calls_mu_.Await(absl::Condition(
+      +[](int* running) { return *running == 0; }, &calls_running_));
+}
+
 void LocalApiService::StartCall(LocalCall call,
                                 const grpc::CallbackServerContext& context,
                                 absl::string_view input, std::string* output,
                                 CallDone done) {
   const absl::Time deadline = absl::Now() + TimeLeft(context);
-  tasks_.Spawn([this, call = std::move(call), input, output, deadline,
+  {
+    absl::MutexLock lock(&calls_mu_);
+    ++calls_running_;
+  }
+  done = [this, done = std::move(done)](absl::StatusOr<RunResult> result,
+                                        KeepOutput keep) {
+    done(std::move(result), std::move(keep));
+    absl::MutexLock lock(&calls_mu_);
+    --calls_running_;
+  };
+  const Membership& joined = call.membership;
+  // A call that may wait for its number (a lower one still to come, or a
+  // retry of an attempt still running) waits on a task thread; any other
+  // takes its number and is sent from this one, which never blocks long.
+  const bool may_wait =
+      ledger_.MayWait(joined.group, joined.rank, joined.epoch, call.sequence);
+  auto start = [this, call = std::move(call), input, output, deadline,
                 done = std::move(done)]() mutable {
     const Membership& m = call.membership;
     absl::Status taken = ValidateCall(call.spec, m.world_size, m.rank,
@@ -424,45 +447,64 @@ void LocalApiService::StartCall(LocalCall call,
       return;
     }
     call.options.timeout = deadline - absl::Now();
+    // The call waits for the other ranks with no thread of its own: what it
+    // needs until its end lives here.
+    auto running = std::make_shared<RunningCall>();
+    running->call = std::move(call);
+    running->done = std::move(done);
+    LocalCall& c = running->call;
     // A call on shared memory lands in place (its input may be the very
     // bytes it writes): the same_host plan writes there directly, the
     // others through the region's reused scratch.
-    std::string scratch;
     std::string* run_output = output;
+    if (c.output_region != nullptr) {
+      running->scratch = c.output_region->TakeScratch();
+      running->scratch.clear();
+      run_output = &running->scratch;
+      c.options.output_place = c.shared_output;
+    }
+    c.runtime->RunAsync(c.membership, c.sequence, c.spec, input, run_output,
+                        c.options,
+                        [this, running](absl::StatusOr<RunResult> ran) {
+                          EndCall(*running, std::move(ran));
+                        });
+  };
+  if (may_wait) {
+    tasks_.Spawn(std::move(start));
+  } else {
+    start();
+  }
+}
+
+void LocalApiService::EndCall(RunningCall& running,
+                              absl::StatusOr<RunResult> ran) {
+  const LocalCall& call = running.call;
+  const Membership& m = call.membership;
+  CallOutcome outcome;
+  if (ran.ok()) {
+    outcome.algorithm = ran->algorithm;
+    outcome.chunk_bytes = ran->chunk_bytes;
     if (call.output_region != nullptr) {
-      scratch = call.output_region->TakeScratch();
-      scratch.clear();
-      run_output = &scratch;
-      call.options.output_place = call.shared_output;
+      // RunAsync() put it in place (PrepareInput checked the room).
+      outcome.output_region = call.output_region;
+      outcome.shared_output =
+          absl::string_view(call.shared_output.data(),
+                            OutputBytes(call.spec, m.world_size, m.rank));
     }
-    absl::StatusOr<RunResult> ran = call.runtime->Run(
-        m, call.sequence, call.spec, input, run_output, call.options);
-    CallOutcome outcome;
-    if (ran.ok()) {
-      outcome.algorithm = ran->algorithm;
-      outcome.chunk_bytes = ran->chunk_bytes;
-      if (call.output_region != nullptr) {
-        // Run() put it in place (PrepareInput checked the room).
-        outcome.output_region = call.output_region;
-        outcome.shared_output =
-            absl::string_view(call.shared_output.data(),
-                              OutputBytes(call.spec, m.world_size, m.rank));
-      }
-    } else {
-      ran = NumberUsed(ran.status(), m, call.sequence);
-      outcome.status = ran.status();
-    }
-    if (call.output_region != nullptr) {
-      call.output_region->GiveScratch(std::move(scratch));
-    }
-    KeepOutput keep = [this, group = m.group, rank = m.rank, epoch = m.epoch,
-                       sequence = call.sequence, outcome = std::move(outcome)](
-                          std::string output) mutable {
-      if (outcome.output_region == nullptr) outcome.output = std::move(output);
-      ledger_.Keep(group, rank, epoch, sequence, std::move(outcome));
-    };
-    done(std::move(ran), std::move(keep));
-  });
+  } else {
+    ran = NumberUsed(ran.status(), m, call.sequence);
+    outcome.status = ran.status();
+  }
+  if (call.output_region != nullptr) {
+    call.output_region->GiveScratch(std::move(running.scratch));
+  }
+  KeepOutput keep = [this, group = m.group, rank = m.rank, epoch = m.epoch,
+                     sequence = call.sequence,
+                     outcome = std::move(outcome)](std::string output) mutable {
+    if (outcome.output_region == nullptr) outcome.output = std::move(output);
+    ledger_.Keep(group, rank, epoch, sequence, std::move(outcome));
+  };
+  running.done(std::move(ran), std::move(keep));
 }
 
 grpc::ServerUnaryReactor* LocalApiService::Collective(

@@ -7,8 +7,10 @@
 // region of shared memory (SharedRegions) made by OpenSharedRegion.
 // Both go through PrepareCall() and StartCall(), the one way a local
 // collective runs. A join holds no thread while its group assembles
-// (WorkerRuntime::JoinAsync); each collective call runs on a task thread, so
-// gRPC's callback threads never block. Every call is checked first with
+// (WorkerRuntime::JoinAsync), and a collective none while the coordinator
+// matches it (WorkerRuntime::RunAsync): a task thread takes its number and
+// sends it, so gRPC's callback threads never block, and is free again once
+// it is sent. Every call is checked first with
 // CheckLocalCaller.
 //
 // Lifecycle: constructed before the runtime's server starts (it is one of
@@ -92,7 +94,7 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   void Bind(WorkerRuntime* runtime);
 
   // Waits for the calls in flight to end.
-  void Drain() { tasks_.WaitIdle(); }
+  void Drain();
 
   // From now on a hold that ends is not reported (the daemon is stopping:
   // its deregistration tells the coordinator). Call before the runtime's
@@ -164,10 +166,11 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // is over max_tensor_bytes. Returns OK otherwise.
   absl::Status CheckSizes(const LocalCall& call, uint64_t input_bytes) const;
 
-  // Runs `call` on `input` on a task thread, with the time left before
-  // `context`'s deadline, writing this rank's output to `output`; then calls
-  // `done` on that thread with WorkerRuntime::Run()'s result and a
-  // KeepOutput. The call first checks its input (INVALID_ARGUMENT as
+  // Runs `call` on `input` (from a task thread, with WorkerRuntime::
+  // RunAsync), with the time left before `context`'s deadline, writing this
+  // rank's output to `output`; then calls `done` with WorkerRuntime::Run()'s
+  // result and a KeepOutput, on a thread of the daemon's that must not
+  // block. The call first checks its input (INVALID_ARGUMENT as
   // ValidateCall) and takes its sequence number (CallLedger::Use's codes: a
   // number used twice, skipped or from the future); a failure after that
   // carries an ErrorDetail with number_used set. A retry of a call that
@@ -181,7 +184,18 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
                  absl::string_view input, std::string* output, CallDone done);
 
  private:
+  // A call StartCall() handed to the runtime, until its end.
+  struct RunningCall {
+    LocalCall call;
+    // The output of a call on shared memory, before it goes in place.
+    std::string scratch;
+    CallDone done;
+  };
+
   WorkerRuntime* runtime() const;
+  // Ends `running` with the runtime's result `ran`: records its outcome
+  // for retries (through the KeepOutput) and calls its `done`.
+  void EndCall(RunningCall& running, absl::StatusOr<RunResult> ran);
 
   const uint64_t max_tensor_bytes_;
   mutable absl::Mutex mu_;
@@ -194,6 +208,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   CallLedger ledger_;
   SharedRegions regions_;
   TaskRunner tasks_;
+  // StartCall()s whose `done` has not returned yet.
+  absl::Mutex calls_mu_;
+  int calls_running_ ABSL_GUARDED_BY(calls_mu_) = 0;
 };
 
 }  // namespace chorus

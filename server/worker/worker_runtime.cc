@@ -323,7 +323,10 @@ void WorkerRuntime::Shutdown() {
   if (session_ != nullptr) session_->Shutdown();
   // The deregistration ended this worker's joins at the coordinator; any
   // still waiting end here, before the services they answer through stop.
-  if (coordinator_ != nullptr) CloseJoins();
+  if (coordinator_ != nullptr) {
+    CloseJoins();
+    CloseRuns();
+  }
   if (sender_ != nullptr) sender_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
   // The server's shutdown ended every stream; this makes the inbox's last
@@ -565,11 +568,9 @@ absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
                  RunCall(membership, sequence, spec, buffers, options));
 }
 
-absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
-                                                 uint64_t sequence,
-                                                 const CollectiveSpec& spec,
-                                                 const CallBuffers& buffers,
-                                                 const RunOptions& options) {
+absl::Status WorkerRuntime::PrepareCall(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const RunOptions& options, PreparedCall* call) {
   const int world = membership.world_size;
   absl::Status valid =
       ValidateCall(spec, world, membership.rank, buffers.host_input.size(),
@@ -577,26 +578,25 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   if (!valid.ok()) return valid;
   // The rank answers by `deadline`; the coordinator ends its waits a margin
   // before that (CoreDeadline), and so do the rank's waits on its peers.
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + options.timeout;
-  const Device device = options.device.value_or(membership.device);
+  call->start = absl::Now();
+  call->deadline = call->start + options.timeout;
+  call->device = options.device.value_or(membership.device);
   const bool carries = CarriesInlineData(spec, world, options.algorithm,
                                          membership.inline_max_bytes);
   // A device input that rides with the call comes to the host first.
-  std::string staged_input;
-  absl::string_view host_input = buffers.host_input;
+  call->host_input = buffers.host_input;
   if (buffers.on_device && carries) {
     absl::Status copied = device_buffers_->CopyFromDevice(
-        device.index, buffers.device_input, buffers.host_input.size(),
-        &staged_input);
+        call->device.index, buffers.device_input, buffers.host_input.size(),
+        &call->staged_input);
     // The call took its sequence number: the group must hear of it.
     if (!copied.ok()) {
-      return ReportFailure(membership, sequence, copied, deadline);
+      return ReportFailure(membership, sequence, copied, call->deadline);
     }
-    host_input = staged_input;
+    call->host_input = call->staged_input;
   }
 
-  v1::CollectiveRequest request;
+  v1::CollectiveRequest& request = call->request;
   request.set_group(membership.group);
   request.set_epoch(membership.epoch);
   request.set_rank(membership.rank);
@@ -608,23 +608,41 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   }
   if (carries) {
     request.set_has_inline_data(true);
-    request.set_inline_data(host_input.data(), host_input.size());
+    request.set_inline_data(call->host_input.data(), call->host_input.size());
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
+                                                 uint64_t sequence,
+                                                 const CollectiveSpec& spec,
+                                                 const CallBuffers& buffers,
+                                                 const RunOptions& options) {
+  PreparedCall call;
+  absl::Status prepared =
+      PrepareCall(membership, sequence, spec, buffers, options, &call);
+  if (!prepared.ok()) return prepared;
   v1::CollectiveResponse response;
-  if (CallPortReady(deadline)) {
+  if (CallPortReady(call.deadline)) {
     absl::StatusOr<v1::CollectiveResponse> answered =
-        call_port_->Call(std::move(request), deadline);
+        call_port_->Call(std::move(call.request), call.deadline);
     if (!answered.ok()) return answered.status();
     response = *std::move(answered);
   } else {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
+    context.set_deadline(absl::ToChronoTime(call.deadline));
     absl::Status status = FromCoordinator(
-        coordinator_->Collective(&context, request, &response),
-        options_.coordinator, CallName(membership, sequence), start);
+        coordinator_->Collective(&context, call.request, &response),
+        options_.coordinator, CallName(membership, sequence), call.start);
     if (!status.ok()) return status;
   }
+  return FinishCall(membership, sequence, spec, buffers, call, response);
+}
 
+absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const PreparedCall& call,
+    v1::CollectiveResponse& response) {
   RunResult result;
   result.sequence = sequence;
   result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
@@ -637,12 +655,12 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     *host_output = std::move(*response.mutable_inline_result());
     // The others have their results already; only this rank's copy fails.
     if (buffers.on_device && !host_output->empty()) {
-      status = device_buffers_->CopyToDevice(device.index, *host_output,
+      status = device_buffers_->CopyToDevice(call.device.index, *host_output,
                                              buffers.device_output);
     }
   } else {
-    status = RunPlanned(membership, sequence, spec, &result, device, buffers,
-                        host_input, host_output, deadline);
+    status = RunPlanned(membership, sequence, spec, &result, call.device,
+                        buffers, call.host_input, host_output, call.deadline);
   }
   if (!status.ok()) {
     host_output->clear();
@@ -655,6 +673,120 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     host_output->clear();
   }
   return result;
+}
+
+struct WorkerRuntime::PendingRun {
+  Membership membership;
+  uint64_t sequence = 0;
+  CollectiveSpec spec;
+  CallBuffers buffers;
+  PreparedCall call;
+  // The gRPC call, when the call port is not used; guarded by the
+  // runtime's runs_mu_ (CloseRuns() cancels it).
+  std::unique_ptr<grpc::ClientContext> context;
+  v1::CollectiveResponse response;
+  std::function<void(absl::StatusOr<RunResult>)> done;
+};
+
+void WorkerRuntime::RunAsync(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    absl::string_view input, std::string* output, const RunOptions& options,
+    std::function<void(absl::StatusOr<RunResult>)> done) {
+  auto run = std::make_unique<PendingRun>();
+  run->membership = membership;
+  run->sequence = sequence;
+  run->spec = spec;
+  run->buffers.host_input = input;
+  run->buffers.host_output = output;
+  if (!options.output_place.empty()) {
+    run->buffers.host_output_place = options.output_place.data();
+  }
+  run->done = std::move(done);
+  const absl::Time start = absl::Now();
+  absl::Status prepared = PrepareCall(run->membership, sequence, spec,
+                                      run->buffers, options, &run->call);
+  if (!prepared.ok()) {
+    run->done(Counted(spec, start, prepared));
+    return;
+  }
+  const absl::Time deadline = run->call.deadline;
+  const bool call_port = CallPortReady(deadline);
+  {
+    absl::MutexLock lock(&runs_mu_);
+    if (runs_closed_) {
+      prepared = absl::UnavailableError("this worker is shutting down");
+    } else {
+      if (!call_port) {
+        run->context = std::make_unique<grpc::ClientContext>();
+        run->context->set_deadline(absl::ToChronoTime(deadline));
+      }
+      runs_.insert(run.get());
+    }
+  }
+  if (!prepared.ok()) {
+    run->done(Counted(spec, start, prepared));
+    return;
+  }
+  PendingRun* raw = run.release();
+  if (call_port) {
+    call_port_->CallAsync(
+        std::move(raw->call.request), deadline,
+        [this, raw](absl::StatusOr<v1::CollectiveResponse> answered) {
+          if (answered.ok()) raw->response = *std::move(answered);
+          OnRunAnswered(raw, answered.status());
+        });
+    return;
+  }
+  coordinator_->async()->Collective(
+      raw->context.get(), &raw->call.request, &raw->response,
+      [this, raw](grpc::Status answer) {
+        OnRunAnswered(raw,
+                      FromCoordinator(answer, options_.coordinator,
+                                      CallName(raw->membership, raw->sequence),
+                                      raw->call.start));
+      });
+}
+
+void WorkerRuntime::OnRunAnswered(PendingRun* run, absl::Status answer) {
+  {
+    absl::MutexLock lock(&runs_mu_);
+    runs_.erase(run);
+    // CloseRuns() cancelled it.
+    if (runs_closed_ && absl::IsCancelled(answer)) {
+      answer = absl::UnavailableError(
+          absl::StrCat("this worker is shutting down; ",
+                       CallName(run->membership, run->sequence), " ended"));
+    }
+  }
+  if (!answer.ok()) {
+    EndRun(run, answer);
+    return;
+  }
+  if (run->response.plan().algorithm() == v1::ALGORITHM_INLINE) {
+    EndRun(run, FinishCall(run->membership, run->sequence, run->spec,
+                           run->buffers, run->call, run->response));
+    return;
+  }
+  planned_runs_.Spawn([this, run] {
+    EndRun(run, FinishCall(run->membership, run->sequence, run->spec,
+                           run->buffers, run->call, run->response));
+  });
+}
+
+void WorkerRuntime::EndRun(PendingRun* run, absl::StatusOr<RunResult> result) {
+  run->done(Counted(run->spec, run->call.start, std::move(result)));
+  delete run;
+}
+
+void WorkerRuntime::CloseRuns() {
+  absl::MutexLock lock(&runs_mu_);
+  runs_closed_ = true;
+  for (PendingRun* run : runs_) {
+    if (run->context != nullptr) run->context->TryCancel();
+  }
+  runs_mu_.Await(absl::Condition(
+      +[](absl::flat_hash_set<PendingRun*>* runs) { return runs->empty(); },
+      &runs_));
 }
 
 absl::Status WorkerRuntime::RunPlanned(

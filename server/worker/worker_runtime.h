@@ -7,9 +7,10 @@
 //
 // Lifecycle: Start() returns a registered runtime; Shutdown() (or the
 // destructor) deregisters and stops serving.
-// Thread safety: Join(), JoinAsync() and Run() may be called concurrently
-// from any threads; Join() and Run() block their caller until the call
-// ends, JoinAsync() holds no thread while the group assembles.
+// Thread safety: Join(), JoinAsync(), Run() and RunAsync() may be called
+// concurrently from any threads; Join() and Run() block their caller until
+// the call ends, JoinAsync() holds no thread while the group assembles and
+// RunAsync() none while the coordinator matches the call.
 #ifndef CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
 #define CHORUS_SERVER_WORKER_WORKER_RUNTIME_H_
 
@@ -41,6 +42,7 @@
 #include "server/worker/dataplane/tcp_listener.h"
 #include "server/worker/device_discovery.h"
 #include "server/worker/gpu/device_buffers.h"
+#include "server/worker/task_runner.h"
 
 namespace grpc {
 class Service;
@@ -186,6 +188,18 @@ class WorkerRuntime {
                                 absl::string_view input, std::string* output,
                                 const RunOptions& options);
 
+  // Run() without blocking: returns at once and runs `done` once with Run()'s
+  // result (same codes). `input`, `output` and the options' output_place
+  // must stay valid until then. No thread waits while the coordinator
+  // matches the call (any number may wait for other ranks); a planned call
+  // then runs its data plane on a thread of the runtime's. `done` runs on a
+  // thread of the runtime (or the caller's, for a call refused before it
+  // was sent) and must not block.
+  void RunAsync(const Membership& membership, uint64_t sequence,
+                const CollectiveSpec& spec, absl::string_view input,
+                std::string* output, const RunOptions& options,
+                std::function<void(absl::StatusOr<RunResult>)> done);
+
   // Returns OK when RunOnDevice() can run `spec` of `membership` on
   // `input` and `output` in memory of `device`: INVALID_ARGUMENT for a
   // device other than Cuda(n), a malformed spec, or a pointer that is not
@@ -249,8 +263,21 @@ class WorkerRuntime {
     void* device_output = nullptr;
     bool on_device = false;
   };
+  // A call's request to the coordinator, checked and built by PrepareCall().
+  struct PreparedCall {
+    absl::Time start;
+    absl::Time deadline;
+    Device device;
+    // The input: the host bytes, or staged_input (a device input that rides
+    // with the call, copied to the host).
+    absl::string_view host_input;
+    std::string staged_input;
+    v1::CollectiveRequest request;
+  };
   // A JoinAsync() waiting for the coordinator's answer.
   struct PendingJoin;
+  // A RunAsync() from its request until its callback returned.
+  struct PendingRun;
   // Sends `join`'s JoinGroup (again, on a retry), or ends it with
   // UNAVAILABLE once joins are closed.
   void SendJoin(PendingJoin* join);
@@ -275,6 +302,29 @@ class WorkerRuntime {
                                     const CollectiveSpec& spec,
                                     const CallBuffers& buffers,
                                     const RunOptions& options);
+  // Checks the call and builds its request into `*call` (which must not
+  // move afterwards). Returns INVALID_ARGUMENT before anything is sent, or
+  // the verdict of a device input that could not be staged.
+  absl::Status PrepareCall(const Membership& membership, uint64_t sequence,
+                           const CollectiveSpec& spec,
+                           const CallBuffers& buffers,
+                           const RunOptions& options, PreparedCall* call);
+  // Ends a call the coordinator answered with `response`: takes the inline
+  // result, or runs the planned algorithm (blocking until it ends).
+  absl::StatusOr<RunResult> FinishCall(const Membership& membership,
+                                       uint64_t sequence,
+                                       const CollectiveSpec& spec,
+                                       const CallBuffers& buffers,
+                                       const PreparedCall& call,
+                                       v1::CollectiveResponse& response);
+  // Takes the coordinator's `answer` to `run` (its response in
+  // run->response): ends it here, or runs its plan on a task thread.
+  void OnRunAnswered(PendingRun* run, absl::Status answer);
+  // Runs `run`'s callback with `result`, forgets and deletes it.
+  void EndRun(PendingRun* run, absl::StatusOr<RunResult> result);
+  // Cancels the gRPC calls of pending runs, refuses new ones, and waits
+  // until every run has ended.
+  void CloseRuns();
   // Runs the planned data-plane algorithm; `host_input` is the input when
   // it is on the host (or was copied there). Sets plan->algorithm to the
   // algorithm that ran.
@@ -326,8 +376,14 @@ class WorkerRuntime {
   absl::Mutex joins_mu_;
   absl::flat_hash_set<PendingJoin*> joins_ ABSL_GUARDED_BY(joins_mu_);
   bool joins_closed_ ABSL_GUARDED_BY(joins_mu_) = false;
+  absl::Mutex runs_mu_;
+  absl::flat_hash_set<PendingRun*> runs_ ABSL_GUARDED_BY(runs_mu_);
+  bool runs_closed_ ABSL_GUARDED_BY(runs_mu_) = false;
   bool shut_down_ = false;
   std::atomic<bool> corrupt_results_for_testing_{false};
+  // Data-plane halves of RunAsync() calls. Last: it is destroyed first,
+  // waiting for them while the rest of the runtime is still whole.
+  TaskRunner planned_runs_;
 };
 
 }  // namespace chorus
