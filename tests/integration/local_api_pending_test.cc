@@ -1,7 +1,8 @@
-// Pending joins through one worker daemon's local API, against real daemons:
-// thousands of joins waiting at once for ranks that have not come hold no
-// thread of the daemon each, every one of them completes once its group
-// does, and later bursts leave the daemon's memory where earlier ones left it.
+// Pending calls through one worker daemon's local API, against real daemons:
+// thousands of joins, or of collectives, waiting at once for ranks that have
+// not come hold no thread of the daemon each, every one of them completes
+// once the other ranks come, and later bursts of joins leave the daemon's
+// memory where earlier ones left it.
 #include <dirent.h>
 #include <grpcpp/client_context.h>
 
@@ -9,12 +10,14 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -22,14 +25,27 @@
 #include "gtest/gtest.h"
 #include "server/common/net.h"
 #include "tests/testing/daemons.h"
+#include "tests/testing/http_get.h"
+#include "tests/testing/local_calls.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
 
-// Joins waiting at once through the daemon (the local API's contract).
+// Joins, and collectives, waiting at once through the daemon (the local
+// API's contract).
 constexpr int kPendingJoins = 10000;
+constexpr int kPendingCalls = 10000;
+// The groups the pending collectives are spread over: a rank may have at
+// most kMaxNumbersAhead (1024) numbers ahead of its lowest unused one.
+constexpr int kCallGroups = 20;
+// Threads the daemon may add under a burst of collectives: as for joins,
+// plus the task threads of calls that reached the daemon before a lower
+// number of their rank (gRPC hands calls to its threads out of order) and
+// waited for it; they park afterwards. A thread per waiting call would be
+// kPendingCalls.
+constexpr int kCallThreadSlack = 200;
 // Far longer than the burst takes on a loaded machine.
 constexpr absl::Duration kJoinTimeout = absl::Seconds(120);
 // Threads the daemon may add under the burst (gRPC's own pools); a thread
@@ -81,35 +97,18 @@ int64_t ResidentKiB(pid_t pid) {
   return 0;
 }
 
-// Joins issued without waiting, and how they ended.
-class JoinBurst {
+// Calls issued without waiting, and how they ended.
+template <typename Request, typename Response>
+class Burst {
  public:
-  explicit JoinBurst(v1::WorkerLocal::Stub* stub) : stub_(stub) {}
+  struct Call {
+    grpc::ClientContext context;
+    Request request;
+    Response response;
+  };
 
-  // Starts the join of group `group` (of two) as `rank`.
-  void Start(const std::string& group, int rank) {
-    auto call = std::make_unique<Call>();
-    call->context.set_deadline(DeadlineAfter(kJoinTimeout));
-    call->request.set_group(group);
-    call->request.set_world_size(2);
-    call->request.set_rank(rank);
-    Call* raw = call.get();
-    {
-      absl::MutexLock lock(&mu_);
-      calls_.push_back(std::move(call));
-    }
-    stub_->async()->JoinGroup(&raw->context, &raw->request, &raw->response,
-                              [this](grpc::Status status) {
-                                absl::MutexLock lock(&mu_);
-                                ++ended_;
-                                if (!status.ok() && first_error_.ok()) {
-                                  first_error_ = status;
-                                }
-                              });
-  }
-
-  // Waits until `count` joins ended; returns false when the deadline
-  // passed first.
+  // Waits until `count` calls ended; returns false when `timeout` passed
+  // first.
   bool WaitEnded(int count, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -123,24 +122,54 @@ class JoinBurst {
     return ended_;
   }
 
-  // The first failed join's status (OK when none failed).
+  // The first failed call's status (OK when none failed).
   grpc::Status first_error() {
     absl::MutexLock lock(&mu_);
     return first_error_;
   }
 
- private:
-  struct Call {
-    grpc::ClientContext context;
-    v1::LocalJoinRequest request;
-    v1::LocalJoinResponse response;
-  };
+ protected:
+  // A new call with a deadline kJoinTimeout away, kept as long as the burst.
+  Call* NewCall() {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(DeadlineAfter(kJoinTimeout));
+    Call* raw = call.get();
+    absl::MutexLock lock(&mu_);
+    calls_.push_back(std::move(call));
+    return raw;
+  }
 
-  v1::WorkerLocal::Stub* const stub_;
+  // Counts a call that ended with `status`.
+  void Ended(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    ++ended_;
+    if (!status.ok() && first_error_.ok()) first_error_ = status;
+  }
+
+ private:
   absl::Mutex mu_;
   std::vector<std::unique_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   int ended_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::Status first_error_ ABSL_GUARDED_BY(mu_);
+};
+
+// Joins issued without waiting.
+class JoinBurst : public Burst<v1::LocalJoinRequest, v1::LocalJoinResponse> {
+ public:
+  explicit JoinBurst(v1::WorkerLocal::Stub* stub) : stub_(stub) {}
+
+  // Starts the join of group `group` (of two) as `rank`.
+  void Start(const std::string& group, int rank) {
+    Call* call = NewCall();
+    call->request.set_group(group);
+    call->request.set_world_size(2);
+    call->request.set_rank(rank);
+    stub_->async()->JoinGroup(&call->context, &call->request, &call->response,
+                              [this](grpc::Status status) { Ended(status); });
+  }
+
+ private:
+  v1::WorkerLocal::Stub* const stub_;
 };
 
 // Groups the coordinator holds as forming (ranks waiting in JoinGroup);
@@ -227,6 +256,143 @@ TEST(LocalApiPendingTest, JoinGroup_ThousandsPending_DaemonThreadsFlat) {
       << "the daemon grew " << first_growth << " KiB in the first burst and "
       << last_growth << " KiB in the last (" << resident_before << " KiB "
       << "before the first, " << resident_after[kBursts - 1] << " after)";
+}
+
+// Collectives issued without waiting.
+class CallBurst
+    : public Burst<v1::LocalCollectiveRequest, v1::LocalCollectiveResponse> {
+ public:
+  explicit CallBurst(v1::WorkerLocal::Stub* stub) : stub_(stub) {}
+
+  // Starts `rank`'s all_reduce of one u32 1 as its call #`sequence` of
+  // `group` at `epoch`; it must sum to `world`.
+  void Start(const std::string& group, uint64_t epoch, int rank,
+             uint64_t sequence, uint32_t world) {
+    Call* call = NewCall();
+    call->request = OneU32AllReduce(group, epoch, rank, sequence);
+    stub_->async()->Collective(
+        &call->context, &call->request, &call->response,
+        [this, call, world](grpc::Status status) {
+          const std::string expected(reinterpret_cast<const char*>(&world),
+                                     sizeof(world));
+          if (status.ok() && call->response.data() != expected) {
+            status =
+                grpc::Status(grpc::StatusCode::DATA_LOSS,
+                             absl::StrCat("call #", call->request.sequence(),
+                                          " returned a wrong sum"));
+          }
+          Ended(status);
+        });
+  }
+
+ private:
+  v1::WorkerLocal::Stub* const stub_;
+};
+
+// The coordinator's chorus_pending_collectives{phase="matching"} read from
+// its HTTP port; -1 when it cannot be read.
+int MatchingCollectives(int metrics_port) {
+  const std::string page = HttpGet(metrics_port, "/metrics");
+  constexpr absl::string_view kSample =
+      "chorus_pending_collectives{phase=\"matching\"} ";
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    double value = 0;
+    if (absl::ConsumePrefix(&line, kSample) && absl::SimpleAtod(line, &value)) {
+      return static_cast<int>(value);
+    }
+  }
+  return -1;
+}
+
+// The name of pending-collectives group `g`.
+std::string CallGroup(int g) { return absl::StrCat("pending-calls-", g); }
+
+TEST(LocalApiPendingTest, Collective_ThousandsPending_DaemonThreadsFlat) {
+  const std::string port_file = NewScratchPath("coordinator-metrics", ".port");
+  absl::StatusOr<Daemon> coordinator =
+      StartCoordinator({"--metrics_listen=127.0.0.1:0",
+                        absl::StrCat("--metrics_port_file=", port_file)});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ASSERT_TRUE(WaitUntil([&] { return ReadPort(port_file) > 0; }, kJoinTimeout));
+  const int metrics_port = ReadPort(port_file);
+  absl::StatusOr<Daemon> worker =
+      StartWorker(coordinator->address, {"--name=pending-calls-w"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto stub =
+      v1::WorkerLocal::NewStub(MakeChannel(worker->address, Role::kWorker));
+
+  // Both ranks of each group join through the daemon.
+  std::vector<uint64_t> epochs(kCallGroups);
+  {
+    std::vector<std::thread> joins;
+    std::vector<grpc::Status> joined(2 * kCallGroups);
+    for (int g = 0; g < kCallGroups; ++g) {
+      for (int rank = 0; rank < 2; ++rank) {
+        joins.emplace_back([&, g, rank] {
+          grpc::ClientContext context;
+          context.set_deadline(DeadlineAfter(kJoinTimeout));
+          v1::LocalJoinRequest request;
+          request.set_group(CallGroup(g));
+          request.set_world_size(2);
+          request.set_rank(rank);
+          v1::LocalJoinResponse response;
+          joined[2 * g + rank] = stub->JoinGroup(&context, request, &response);
+          if (rank == 0) epochs[g] = response.epoch();
+        });
+      }
+    }
+    for (std::thread& join : joins) join.join();
+    for (const grpc::Status& status : joined) {
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    }
+  }
+
+  // Call #1 of both ranks warms the daemon's pools and connections.
+  CallBurst burst(stub.get());
+  for (int g = 0; g < kCallGroups; ++g) {
+    burst.Start(CallGroup(g), epochs[g], 0, 1, 2);
+    burst.Start(CallGroup(g), epochs[g], 1, 1, 2);
+  }
+  const int warm = 2 * kCallGroups;
+  ASSERT_TRUE(burst.WaitEnded(warm, kJoinTimeout));
+  ASSERT_TRUE(burst.first_error().ok()) << burst.first_error().error_message();
+  const int threads_before = ThreadsOf(worker->process->pid());
+  ASSERT_GT(threads_before, 0);
+
+  // Rank 0 of every group calls #2.. without waiting; no rank 1 has called
+  // them yet. Each group stays within the numbers a rank may have ahead.
+  const int per_group = kPendingCalls / kCallGroups;
+  for (int i = 0; i < per_group; ++i) {
+    for (int g = 0; g < kCallGroups; ++g) {
+      burst.Start(CallGroup(g), epochs[g], 0, 2 + i, 2);
+    }
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] { return MatchingCollectives(metrics_port) == kPendingCalls; },
+      kJoinTimeout))
+      << MatchingCollectives(metrics_port) << " collectives matching of "
+      << kPendingCalls << "; " << burst.ended() - warm
+      << " ended: " << burst.first_error().error_message();
+  const int threads_pending = ThreadsOf(worker->process->pid());
+  RecordProperty("daemon_threads_before", threads_before);
+  RecordProperty("daemon_threads_pending", threads_pending);
+  EXPECT_LE(threads_pending, threads_before + kCallThreadSlack)
+      << kPendingCalls << " pending collectives took "
+      << threads_pending - threads_before << " threads";
+  EXPECT_EQ(burst.ended(), warm)
+      << "a collective ended before rank 1 called it: "
+      << burst.first_error().error_message();
+
+  // The ranks 1 come: every pending call completes with the sum of both.
+  for (int i = 0; i < per_group; ++i) {
+    for (int g = 0; g < kCallGroups; ++g) {
+      burst.Start(CallGroup(g), epochs[g], 1, 2 + i, 2);
+    }
+  }
+  ASSERT_TRUE(burst.WaitEnded(warm + 2 * kPendingCalls, kJoinTimeout))
+      << burst.ended() << " calls ended";
+  EXPECT_TRUE(burst.first_error().ok()) << burst.first_error().error_message();
+  EXPECT_EQ(MatchingCollectives(metrics_port), 0);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "server/common/tcp_socket.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/daemons.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
 
@@ -46,23 +47,6 @@ std::string FindProgram(const std::string& program) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
-}
-
-int ReadPort(const std::string& path) {
-  std::ifstream in(path);
-  int port = 0;
-  in >> port;
-  return port;
-}
-
-// GET http://127.0.0.1:`port``path`; "" when it fails.
-std::string HttpGet(int port, const std::string& path) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(10);
-  httplib::Result result = client.Get(path.c_str());
-  if (!result || result->status != 200) return "";
-  return result->body;
 }
 
 // A coordinator and two workers, each with its HTTP port on loopback.
