@@ -16,6 +16,11 @@ absl::Status LeftError(const std::string& who) {
 
 }  // namespace
 
+bool CallLedger::Used(const Numbers& numbers, uint64_t sequence) {
+  return sequence < numbers.lowest_unused ||
+         numbers.used_ahead.contains(sequence);
+}
+
 absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
                              uint64_t sequence, const std::string& call,
                              absl::Time deadline,
@@ -45,10 +50,7 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
     mu_.AssertHeld();
     if (--numbers.users == 0 && numbers.forgotten) ranks_.erase(key);
   };
-  auto used = [&] {
-    return sequence < numbers.lowest_unused ||
-           numbers.used_ahead.contains(sequence);
-  };
+  auto used = [&] { return Used(numbers, sequence); };
   auto settled = [&] {
     mu_.AssertHeld();
     return closed_ || numbers.epoch != epoch || numbers.forgotten ||
@@ -105,15 +107,14 @@ bool CallLedger::MayWait(const std::string& group, int rank, uint64_t epoch,
                          uint64_t sequence) {
   absl::MutexLock lock(&mu_);
   auto it = ranks_.find(Key{group, rank});
-  if (closed_ || it == ranks_.end()) return sequence > 1;
+  if (closed_) return false;  // Use() refuses at once
+  if (it == ranks_.end()) return sequence > 1;
   const Numbers& numbers = it->second;
   if (epoch != numbers.epoch || numbers.forgotten) {
     // A newer epoch starts again from 1; an older one is refused at once.
     return epoch > numbers.epoch && sequence > 1;
   }
-  const bool used =
-      sequence < numbers.lowest_unused || numbers.used_ahead.contains(sequence);
-  if (!used) return sequence > numbers.lowest_unused;
+  if (!Used(numbers, sequence)) return sequence > numbers.lowest_unused;
   auto call = numbers.calls.find(sequence);
   return call != numbers.calls.end() && !call->second.finished;
 }

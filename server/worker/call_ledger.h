@@ -128,6 +128,8 @@ class CallLedger {
   };
   using Key = std::pair<std::string, int>;
 
+  // Whether `sequence` of `numbers` was used already.
+  static bool Used(const Numbers& numbers, uint64_t sequence);
   // Answers a retry of used number `sequence` of `numbers`.
   absl::Status RetryLocked(const std::string& who, Numbers& numbers,
                            uint64_t epoch, uint64_t sequence,

@@ -161,6 +161,11 @@ absl::Status CallPortClient::Ready(absl::Time deadline) {
   return Connect(deadline, &fd, &generation);
 }
 
+bool CallPortClient::Connected() {
+  absl::MutexLock lock(&mu_);
+  return fd_ >= 0 && !shut_down_;
+}
+
 absl::StatusOr<v1::CollectiveResponse> CallPortClient::Call(
     v1::CollectiveRequest request, absl::Time deadline) {
   const std::string what = absl::StrCat("collective #", request.sequence(),

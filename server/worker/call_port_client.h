@@ -85,6 +85,9 @@ class CallPortClient {
   // shutting down. Nothing is sent to the core.
   absl::Status Ready(absl::Time deadline);
 
+  // Whether a connection is open now (it may still turn out broken).
+  bool Connected();
+
   // Sends the commit of a data-plane collective and waits for the verdict
   // until `deadline`. Returns the coordinator's verdict (as Coordinator.
   // Commit) or the codes of Call().

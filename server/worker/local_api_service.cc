@@ -400,10 +400,12 @@ void LocalApiService::StartCall(LocalCall call,
   };
   const Membership& joined = call.membership;
   // A call that may wait for its number (a lower one still to come, or a
-  // retry of an attempt still running) waits on a task thread; any other
-  // takes its number and is sent from this one, which never blocks long.
+  // retry of an attempt still running) or for a connection to the
+  // coordinator waits on a task thread; any other takes its number and is
+  // sent from this thread, which then never waits.
   const bool may_wait =
-      ledger_.MayWait(joined.group, joined.rank, joined.epoch, call.sequence);
+      ledger_.MayWait(joined.group, joined.rank, joined.epoch, call.sequence) ||
+      !call.runtime->SendsWithoutWaiting();
   auto start = [this, call = std::move(call), input, output, deadline,
                 done = std::move(done)]() mutable {
     const Membership& m = call.membership;

@@ -8,10 +8,9 @@
 // Both go through PrepareCall() and StartCall(), the one way a local
 // collective runs. A join holds no thread while its group assembles
 // (WorkerRuntime::JoinAsync), and a collective none while the coordinator
-// matches it (WorkerRuntime::RunAsync): a task thread takes its number and
-// sends it, so gRPC's callback threads never block, and is free again once
-// it is sent. Every call is checked first with
-// CheckLocalCaller.
+// matches it (WorkerRuntime::RunAsync). gRPC's callback threads never block:
+// a call that may wait to take its number or to connect does that on a task
+// thread. Every call is checked first with CheckLocalCaller.
 //
 // Lifecycle: constructed before the runtime's server starts (it is one of
 // its services) and bound to the runtime with Bind(); Drain() waits for the
@@ -166,8 +165,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // is over max_tensor_bytes. Returns OK otherwise.
   absl::Status CheckSizes(const LocalCall& call, uint64_t input_bytes) const;
 
-  // Runs `call` on `input` (from a task thread, with WorkerRuntime::
-  // RunAsync), with the time left before `context`'s deadline, writing this
+  // Runs `call` on `input` with WorkerRuntime::RunAsync (sent from the
+  // calling thread, or from a task thread when it may have to wait first),
+  // with the time left before `context`'s deadline, writing this
   // rank's output to `output`; then calls `done` with WorkerRuntime::Run()'s
   // result and a KeepOutput, on a thread of the daemon's that must not
   // block. The call first checks its input (INVALID_ARGUMENT as

@@ -497,15 +497,27 @@ void WorkerRuntime::CloseJoins() {
 absl::StatusOr<RunResult> WorkerRuntime::Run(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     absl::string_view input, std::string* output, const RunOptions& options) {
+  const absl::Time start = absl::Now();
+  return Counted(spec, start,
+                 RunCall(membership, sequence, spec,
+                         HostBuffers(input, output, options), options));
+}
+
+WorkerRuntime::CallBuffers WorkerRuntime::HostBuffers(
+    absl::string_view input, std::string* output, const RunOptions& options) {
   CallBuffers buffers;
   buffers.host_input = input;
   buffers.host_output = output;
   if (!options.output_place.empty()) {
     buffers.host_output_place = options.output_place.data();
   }
-  const absl::Time start = absl::Now();
-  return Counted(spec, start,
-                 RunCall(membership, sequence, spec, buffers, options));
+  return buffers;
+}
+
+bool WorkerRuntime::SendsWithoutWaiting() {
+  // Without a call port the call goes as an asynchronous gRPC call.
+  return call_port_ == nullptr || session_->call_port() <= 0 ||
+         call_port_->Connected();
 }
 
 absl::Status WorkerRuntime::CheckDeviceMemory(const Membership& membership,
@@ -696,11 +708,7 @@ void WorkerRuntime::RunAsync(
   run->membership = membership;
   run->sequence = sequence;
   run->spec = spec;
-  run->buffers.host_input = input;
-  run->buffers.host_output = output;
-  if (!options.output_place.empty()) {
-    run->buffers.host_output_place = options.output_place.data();
-  }
+  run->buffers = HostBuffers(input, output, options);
   run->done = std::move(done);
   const absl::Time start = absl::Now();
   absl::Status prepared = PrepareCall(run->membership, sequence, spec,

@@ -200,6 +200,10 @@ class WorkerRuntime {
                 std::string* output, const RunOptions& options,
                 std::function<void(absl::StatusOr<RunResult>)> done);
 
+  // Whether RunAsync() sends a call without first waiting to connect to the
+  // coordinator's call port (it is connected, or not used).
+  bool SendsWithoutWaiting();
+
   // Returns OK when RunOnDevice() can run `spec` of `membership` on
   // `input` and `output` in memory of `device`: INVALID_ARGUMENT for a
   // device other than Cuda(n), a malformed spec, or a pointer that is not
@@ -293,6 +297,9 @@ class WorkerRuntime {
   // until each callback has returned.
   void CloseJoins();
 
+  // The buffers of a host call (Run(), RunAsync()).
+  static CallBuffers HostBuffers(absl::string_view input, std::string* output,
+                                 const RunOptions& options);
   // Bytes of `input` for a device call: 0 when it is null and may be empty.
   static uint64_t DeviceInputBytes(const Membership& membership,
                                    const CollectiveSpec& spec,
