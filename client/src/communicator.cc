@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -256,18 +257,25 @@ absl::StatusOr<CallResult> Communicator::RunOnDevice(
   const uint64_t element = DTypeSize(spec.dtype);
   const uint64_t in_bytes = InputBytes(spec, world_size_, rank_);
   const uint64_t out_bytes = OutputBytes(spec, world_size_, rank_);
-  const bool input_fits = input.count * element == in_bytes ||
-                          (input.count == 0 && InputMayBeEmpty(spec, rank_));
-  if (!input_fits || output.count * element != out_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensors of ", input.count, " and ", output.count,
-                     " elements for a call that takes ", in_bytes / element,
-                     " and gives ", out_bytes / element));
+  const uint64_t max_count = std::numeric_limits<uint64_t>::max() / element;
+  // As with host buffers, an off-root rank of broadcast or scatter may pass
+  // nothing or a full-size input, which the call ignores.
+  const bool input_fits =
+      input.count <= max_count &&
+      CheckInputSize(spec, world_size_, rank_, input.count * element).ok();
+  if (!input_fits || output.count > max_count ||
+      output.count * element != out_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensors of ", input.count, " and ", output.count,
+        " elements for a call that takes ", in_bytes / element,
+        InputMayBeEmpty(spec, rank_) ? " (or a full-size one)" : "",
+        " and gives ", out_bytes / element));
   }
   if (device.kind != DeviceKind::kCpu) {
-    valid = CheckCall(spec, input.count * element, on_device);
-    // An input that may be empty and is passes no pointer.
-    const void* in = input.count == 0 ? nullptr : input.data;
+    // An input the call ignores (off-root) passes no pointer.
+    const bool ignored = in_bytes == 0 && InputMayBeEmpty(spec, rank_);
+    valid = CheckCall(spec, ignored ? 0 : input.count * element, on_device);
+    const void* in = ignored || input.count == 0 ? nullptr : input.data;
     const void* out = output.count == 0 ? nullptr : output.data;
     if (valid.ok()) valid = CheckDeviceMemory(spec, device, in, out);
     if (!valid.ok()) return valid;

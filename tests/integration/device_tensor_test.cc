@@ -126,6 +126,39 @@ TEST(DeviceTensorTest, RunOnDevice_BadTensors_RefusedWithoutTakingSequence) {
   ExpectSequencesAligned(Pointers(*group));
 }
 
+// As with host buffers, an off-root rank of broadcast may pass no input or
+// a full-size one, which the call ignores (the GPU test's matrix passes both).
+TEST(DeviceTensorTest, RunOnDevice_OffRootFullSizeInput_Ignored) {
+  auto cluster = EmbeddedCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto group = (*cluster)->JoinGroup("off-root", 3);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const CollectiveSpec spec = Spec(CollectiveKind::kBroadcast, DType::kF32, 4,
+                                   ReduceOp::kUnspecified, /*root=*/1);
+  std::vector<std::vector<float>> in = {{}, {1, 2, 3, 4}, {9, 9, 9, 9}};
+  std::vector<std::vector<float>> out(3, std::vector<float>(4, -1));
+  std::vector<absl::StatusOr<CallResult>> results(
+      3, absl::UnknownError("not run"));
+  RunOnRanks(3, [&](int r) {
+    CallOptions options;
+    options.timeout = kCallTimeout;
+    results[r] =
+        (*group)[r]->RunOnDevice(spec, Host(in[r]), Host(out[r]), options);
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+    EXPECT_EQ(out[r], (std::vector<float>{1, 2, 3, 4})) << "rank " << r;
+  }
+  // A size that is neither is refused, before it takes a number.
+  std::vector<float> three(3);
+  absl::StatusOr<CallResult> r =
+      (*group)[2]->RunOnDevice(spec, Host(three), Host(out[2]));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(r),
+              HasSubstr("takes 0 (or a full-size one) and gives 4"));
+  ExpectSequencesAligned(Pointers(*group));
+}
+
 class DeviceTensorDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -129,7 +129,9 @@ class Communicator {
   // stream first); `output` is complete when this returns. Returns
   // INVALID_ARGUMENT when the tensors' devices differ from each other or
   // from CallOptions.device, their dtype is not spec.dtype, or their counts
-  // are not the spec's input and output sizes; FAILED_PRECONDITION for
+  // are not the spec's input and output sizes (an off-root rank of
+  // broadcast or scatter may pass an empty or a full-size input, as with
+  // Run(); the call ignores it); FAILED_PRECONDITION for
   // Cuda tensors on a daemon communicator; UNIMPLEMENTED for a device the
   // embedded worker did not register; INVALID_ARGUMENT for a pointer that
   // is not memory of that GPU (all before the call takes a sequence
