@@ -13,11 +13,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <iostream>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/worker/cuda_probe.h"
@@ -59,6 +64,9 @@ void RunAllReduceMatrix(const std::vector<Communicator*>& ranks,
   check.devices = devices;
   check.same_host = false;  // a rank on a GPU never uses shared memory
   uint64_t seed = 1;
+  // Time per count (calls and their checks), printed for the GPU check's
+  // log: a record, not an assertion.
+  std::map<uint64_t, std::pair<int, absl::Duration>> spent;
   for (Algorithm plan : {Algorithm::kUnspecified, Algorithm::kRing,
                          Algorithm::kRecursiveDoubling}) {
     for (DType dtype : AllDTypes()) {
@@ -68,10 +76,19 @@ void RunAllReduceMatrix(const std::vector<Communicator*>& ranks,
           c.spec = Spec(CollectiveKind::kAllReduce, dtype, count, op);
           c.algorithm = plan;
           c.seed = seed++;
+          const absl::Time start = absl::Now();
           ASSERT_TRUE(RunAndCheck(ranks, c, check));
+          spent[count].first++;
+          spent[count].second += absl::Now() - start;
         }
       }
     }
+  }
+  for (const auto& [count, calls] : spent) {
+    std::cout << "world " << ranks.size() << " count " << count << ": "
+              << calls.first << " calls, "
+              << absl::FormatDuration(calls.second / calls.first)
+              << " per call with its check\n";
   }
 }
 
@@ -79,7 +96,11 @@ class GpuCollectivesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SKIP_WITHOUT_GPU();
-    auto cluster = EmbeddedCluster::Start(4);
+    // Each runtime registers the CPU and GPU 0, as a worker daemon on a GPU
+    // machine does by default.
+    auto cluster =
+        EmbeddedCluster::Start(4, {}, EmbeddedCluster::DataPlane::kTcp,
+                               {JoinOptions::CpuDevice(), Gpu0()});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
   }

@@ -14,7 +14,7 @@ namespace chorus::test {
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     int workers, const std::vector<std::string>& coordinator_flags,
-    DataPlane data_plane) {
+    DataPlane data_plane, const std::vector<Device>& devices) {
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   absl::StatusOr<Daemon> coordinator = StartCoordinator(coordinator_flags);
   if (!coordinator.ok()) return coordinator.status();
@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     options.coordinator = cluster->coordinator_.address;
     options.listen = "127.0.0.1:0";
     options.name = absl::StrCat("embedded-", i);
-    options.devices = {JoinOptions::CpuDevice()};
+    options.devices = devices;
     options.tcp_data_plane = data_plane == DataPlane::kTcp ||
                              (data_plane == DataPlane::kMixed && i % 2 == 0);
     // The non-TCP variants also send their collective calls the other way
@@ -132,11 +132,17 @@ Algorithm ExpectedPlan(const CollectiveCase& c, int world,
       check.start_order);
 
   const std::string what = DescribeCase(c, world);
+  // Every failed rank, not only the first: a rank that failed on its own
+  // leaves the others waiting for it until their deadline.
+  std::string failures;
   for (int r = 0; r < world; ++r) {
     if (!results[r].ok()) {
-      return ::testing::AssertionFailure()
-             << what << ": rank " << r << " failed: " << results[r].status();
+      absl::StrAppend(&failures, failures.empty() ? "" : "; ", "rank ", r,
+                      " failed: ", results[r].status().ToString());
     }
+  }
+  if (!failures.empty()) {
+    return ::testing::AssertionFailure() << what << ": " << failures;
   }
   const Algorithm plan =
       ExpectedPlan(c, world, check.inline_max_bytes,

@@ -54,10 +54,14 @@ class EmbeddedCluster {
   enum class DataPlane { kTcp, kGrpc, kMixed /* even workers tcp */ };
 
   // Starts the coordinator (with `coordinator_flags` added, e.g.
-  // "--chunk_bytes=1000") and the runtimes. Returns the harness's errors.
+  // "--chunk_bytes=1000") and the runtimes, each registering `devices`
+  // (the CPU alone unless told; GPU tests add Cuda(0)). Returns the
+  // harness's errors, or a runtime's own (e.g. UNIMPLEMENTED for a device
+  // this machine lacks).
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
       int workers, const std::vector<std::string>& coordinator_flags = {},
-      DataPlane data_plane = DataPlane::kTcp);
+      DataPlane data_plane = DataPlane::kTcp,
+      const std::vector<Device>& devices = {JoinOptions::CpuDevice()});
 
   ~EmbeddedCluster();
 

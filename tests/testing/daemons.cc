@@ -260,11 +260,23 @@ void AppendVarint(uint64_t value, std::string* out) {
   out->push_back(static_cast<char>(value));
 }
 
+// The daemons of this build tree, or those in $CHORUS_TEST_BIN_DIR when set
+// (binaries packed elsewhere, as `bench/gpu_check.sh --prebuilt` runs them).
+std::string TestBinary(absl::string_view name, const char* built) {
+  const char* dir = getenv("CHORUS_TEST_BIN_DIR");
+  if (dir == nullptr || *dir == '\0') return built;
+  return absl::StrCat(dir, "/", name);
+}
+
 }  // namespace
 
-std::string CoordinatorBinary() { return CHORUS_COORDINATOR_BIN; }
-std::string WorkerBinary() { return CHORUS_WORKER_BIN; }
-std::string ChorusctlBinary() { return CHORUSCTL_BIN; }
+std::string CoordinatorBinary() {
+  return TestBinary("chorus-coordinator", CHORUS_COORDINATOR_BIN);
+}
+std::string WorkerBinary() {
+  return TestBinary("chorus-worker", CHORUS_WORKER_BIN);
+}
+std::string ChorusctlBinary() { return TestBinary("chorusctl", CHORUSCTL_BIN); }
 
 std::string ScratchDir() {
   ScratchState& state = Scratch();

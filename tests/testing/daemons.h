@@ -34,7 +34,8 @@ inline constexpr absl::Duration kStartTimeout = absl::Seconds(20);
 // Deadline of each gRPC call the helpers make.
 inline constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
 
-// Paths of the binaries under test (set by the build).
+// Paths of the binaries under test: set by the build, or in
+// $CHORUS_TEST_BIN_DIR when that is set (binaries packed for another machine).
 std::string CoordinatorBinary();
 std::string WorkerBinary();
 std::string ChorusctlBinary();
