@@ -9,14 +9,74 @@
 # and exits 0. Meant to finish within 5 minutes (the full project's build is
 # most of it).
 #
+# A GPU machine that lacks the build's dependencies (Abseil, GoogleTest,
+# gRPC, ...) runs binaries packed on a machine that has them:
+#   here:  bench/gpu_check.sh --pack DIR [build-dir]   (default build-dir:
+#          <repo>/build, configured with CUDA) builds the GPU tests, the
+#          benchmark and the daemons, and copies them, stripped, to DIR/bin
+#          with the shared libraries they need beyond glibc in DIR/lib;
+#   there: bench/gpu_check.sh --prebuilt DIR   runs them (no build).
+#
 # Usage: bench/gpu_check.sh [build-dir]     (default: <repo>/build-gpu-check)
+#        bench/gpu_check.sh --pack DIR [build-dir]
+#        bench/gpu_check.sh --prebuilt DIR
 # Environment: JOBS (default: nproc), BENCH_MIB (256), BENCH_ITERS (20),
 # GPU_CHECK_STANDALONE=1 to skip the full project and build bench/gpu_check.
-# Exit status: 0 when the GPU tests pass (or there is no GPU), 1 otherwise.
+# Exit status: 0 when the GPU tests pass (or there is no GPU; --pack: when
+# the pack is complete), 1 otherwise, 2 for a usage error.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-${root}/build-gpu-check}"
+# The packed programs: the GPU tests, the kernel benchmark, and the daemons
+# the collectives test starts.
+packed_tests=(gpu_reduce_test device_buffers_test gpu_collectives_test)
+packed_programs=("${packed_tests[@]}" gpu_reduce_bench chorus-coordinator
+                 chorus-worker chorusctl)
+prebuilt=""
+case "${1:-}" in
+  --pack)
+    [ $# -ge 2 ] || { echo "usage: $0 --pack DIR [build-dir]" >&2; exit 2; }
+    pack="$2"
+    tree="${3:-${root}/build}"
+    [ -f "${tree}/CMakeCache.txt" ] || {
+      echo "gpu_check: ${tree} is not a configured build tree" >&2; exit 1; }
+    cmake --build "${tree}" --target "${packed_programs[@]}" || exit 1
+    rm -rf "${pack}" && mkdir -p "${pack}/bin" "${pack}/lib" || exit 1
+    for name in "${packed_programs[@]}"; do
+      binary="$(find "${tree}" -type f -name "${name}" -perm -u+x | head -n 1)"
+      [ -n "${binary}" ] || {
+        echo "gpu_check: ${name} was not built in ${tree}" >&2; exit 1; }
+      # Symbols stay, for a debugger's backtraces there.
+      strip --strip-debug -o "${pack}/bin/${name}" "${binary}" || exit 1
+    done
+    # Every library the programs load except glibc's own, which the GPU
+    # machine has (in a version at least as new, for these to start).
+    ldd "${pack}"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u |
+      grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+      while read -r lib; do cp -L "${lib}" "${pack}/lib/" || exit 1; done ||
+      exit 1
+    echo "gpu_check: packed $(ls "${pack}/bin" | wc -l) programs and" \
+         "$(ls "${pack}/lib" | wc -l) libraries ($(du -sh "${pack}" | cut -f1))" \
+         "in ${pack}; on the GPU machine: bench/gpu_check.sh --prebuilt ${pack}"
+    exit 0
+    ;;
+  --prebuilt)
+    [ $# -eq 2 ] || { echo "usage: $0 --prebuilt DIR" >&2; exit 2; }
+    prebuilt="$(cd "$2" 2>/dev/null && pwd)" || {
+      echo "gpu_check: no folder $2" >&2; exit 1; }
+    build="${prebuilt}/run"
+    # The packed libraries, and the packed daemons for the tests to start.
+    export LD_LIBRARY_PATH="${prebuilt}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+    export CHORUS_TEST_BIN_DIR="${prebuilt}/bin"
+    ;;
+  -*)
+    echo "usage: $0 [build-dir] | --pack DIR [build-dir] | --prebuilt DIR" >&2
+    exit 2
+    ;;
+  *)
+    build="${1:-${root}/build-gpu-check}"
+    ;;
+esac
 jobs="${JOBS:-$(nproc 2>/dev/null || echo 4)}"
 mib="${BENCH_MIB:-256}"
 iters="${BENCH_ITERS:-20}"
@@ -41,7 +101,9 @@ if [ -z "${gpu_name}" ]; then
 fi
 
 # ---- Toolchain --------------------------------------------------------------
-if ! command -v nvcc >/dev/null 2>&1; then
+if [ -n "${prebuilt}" ]; then
+  :  # nothing to build
+elif ! command -v nvcc >/dev/null 2>&1; then
   if [ -x /usr/local/cuda/bin/nvcc ]; then
     export PATH="/usr/local/cuda/bin:${PATH}"
   else
@@ -51,7 +113,7 @@ if ! command -v nvcc >/dev/null 2>&1; then
   fi
 fi
 for tool in cmake ninja; do
-  if ! command -v "${tool}" >/dev/null 2>&1; then
+  if [ -z "${prebuilt}" ] && ! command -v "${tool}" >/dev/null 2>&1; then
     say "${tool} is not installed"
     exit 1
   fi
@@ -64,7 +126,10 @@ mkdir -p "${build}"
 # missing, the standalone project in bench/gpu_check builds the same sources.
 started=$(date +%s)
 mode="full project"
-if [ "${GPU_CHECK_STANDALONE:-0}" = 1 ] ||
+if [ -n "${prebuilt}" ]; then
+  mode="prebuilt"
+  tree="${prebuilt}/bin"
+elif [ "${GPU_CHECK_STANDALONE:-0}" = 1 ] ||
    ! cmake -S "${root}" -B "${build}/full" -G Ninja \
      -DCMAKE_BUILD_TYPE=Release -DCHORUS_CUDA=ON >>"${log}" 2>&1; then
   mode="standalone (bench/gpu_check)"
@@ -74,7 +139,9 @@ if [ "${GPU_CHECK_STANDALONE:-0}" = 1 ] ||
   if ! cmake -S "${root}/bench/gpu_check" -B "${build}/standalone" -G Ninja \
        -DCMAKE_BUILD_TYPE=Release >>"${log}" 2>&1; then
     tail -n 30 "${log}"
-    say "configure failed"
+    say "configure failed. Where this machine lacks the dependencies, pack" \
+        "the binaries on one that has them (bench/gpu_check.sh --pack DIR)" \
+        "and run them here with bench/gpu_check.sh --prebuilt DIR"
     exit 1
   fi
   tree="${build}/standalone"
@@ -88,7 +155,8 @@ if [ "${tree}" = "${build}/full" ]; then
   targets+=(device_buffers_test gpu_collectives_test chorus-coordinator
             chorus-worker)
 fi
-if ! timeout 360 ninja -C "${tree}" -j "${jobs}" "${targets[@]}" \
+if [ -z "${prebuilt}" ] &&
+   ! timeout 360 ninja -C "${tree}" -j "${jobs}" "${targets[@]}" \
      >>"${log}" 2>&1; then
   tail -n 40 "${log}"
   say "build failed (full log: ${log})"
@@ -97,12 +165,62 @@ fi
 built=$(date +%s)
 
 # ---- GPU tests ---------------------------------------------------------------
-test_out="$(timeout 300 ctest --test-dir "${tree}" -L gpu --output-on-failure \
-            2>&1)"
+# Prebuilt: the test programs at once (one GPU, many cores), the
+# collectives test one process per case as ctest runs it, each with its own
+# time limit, summarised in ctest's line format for the table.
+run_prebuilt_tests() {
+  local program name filter i=0 rc=0 units=()
+  for program in "${packed_tests[@]}"; do
+    case "${program}" in
+      device_buffers_test) units+=("${program}:-*MissingGpu*") ;;
+      gpu_collectives_test)
+        while read -r name; do units+=("${program}:${name}"); done < <(
+          "${tree}/${program}" --gtest_list_tests |
+            awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}') ;;
+      *) units+=("${program}:*") ;;
+    esac
+  done
+  for unit in "${units[@]}"; do
+    ( program="${unit%%:*}" filter="${unit#*:}" t0=$(date +%s)
+      timeout 420 "${tree}/${program}" --gtest_filter="${filter}" \
+        >"${build}/${i}.log" 2>&1
+      echo "$? $(( $(date +%s) - t0 ))" >"${build}/${i}.rc" ) &
+    i=$((i + 1))
+  done
+  wait
+  i=0
+  for unit in "${units[@]}"; do
+    name="${unit%%:*}"
+    [ "${unit#*:}" = '*' ] || [ "${unit#*:}" = '-*MissingGpu*' ] ||
+      name="${unit#*:}"
+    read -r code secs <"${build}/${i}.rc" && rm -f "${build}/${i}.rc"
+    mv "${build}/${i}.log" "${build}/${name}.log"
+    i=$((i + 1))
+    local verdict="Passed"
+    if [ "${code}" != 0 ]; then
+      verdict="***Failed (exit ${code})"; rc=1
+      tail -n 40 "${build}/${name}.log"
+    elif grep -q '^\[  SKIPPED \]' "${build}/${name}.log"; then
+      verdict="Skipped"
+    fi
+    printf '%d/%d Test #%d: %s ... %s %s sec\n' "${i}" \
+      "${#units[@]}" "${i}" "${name}" "${verdict}" "${secs}"
+    [ "${verdict}" = Skipped ] && echo "  (Skipped)"
+    grep -E '^\[  (PASSED|FAILED) +\]|per call' "${build}/${name}.log" |
+      sed 's/^/  | /'
+  done
+  return ${rc}
+}
+if [ -n "${prebuilt}" ]; then
+  test_out="$(run_prebuilt_tests 2>&1)"
+else
+  test_out="$(timeout 300 ctest --test-dir "${tree}" -L gpu --output-on-failure \
+              2>&1)"
+fi
 test_rc=$?
 printf '%s\n' "${test_out}" >>"${log}"
 if [ ${test_rc} -ne 0 ]; then
-  tests="FAILED (ctest exit ${test_rc})"
+  tests="FAILED (exit ${test_rc})"
   printf '%s\n' "${test_out}" | tail -n 60
 elif printf '%s' "${test_out}" | grep -q '(Skipped)'; then
   # A GPU is installed but the test process could not use it: say why.
@@ -131,7 +249,8 @@ echo "== Chorus reduce engine GPU check ========================================
 printf '%-12s %s\n' "GPU" "${gpu_name}"
 printf '%-12s %s\n' "build" "${mode}: ${tree} ($((built - started)) s)"
 printf '%-12s %s\n' "gpu tests" "${tests} ($((tested - built)) s)"
-printf '%s\n' "${test_out}" | grep -E '^ *[0-9]+/[0-9]+ Test' | sed 's/^/  /'
+printf '%s\n' "${test_out}" | grep -E '^ *[0-9]+/[0-9]+ Test|^  [|] ' |
+  sed 's/^/  /'
 printf '%-12s %s\n' "bench" "dst = op(dst, src) moves 3 x bytes; memcpy and finalize 2 x ($((finished - tested)) s)"
 echo "-----------------------------------------------------------------------------"
 printf '%s\n' "${bench_out}"
