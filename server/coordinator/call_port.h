@@ -6,35 +6,30 @@
 // all-reduce. Each request goes into the core (TakeCallPortRequest) exactly
 // as the unary RPC would, so verdicts, deadlines and errors are the same.
 //
-// One thread serves every connection with epoll: it reads frames and takes
-// the calls into the core in the order each connection sent them. Verdicts
-// are written by whichever thread produces them, straight to the socket when
-// it has room, else queued for the serving thread. A connection that does
-// not start with the hello is closed without a reply; a frame over the
-// limit or a payload that does not parse gets one reply with call id 0 and
-// the reason (RESOURCE_EXHAUSTED or INVALID_ARGUMENT) and the connection is
-// closed; a request that carries nothing, or has a negative timeout, gets
+// A FrameServer serves the connections with one thread: it takes each
+// connection's calls into the core in the order it sent them; verdicts are
+// written by whichever thread produces them. A connection that does not
+// start with the hello is closed without a reply; a frame over the limit or
+// a payload that does not parse gets one reply with call id 0 and the reason
+// (RESOURCE_EXHAUSTED or INVALID_ARGUMENT) and the connection is closed; a
+// request that carries nothing, or has a negative timeout, gets
 // INVALID_ARGUMENT under its call id. A connection that closes drops the
-// verdicts still due to it. Each wake-up reads at most 1 MiB of one connection,
-// so none starves the others; out of file descriptors, it stops accepting until
-// one closes.
+// verdicts still due to it.
 //
 // Lifecycle: Start() listens and serves until Shutdown() (or destruction),
 // which closes every connection. The core must outlive it.
-// Thread safety: Shutdown() and port() may be called from any thread.
+// Thread safety: Shutdown(), connections() and port() may be called from any
+// thread.
 #ifndef CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
 #define CHORUS_SERVER_COORDINATOR_CALL_PORT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
+#include <utility>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "server/common/frame_server.h"
 #include "server/coordinator/coordinator.h"
 
 namespace chorus {
@@ -49,49 +44,23 @@ class CallPort {
       const std::string& host, int port, Coordinator* core,
       uint64_t max_frame_bytes);
 
-  ~CallPort();
   CallPort(const CallPort&) = delete;
   CallPort& operator=(const CallPort&) = delete;
 
   int port() const { return port_; }
   // Connections open now.
-  size_t connections() const {
-    return open_connections_.load(std::memory_order_relaxed);
-  }
+  size_t connections() const { return frames_->connections(); }
 
   // Stops serving, closes every connection (verdicts still due are
   // dropped) and the listener. Idempotent.
-  void Shutdown();
-
-  struct Connection;
+  void Shutdown() { frames_->Shutdown(); }
 
  private:
-  CallPort(Coordinator* core, uint64_t max_frame_bytes)
-      : core_(core), max_frame_bytes_(max_frame_bytes) {}
+  CallPort(std::unique_ptr<FrameServer> frames, int port)
+      : frames_(std::move(frames)), port_(port) {}
 
-  void Serve();
-  void Accept();
-  // Reads what `connection` has and handles its whole frames. Returns false
-  // when the connection must be closed.
-  bool ReadFrom(const std::shared_ptr<Connection>& connection);
-  // Takes the whole frames buffered for `connection` into the core. Returns
-  // false when the connection must be closed.
-  bool TakeFrames(const std::shared_ptr<Connection>& connection);
-  void Close(int fd);
-
-  Coordinator* const core_;  // not owned
-  const uint64_t max_frame_bytes_;
-  int listen_fd_ = -1;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd: Shutdown() wakes the serving thread
-  int port_ = 0;
-  std::thread thread_;
-  absl::Mutex mu_;
-  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Owned by the serving thread.
-  absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_;
-  bool accept_paused_ = false;
-  std::atomic<size_t> open_connections_{0};
+  const std::unique_ptr<FrameServer> frames_;
+  const int port_;
 };
 
 }  // namespace chorus
