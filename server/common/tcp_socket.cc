@@ -7,7 +7,9 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -118,6 +120,34 @@ absl::StatusOr<Listener> ListenTcp(const std::string& host, int port) {
   freeaddrinfo(found);
   return absl::UnavailableError(absl::StrCat(
       "cannot listen for the data plane on ", host, ":", port, ": ", why));
+}
+
+absl::StatusOr<Listener> ListenUnix(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path \"", path, "\" is empty or longer than ",
+                     sizeof(address.sun_path) - 1, " bytes"));
+  }
+  std::memcpy(address.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot make a socket for ",
+                                               path, ": ", ErrnoText(errno)));
+  }
+  // Owner only from the start: the mode is set before it listens.
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) !=
+          0 ||
+      chmod(path.c_str(), 0600) != 0 || listen(fd, 128) != 0) {
+    const std::string why = ErrnoText(errno);
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", path, ": ", why));
+  }
+  Listener listener;
+  listener.fd = fd;
+  return listener;
 }
 
 namespace {

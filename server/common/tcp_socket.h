@@ -38,6 +38,12 @@ struct Listener {
 // be bound.
 absl::StatusOr<Listener> ListenTcp(const std::string& host, int port);
 
+// Listens on a Unix domain socket at `path` (which must not exist), mode
+// 0600: only its owner may connect. Returns the listening descriptor (port
+// 0), INVALID_ARGUMENT for a path too long for a socket address, or
+// UNAVAILABLE naming the path.
+absl::StatusOr<Listener> ListenUnix(const std::string& path);
+
 // Connects to host:port, waiting until `deadline` at most. The socket
 // returned is non-blocking and has TCP_NODELAY set. Returns UNAVAILABLE or
 // DEADLINE_EXCEEDED naming the address.

@@ -279,6 +279,7 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
           }
           absl::MutexLock lock(&mu_);
           memberships_[{request->group(), request->rank()}] = *joined;
+          response->set_call_socket(call_socket_);
         }
         reactor->Finish(ToGrpcStatus(joined.status()));
       });
@@ -387,7 +388,13 @@ void LocalApiService::StartCall(LocalCall call,
                                 const grpc::CallbackServerContext& context,
                                 absl::string_view input, std::string* output,
                                 CallDone done) {
-  const absl::Time deadline = absl::Now() + TimeLeft(context);
+  StartCall(std::move(call), absl::Now() + TimeLeft(context), input, output,
+            std::move(done));
+}
+
+void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
+                                absl::string_view input, std::string* output,
+                                CallDone done) {
   {
     absl::MutexLock lock(&calls_mu_);
     ++calls_running_;
@@ -518,24 +525,64 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
     reactor->End(allowed, nullptr);
     return reactor;
   }
-  absl::StatusOr<LocalCall> call = PrepareCall(*request);
-  absl::StatusOr<absl::string_view> input =
-      call.ok() ? PrepareInput(*request, &*call)
-                : absl::StatusOr<absl::string_view>(call.status());
-  if (input.ok() && call->input_region != nullptr) {
-    // Not bounded by a message: by --max_tensor_bytes, as a stream.
-    absl::Status sized = CheckSizes(*call, input->size());
-    if (!sized.ok()) input = sized;
-  }
-  if (!input.ok()) {
-    reactor->End(input.status(), nullptr);
+  absl::string_view input;
+  absl::StatusOr<LocalCall> call = PrepareMessageCall(*request, &input);
+  if (!call.ok()) {
+    reactor->End(call.status(), nullptr);
     return reactor;
   }
-  StartCall(*std::move(call), *context, *input, response->mutable_data(),
+  StartCall(*std::move(call), *context, input, response->mutable_data(),
             [reactor](absl::StatusOr<RunResult> result, KeepOutput keep) {
               reactor->End(std::move(result), std::move(keep));
             });
   return reactor;
+}
+
+absl::StatusOr<LocalCall> LocalApiService::PrepareMessageCall(
+    const v1::LocalCollectiveRequest& request, absl::string_view* input) const {
+  absl::StatusOr<LocalCall> call = PrepareCall(request);
+  if (!call.ok()) return call.status();
+  absl::StatusOr<absl::string_view> prepared = PrepareInput(request, &*call);
+  if (!prepared.ok()) return prepared.status();
+  if (call->input_region != nullptr) {
+    // Not bounded by a message: by --max_tensor_bytes, as a stream.
+    absl::Status sized = CheckSizes(*call, prepared->size());
+    if (!sized.ok()) return sized;
+  }
+  *input = *prepared;
+  return call;
+}
+
+void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
+                              absl::Time deadline, LocalCallDone done) {
+  // The request and the response live until the call ended: the input is
+  // a view of the request's data.
+  struct Running {
+    v1::LocalCollectiveRequest request;
+    v1::LocalCollectiveResponse response;
+  };
+  auto running = std::make_shared<Running>();
+  running->request = std::move(request);
+  absl::string_view input;
+  absl::StatusOr<LocalCall> call = PrepareMessageCall(running->request, &input);
+  if (!call.ok()) {
+    done(call.status(), running->response, nullptr);
+    return;
+  }
+  StartCall(*std::move(call), deadline, input, running->response.mutable_data(),
+            [running, done = std::move(done)](absl::StatusOr<RunResult> result,
+                                              KeepOutput keep) {
+              if (result.ok()) {
+                running->response.set_sequence(result->sequence);
+                ToPlanProto(*result, running->response.mutable_plan());
+              }
+              done(result.status(), running->response, std::move(keep));
+            });
+}
+
+void LocalApiService::SetCallSocket(std::string path) {
+  absl::MutexLock lock(&mu_);
+  call_socket_ = std::move(path);
 }
 
 grpc::ServerBidiReactor<v1::LocalChunkedRequest, v1::LocalChunkedResponse>*

@@ -4,9 +4,10 @@
 // with its WorkerRuntime. Collective carries a call's tensors in one message
 // each way; CollectiveChunked streams them in pieces (ChunkedCallReactor);
 // with shared_input/shared_output it reads and writes them in place in a
-// region of shared memory (SharedRegions) made by OpenSharedRegion.
-// Both go through PrepareCall() and StartCall(), the one way a local
-// collective runs. A join holds no thread while its group assembles
+// region of shared memory (SharedRegions) made by OpenSharedRegion; the
+// call socket (LocalCallSocket) carries Collective's calls as plain frames
+// through RunCall(). All go through PrepareCall() and StartCall(), the one
+// way a local collective runs. A join holds no thread while its group assembles
 // (WorkerRuntime::JoinAsync), and a collective none while the coordinator
 // matches it (WorkerRuntime::RunAsync). gRPC's callback threads never block:
 // a call that may wait to take its number or to connect does that on a task
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "server/common/collective.h"
@@ -182,6 +184,26 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // completed and leaves `output` empty.
   void StartCall(LocalCall call, const grpc::CallbackServerContext& context,
                  absl::string_view input, std::string* output, CallDone done);
+  // As above, with the call's deadline given.
+  void StartCall(LocalCall call, absl::Time deadline, absl::string_view input,
+                 std::string* output, CallDone done);
+
+  // How RunCall() ends: the call's status, the response (its data, sequence
+  // and plan when OK), and a KeepOutput (may be null) to hand the
+  // response's data to once the reply went out.
+  using LocalCallDone = std::function<void(
+      const absl::Status& status, v1::LocalCollectiveResponse& response,
+      KeepOutput keep)>;
+
+  // Runs `request` as Collective does, for a caller that is not gRPC's (the
+  // call socket, whose permissions stand for CheckLocalCaller), with
+  // `deadline`; `done` runs once, on a thread of the daemon's that must
+  // not block, possibly before this returns. Codes as Collective's.
+  void RunCall(v1::LocalCollectiveRequest request, absl::Time deadline,
+               LocalCallDone done);
+
+  // The call socket JoinGroup announces ("" for none, the default).
+  void SetCallSocket(std::string path);
 
  private:
   // A call StartCall() handed to the runtime, until its end.
@@ -193,6 +215,12 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   };
 
   WorkerRuntime* runtime() const;
+  // PrepareCall(), PrepareInput() and, for a call on shared memory,
+  // CheckSizes(): a call whose input comes in its message (or in place),
+  // with the input in `input`. Their codes.
+  absl::StatusOr<LocalCall> PrepareMessageCall(
+      const v1::LocalCollectiveRequest& request,
+      absl::string_view* input) const;
   // Ends `running` with the runtime's result `ran`: records its outcome
   // for retries (through the KeepOutput) and calls its `done`.
   void EndCall(RunningCall& running, absl::StatusOr<RunResult> ran);
@@ -201,6 +229,7 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   mutable absl::Mutex mu_;
   WorkerRuntime* runtime_ ABSL_GUARDED_BY(mu_) = nullptr;  // not owned
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::string call_socket_ ABSL_GUARDED_BY(mu_);
   // (group, rank) -> membership.
   absl::flat_hash_map<std::pair<std::string, int>, Membership> memberships_
       ABSL_GUARDED_BY(mu_);

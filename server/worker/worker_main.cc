@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "server/common/security_flags.h"
 #include "server/common/tcp_socket.h"
 #include "server/worker/local_api_service.h"
+#include "server/worker/local_call_socket.h"
 #include "server/worker/local_socket.h"
 #include "server/worker/worker_runtime.h"
 
@@ -42,6 +44,14 @@ ABSL_FLAG(std::string, local_socket, "default",
           "chorusctl and the Python client look when given no worker); "
           "empty turns it off. A socket another live process serves is "
           "refused.");
+ABSL_FLAG(bool, local_call_socket, true,
+          "Also serve the local API's collectives as plain frames on a second "
+          "Unix socket beside --local_socket (its path with .calls "
+          "appended, mode 0600): a small collective from Python costs less "
+          "there than a gRPC call. Clients learn its path from JoinGroup "
+          "and fall back to gRPC without it (as when it cannot be made: "
+          "the worker logs why and goes on). Nothing without "
+          "--local_socket.");
 ABSL_FLAG(std::string, advertise_address, "",
           "Address peers use to reach this worker, host:port or just host "
           "(then with the bound port); default: the listen host and the "
@@ -221,6 +231,22 @@ int main(int argc, char** argv) {
   absl::Status registered = runtime.Register();
   if (absl::IsCancelled(registered)) return 0;
   if (!registered.ok()) return Fail(registered, "registration refused");
+  std::unique_ptr<chorus::LocalCallSocket> call_socket;
+  if (!options.unix_socket_path.empty() &&
+      absl::GetFlag(FLAGS_local_call_socket)) {
+    absl::StatusOr<std::unique_ptr<chorus::LocalCallSocket>> started =
+        chorus::LocalCallSocket::Start(
+            chorus::CallSocketPath(options.unix_socket_path), &local_api,
+            chorus::kDefaultMaxMessageBytes);
+    if (started.ok()) {
+      call_socket = *std::move(started);
+      local_api.SetCallSocket(call_socket->path());
+      LOG(INFO) << "collective frames on unix:" << call_socket->path();
+    } else {
+      // Clients fall back to gRPC calls: slower for small calls, no less.
+      LOG(WARNING) << "no call socket: " << started.status();
+    }
+  }
   local_api.Bind(&runtime);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     absl::Status written = chorus::WritePortFile(path, runtime.port());
@@ -230,6 +256,7 @@ int main(int argc, char** argv) {
   runtime.WaitForStopRequest();
   // Holds that end now end with the daemon, not with their clients.
   local_api.BeginShutdown();
+  if (call_socket != nullptr) call_socket->Shutdown();
   runtime.Shutdown();
   local_api.Drain();
   metrics->reset();
