@@ -2,7 +2,8 @@
 # Installs what is missing, builds, and runs the whole test suite:
 #   1. unit and integration tests (real daemons on 127.0.0.1), the
 #      multi-host tests (each daemon in a network namespace), the Python
-#      client's tests (tests/python, against the daemons just built), GPU
+#      client's tests (tests/python, against the daemons just built: once
+#      with collectives on the daemons' call sockets, once as gRPC calls), GPU
 #      tests (they skip themselves where no GPU is present);
 #   2. the unit and integration tests again under ASan+UBSan, built with
 #      clang, whose thread-safety analysis (-Werror=thread-safety) checks
@@ -77,6 +78,13 @@ python_tests() {
     echo "no Python test ran"
     return 1
   fi
+  [ "$rc" -eq 0 ] || return "$rc"
+  # Again with collectives as gRPC calls (no call sockets), the path of
+  # clients on another host or user.
+  echo "python tests, collectives as gRPC calls:"
+  env -u CHORUS_BIN_DIR PYTHONPATH="$target" CHORUS_BUILD_DIR="$build_dir" \
+    CHORUS_TEST_CALL_SOCKETS=off /usr/bin/python3 -m pytest tests/python -q \
+    || rc=$?
   return "$rc"
 }
 run_stage "python tests" python_tests

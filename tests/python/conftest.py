@@ -167,6 +167,12 @@ class Cluster:
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
         self.tls_dir = tls_dir
+        # Each worker serves a Unix socket of its own here, and so its call
+        # socket, which clients then send their collectives on; with
+        # CHORUS_TEST_CALL_SOCKETS=off none does, and calls are gRPC calls.
+        self.socket_dir: Optional[Path] = None
+        if os.environ.get("CHORUS_TEST_CALL_SOCKETS", "on") != "off":
+            self.socket_dir = short_temp_dir()
         self.workers: Dict[str, Daemon] = {}
         tls_flags = ([f"--tls_dir={tls_dir / 'coordinator'}"]
                      if tls_dir is not None else [])
@@ -183,19 +189,24 @@ class Cluster:
             raise
 
     def add_worker(self, name: str, flags: Sequence[str] = (),
-                   local_socket: Optional[str] = "",
+                   local_socket: Optional[str] = "auto",
                    env: Optional[Mapping[str, str]] = None) -> Daemon:
         """Starts a worker registered with the coordinator, with extra
         `flags`; returns it once it is registered.
 
-        local_socket is its --local_socket: "" (the default) serves no Unix
-        socket, so that workers on this host never share one; a path serves
-        the local API there too; None leaves the flag out, so the worker
-        serves the default socket of its environment, as "default" does.
+        local_socket is its --local_socket: "auto" (the default) is a
+        socket of its own in socket_dir (so that workers on this host never
+        share one), or none ("") when socket_dir is None; "" serves no Unix
+        socket; a path serves the local API there too; None leaves the flag
+        out, so the worker serves the default socket of its environment, as
+        "default" does.
         The returned daemon's local_socket is the socket's path (None for
         ""). `env` replaces the worker's environment (e.g. with an
         XDG_RUNTIME_DIR of its own).
         """
+        if local_socket == "auto":
+            local_socket = ("" if self.socket_dir is None else
+                            str(self.socket_dir / f"{name}.sock"))
         socket_flags: List[str] = []
         if local_socket is not None:
             socket_flags = [f"--local_socket={local_socket}"]
@@ -227,6 +238,8 @@ class Cluster:
         for daemon in self.workers.values():
             daemon.stop()
         self.coordinator.stop()
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def logs(self) -> str:
         """The tails of every daemon's log, for failure messages."""

@@ -22,6 +22,7 @@ import grpc
 import numpy as np
 
 from chorus import _connect, _dtypes
+from chorus._call_socket import CallSocket, varint as _varint
 from chorus._shared import SHARED_THRESHOLD_BYTES, Region, SharedMemory
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
                            InvalidArgument, Unavailable, from_rpc_error)
@@ -127,15 +128,6 @@ def _varint_size(value: int) -> int:
     return size
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # LocalCollectiveRequest.data is field 9, length-delimited: tag (9 << 3) | 2.
 _DATA_TAG = bytes([(9 << 3) | 2])
 # LocalChunkedRequest.data is field 2, length-delimited.
@@ -234,7 +226,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
          device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
          max_message_bytes: int = MAX_MESSAGE_BYTES,
          tls_dir: Optional[_connect.PathLike] = None,
-         shared_memory: bool = True) -> "Communicator":
+         shared_memory: bool = True,
+         call_socket: bool = True) -> "Communicator":
     """Joins `group` as `rank` of `world_size` ranks through the worker daemon
     at `worker` and returns the Communicator once every rank joined.
 
@@ -269,6 +262,13 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             (WorkerLocal.OpenSharedRegion) rather than in messages. It works
             when the daemon runs on this host as this user (or this process
             as root); elsewhere calls go in messages, as with False.
+        call_socket: send collectives on the daemon's call socket (plain
+            frames on a Unix socket, which JoinGroup names) rather than as
+            gRPC calls: the same calls and errors for much less time per
+            small call. It works where the daemon offers one and this
+            process can open it (this host, this user); otherwise, or with
+            False, collectives are gRPC calls. Tensors too large for one
+            message go through shared memory or streams either way.
 
     Raises:
         InvalidArgument: a missing or malformed argument (nothing is sent),
@@ -356,7 +356,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _device=_canonical_name(device_proto),
         _member_devices=list(response.member_devices), _timeout=timeout,
         _max_message_bytes=max_message_bytes,
-        _shared_memory=bool(shared_memory))
+        _shared_memory=bool(shared_memory),
+        _call_socket=response.call_socket if call_socket else "")
 
 
 def _connection_hint(worker: str, tls_source: str) -> str:
@@ -632,7 +633,8 @@ class Communicator:
     def __init__(self, *, _channel: grpc.Channel, _worker: str, _group: str,
                  _world_size: int, _rank: int, _epoch: int, _device: str,
                  _member_devices: List[str], _timeout: float,
-                 _max_message_bytes: int, _shared_memory: bool = True) -> None:
+                 _max_message_bytes: int, _shared_memory: bool = True,
+                 _call_socket: str = "") -> None:
         """Made by chorus.join(); not meant to be called directly."""
         self._channel = _channel
         self._worker = _worker
@@ -657,6 +659,12 @@ class Communicator:
             response_deserializer=worker_pb2.LocalChunkedResponse.FromString)
         self._shared = SharedMemory(_channel, _group, _epoch, _rank,
                                     _shared_memory)
+        self._calls: Optional[CallSocket] = None
+        if _call_socket:
+            try:
+                self._calls = CallSocket(_call_socket)
+            except OSError:
+                pass  # not this host, or not this user: gRPC calls
         self._lock = threading.Condition()
         self._next_sequence = 1
         self._in_flight = 0
@@ -726,6 +734,15 @@ class Communicator:
             return "untried"
         return "on" if usable else self._shared.why_not
 
+    @property
+    def call_socket(self) -> bool:
+        """Whether collectives go on the daemon's call socket (plain frames)
+        rather than as gRPC calls; False where the daemon offers none, it
+        cannot be opened from here, join() was told not to, or the
+        connection broke (later calls are gRPC calls then).
+        """
+        return self._calls is not None and self._calls.usable
+
     def shared_array(self, shape: Union[int, Sequence[int]],
                      dtype: Any = "float32") -> np.ndarray:
         """Returns a new, uninitialized array of `shape` and `dtype` (a
@@ -773,6 +790,8 @@ class Communicator:
             self._closed = True
             self._lock.wait_for(lambda: self._in_flight == 0, timeout)
         self._shared.close()
+        if self._calls is not None:
+            self._calls.close()
         self._release.set()
         try:
             self._hold.result(timeout=_RELEASE_WAIT)
@@ -1079,6 +1098,10 @@ class Communicator:
                     rpc = self._chunked(
                         _chunked_requests(header.SerializeToString(), data),
                         timeout=timeout)
+                elif self._calls is not None and self._calls.usable:
+                    rpc = self._calls.call(
+                        b"".join([request.SerializeToString()] + payload),
+                        timeout, blocking=not async_op)
                 elif async_op:
                     wire = b"".join([request.SerializeToString()] + payload)
                     rpc = self._collective.future(wire, timeout=timeout)
