@@ -2,8 +2,9 @@
 r"""DDP step time on the chorus torch backend next to torch's own gloo.
 
 For each world size it starts a chorus-coordinator and one chorus-worker per
-rank on 127.0.0.1 (from the build tree; the workers serve no Unix socket,
---local_socket=, and each rank reaches its worker over TCP loopback), then
+rank on 127.0.0.1 (from the build tree; each worker serves a Unix socket of
+its own in a scratch folder, --local_socket, which its rank joins through,
+and so its call socket, where the rank's collectives go), then
 one process per rank. Every rank builds the model of
 examples/python/ddp_train.py twice, wraps one copy
 in DistributedDataParallel over the default process group (backend chorus)
@@ -176,15 +177,15 @@ def measure(world: int, args: argparse.Namespace, argv: List[str],
                 [_binary("chorus-coordinator", "server/coordinator"),
                  "--listen=127.0.0.1:0"], Path(folder, "coordinator.port"),
                 "chorus-coordinator", running)
-            # No Unix socket (workers on one host would share the default
-            # one): ranks reach their worker over TCP loopback.
-            workers = [_start(
-                [_binary("chorus-worker", "server/worker"),
-                 f"--coordinator=127.0.0.1:{coordinator}",
-                 "--listen=127.0.0.1:0", f"--name=bench-{r}",
-                 "--local_socket="],
-                Path(folder, f"worker-{r}.port"), f"worker {r}", running)
-                for r in range(world)]
+            # A Unix socket each (workers on one host must not share the
+            # default one).
+            for r in range(world):
+                _start([_binary("chorus-worker", "server/worker"),
+                        f"--coordinator=127.0.0.1:{coordinator}",
+                        "--listen=127.0.0.1:0", f"--name=bench-{r}",
+                        f"--local_socket={folder}/w{r}.sock"],
+                       Path(folder, f"worker-{r}.port"), f"worker {r}",
+                       running)
             env = dict(os.environ, WORLD_SIZE=str(world),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                        CHORUS_GROUP=f"ddp-bench-{world}")
@@ -192,7 +193,7 @@ def measure(world: int, args: argparse.Namespace, argv: List[str],
             ranks = [subprocess.Popen(
                 [sys.executable, __file__, "--rank-mode"] + argv,
                 env=dict(env, RANK=str(r),
-                         CHORUS_WORKER=f"127.0.0.1:{workers[r]}"),
+                         CHORUS_WORKER=f"unix:{folder}/w{r}.sock"),
                 stdout=subprocess.PIPE, text=True) for r in range(world)]
             running.extend(ranks)  # type: ignore[arg-type]
             reports = []

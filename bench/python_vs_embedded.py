@@ -5,10 +5,12 @@ One invocation measures all_reduce, f32, sum over the same sizes twice, on
 127.0.0.1, and prints one table:
 
 - python: a chorus-coordinator and one chorus-worker daemon per rank are
-  started from the build tree (without Unix sockets, --local_socket=, so
-  that they do not share the default one); each rank is a Python process
-  that joins with ``chorus.join(..., worker=...)`` through its own daemon's
-  loopback TCP address and times ``comm.all_reduce(x, out=out)``; x and out
+  started from the build tree, each serving its own Unix socket in a
+  scratch folder (--local_socket, not the default one they would share);
+  each rank is a Python process that joins with
+  ``chorus.join(..., worker="unix:...")`` through its own daemon, sends its
+  calls on the daemon's call socket (--call_socket=on, the default) or as
+  gRPC calls (off), and times ``comm.all_reduce(x, out=out)``; x and out
   are numpy arrays (--buffers=numpy: the client copies them into and out
   of memory it shares with the daemon), arrays from comm.shared_array()
   (--buffers=shared: the daemon reads and writes them in place), or numpy
@@ -192,7 +194,7 @@ class Deadline:
 
 def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
               worker: str, group: str, world: int, rank: int,
-              timeout: float, buffers: str) -> None:
+              timeout: float, buffers: str, call_socket: bool) -> None:
     """One Python rank (a spawned process): joins through its daemon, then
     runs the parent's commands, one size at a time, and reports its times.
 
@@ -214,7 +216,8 @@ def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
     try:
         comm = chorus.join(group, world, rank, worker=worker,
                            timeout=timeout,
-                           shared_memory=buffers != "stream")
+                           shared_memory=buffers != "stream",
+                           call_socket=call_socket)
     except chorus.Error as e:
         conn.send(("error", f"rank {rank}: join: {e}"))
         return
@@ -253,7 +256,8 @@ def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
             first = time.perf_counter_ns() - start
             plan = str(work.algorithm or "?")
             wrong = int(np.count_nonzero(out != expected))
-            conn.send(("first", first, plan, comm.shared_memory))
+            conn.send(("first", first, plan, comm.shared_memory,
+                       comm.call_socket))
             extra = expect("extra")[1]
             if extra > 0:
                 conn.send(("extra", sum(timed() for _ in range(extra))
@@ -288,8 +292,10 @@ class PythonSide:
     rank; stops all of them on exit."""
 
     def __init__(self, build_dir: Path, ranks: int, timeout: float,
-                 deadline: Deadline, folder: Path, buffers: str) -> None:
+                 deadline: Deadline, folder: Path, buffers: str,
+                 call_socket: bool) -> None:
         self.build_dir = build_dir
+        self.call_socket_wanted = call_socket
         self.buffers = buffers
         self.ranks = ranks
         self.timeout = timeout
@@ -345,9 +351,9 @@ class PythonSide:
                          self.build_dir / "server/worker/chorus-worker",
                          [f"--coordinator=127.0.0.1:{coordinator}",
                           f"--name=pyvsemb-{r}",
-                          # Ranks use TCP loopback; workers on one host
-                          # must not all serve the default Unix socket.
-                          "--local_socket="])
+                          # Workers on one host must not all serve the
+                          # default socket.
+                          f"--local_socket={self.folder}/w{r}.sock"])
             for r in range(self.ranks)]
         context = multiprocessing.get_context("spawn")
         python_dir = str(self.build_dir / "python")
@@ -355,9 +361,9 @@ class PythonSide:
             parent, child = context.Pipe()
             process = context.Process(
                 target=rank_main, name=f"rank-{rank}",
-                args=(child, python_dir, f"127.0.0.1:{port}",
+                args=(child, python_dir, f"unix:{self.folder}/w{rank}.sock",
                       f"pyvsemb-{os.getpid()}", self.ranks, rank,
-                      self.timeout, self.buffers))
+                      self.timeout, self.buffers, self.call_socket_wanted))
             process.start()
             child.close()
             self.procs.append(process)
@@ -406,6 +412,8 @@ class PythonSide:
         estimate = max(1, max(m[1] for m in first))
         plans = sorted({m[2] for m in first})
         self.shared_memory = sorted({m[3] for m in first})
+        self.call_socket = sorted({"call socket" if m[4] else "gRPC"
+                                   for m in first})
         if warmup > 0:
             extra = warmup - 1
         else:
@@ -533,7 +541,8 @@ def print_table(ranks: int, args: argparse.Namespace, started: str,
           "call; ratio = python / embedded")
     print(f"# python buffers: {args.buffers}: {_BUFFERS[args.buffers]}; "
           f"shared memory: "
-          f"{', '.join(getattr(args, 'shared_memory', ['?']))}")
+          f"{', '.join(getattr(args, 'shared_memory', ['?']))}; calls: "
+          f"{', '.join(getattr(args, 'calls_used', ['?']))}")
     print("# targets (issue 16): >= 64 MiB within 1.25x; 8 B within 2x")
     print(f"{'size':<9} {'py plan':<18} {'iters':>5} {'python (us)':>13} "
           f"{'emb plan':<18} {'iters':>5} {'embedded (us)':>13} "
@@ -590,6 +599,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="the Python ranks' tensors: " + "; ".join(
                             f"{k}: {v}" for k, v in sorted(_BUFFERS.items()))
                         + " (default numpy)")
+    parser.add_argument("--call_socket", choices=["on", "off"],
+                        default="on",
+                        help="send the Python ranks' calls on the daemon's "
+                        "call socket (plain frames) or, off, as gRPC calls "
+                        "(default on)")
     parser.add_argument("--build_dir", default="build",
                         help="the build tree, relative to the repository "
                         "(default build)")
@@ -627,7 +641,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         side: Optional[PythonSide] = None
         try:
             side = PythonSide(build_dir, args.ranks, args.timeout, deadline,
-                              Path(folder), args.buffers)
+                              Path(folder), args.buffers,
+                              args.call_socket == "on")
             with side:
                 for nbytes in args.sizes:
                     py = side.measure(nbytes, args.warmup,
@@ -639,6 +654,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         args.max_iters, args.timeout, deadline)
                     rows.append((nbytes, py, emb))
                     args.shared_memory = side.shared_memory
+                    args.calls_used = side.call_socket
                     print(f"# {format_size(nbytes)}: python "
                           f"{py.time_us:.1f} us, embedded {emb.time_us:.1f} "
                           f"us", file=sys.stderr, flush=True)
