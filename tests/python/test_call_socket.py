@@ -285,3 +285,15 @@ def test_a_stopped_daemon_fails_waiting_calls_at_once(tmp_path: Path) -> None:
         comms[1].close(timeout=1)
     finally:
         c.stop()
+
+
+@pytest.mark.parametrize("target,here", [
+    ("unix:/run/chorus/worker.sock", True), ("127.0.0.1:7100", True),
+    ("127.0.0.9:7100", True), ("[::1]:7100", True), ("localhost:7100", True),
+    ("dns:///127.0.0.1:7100", True), ("10.0.0.2:7100", False),
+    ("[fe80::1]:7100", False), ("worker-3.example:7100", False)])
+def test_only_a_worker_on_this_host_lends_its_call_socket(target: str,
+                                                          here: bool) -> None:
+    # A worker on another host names a path of its host; the same path here
+    # may be another worker's, so its joins keep gRPC calls.
+    assert chorus._connect.is_this_host(target) is here

@@ -9,6 +9,7 @@ channel: plaintext on a Unix socket, mutual TLS on TCP when a TLS directory
 is given.
 """
 
+import ipaddress
 import os
 import stat
 from typing import List, Optional, Tuple, Union
@@ -44,6 +45,27 @@ def default_socket_path() -> str:
 def is_unix_target(target: str) -> bool:
     """Whether a gRPC target names a Unix domain socket."""
     return target.startswith(("unix:", "unix-abstract:"))
+
+
+def is_this_host(target: str) -> bool:
+    """Whether a gRPC target is surely a worker on this host: a Unix socket,
+    or a loopback address ("127.0.0.1:7100", "[::1]:7100", "localhost:...").
+    A file path the worker names (its call socket) is then its own, not
+    that of another worker that happens to serve the same path here.
+    """
+    if is_unix_target(target):
+        return True
+    for scheme in ("dns:///", "ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            target = target[len(scheme):]
+    host = target.rsplit(":", 1)[0] if ":" in target else target
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _unix_path(target: str) -> Optional[str]:

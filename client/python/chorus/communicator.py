@@ -265,9 +265,10 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         call_socket: send collectives on the daemon's call socket (plain
             frames on a Unix socket, which JoinGroup names) rather than as
             gRPC calls: the same calls and errors for much less time per
-            small call. It works where the daemon offers one and this
-            process can open it (this host, this user); otherwise, or with
-            False, collectives are gRPC calls. Tensors too large for one
+            small call. It works where the daemon offers one, `worker` is
+            on this host (a unix: socket or a loopback address) and this
+            process can open it (this user); otherwise, or with False,
+            collectives are gRPC calls. Tensors too large for one
             message go through shared memory or streams either way.
 
     Raises:
@@ -357,7 +358,11 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _member_devices=list(response.member_devices), _timeout=timeout,
         _max_message_bytes=max_message_bytes,
         _shared_memory=bool(shared_memory),
-        _call_socket=response.call_socket if call_socket else "")
+        # A worker on another host names a path of its host: one here may
+        # be another worker's.
+        _call_socket=(response.call_socket
+                      if call_socket and _connect.is_this_host(worker)
+                      else ""))
 
 
 def _connection_hint(worker: str, tls_source: str) -> str:
