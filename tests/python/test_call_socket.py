@@ -105,7 +105,7 @@ def test_collectives_go_on_the_call_socket_by_default(cluster: Cluster
         for out in outs:
             np.testing.assert_array_equal(out, np.full(5, 3, np.float32))
         works = [c.all_reduce(np.ones(3, np.int32), async_op=True)
-                 for c in comms for _ in range(1)]
+                 for c in comms]
         for work in works:
             np.testing.assert_array_equal(work.result(CALL_TIMEOUT),
                                           np.full(3, 2, np.int32))
@@ -184,7 +184,6 @@ def test_a_raw_frame_runs_a_collective(cluster: Cluster) -> None:
 def test_a_verdict_carries_the_status_details(cluster: Cluster) -> None:
     path = call_socket_of(cluster, "w0")
     group = unique_group()
-    joined: list = []
 
     def join(rank: int) -> Any:
         channel = grpc.insecure_channel(cluster.address("w0"))

@@ -169,6 +169,8 @@ class CallSocket:
         # due before that wakes it through the pipe.
         self._wake_at = float("inf")
         self._wake_read, self._wake_write = os.pipe()
+        # A full pipe already wakes the reader: writers never wait on it.
+        os.set_blocking(self._wake_write, False)
         self._next_id = 1
         self._broken: Optional[str] = None
         self._reader = threading.Thread(
@@ -219,7 +221,10 @@ class CallSocket:
                 pending._finish(error=self._unavailable())
                 return pending
         if wake:
-            os.write(self._wake_write, b"w")
+            try:
+                os.write(self._wake_write, b"w")
+            except BlockingIOError:
+                pass  # the reader has wake-ups to read already
         return pending
 
     def close(self) -> None:
