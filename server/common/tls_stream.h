@@ -6,9 +6,8 @@
 // handshake is over a peer that closes its end shows as end of file to
 // PeerClosed (tcp_socket.h).
 //
-// The OpenSSL context is built from the TLS files on first use and again
-// when one of them changed (checked once per new connection), so renewed
-// certificates apply to new connections without a restart.
+// The OpenSSL context is tls_context.h's: renewed certificates apply to new
+// connections without a restart.
 //
 // Lifecycle: made by Connect or Accept over a socket the caller keeps
 // owning (and closes after the stream is gone).
@@ -23,16 +22,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/common/tls_context.h"
 #include "server/common/transport_security.h"
 
 typedef struct ssl_st SSL;
 
 namespace chorus {
-
-// Returns the chorus:// identity the certificate the peer of `ssl` presented
-// names (after a handshake that verified it); UNAVAILABLE when it presented
-// none or it names none.
-absl::StatusOr<Identity> PeerIdentity(const SSL* ssl);
 
 class TlsStream {
  public:
