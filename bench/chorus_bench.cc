@@ -128,8 +128,8 @@ ABSL_FLAG(bool, check_results, false,
 ABSL_FLAG(std::string, tls_certs, "",
           "Run with mutual TLS: a directory made by scripts/dev_certs.sh "
           "with certificates for the coordinator and workers bench-rank0 .. "
-          "bench-rank<N-1> (--workers=bench-rank0,...). The coordinator then "
-          "offers no call port, and the data plane runs TLS.");
+          "bench-rank<N-1> (--workers=bench-rank0,...). The call port and the "
+          "data plane then run TLS too.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "",

@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/call_frame.h"
+#include "server/common/tls_session.h"
 
 namespace chorus {
 
@@ -25,13 +27,28 @@ struct FrameServer::Connection {
   Connection(int fd, int epoll_fd, uint64_t max_frame_bytes)
       : fd(fd), epoll_fd(epoll_fd), frames(max_frame_bytes) {}
 
-  // Queues `bytes` and writes what the socket takes now; the serving thread
-  // writes the rest when the socket has room again.
+  // Queues `bytes` (encrypted first with TLS) and writes what the socket
+  // takes now; the serving thread writes the rest when the socket has room
+  // again.
   void Send(absl::string_view bytes) {
     absl::MutexLock lock(&mu);
     if (closed) return;
-    out.append(bytes.data(), bytes.size());
+    if (tls == nullptr) {
+      out.append(bytes.data(), bytes.size());
+    } else if (!tls->Seal(bytes, &out).ok()) {
+      return;  // the serving thread closes it on its next read
+    }
     FlushLocked();
+  }
+
+  // Decrypts `received` into `plain` and sends what the handshake needs.
+  // Returns an error when the TLS session failed.
+  absl::Status Open(absl::string_view received, std::string* plain) {
+    absl::MutexLock lock(&mu);
+    const absl::Status opened = tls->Open(received, plain, &out);
+    if (!closed) FlushLocked();
+    if (opened.ok() && !peer.has_value()) peer = tls->peer();
+    return opened;
   }
 
   void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -61,9 +78,13 @@ struct FrameServer::Connection {
 
   const int fd;
   const int epoll_fd;
+  // Set before the serving thread watches the connection.
+  std::unique_ptr<TlsSession> tls;
   // Used by the serving thread only.
   std::string hello;
   CallFrameParser frames;
+  // Who the client's certificate names, once its handshake is over.
+  std::optional<Identity> peer;
 
   absl::Mutex mu;
   std::string out ABSL_GUARDED_BY(mu);
@@ -89,6 +110,11 @@ void FrameServer::Replier::Send(absl::string_view payload) const {
 
 absl::StatusOr<std::unique_ptr<FrameServer>> FrameServer::Start(
     int listen_fd, Options options, Handler handler) {
+  if (options.tls && !TlsEnabled()) {
+    close(listen_fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.name, ": TLS asked for but not enabled"));
+  }
   std::unique_ptr<FrameServer> server(
       new FrameServer(std::move(options), std::move(handler)));
   server->listen_fd_ = listen_fd;
@@ -191,6 +217,16 @@ void FrameServer::Accept() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto connection =
         std::make_shared<Connection>(fd, epoll_fd_, options_.max_frame_bytes);
+    if (options_.tls) {
+      absl::StatusOr<std::unique_ptr<TlsSession>> tls = TlsSession::Accept();
+      if (!tls.ok()) {
+        LOG(WARNING) << options_.name
+                     << ": closed a connection: " << tls.status().message();
+        close(fd);
+        continue;
+      }
+      connection->tls = *std::move(tls);
+    }
     connections_[fd] = connection;
     open_connections_.store(connections_.size(), std::memory_order_relaxed);
     epoll_event event{};
@@ -205,6 +241,7 @@ bool FrameServer::ReadFrom(const std::shared_ptr<Connection>& connection) {
   // At most this much per wake-up, so one busy connection does not starve
   // the others (epoll reports it again while data is left).
   size_t budget = 1 << 20;
+  std::string plain;
   while (budget > 0) {
     const ssize_t n = recv(connection->fd, buffer, sizeof(buffer), 0);
     if (n < 0 && errno == EINTR) continue;
@@ -212,20 +249,34 @@ bool FrameServer::ReadFrom(const std::shared_ptr<Connection>& connection) {
     if (n <= 0) return false;  // closed by the peer, or failed
     budget -= std::min(budget, static_cast<size_t>(n));
     absl::string_view bytes(buffer, static_cast<size_t>(n));
-    const std::string& hello = options_.hello;
-    if (connection->hello.size() < hello.size()) {
-      const size_t take =
-          std::min(bytes.size(), hello.size() - connection->hello.size());
-      connection->hello.append(bytes.data(), take);
-      bytes.remove_prefix(take);
-      if (!absl::StartsWith(hello, connection->hello)) {
-        return false;  // not a Chorus client: nothing to say to it
+    if (connection->tls != nullptr) {
+      plain.clear();
+      if (absl::Status opened = connection->Open(bytes, &plain); !opened.ok()) {
+        LOG(WARNING) << options_.name
+                     << ": closed a connection: " << opened.message();
+        return false;
       }
+      bytes = plain;
     }
-    connection->frames.Append(bytes);
-    if (!TakeFrames(connection)) return false;
+    if (!Take(connection, bytes)) return false;
   }
   return true;
+}
+
+bool FrameServer::Take(const std::shared_ptr<Connection>& connection,
+                       absl::string_view bytes) {
+  const std::string& hello = options_.hello;
+  if (connection->hello.size() < hello.size()) {
+    const size_t take =
+        std::min(bytes.size(), hello.size() - connection->hello.size());
+    connection->hello.append(bytes.data(), take);
+    bytes.remove_prefix(take);
+    if (!absl::StartsWith(hello, connection->hello)) {
+      return false;  // not a Chorus client: nothing to say to it
+    }
+  }
+  connection->frames.Append(bytes);
+  return TakeFrames(connection);
 }
 
 bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
@@ -238,7 +289,9 @@ bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
       return false;
     }
     if (!*next) return true;
-    if (!handler_(std::move(payload), reply)) return false;
+    const Identity* peer =
+        connection->peer.has_value() ? &*connection->peer : nullptr;
+    if (!handler_(std::move(payload), reply, peer)) return false;
     payload.clear();
   }
 }

@@ -12,6 +12,12 @@
 // 1 MiB of one connection, so none starves the others; out of file
 // descriptors, it stops accepting until one closes.
 //
+// With TLS (Options::tls) every connection is mutual TLS 1.3 from its first
+// byte (tls_session.h): the hello and the frames travel inside it, and the
+// handler learns the identity the client's certificate names. A connection
+// whose handshake fails (no certificate, another CA's, plaintext) is closed
+// with no frame, and the reason is logged.
+//
 // Lifecycle: Start() serves until Shutdown() (or destruction), which closes
 // every connection and the listener. Thread safety: Shutdown() and
 // connections() may be called from any thread; Replier::Send() too.
@@ -31,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/transport_security.h"
 
 namespace chorus {
 
@@ -50,9 +57,11 @@ class FrameServer {
     std::weak_ptr<Connection> to_;
   };
 
-  // Handles one whole frame's payload. Returns false to close the
-  // connection (a frame it sent first goes out if the socket takes it now).
-  using Handler = std::function<bool(std::string payload, Replier reply)>;
+  // Handles one whole frame's payload from the client `peer` names (null
+  // without TLS). Returns false to close the connection (a frame it sent
+  // first goes out if the socket takes it now).
+  using Handler = std::function<bool(std::string payload, Replier reply,
+                                     const Identity* peer)>;
 
   struct Options {
     // For log lines ("call port").
@@ -64,11 +73,14 @@ class FrameServer {
     // The payload of the one frame sent before closing a connection whose
     // frame was over the limit (`why` says so).
     std::function<std::string(const absl::Status& why)> error_payload;
+    // Mutual TLS on every connection, with the process's certificates.
+    bool tls = false;
   };
 
   // Serves the connections of `listen_fd` (listening; the server owns it
   // from now on) with `handler`. Returns INTERNAL when the serving thread's
-  // epoll or eventfd cannot be made.
+  // epoll or eventfd cannot be made, FAILED_PRECONDITION for TLS in a
+  // process without it.
   static absl::StatusOr<std::unique_ptr<FrameServer>> Start(int listen_fd,
                                                             Options options,
                                                             Handler handler);
@@ -95,6 +107,10 @@ class FrameServer {
   // Reads what `connection` has and handles its whole frames. Returns false
   // when the connection must be closed.
   bool ReadFrom(const std::shared_ptr<Connection>& connection);
+  // Takes `bytes` the client sent (after TLS): the hello, then frames.
+  // Returns false when the connection must be closed.
+  bool Take(const std::shared_ptr<Connection>& connection,
+            absl::string_view bytes);
   // Hands the whole frames buffered for `connection` to the handler.
   // Returns false when the connection must be closed.
   bool TakeFrames(const std::shared_ptr<Connection>& connection);

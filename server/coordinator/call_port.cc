@@ -11,18 +11,45 @@ namespace chorus {
 namespace {
 
 std::string ErrorPayload(const absl::Status& status) {
-  v1::CallPortReply reply;
-  reply.set_call_id(0);
-  reply.set_code(static_cast<int>(status.code()));
-  reply.set_message(std::string(status.message()));
-  return reply.SerializeAsString();
+  return CallPortStatusReply(0, status).SerializeAsString();
+}
+
+// OK when `peer` (null without TLS) may send `request`: a worker acting for
+// a rank it holds, as the gRPC service checks (coordinator_service.cc).
+// PERMISSION_DENIED otherwise.
+absl::Status Authorize(const Coordinator& core,
+                       const v1::CallPortRequest& request,
+                       const Identity* peer) {
+  if (peer == nullptr) return absl::OkStatus();
+  const char* action = "Collective";
+  const std::string* group = &request.call().group();
+  uint64_t epoch = request.call().epoch();
+  int rank = request.call().rank();
+  if (request.has_commit()) {
+    action = "Commit";
+    group = &request.commit().group();
+    epoch = request.commit().epoch();
+    rank = request.commit().rank();
+  } else if (request.has_failure()) {
+    action = "ReportFailure";
+    group = &request.failure().group();
+    epoch = request.failure().epoch();
+    rank = request.failure().rank();
+  } else if (!request.has_call()) {
+    return absl::OkStatus();  // refused by the core as carrying nothing
+  }
+  if (peer->role != Role::kWorker) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        action, " needs a worker certificate; the caller is ", peer->Uri()));
+  }
+  return core.AuthorizeRank(peer->name, *group, epoch, rank);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
     const std::string& host, int port, Coordinator* core,
-    uint64_t max_frame_bytes) {
+    uint64_t max_frame_bytes, bool tls) {
   absl::StatusOr<Listener> listener = ListenTcp(host, port);
   if (!listener.ok()) return listener.status();
   FrameServer::Options options;
@@ -30,14 +57,22 @@ absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
   options.hello = std::string(kCallHello);
   options.max_frame_bytes = max_frame_bytes;
   options.error_payload = ErrorPayload;
+  options.tls = tls;
   absl::StatusOr<std::unique_ptr<FrameServer>> frames = FrameServer::Start(
       listener->fd, std::move(options),
-      [core](std::string payload, FrameServer::Replier reply) {
+      [core](std::string payload, FrameServer::Replier reply,
+             const Identity* peer) {
         v1::CallPortRequest request;
         if (!request.ParseFromString(payload)) {
           reply.Send(ErrorPayload(absl::InvalidArgumentError(
               "a call frame that is not a CallPortRequest")));
           return false;
+        }
+        if (absl::Status allowed = Authorize(*core, request, peer);
+            !allowed.ok()) {
+          reply.Send(CallPortStatusReply(request.call_id(), allowed)
+                         .SerializeAsString());
+          return true;
         }
         // In the order sent: each call is in the core before the next is
         // read.

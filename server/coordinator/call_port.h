@@ -1,5 +1,5 @@
-// CallPort: the coordinator's call port, a plain TCP listener next to its
-// gRPC port where workers send collective calls, commits and failure
+// CallPort: the coordinator's call port, a TCP listener next to its gRPC
+// port where workers send collective calls, commits and failure
 // reports as frames (call_frame.h) instead of gRPC messages. A call costs one
 // small write and one small read on each side, with no HTTP/2 framing and no
 // thread hand-offs in between, which is most of the time of a small
@@ -15,6 +15,12 @@
 // request that carries nothing, or has a negative timeout, gets
 // INVALID_ARGUMENT under its call id. A connection that closes drops the
 // verdicts still due to it.
+//
+// With TLS the port speaks mutual TLS from the first byte (frame_server.h):
+// a client without a certificate from the CA is closed during the
+// handshake, and each request is authorized as the gRPC service authorizes
+// it: only a worker acting for a rank it holds, else PERMISSION_DENIED under
+// the request's call id, with nothing sent to the core.
 //
 // Lifecycle: Start() listens and serves until Shutdown() (or destruction),
 // which closes every connection. The core must outlive it.
@@ -37,12 +43,13 @@ namespace chorus {
 class CallPort {
  public:
   // Listens on `host` at `port` (0 picks a free one) and serves calls
-  // into `core` (not owned). Frames over `max_frame_bytes` are refused.
-  // Returns UNAVAILABLE when the address cannot be bound, INTERNAL when the
-  // serving thread's epoll or eventfd cannot be made.
+  // into `core` (not owned), with mutual TLS when `tls`. Frames over
+  // `max_frame_bytes` are refused. Returns UNAVAILABLE when the address
+  // cannot be bound, INTERNAL when the serving thread's epoll or eventfd
+  // cannot be made, FAILED_PRECONDITION for TLS in a process without it.
   static absl::StatusOr<std::unique_ptr<CallPort>> Start(
       const std::string& host, int port, Coordinator* core,
-      uint64_t max_frame_bytes);
+      uint64_t max_frame_bytes, bool tls = false);
 
   CallPort(const CallPort&) = delete;
   CallPort& operator=(const CallPort&) = delete;

@@ -10,9 +10,8 @@
 #include "server/common/status_detail.h"
 
 namespace chorus {
-namespace {
-
-v1::CallPortReply StatusReply(uint64_t call_id, const absl::Status& status) {
+v1::CallPortReply CallPortStatusReply(uint64_t call_id,
+                                      const absl::Status& status) {
   v1::CallPortReply reply;
   reply.set_call_id(call_id);
   reply.set_code(static_cast<int>(status.code()));
@@ -22,6 +21,8 @@ v1::CallPortReply StatusReply(uint64_t call_id, const absl::Status& status) {
   }
   return reply;
 }
+
+namespace {
 
 // Unix nanoseconds; 0 for InfinitePast() (never).
 int64_t Nanos(absl::Time t) {
@@ -167,15 +168,15 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
                          std::function<void(v1::CallPortReply)> reply) {
   const uint64_t call_id = request.call_id();
   if (request.kind_case() == v1::CallPortRequest::KIND_NOT_SET) {
-    reply(StatusReply(call_id,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "call port call ", call_id,
-                          " carries no CollectiveRequest, CommitRequest or "
-                          "ReportFailureRequest"))));
+    reply(CallPortStatusReply(
+        call_id, absl::InvalidArgumentError(absl::StrCat(
+                     "call port call ", call_id,
+                     " carries no CollectiveRequest, CommitRequest or "
+                     "ReportFailureRequest"))));
     return;
   }
   if (request.timeout_us() < 0) {
-    reply(StatusReply(
+    reply(CallPortStatusReply(
         call_id, absl::InvalidArgumentError(absl::StrCat(
                      "call port call ", call_id, " has a negative timeout (",
                      request.timeout_us(), " us)"))));
@@ -189,14 +190,14 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
     case v1::CallPortRequest::kCommit:
       core.Commit(CommitCallFromProto(request.commit(), client_deadline),
                   [call_id, reply = std::move(reply)](absl::Status status) {
-                    reply(StatusReply(call_id, status));
+                    reply(CallPortStatusReply(call_id, status));
                   });
       return;
     case v1::CallPortRequest::kFailure: {
       v1::ReportFailureResponse response;
       const absl::Status status =
           ReportFailureToCore(core, request.failure(), &response);
-      v1::CallPortReply verdict = StatusReply(call_id, status);
+      v1::CallPortReply verdict = CallPortStatusReply(call_id, status);
       if (response.has_abort()) {
         *verdict.mutable_abort() = std::move(*response.mutable_abort());
       }
@@ -208,7 +209,7 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
                       [call_id, reply = std::move(reply)](
                           absl::StatusOr<CollectiveOutcome> outcome) {
                         if (!outcome.ok()) {
-                          reply(StatusReply(call_id, outcome.status()));
+                          reply(CallPortStatusReply(call_id, outcome.status()));
                           return;
                         }
                         v1::CallPortReply verdict;

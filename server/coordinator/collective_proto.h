@@ -59,6 +59,11 @@ absl::Status ReportFailureToCore(Coordinator& core,
                                  const v1::ReportFailureRequest& request,
                                  v1::ReportFailureResponse* response);
 
+// Returns the call-port reply to call `call_id` that says `status` (with its
+// ErrorDetail, if it has one).
+v1::CallPortReply CallPortStatusReply(uint64_t call_id,
+                                      const absl::Status& status);
+
 // Takes one call-port request into `core`: refuses a request that carries
 // no call, commit or failure report, or has a negative timeout, at once
 // (INVALID_ARGUMENT), else starts it with the deadline its timeout gives.

@@ -32,7 +32,8 @@ ABSL_FLAG(std::string, listen, "",
           "refused unless --insecure is given.");
 ABSL_FLAG(int32_t, call_port, 0,
           "Port of the call port on the --listen host, where workers send "
-          "collective calls as plain TCP frames (lower latency than gRPC); "
+          "collective calls as frames on one TCP connection (lower latency "
+          "than gRPC; mutual TLS with the same certificates when TLS is on); "
           "0 picks a free one, -1 turns it off. Workers learn it when they "
           "register.");
 ABSL_FLAG(std::string, port_file, "",
@@ -108,11 +109,6 @@ absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
     chorus::Coordinator* core) {
   const int port = absl::GetFlag(FLAGS_call_port);
   if (port == -1) return nullptr;
-  if (chorus::TlsEnabled()) {
-    LOG(WARNING) << "the call port is off with TLS (its frames are not "
-                    "encrypted); workers send their calls over gRPC";
-    return nullptr;
-  }
   if (port < -1 || port > 65535) {
     return absl::InvalidArgumentError(
         "--call_port must be -1 (off), 0 (any) or a port number");
@@ -121,7 +117,8 @@ absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
       chorus::SplitHostPort(absl::GetFlag(FLAGS_listen));
   if (!listen.ok()) return listen.status();
   return chorus::CallPort::Start(listen->host, port, core,
-                                 chorus::kDefaultMaxMessageBytes);
+                                 chorus::kDefaultMaxMessageBytes,
+                                 chorus::TlsEnabled());
 }
 
 // Turns on TLS as the flags ask and applies the secure-by-default rule to

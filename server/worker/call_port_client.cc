@@ -1,6 +1,7 @@
 #include "server/worker/call_port_client.h"
 
 #include <errno.h>
+#include <glog/logging.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include "server/common/net.h"
 #include "server/common/status_detail.h"
 #include "server/common/tcp_socket.h"
+#include "server/common/tls_session.h"
+#include "server/common/transport_security.h"
 #include "server/worker/coordinator_status.h"
 
 namespace chorus {
@@ -22,6 +25,39 @@ namespace {
 constexpr uint64_t kMaxReplyBytes = uint64_t{kDefaultMaxMessageBytes} + 4096;
 // How long a call port that could not be reached is not tried again.
 constexpr absl::Duration kUnreachableBackoff = absl::Seconds(10);
+
+// Runs the client side of the TLS handshake on the connected socket `fd`
+// until `deadline` (or `cancel_fd`). Returns the session, whose peer is the
+// coordinator; UNAVAILABLE when the handshake fails or the connection
+// closes, DEADLINE_EXCEEDED, CANCELLED.
+absl::StatusOr<std::shared_ptr<TlsSession>> ClientHandshake(int fd,
+                                                            absl::Time deadline,
+                                                            int cancel_fd) {
+  absl::StatusOr<std::unique_ptr<TlsSession>> session =
+      TlsSession::Connect(Role::kCoordinator);
+  if (!session.ok()) return session.status();
+  // The port sends nothing before the client's hello, so no application
+  // bytes arrive during the handshake.
+  std::string plain;
+  std::string to_send;
+  absl::Status step = (*session)->Open("", &plain, &to_send);
+  while (true) {
+    if (!to_send.empty()) {
+      const absl::string_view bytes = to_send;
+      absl::Status sent = WriteAll(fd, &bytes, 1, deadline, cancel_fd);
+      if (!sent.ok() && step.ok()) step = sent;
+      to_send.clear();
+    }
+    if (!step.ok()) return step;
+    if ((*session)->established())
+      return std::shared_ptr<TlsSession>(*std::move(session));
+    char buffer[16 << 10];
+    absl::StatusOr<size_t> got =
+        ReadSome(fd, buffer, sizeof(buffer), deadline, cancel_fd);
+    if (!got.ok()) return got.status();
+    step = (*session)->Open(absl::string_view(buffer, *got), &plain, &to_send);
+  }
+}
 
 }  // namespace
 
@@ -106,21 +142,44 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
   if (!target.ok()) return target.status();
   // A coordinator that does not answer should not hold a caller (or
   // Shutdown(), which waits for callers) for a whole call's deadline.
+  const absl::Time connect_by =
+      std::min(deadline, absl::Now() + absl::Seconds(5));
   absl::StatusOr<int> connected =
-      ConnectTcp(target->host, target->port,
-                 std::min(deadline, absl::Now() + absl::Seconds(5)));
+      ConnectTcp(target->host, target->port, connect_by);
   if (!connected.ok()) {
-    // Nothing was sent: the caller may take another way, and callers in
-    // the next seconds skip the attempt.
-    absl::MutexLock lock(&mu_);
-    unreachable_address_ = address;
-    unreachable_until_ = absl::Now() + kUnreachableBackoff;
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot reach the coordinator's call port at ", address,
-                     ": ", connected.status().message()));
+    return Unreachable(
+        address, absl::StrCat("cannot reach the coordinator's call port "
+                              "at ",
+                              address, ": ", connected.status().message()));
   }
-  const absl::string_view hello = kCallHello;
-  if (absl::Status sent = WriteAll(*connected, &hello, 1, deadline, cancel_fd_);
+  std::shared_ptr<TlsSession> tls;
+  if (TlsEnabled()) {
+    absl::StatusOr<std::shared_ptr<TlsSession>> session =
+        ClientHandshake(*connected, connect_by, cancel_fd_);
+    if (!session.ok()) {
+      CloseSocket(*connected);
+      LOG(WARNING) << "the coordinator's call port at " << address
+                   << " refused TLS: " << session.status().message()
+                   << "; calls go over gRPC";
+      return Unreachable(
+          address,
+          absl::StrCat("TLS with the coordinator's call port at ", address,
+                       " failed: ", session.status().message()));
+    }
+    tls = *std::move(session);
+  }
+  std::string hello(kCallHello);
+  if (tls != nullptr) {
+    std::string sealed;
+    if (absl::Status status = tls->Seal(hello, &sealed); !status.ok()) {
+      CloseSocket(*connected);
+      return status;
+    }
+    hello = std::move(sealed);
+  }
+  const absl::string_view greeting = hello;
+  if (absl::Status sent =
+          WriteAll(*connected, &greeting, 1, deadline, cancel_fd_);
       !sent.ok()) {
     CloseSocket(*connected);
     return absl::UnavailableError(absl::StrCat(
@@ -139,12 +198,25 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
     retired_.clear();
   }
   fd_ = *connected;
+  tls_ = std::move(tls);
   connected_address_ = address;
   ++generation_;
   frames_.Reset();
+  LOG(INFO) << "connected to the coordinator's call port at " << address
+            << (tls_ != nullptr ? " with mutual TLS" : "");
   *fd = fd_;
   *generation = generation_;
   return absl::OkStatus();
+}
+
+absl::Status CallPortClient::Unreachable(const std::string& address,
+                                         std::string why) {
+  // Nothing was sent: the caller may take another way, and callers in the
+  // next seconds skip the attempt.
+  absl::MutexLock lock(&mu_);
+  unreachable_address_ = address;
+  unreachable_until_ = absl::Now() + kUnreachableBackoff;
+  return absl::FailedPreconditionError(std::move(why));
 }
 
 absl::Status CallPortClient::Ready(absl::Time deadline) {
@@ -247,13 +319,22 @@ absl::StatusOr<uint64_t> CallPortClient::Send(v1::CallPortRequest framed,
     // connection's socket while the write runs, if it still is now.
     absl::MutexLock writing(&write_mu_);
     bool current;
+    std::shared_ptr<TlsSession> tls;
     {
       absl::MutexLock lock(&mu_);
       current = generation_ == generation && !shut_down_;
+      tls = tls_;
+    }
+    if (!current) {
+      sent = absl::UnavailableError("the connection was replaced");
+    } else if (tls != nullptr) {
+      // Sealed under write_mu_, so records go out in the order made.
+      std::string sealed;
+      sent = tls->Seal(frame, &sealed);
+      frame = std::move(sealed);
     }
     const absl::string_view bytes = frame;
-    sent = current ? WriteAll(fd, &bytes, 1, deadline, cancel_fd_)
-                   : absl::UnavailableError("the connection was replaced");
+    if (sent.ok()) sent = WriteAll(fd, &bytes, 1, deadline, cancel_fd_);
   }
   if (!sent.ok()) {
     // Part of a frame may be on the wire: the connection is unusable. Its
@@ -445,6 +526,20 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
 
 void CallPortClient::HandleBytesLocked(uint64_t generation,
                                        absl::string_view bytes) {
+  std::string plain;
+  if (tls_ != nullptr) {
+    // What TLS wants written (rare once the handshake is over) goes with
+    // the next call.
+    if (absl::Status opened = tls_->Open(bytes, &plain, nullptr);
+        !opened.ok()) {
+      BreakLocked(generation,
+                  absl::UnavailableError(absl::StrCat(
+                      "the coordinator's call port connection failed: ",
+                      opened.message())));
+      return;
+    }
+    bytes = plain;
+  }
   frames_.Append(bytes);
   std::string payload;
   while (generation == generation_) {
@@ -505,6 +600,7 @@ void CallPortClient::BreakLocked(uint64_t generation,
   ShutdownSocket(fd_);
   retired_.push_back(fd_);
   fd_ = -1;
+  tls_ = nullptr;
   ++generation_;
   std::vector<Waiter*> waiting;
   for (auto& [call_id, waiter] : waiters_) {

@@ -15,6 +15,11 @@
 // its calls in flight end with UNAVAILABLE; the next call connects again, to
 // the port the address function then gives.
 //
+// With TLS on in the process (transport_security.h) the connection is
+// mutual TLS with the process's certificates, and the call port must
+// present the coordinator's; a handshake that fails counts as a port that
+// cannot be reached (Ready() says so, and the worker calls over gRPC).
+//
 // CallAsync() sends a call without waiting for it: the client's one
 // completion thread (started with the first such call) reads the connection
 // while asynchronous calls are pending, ends those whose deadline passes,
@@ -31,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -44,6 +50,7 @@
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 #include "server/common/call_frame.h"
+#include "server/common/tls_session.h"
 
 namespace chorus {
 
@@ -143,6 +150,10 @@ class CallPortClient {
   // when there is none.
   absl::Status Connect(absl::Time deadline, int* fd, uint64_t* generation)
       ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
+  // Marks `address` unreachable for a while and returns FAILED_PRECONDITION
+  // saying `why`.
+  absl::Status Unreachable(const std::string& address, std::string why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Reads once from `fd` and hands out the replies it completes. Called
   // with reader_ set; returns with it cleared.
   // `wake_fd`, when readable, ends the read early (without breaking the
@@ -174,6 +185,8 @@ class CallPortClient {
   absl::Mutex mu_;
   absl::CondVar changed_;
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  // fd_'s TLS session; null without TLS.
+  std::shared_ptr<TlsSession> tls_ ABSL_GUARDED_BY(mu_);
   // The address fd_ was connected to.
   std::string connected_address_ ABSL_GUARDED_BY(mu_);
   // A call port that could not be reached, and until when it is not tried.

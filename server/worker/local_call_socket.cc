@@ -87,7 +87,8 @@ absl::StatusOr<std::unique_ptr<LocalCallSocket>> LocalCallSocket::Start(
   options.error_payload = ErrorPayload;
   absl::StatusOr<std::unique_ptr<FrameServer>> frames = FrameServer::Start(
       listener->fd, std::move(options),
-      [api](std::string payload, FrameServer::Replier reply) {
+      [api](std::string payload, FrameServer::Replier reply,
+            const Identity* /*peer: a Unix socket has none*/) {
         return HandleFrame(api, std::move(payload), std::move(reply));
       });
   if (!frames.ok()) {

@@ -71,9 +71,9 @@ ABSL_FLAG(bool, tcp_data_plane, true,
           "encrypted.");
 ABSL_FLAG(bool, use_call_port, true,
           "Send collective calls, commits and failure reports to the "
-          "coordinator's call port (plain TCP frames, lower latency) when it "
-          "has one; false sends one unary gRPC call each. A coordinator with "
-          "TLS offers no call port.");
+          "coordinator's call port (frames on one TCP connection, lower "
+          "latency; mutual TLS when TLS is on) when it has one; false sends "
+          "one unary gRPC call each.");
 ABSL_FLAG(bool, check_results, false,
           "Hash the result of every data-plane all_reduce, all_gather and "
           "broadcast as it is written and have the coordinator compare the "

@@ -28,6 +28,7 @@
 #include "chorus/v1/worker.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/common/call_frame.h"
 #include "server/common/collective_spec_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
@@ -411,6 +412,20 @@ std::string HelloAndFrame(const std::string& group, uint64_t epoch) {
   return absl::StrCat(kWireHello, *EncodeFrameHeader(key, 6), group, "forged");
 }
 
+// An OpenSSL client context (the caller frees it) trusting `tls_dir`'s CA
+// and presenting its certificate when `present_certificate`.
+SSL_CTX* ClientContext(const std::string& tls_dir, bool present_certificate) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (present_certificate) {
+    SSL_CTX_use_certificate_chain_file(ctx, (tls_dir + "/cert.pem").c_str());
+    SSL_CTX_use_PrivateKey_file(ctx, (tls_dir + "/key.pem").c_str(),
+                                SSL_FILETYPE_PEM);
+  }
+  SSL_CTX_load_verify_locations(ctx, (tls_dir + "/ca.pem").c_str(), nullptr);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  return ctx;
+}
+
 // Connects to the TCP data plane at 127.0.0.1:`port`, over TLS with the
 // certificate of `who` unless it is empty, sends `bytes` and returns whether
 // the worker closed the connection (within 30 s) rather than keeping it
@@ -433,13 +448,7 @@ bool ClosedAfterSending(int port, const std::string& who,
               static_cast<ssize_t>(bytes.size()));
     closed = recv(*fd, &byte, 1, 0) == 0;
   } else {
-    const std::string dir = TlsDir(who);
-    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_use_certificate_chain_file(ctx, (dir + "/cert.pem").c_str());
-    SSL_CTX_use_PrivateKey_file(ctx, (dir + "/key.pem").c_str(),
-                                SSL_FILETYPE_PEM);
-    SSL_CTX_load_verify_locations(ctx, (dir + "/ca.pem").c_str(), nullptr);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    SSL_CTX* ctx = ClientContext(TlsDir(who), true);
     SSL* ssl = SSL_new(ctx);
     SSL_set_fd(ssl, *fd);
     EXPECT_EQ(SSL_connect(ssl), 1);
@@ -590,6 +599,165 @@ TEST_F(TlsTest, PeerAndLocalApi_WrongIdentity_PermissionDenied) {
         local->JoinGroup(context.get(), join, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
   }
+}
+
+// The call port the coordinator's startup line names; 0 when none.
+int CallPortInLog(const std::string& log) {
+  const size_t at = log.find(", call port ");
+  if (at == std::string::npos) return 0;
+  return std::atoi(log.c_str() + at + std::strlen(", call port "));
+}
+
+// One exchange on the call port at 127.0.0.1:`port`: the hello and
+// `request`, over TLS with the files of `tls_dir` (cert.pem and key.pem
+// only when `present_certificate`) or in plaintext when `tls_dir` is empty.
+// Returns the reply, or UNAVAILABLE saying how the connection ended
+// without one ("closed" after `bytes` the port sent, which are then no
+// frame of a reply).
+absl::StatusOr<v1::CallPortReply> CallPortExchange(
+    int port, const std::string& tls_dir, bool present_certificate,
+    const v1::CallPortRequest& request) {
+  absl::StatusOr<int> fd =
+      ConnectTcp("127.0.0.1", port, absl::Now() + kRpcTimeout);
+  if (!fd.ok()) return fd.status();
+  fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+  const timeval timeout = absl::ToTimeval(absl::Seconds(30));
+  setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string bytes(kCallHello);
+  AppendCallFrame(request.SerializeAsString(), &bytes);
+  absl::StatusOr<v1::CallPortReply> result = absl::UnavailableError("no reply");
+  CallFrameParser frames(1 << 20);
+  auto take = [&](const char* data, int n) {
+    frames.Append(absl::string_view(data, static_cast<size_t>(n)));
+    std::string payload;
+    absl::StatusOr<bool> next = frames.Next(&payload);
+    if (next.ok() && *next) {
+      v1::CallPortReply reply;
+      if (reply.ParseFromString(payload)) result = reply;
+      return true;
+    }
+    return false;
+  };
+  char buffer[4096];
+  if (tls_dir.empty()) {
+    send(*fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    std::string received;
+    while (true) {
+      const ssize_t n = recv(*fd, buffer, sizeof(buffer), 0);
+      if (n < 0) result = absl::UnavailableError("still open after 30 s");
+      if (n <= 0 || take(buffer, static_cast<int>(n))) break;
+      received.append(buffer, static_cast<size_t>(n));
+    }
+    if (!result.ok() && result.status().message() == "no reply") {
+      // A TLS alert record (content type 21) may precede the close.
+      result = absl::UnavailableError(
+          received.empty()
+              ? "closed"
+              : (received[0] == 21 ? "closed after a TLS alert"
+                                   : "closed after bytes that are no reply"));
+    }
+  } else {
+    SSL_CTX* ctx = ClientContext(tls_dir, present_certificate);
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, *fd);
+    if (SSL_connect(ssl) != 1) {
+      result = absl::UnavailableError("handshake failed");
+    } else if (SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())) <=
+               0) {
+      result = absl::UnavailableError("closed");
+    } else {
+      while (true) {
+        const int n = SSL_read(ssl, buffer, sizeof(buffer));
+        if (n <= 0) {
+          result = absl::UnavailableError(
+              errno == EAGAIN ? "still open after 30 s" : "closed");
+          break;
+        }
+        if (take(buffer, n)) break;
+      }
+    }
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+  }
+  close(*fd);
+  return result;
+}
+
+// A call-port request: all_reduce #`sequence` of `group` as `rank`.
+v1::CallPortRequest CallAs(const std::string& group, uint64_t epoch, int rank,
+                           uint64_t sequence) {
+  v1::CallPortRequest framed;
+  framed.set_call_id(7);
+  framed.set_timeout_us(absl::ToInt64Microseconds(kRpcTimeout));
+  v1::CollectiveRequest* call = framed.mutable_call();
+  call->set_group(group);
+  call->set_epoch(epoch);
+  call->set_rank(rank);
+  call->set_sequence(sequence);
+  *call->mutable_spec() = SpecToProto(SumOfOneI64());
+  const int64_t value = 100;
+  call->set_has_inline_data(true);
+  call->set_inline_data(
+      std::string(reinterpret_cast<const char*>(&value), sizeof(value)));
+  return framed;
+}
+
+TEST_F(TlsTest, CallPort_WorkersUseTls_ForgedAndPlaintextCallsRefused) {
+  const uint64_t epoch = JoinThroughSockets("g");
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_UNSPECIFIED),
+            std::vector<std::string>({"OK 3", "OK 3"}));
+  const int port = CallPortInLog(coordinator_.process->ReadLog());
+  ASSERT_GT(port, 0) << coordinator_.process->ReadLog();
+  // Both workers sent that call on the call port, over TLS.
+  for (const Daemon& worker : workers_) {
+    EXPECT_THAT(worker.process->ReadLog(),
+                HasSubstr(absl::StrCat("connected to the coordinator's call "
+                                       "port at 127.0.0.1:",
+                                       port, " with mutual TLS")));
+  }
+  const v1::CallPortRequest forged = CallAs("g", epoch, 1, 2);
+  // Plaintext, no client certificate, another CA's: closed, no reply.
+  absl::StatusOr<v1::CallPortReply> reply =
+      CallPortExchange(port, "", false, forged);
+  EXPECT_TRUE(absl::IsUnavailable(reply.status())) << reply.status();
+  EXPECT_THAT(reply.status().message(),
+              ::testing::AnyOf("closed", "closed after a TLS alert"));
+  reply = CallPortExchange(port, TlsDir("worker-w0"), false, forged);
+  EXPECT_EQ(reply.status().message(), "closed");
+  reply = CallPortExchange(port, certs->other_dir + "/worker-w0", true, forged);
+  EXPECT_TRUE(absl::IsUnavailable(reply.status())) << reply.status();
+  // w0's certificate acting for w1's rank, and an admin's.
+  reply = CallPortExchange(port, TlsDir("worker-w0"), true, forged);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 7u);
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(reply->message(),
+              HasSubstr("may not act for rank 1 of group g: worker \"w1\" "
+                        "holds it"));
+  v1::CallPortRequest commit;
+  commit.set_call_id(8);
+  commit.mutable_commit()->set_group("g");
+  commit.mutable_commit()->set_epoch(epoch);
+  commit.mutable_commit()->set_rank(1);
+  commit.mutable_commit()->set_sequence(2);
+  reply = CallPortExchange(port, TlsDir("worker-w0"), true, commit);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  reply = CallPortExchange(port, TlsDir("admin-admin"), true,
+                           CallAs("g", epoch, 0, 2));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(reply->message(),
+              HasSubstr("Collective needs a worker certificate; the caller is "
+                        "chorus://admin/admin"));
+  // Nothing was used up: #2 runs inline and #3 on the data plane.
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 2, v1::ALGORITHM_UNSPECIFIED),
+            std::vector<std::string>({"OK 3", "OK 3"}));
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 3, v1::ALGORITHM_RING),
+            std::vector<std::string>({"OK 3", "OK 3"}));
 }
 
 TEST_F(TlsTest, CoordinatorCa_ReplacedOnDisk_NewCaAcceptedWithoutRestart) {
