@@ -10,6 +10,7 @@
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/common/metrics.h"
 #include "server/common/refused_reactor.h"
 #include "server/common/status_detail.h"
 #include "server/common/transport_security.h"
@@ -18,6 +19,10 @@
 
 namespace chorus {
 namespace {
+
+// Joins and collectives alive at once that make a burst, whose freed memory
+// goes back to the system (burst_memory.h).
+constexpr int kBurstCalls = 1000;
 
 // The time a call from `context` may take: until the client's deadline
 // less the margin its answer needs to reach the client (answer_margin.h), or
@@ -57,8 +62,10 @@ std::string DescribeCall(const LocalCall& call, uint64_t input_bytes) {
 // output to the ledger for retries. Deletes itself in OnDone().
 class CollectiveReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit CollectiveReactor(v1::LocalCollectiveResponse* response)
-      : response_(response) {}
+  CollectiveReactor(v1::LocalCollectiveResponse* response, BurstMemory* burst)
+      : response_(response), burst_(burst) {
+    burst_->Began();
+  }
 
   // Finishes the call with `result`; `keep` (may be null) takes the output
   // once the call is done.
@@ -84,13 +91,32 @@ class CollectiveReactor final : public grpc::ServerUnaryReactor {
       keep = std::move(keep_);
     }
     if (keep) keep(std::move(*response_->mutable_data()));
+    BurstMemory* burst = burst_;
     delete this;
+    burst->Ended();
   }
 
  private:
   v1::LocalCollectiveResponse* const response_;  // owned by gRPC
+  BurstMemory* const burst_;
   absl::Mutex mu_;
   KeepOutput keep_ ABSL_GUARDED_BY(mu_);
+};
+
+// One WorkerLocal.JoinGroup call, counted as alive until gRPC releases it.
+// Deletes itself in OnDone().
+class JoinReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit JoinReactor(BurstMemory* burst) : burst_(burst) { burst_->Began(); }
+
+  void OnDone() override {
+    BurstMemory* burst = burst_;
+    delete this;
+    burst->Ended();
+  }
+
+ private:
+  BurstMemory* const burst_;
 };
 
 }  // namespace
@@ -252,7 +278,7 @@ grpc::ServerUnaryReactor* LocalApiService::ReleaseSharedRegion(
 grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
     grpc::CallbackServerContext* context, const v1::LocalJoinRequest* request,
     v1::LocalJoinResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  grpc::ServerUnaryReactor* reactor = new JoinReactor(&burst_memory_);
   if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
@@ -377,6 +403,26 @@ absl::Status LocalApiService::CheckSizes(const LocalCall& call,
   }
   return absl::OkStatus();
 }
+
+LocalApiService::LocalApiService(uint64_t max_tensor_bytes,
+                                 uint64_t max_shared_bytes)
+    : max_tensor_bytes_(max_tensor_bytes),
+      regions_(max_shared_bytes),
+      burst_memory_(
+          kBurstCalls,
+          DefaultMetrics()
+              .Levels("chorus_local_calls",
+                      "Joins and collectives of the local API alive now: "
+                      "received, and not yet answered or not yet released by "
+                      "gRPC.",
+                      {})
+              ->With({}),
+          DefaultMetrics()
+              .Counters("chorus_memory_trims_total",
+                        "Times the worker gave the memory freed by a burst "
+                        "of local API calls back to the system.",
+                        {})
+              ->With({})) {}
 
 void LocalApiService::Drain() {
   tasks_.WaitIdle();
@@ -521,7 +567,7 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
     grpc::CallbackServerContext* context,
     const v1::LocalCollectiveRequest* request,
     v1::LocalCollectiveResponse* response) {
-  auto* reactor = new CollectiveReactor(response);
+  auto* reactor = new CollectiveReactor(response, &burst_memory_);
   if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
     reactor->End(allowed, nullptr);
     return reactor;
@@ -570,14 +616,20 @@ void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
     done(call.status(), running->response, nullptr);
     return;
   }
+  BurstMemory* burst = &burst_memory_;
+  burst->Began();
   StartCall(*std::move(call), deadline, input, running->response.mutable_data(),
-            [running, done = std::move(done)](absl::StatusOr<RunResult> result,
-                                              KeepOutput keep) {
+            [running, burst, done = std::move(done)](
+                absl::StatusOr<RunResult> result, KeepOutput keep) mutable {
               if (result.ok()) {
                 running->response.set_sequence(result->sequence);
                 ToPlanProto(*result, running->response.mutable_plan());
               }
               done(result.status(), running->response, std::move(keep));
+              // The reply went out: nothing of the call is left but this.
+              done = nullptr;
+              running = nullptr;
+              burst->Ended();
             });
 }
 

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "chorus/v1/worker.grpc.pb.h"
+#include "server/common/burst_memory.h"
 #include "server/common/collective.h"
 #include "server/worker/call_ledger.h"
 #include "server/worker/shared_regions.h"
@@ -87,8 +88,7 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // CollectiveChunked or shared-memory call; `max_shared_bytes` the shared
   // regions held at once (0: none).
   explicit LocalApiService(uint64_t max_tensor_bytes = kDefaultMaxTensorBytes,
-                           uint64_t max_shared_bytes = kDefaultMaxSharedBytes)
-      : max_tensor_bytes_(max_tensor_bytes), regions_(max_shared_bytes) {}
+                           uint64_t max_shared_bytes = kDefaultMaxSharedBytes);
 
   // Sets the runtime calls run on (not owned). Calls before Bind() get
   // UNAVAILABLE.
@@ -240,6 +240,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // StartCall()s whose `done` has not returned yet.
   absl::Mutex calls_mu_;
   int calls_running_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  // Counts the joins and collectives alive, to give the memory of a burst
+  // of 1,000 or more back.
+  BurstMemory burst_memory_;
 };
 
 }  // namespace chorus

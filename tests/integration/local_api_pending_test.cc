@@ -1,8 +1,9 @@
 // Pending calls through one worker daemon's local API, against real daemons:
 // thousands of joins, or of collectives, waiting at once for ranks that have
 // not come hold no thread of the daemon each, every one of them completes
-// once the other ranks come, and later bursts of joins leave the daemon's
-// memory where earlier ones left it (for collectives its memory is recorded).
+// once the other ranks come, and later bursts leave the daemon's memory
+// where earlier ones left it (for collectives, because the daemon gives a
+// burst's freed memory back once gRPC released its calls).
 #include <dirent.h>
 #include <grpcpp/client_context.h>
 
@@ -66,7 +67,7 @@ constexpr bool kSanitized = false;
 #endif
 
 // Bursts of pending joins (or collectives): the last must grow the daemon's
-// resident memory by less than half of what the first did (joins only).
+// resident memory by less than half of what the first did.
 constexpr int kBursts = kSanitized ? 1 : 3;
 
 // Threads of process `pid`; 0 when they cannot be read.
@@ -200,12 +201,57 @@ int FormingGroups(v1::Coordinator::Stub& coordinator) {
   return response.forming_size();
 }
 
+// The value of `sample` (a metric with its labels) read from the HTTP port
+// of a daemon; -1 when it cannot be read.
+int MetricValue(int metrics_port, absl::string_view sample) {
+  const std::string page = HttpGet(metrics_port, "/metrics");
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    double value = 0;
+    if (absl::ConsumePrefix(&line, sample) && absl::ConsumePrefix(&line, " ") &&
+        absl::SimpleAtod(line, &value)) {
+      return static_cast<int>(value);
+    }
+  }
+  return -1;
+}
+
+// A worker daemon named `name` serving its metrics, and their port.
+struct MeteredWorker {
+  Daemon daemon;
+  int metrics_port = 0;
+};
+
+absl::StatusOr<MeteredWorker> StartMeteredWorker(const std::string& coordinator,
+                                                 const std::string& name) {
+  const std::string port_file = NewScratchPath("worker-metrics", ".port");
+  absl::StatusOr<Daemon> worker = StartWorker(
+      coordinator,
+      {absl::StrCat("--name=", name), "--metrics_listen=127.0.0.1:0",
+       absl::StrCat("--metrics_port_file=", port_file)});
+  if (!worker.ok()) return worker.status();
+  if (!WaitUntil([&] { return ReadPort(port_file) > 0; }, kJoinTimeout)) {
+    return absl::DeadlineExceededError("no metrics port");
+  }
+  return MeteredWorker{*std::move(worker), ReadPort(port_file)};
+}
+
+// Waits until gRPC released every call of the daemon (it does that some
+// time after the client got the reply); false when it did not in time.
+bool CallsReleased(const MeteredWorker& worker) {
+  return WaitUntil(
+      [&] {
+        return MetricValue(worker.metrics_port, "chorus_local_calls") == 0;
+      },
+      kJoinTimeout);
+}
+
 TEST(LocalApiPendingTest, JoinGroup_ThousandsPending_DaemonThreadsFlat) {
   absl::StatusOr<Daemon> coordinator = StartCoordinator();
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  absl::StatusOr<Daemon> worker =
-      StartWorker(coordinator->address, {"--name=pending-w"});
-  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<MeteredWorker> metered =
+      StartMeteredWorker(coordinator->address, "pending-w");
+  ASSERT_TRUE(metered.ok()) << metered.status();
+  const Daemon* worker = &metered->daemon;
   auto stub =
       v1::WorkerLocal::NewStub(MakeChannel(worker->address, Role::kWorker));
   std::unique_ptr<v1::Coordinator::Stub> admin =
@@ -217,13 +263,12 @@ TEST(LocalApiPendingTest, JoinGroup_ThousandsPending_DaemonThreadsFlat) {
   burst.Start("pending-warm", 1);
   ASSERT_TRUE(burst.WaitEnded(2, kJoinTimeout));
   ASSERT_TRUE(burst.first_error().ok()) << burst.first_error().error_message();
+  ASSERT_TRUE(CallsReleased(*metered));
   const int threads_before = ThreadsOf(worker->process->pid());
   ASSERT_GT(threads_before, 0);
   const int64_t resident_before = ResidentKiB(worker->process->pid());
 
-  // Bursts of the same groups (each forms them again, at new epochs). Later
-  // bursts may still grow the daemon's memory some (the allocator spreads
-  // it over per-thread arenas that gRPC's threads fill in turn), but
+  // Bursts of the same groups (each forms them again, at new epochs):
   // nothing a burst used stays held.
   int64_t resident_after[kBursts] = {};
   for (int round = 0; round < kBursts; ++round) {
@@ -254,6 +299,7 @@ TEST(LocalApiPendingTest, JoinGroup_ThousandsPending_DaemonThreadsFlat) {
     EXPECT_TRUE(burst.first_error().ok())
         << burst.first_error().error_message();
     EXPECT_EQ(FormingGroups(*admin), 0);
+    ASSERT_TRUE(CallsReleased(*metered));
     resident_after[round] = ResidentKiB(worker->process->pid());
     RecordProperty(absl::StrCat("daemon_rss_kib_after_", round + 1),
                    static_cast<int>(resident_after[round]));
@@ -294,19 +340,10 @@ class CallBurst
   v1::WorkerLocal::Stub* const stub_;
 };
 
-// The coordinator's chorus_pending_collectives{phase="matching"} read from
-// its HTTP port; -1 when it cannot be read.
+// The coordinator's chorus_pending_collectives{phase="matching"}.
 int MatchingCollectives(int metrics_port) {
-  const std::string page = HttpGet(metrics_port, "/metrics");
-  constexpr absl::string_view kSample =
-      "chorus_pending_collectives{phase=\"matching\"} ";
-  for (absl::string_view line : absl::StrSplit(page, '\n')) {
-    double value = 0;
-    if (absl::ConsumePrefix(&line, kSample) && absl::SimpleAtod(line, &value)) {
-      return static_cast<int>(value);
-    }
-  }
-  return -1;
+  return MetricValue(metrics_port,
+                     "chorus_pending_collectives{phase=\"matching\"}");
 }
 
 // The name of pending-collectives group `g`.
@@ -321,9 +358,10 @@ TEST(LocalApiPendingTest,
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   ASSERT_TRUE(WaitUntil([&] { return ReadPort(port_file) > 0; }, kJoinTimeout));
   const int metrics_port = ReadPort(port_file);
-  absl::StatusOr<Daemon> worker =
-      StartWorker(coordinator->address, {"--name=pending-calls-w"});
-  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<MeteredWorker> metered =
+      StartMeteredWorker(coordinator->address, "pending-calls-w");
+  ASSERT_TRUE(metered.ok()) << metered.status();
+  const Daemon* worker = &metered->daemon;
   auto stub =
       v1::WorkerLocal::NewStub(MakeChannel(worker->address, Role::kWorker));
 
@@ -362,6 +400,7 @@ TEST(LocalApiPendingTest,
   const int warm = 2 * kCallGroups;
   ASSERT_TRUE(burst.WaitEnded(warm, kJoinTimeout));
   ASSERT_TRUE(burst.first_error().ok()) << burst.first_error().error_message();
+  ASSERT_TRUE(CallsReleased(*metered));
   const int threads_before = ThreadsOf(worker->process->pid());
   ASSERT_GT(threads_before, 0);
   const int64_t resident_before = ResidentKiB(worker->process->pid());
@@ -372,6 +411,7 @@ TEST(LocalApiPendingTest,
   // waiting, none of which rank 1 has called yet (each group stays within
   // the numbers a rank may have ahead); then rank 1 calls them.
   const int per_group = kPendingCalls / kCallGroups;
+  int64_t resident_after[kBursts] = {};
   for (int round = 0; round < kBursts; ++round) {
     SCOPED_TRACE(absl::StrCat("burst ", round + 1));
     const int ended_before = burst.ended();
@@ -408,13 +448,15 @@ TEST(LocalApiPendingTest,
     EXPECT_TRUE(burst.first_error().ok())
         << burst.first_error().error_message();
     EXPECT_EQ(MatchingCollectives(metrics_port), 0);
-    // Recorded, not checked: unlike joins, later bursts of collectives
-    // still grow the daemon some 90-210 MiB each after the first's ~340 MiB
-    // (glibc spreads the memory over the arenas of the threads that served
-    // each burst).
+    ASSERT_TRUE(CallsReleased(*metered));
+    resident_after[round] = ResidentKiB(worker->process->pid());
     RecordProperty(absl::StrCat("daemon_rss_kib_after_", round + 1),
-                   static_cast<int>(ResidentKiB(worker->process->pid())));
+                   static_cast<int>(resident_after[round]));
   }
+  // The daemon gave each burst's memory back once it was over.
+  EXPECT_GE(MetricValue(metered->metrics_port, "chorus_memory_trims_total"),
+            kBursts);
+  ExpectMemoryFlat(resident_before, resident_after);
 }
 
 }  // namespace

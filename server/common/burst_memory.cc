@@ -1,0 +1,35 @@
+#include "server/common/burst_memory.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+
+namespace chorus {
+
+void BurstMemory::Began() {
+  if (alive_metric_ != nullptr) alive_metric_->Add();
+  absl::MutexLock lock(&mu_);
+  peak_ = std::max(peak_, ++alive_);
+}
+
+void BurstMemory::Ended() {
+  if (alive_metric_ != nullptr) alive_metric_->Sub();
+  {
+    absl::MutexLock lock(&mu_);
+    --alive_;
+    if (peak_ < burst_calls_ || (alive_ > 0 && alive_ * 8 > peak_)) return;
+    // What is still alive may make the next trim's burst.
+    peak_ = alive_;
+    ++trims_;
+  }
+  if (trims_metric_ != nullptr) trims_metric_->Add();
+  // Outside the lock: trimming a large heap takes milliseconds.
+  malloc_trim(0);
+}
+
+int BurstMemory::trims() const {
+  absl::MutexLock lock(&mu_);
+  return trims_;
+}
+
+}  // namespace chorus

@@ -1,0 +1,57 @@
+// BurstMemory: when it trims the heap, and what its metrics say.
+
+#include "server/common/burst_memory.h"
+
+#include "gtest/gtest.h"
+#include "server/common/metrics.h"
+
+namespace chorus {
+namespace {
+
+TEST(BurstMemoryTest, Ended_BurstDownToAnEighth_TrimsOnce) {
+  Level alive;
+  Counter trims;
+  BurstMemory burst(1000, &alive, &trims);
+  for (int i = 0; i < 1000; ++i) burst.Began();
+  EXPECT_EQ(alive.value(), 1000);
+  for (int i = 0; i < 874; ++i) burst.Ended();
+  EXPECT_EQ(burst.trims(), 0);  // 126 alive: more than an eighth
+  burst.Ended();
+  EXPECT_EQ(burst.trims(), 1);
+  EXPECT_EQ(trims.value(), 1u);
+  // The 125 left are no burst of their own.
+  for (int i = 0; i < 125; ++i) burst.Ended();
+  EXPECT_EQ(burst.trims(), 1);
+  EXPECT_EQ(alive.value(), 0);
+}
+
+TEST(BurstMemoryTest, Ended_NextBurstBeforeTheLastEnded_TrimsAgain) {
+  BurstMemory burst(1000, nullptr, nullptr);
+  for (int i = 0; i < 1000; ++i) burst.Began();
+  for (int i = 0; i < 900; ++i) burst.Ended();
+  EXPECT_EQ(burst.trims(), 1);
+  // 100 of the first burst are still alive when the next one comes.
+  for (int i = 0; i < 2000; ++i) burst.Began();
+  for (int i = 0; i < 1900; ++i) burst.Ended();
+  EXPECT_EQ(burst.trims(), 2);
+}
+
+TEST(BurstMemoryTest, Ended_FewerThanABurst_NeverTrims) {
+  BurstMemory burst(1000, nullptr, nullptr);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 999; ++i) burst.Began();
+    for (int i = 0; i < 999; ++i) burst.Ended();
+  }
+  EXPECT_EQ(burst.trims(), 0);
+}
+
+TEST(BurstMemoryTest, Ended_LastOfABurstThatEndsAtOnce_Trims) {
+  BurstMemory burst(4, nullptr, nullptr);
+  for (int i = 0; i < 8; ++i) burst.Began();
+  for (int i = 0; i < 8; ++i) burst.Ended();
+  // At one alive (an eighth of 8) and not again at none: 1 < 4.
+  EXPECT_EQ(burst.trims(), 1);
+}
+
+}  // namespace
+}  // namespace chorus
