@@ -4,6 +4,8 @@ gRPC calls give, and the socket answers bad frames as the protos say,
 spoken here with nothing but the generated messages.
 """
 
+import concurrent.futures
+import signal
 import socket
 import struct
 import time
@@ -282,6 +284,69 @@ def test_a_stopped_daemon_fails_waiting_calls_at_once(tmp_path: Path) -> None:
         assert isinstance(raised.value, (chorus.Unavailable,
                                          chorus.Aborted)), raised.value
         comms[1].close(timeout=1)
+    finally:
+        c.stop()
+
+
+def test_blocking_and_async_calls_from_many_threads_all_complete(
+        cluster: Cluster) -> None:
+    # Whichever thread reads the socket completes the others' calls: the
+    # blocking callers' own threads and the reader thread take turns.
+    comms = join_all([cluster.address("w0"), cluster.address("w1")])
+    for comm in comms:
+        if not comm.call_socket:
+            pytest.skip("CHORUS_TEST_CALL_SOCKETS=off")
+    threads = 4
+    per_thread = 25
+
+    def rank(comm: Any) -> None:
+        def issue(t: int) -> None:
+            for i in range(per_thread):
+                # The ranks' threads pair their calls in whatever order
+                # they take numbers: each gets the larger of two values.
+                value = np.array([t * 1000 + i], np.int64)
+                if (t + i) % 3 == 2:
+                    got = comm.all_reduce(value, op="max", async_op=True)
+                    got = got.result(CALL_TIMEOUT)
+                else:
+                    got = comm.all_reduce(value, op="max")
+                assert got[0] >= value[0]
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(issue, range(threads)))
+
+    try:
+        run_ranks([lambda c=c: rank(c) for c in comms])
+        # Numbers were taken in call order on each rank, so the two ranks'
+        # calls matched whatever thread made them; every one completed.
+        assert [c.next_sequence for c in comms] == \
+            [threads * per_thread + 1] * 2
+    finally:
+        for c in comms:
+            c.close()
+
+
+def test_a_blocking_call_to_a_stuck_daemon_ends_at_its_deadline(
+        tmp_path: Path) -> None:
+    c = Cluster(tmp_path / "cluster", workers=("a",))
+    try:
+        if c.socket_dir is None:
+            pytest.skip("CHORUS_TEST_CALL_SOCKETS=off: the workers serve "
+                        "none")
+        (comm,) = join_all([c.address("a")])
+        assert comm.call_socket
+        daemon = c.workers["a"].process
+        daemon.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(chorus.DeadlineExceeded):
+                comm.all_reduce(np.ones(1, np.float32), timeout=1.0)
+            assert time.monotonic() - started < 10
+        finally:
+            daemon.send_signal(signal.SIGCONT)
+        # The late reply to the call that ended is dropped; the next call
+        # gets its own.
+        assert comm.all_reduce(np.full(1, 2, np.float32))[0] == 2
+        comm.close(timeout=5)
     finally:
         c.stop()
 

@@ -10,10 +10,12 @@ every check, code and error detail is the same: a failed call here raises
 the same grpc.RpcError shape (code, details, trailing metadata with the
 google.rpc.Status) that from_rpc_error() reads.
 
-CallSocket is thread-safe: any thread may issue calls; one reader thread
-per socket completes them, and ends each call that got no reply by its
-deadline with DEADLINE_EXCEEDED (the daemon answers before it, so that
-happens only when the daemon is stuck).
+CallSocket is thread-safe: any thread may issue calls. One thread at a time
+reads the socket and completes every call it reads the reply of: a
+blocking call's own thread while it waits (so a lone caller gets its reply
+with no hand-off between threads), else the socket's reader thread. Each
+call that got no reply by its deadline ends with DEADLINE_EXCEEDED (the
+daemon answers before it, so that happens only when the daemon is stuck).
 """
 
 import heapq
@@ -37,6 +39,8 @@ HELLO: bytes = b"CHORUS-LOCAL/1\n"
 # How long connecting may take: the socket is local, so at once or never.
 _CONNECT_TIMEOUT = 2.0
 _LENGTH = struct.Struct("<I")
+# struct timeval: seconds, microseconds.
+_TIMEVAL = struct.Struct("@ll")
 
 
 def varint(value: int) -> bytes:
@@ -94,14 +98,15 @@ class PendingCall:
     """
 
     __slots__ = ("_done", "_reply", "_error", "_callbacks", "_lock",
-                 "_timeout", "_forget")
+                 "_socket", "_deadline")
 
-    def __init__(self, timeout: Optional[float] = None,
-                 forget: Optional[Callable[[], None]] = None) -> None:
-        # A blocking call's own deadline (its waiter ends it), or None for
-        # one the reader ends at its deadline.
-        self._timeout = timeout
-        self._forget = forget
+    def __init__(self, socket: Optional["CallSocket"] = None,
+                 deadline: float = 0.0) -> None:
+        # A blocking call's socket, which result() reads itself when no
+        # other thread does, and its deadline (monotonic), by which
+        # result() ends it; None for a call the reader thread ends.
+        self._socket = socket
+        self._deadline = deadline
         self._done = threading.Event()
         self._reply: Any = None
         self._error: Optional[BaseException] = None
@@ -113,11 +118,14 @@ class PendingCall:
         returns the LocalCollectiveResponse, or raises the call's
         CallSocketError.
         """
-        if not self._done.wait(self._timeout):
-            if self._forget is not None:
-                self._forget()
-            self._finish(error=CallSocketError(
-                grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+        if self._socket is not None:
+            self._socket._wait(self)
+            if not self._done.is_set():
+                self._socket._forget(self)
+                self._finish(error=CallSocketError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+        else:
+            self._done.wait()
         if self._error is not None:
             raise self._error
         return self._reply
@@ -144,7 +152,15 @@ class PendingCall:
 
 
 class CallSocket:
-    """A connection to a worker daemon's call socket."""
+    """A connection to a worker daemon's call socket.
+
+    One thread at a time reads the socket and completes every call whose
+    reply it reads. A blocking call's own thread reads it while it waits,
+    when no other thread does, so its reply needs no hand-off between
+    threads; else it waits for the thread that reads. The reader thread
+    reads while calls issued without blocking wait and no caller reads, and
+    ends those past their deadline.
+    """
 
     def __init__(self, path: str) -> None:
         """Connects to the call socket at `path` and says hello. Raises
@@ -161,9 +177,22 @@ class CallSocket:
             self._sock.close()
             raise
         self._lock = threading.Lock()
+        # Blocking callers wait here for their reply, or for their turn to
+        # read.
+        self._turn = threading.Condition(self._lock)
         self._pending: Dict[int, PendingCall] = {}
-        # (deadline, call id) of the calls sent, earliest first; entries of
-        # calls that ended already are dropped as they come up.
+        # Calls issued without blocking still waiting: the reader thread
+        # reads for them when no caller does.
+        self._unattended = 0
+        # A thread reads the socket now; only that one touches _buffer.
+        self._reading = False
+        self._buffer = bytearray()
+        # The socket's SO_RCVTIMEO in seconds (inf: none set yet); only the
+        # thread that reads sets it.
+        self._receive_timeout = float("inf")
+        # (deadline, call id) of the calls issued without blocking,
+        # earliest first; entries of calls that ended already are dropped
+        # as they come up.
         self._deadlines: List[Tuple[float, int]] = []
         # When the reader wakes up next at the latest (monotonic); a call
         # due before that wakes it through the pipe.
@@ -171,31 +200,38 @@ class CallSocket:
         self._wake_read, self._wake_write = os.pipe()
         # A full pipe already wakes the reader: writers never wait on it.
         os.set_blocking(self._wake_write, False)
+        self._pipe_open = True
         self._next_id = 1
         self._broken: Optional[str] = None
+        self._closing = False
         self._reader = threading.Thread(
             target=self._read, daemon=True, name="chorus-call-socket")
         self._reader.start()
 
     @property
     def usable(self) -> bool:
-        """Whether calls may still be sent (the connection did not break)."""
+        """Whether calls may still be sent (the connection did not break,
+        as far as this end knows).
+        """
         return self._broken is None
 
     def call(self, request: bytes, timeout: float,
-             blocking: bool = False) -> PendingCall:
+             blocking: bool = False) -> Optional[PendingCall]:
         """Sends the serialized LocalCollectiveRequest `request` with
         `timeout` seconds to run and returns its PendingCall. A `blocking`
         call is waited for with result() on the caller's thread, which ends
         it at its deadline; any other the reader ends then. A connection
-        that broke fails it with UNAVAILABLE.
+        that broke fails it with UNAVAILABLE. Returns None when nothing
+        was sent because the connection was found broken on sending (the
+        call may go another way).
         """
         wake = False
+        deadline = time.monotonic() + timeout
         with self._lock:
             call_id = self._next_id
             self._next_id += 1
             if blocking:
-                pending = PendingCall(timeout, lambda: self._forget(call_id))
+                pending = PendingCall(self, deadline)
             else:
                 pending = PendingCall()
             if self._broken is not None:
@@ -203,11 +239,12 @@ class CallSocket:
                 return pending
             self._pending[call_id] = pending
             if not blocking:
-                deadline = time.monotonic() + timeout
+                self._unattended += 1
                 heapq.heappush(self._deadlines, (deadline, call_id))
+                # The reader reads for it, and ends it by its deadline.
+                wake = not self._reading or deadline < self._wake_at
                 if deadline < self._wake_at:
                     self._wake_at = deadline
-                    wake = True
             micros = max(1, int(timeout * 1e6))
             head = b"".join([b"\x08", varint(call_id), b"\x10",
                              varint(micros), b"\x1a",
@@ -217,29 +254,51 @@ class CallSocket:
                     _LENGTH.pack(len(head) + len(request)), head, request])
             except OSError as e:
                 self._pending.pop(call_id, None)
+                if not blocking:
+                    self._unattended -= 1
                 self._broken = f"sending failed: {e}"
-                pending._finish(error=self._unavailable())
-                return pending
+                broken = True
+            else:
+                broken = False
+        if broken:
+            # Nothing of it went out: the daemon closed the socket (a
+            # write to a closed Unix socket fails whole).
+            self._fail(self._broken or "sending failed")
+            return None
         if wake:
-            try:
-                os.write(self._wake_write, b"w")
-            except BlockingIOError:
-                pass  # the reader has wake-ups to read already
+            self._wake()
         return pending
 
     def close(self) -> None:
         """Closes the connection; calls still waiting fail with
         UNAVAILABLE. Idempotent.
         """
+        with self._lock:
+            self._closing = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        self._wake()
         self._reader.join(timeout=_CONNECT_TIMEOUT)
         if not self._reader.is_alive():
+            self._fail("it was closed")
+            with self._lock:
+                if self._pipe_open:
+                    self._pipe_open = False
+                    os.close(self._wake_read)
+                    os.close(self._wake_write)
             self._sock.close()
-            os.close(self._wake_read)
-            os.close(self._wake_write)
+
+    def _wake(self) -> None:
+        """Wakes the reader thread up."""
+        with self._lock:
+            if not self._pipe_open:
+                return
+            try:
+                os.write(self._wake_write, b"w")
+            except BlockingIOError:
+                pass  # the reader has wake-ups to read already
 
     def _unavailable(self) -> CallSocketError:
         return CallSocketError(
@@ -247,13 +306,128 @@ class CallSocket:
             f"the worker daemon's call socket {self._path} closed "
             f"({self._broken})")
 
-    def _forget(self, call_id: int) -> None:
+    def _forget(self, pending: PendingCall) -> None:
         with self._lock:
-            self._pending.pop(call_id, None)
+            for call_id, waiting in self._pending.items():
+                if waiting is pending:
+                    del self._pending[call_id]
+                    return
+
+    def _wait(self, pending: PendingCall) -> None:
+        """Waits on a blocking call's thread until it ended or its deadline
+        passed, reading the socket while no other thread does.
+        """
+        with self._lock:
+            while True:
+                if pending._done.is_set():
+                    return
+                left = pending._deadline - time.monotonic()
+                if left <= 0:
+                    return
+                if not self._reading and self._broken is None:
+                    self._reading = True
+                    break
+                self._turn.wait(left)
+        try:
+            while not pending._done.is_set():
+                left = pending._deadline - time.monotonic()
+                if left <= 0:
+                    return
+                # A receive that gives up at the deadline, straight into
+                # recv() (no poll first: that is a system call and a wake-up
+                # more). Only the thread that reads receives.
+                # Set again only when the one set would overrun this call's
+                # deadline by over 5%: most calls take the same timeout.
+                if self._receive_timeout > left * 1.05:
+                    seconds = int(left)
+                    self._sock.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                        _TIMEVAL.pack(seconds,
+                                      int((left - seconds) * 1e6) + 1))
+                    self._receive_timeout = left
+                if not self._receive(wait=True):
+                    return
+        finally:
+            with self._lock:
+                self._reading = False
+                # Another blocking caller may read now; calls issued
+                # without blocking need the reader thread.
+                self._turn.notify_all()
+                wake = self._unattended > 0
+            if wake:
+                self._wake()
+
+    def _receive(self, wait: bool = False) -> bool:
+        """Reads what the socket has and completes the calls it answers;
+        with `wait`, first waits until the socket's receive timeout for
+        something to read. Called by the thread that reads. Returns False
+        when the connection ended (every call waiting then failed).
+        """
+        try:
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except BlockingIOError:
+                # Nothing came before the timeout: the next wait sets its
+                # own. (Without `wait`, a readiness that went away.)
+                if wait:
+                    self._receive_timeout = float("inf")
+                return True
+            if not chunk:
+                self._fail("the daemon closed it")
+                return False
+            buffer = self._buffer
+            buffer += chunk
+            ended: List[PendingCall] = []
+            while len(buffer) >= _LENGTH.size:
+                (size,) = _LENGTH.unpack_from(buffer)
+                end = _LENGTH.size + size
+                if len(buffer) < end:
+                    break
+                reply = worker_pb2.LocalCallReply.FromString(
+                    bytes(buffer[_LENGTH.size:end]))
+                del buffer[:end]
+                if reply.call_id == 0:
+                    self._fail(reply.message)
+                    return False
+                with self._lock:
+                    pending = self._pending.pop(reply.call_id, None)
+                    if pending is not None and pending._socket is None:
+                        self._unattended -= 1
+                if pending is None:
+                    continue  # ended at its deadline already
+                if reply.code == 0:
+                    pending._finish(reply=reply.response)
+                else:
+                    pending._finish(error=_error_of(reply))
+                if pending._socket is not None:
+                    ended.append(pending)
+            if ended:
+                with self._lock:
+                    self._turn.notify_all()  # their callers wait there
+            return True
+        except Exception as e:  # a reply that does not parse, a reset, ...
+            self._fail(f"{type(e).__name__}: {e}")
+            return False
+
+    def _fail(self, why: str) -> None:
+        """Marks the connection broken (once) and fails every call still
+        waiting with UNAVAILABLE.
+        """
+        with self._lock:
+            if self._broken is None:
+                self._broken = why
+            waiting = list(self._pending.values())
+            self._pending.clear()
+            self._unattended = 0
+            self._turn.notify_all()
+        for pending in waiting:
+            pending._finish(error=self._unavailable())
+        self._wake()
 
     def _expire(self, now: float) -> Optional[float]:
-        """Ends the calls due by `now` with DEADLINE_EXCEEDED; returns the
-        next deadline (None when no call waits).
+        """Ends the calls issued without blocking that are due by `now`
+        with DEADLINE_EXCEEDED; returns the next deadline (None when no
+        such call waits).
         """
         expired: List[PendingCall] = []
         with self._lock:
@@ -266,6 +440,7 @@ class CallSocket:
                     break
                 heapq.heappop(self._deadlines)
                 expired.append(self._pending.pop(call_id))
+                self._unattended -= 1
             upcoming = self._deadlines[0][0] if self._deadlines else None
             self._wake_at = upcoming if upcoming is not None \
                 else float("inf")
@@ -275,54 +450,30 @@ class CallSocket:
         return upcoming
 
     def _read(self) -> None:
-        """Completes calls as their replies arrive and ends those past their
-        deadline, until the connection ends; then fails the calls still
-        waiting.
+        """The reader thread: reads for the calls issued without blocking
+        while no caller reads, and ends those past their deadline, until
+        the connection ends or closes.
         """
-        buffer = bytearray()
-        why = "the daemon closed it"
-        try:
-            while True:
-                upcoming = self._expire(time.monotonic())
-                wait = None if upcoming is None else \
-                    max(0.0, upcoming - time.monotonic())
-                ready, _, _ = select.select(
-                    [self._sock, self._wake_read], [], [], wait)
-                if self._wake_read in ready:
-                    os.read(self._wake_read, 4096)
-                if self._sock not in ready:
-                    continue
-                chunk = self._sock.recv(1 << 20)
-                if not chunk:
-                    break
-                buffer += chunk
-                while len(buffer) >= _LENGTH.size:
-                    (size,) = _LENGTH.unpack_from(buffer)
-                    end = _LENGTH.size + size
-                    if len(buffer) < end:
-                        break
-                    reply = worker_pb2.LocalCallReply.FromString(
-                        bytes(buffer[_LENGTH.size:end]))
-                    del buffer[:end]
-                    if reply.call_id == 0:
-                        why = reply.message
-                        raise ConnectionError(why)
-                    with self._lock:
-                        pending = self._pending.pop(reply.call_id, None)
-                    if pending is None:
-                        continue  # ended at its deadline already
-                    if reply.code == 0:
-                        pending._finish(reply=reply.response)
-                    else:
-                        pending._finish(error=_error_of(reply))
-        except ConnectionError as e:
-            if e.args != (why,):  # else the daemon said why (call id 0)
-                why = f"{type(e).__name__}: {e}"
-        except Exception as e:  # a reply that does not parse, ...
-            why = f"{type(e).__name__}: {e}"
-        with self._lock:
-            self._broken = why
-            waiting = list(self._pending.values())
-            self._pending.clear()
-        for pending in waiting:
-            pending._finish(error=self._unavailable())
+        while True:
+            upcoming = self._expire(time.monotonic())
+            with self._lock:
+                if self._closing or self._broken is not None:
+                    return
+                read = self._unattended > 0 and not self._reading
+                if read:
+                    self._reading = True
+            wait = None if upcoming is None else \
+                max(0.0, upcoming - time.monotonic())
+            watched = [self._sock, self._wake_read] if read else \
+                [self._wake_read]
+            ready, _, _ = select.select(watched, [], [], wait)
+            if self._wake_read in ready:
+                os.read(self._wake_read, 4096)
+            if not read:
+                continue
+            ended = self._sock in ready and not self._receive()
+            with self._lock:
+                self._reading = False
+                self._turn.notify_all()  # a blocking caller may read now
+            if ended:
+                return

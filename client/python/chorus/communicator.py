@@ -1103,20 +1103,22 @@ class Communicator:
                     rpc = self._chunked(
                         _chunked_requests(header.SerializeToString(), data),
                         timeout=timeout)
-                elif self._calls is not None and self._calls.usable:
-                    rpc = self._calls.call(
-                        b"".join([request.SerializeToString()] + payload),
-                        timeout, blocking=not async_op)
-                elif async_op:
-                    wire = b"".join([request.SerializeToString()] + payload)
-                    rpc = self._collective.future(wire, timeout=timeout)
-                    del wire
                 else:
-                    # Sent from this thread once the lock is released: a
-                    # call that blocks needs no gRPC future (the daemon
-                    # orders calls by number however they arrive).
-                    rpc = _Blocking(self._collective, b"".join(
-                        [request.SerializeToString()] + payload), timeout)
+                    wire = b"".join([request.SerializeToString()] + payload)
+                    rpc = None
+                    if self._calls is not None and self._calls.usable:
+                        # None: the socket turned out closed, nothing sent.
+                        rpc = self._calls.call(wire, timeout,
+                                               blocking=not async_op)
+                    if rpc is None and async_op:
+                        rpc = self._collective.future(wire, timeout=timeout)
+                    elif rpc is None:
+                        # Sent from this thread once the lock is released:
+                        # a call that blocks needs no gRPC future (the
+                        # daemon orders calls by number however they
+                        # arrive).
+                        rpc = _Blocking(self._collective, wire, timeout)
+                    del wire
             except BaseException:
                 self._in_flight -= 1
                 self._lock.notify_all()
