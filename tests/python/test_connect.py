@@ -218,6 +218,18 @@ def test_worker_certificate_is_permission_denied(tls: Dict[str, Any],
     assert "chorus://worker/w1" in error.message, error
 
 
+def test_a_server_that_is_no_worker_is_unavailable(tls: Dict[str, Any],
+                                                    no_tls_env: None) -> None:
+    # The coordinator's port takes the client's certificate and shows one
+    # from the same CA, for the host dialed; it names no worker.
+    coordinator = tls["cluster"].coordinator.address
+    with pytest.raises(chorus.Unavailable) as caught:
+        chorus.join(unique_group(), 1, 0, worker=coordinator,
+                    tls_dir=tls["certs"] / "client-app", timeout=10.0)
+    assert "is no Chorus worker" in caught.value.message, caught.value
+    assert "chorus://coordinator" in caught.value.message, caught.value
+
+
 def test_plaintext_to_a_tls_worker_is_unavailable(tls: Dict[str, Any],
                                                   no_tls_env: None) -> None:
     timeout = 10.0

@@ -11,6 +11,8 @@ is given.
 
 import ipaddress
 import os
+import socket
+import ssl
 import stat
 from typing import List, Optional, Tuple, Union
 
@@ -66,6 +68,62 @@ def is_this_host(target: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _host_port(target: str) -> Optional[Tuple[str, int]]:
+    """(host, port) of a TCP gRPC target ("host:port", "[v6]:port",
+    "dns:///host:port", "ipv4:a.b.c.d:port"); None for any other form.
+    """
+    for scheme in ("dns:///", "ipv4:", "ipv6:"):
+        if target.startswith(scheme):
+            target = target[len(scheme):]
+    if ":" not in target or "/" in target or "," in target:
+        return None
+    host, port = target.rsplit(":", 1)
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        return None
+    return host, int(port)
+
+
+def check_worker_certificate(target: str, tls_dir: str, source: str,
+                             timeout: float) -> None:
+    """Checks that the server at the TCP `target` presents a certificate
+    that names a Chorus worker (chorus://worker/NAME), as Chorus's own
+    channels check the role they dial. gRPC's Python channel checks only
+    the CA and the host name, so this makes a TLS handshake of its own with
+    the files of `tls_dir` and reads the certificate's names.
+
+    Raises Unavailable when the handshake fails or the certificate names
+    another role (e.g. a coordinator's port), InvalidArgument for a target
+    whose host and port cannot be told.
+    """
+    where = _host_port(target)
+    if where is None:
+        raise InvalidArgument(
+            f"cannot check the certificate of the worker at {target!r} "
+            f"(from {source}): give it as host:port")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # the gRPC channel checks the host
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(os.path.join(tls_dir, TLS_FILES[0]))
+    context.load_cert_chain(os.path.join(tls_dir, TLS_FILES[1]),
+                            os.path.join(tls_dir, TLS_FILES[2]))
+    context.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection(where, timeout=timeout) as raw:
+            with context.wrap_socket(raw) as tls:
+                names = tls.getpeercert().get("subjectAltName", ())
+    except (OSError, ssl.SSLError) as e:
+        raise Unavailable(
+            f"TLS with the worker at {target} (with {source}) failed: "
+            f"{e}") from None
+    uris = [value for kind, value in names if kind == "URI"]
+    if not any(uri.startswith("chorus://worker/") for uri in uris):
+        raise Unavailable(
+            f"the server at {target} is no Chorus worker: its certificate "
+            f"names {', '.join(uris) or 'no chorus:// identity'}, not "
+            f"chorus://worker/NAME")
 
 
 def _unix_path(target: str) -> Optional[str]:
@@ -171,8 +229,9 @@ def resolve_tls_dir(tls_dir: Optional[PathLike]) -> Tuple[Optional[str], str]:
 def tls_credentials(tls_dir: str, source: str) -> grpc.ChannelCredentials:
     """Reads ca.pem, cert.pem and key.pem from `tls_dir` and returns mutual
     TLS credentials for a channel to a worker: the server must present a
-    certificate from that CA naming the host dialed, and this client
-    presents its own.
+    certificate from that CA naming the host dialed (and, checked by
+    check_worker_certificate(), a worker), and this client presents its
+    own.
 
     Raises InvalidArgument naming the file that is missing, unreadable or
     not PEM.

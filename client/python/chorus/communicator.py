@@ -332,6 +332,11 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
                 timeout=min(timeout, _CONNECT_WAIT))
         except grpc.FutureTimeoutError:
             connected = False
+        if connected and credentials is not None:
+            # The channel took the certificate's CA and host; its role is
+            # checked here (no join goes to a server that is no worker).
+            _connect.check_worker_certificate(
+                worker, tls_path, tls_source, min(timeout, _CONNECT_WAIT))
         stub = worker_pb2_grpc.WorkerLocalStub(channel)
         request = worker_pb2.LocalJoinRequest(
             group=group, world_size=world_size, rank=rank,
