@@ -34,12 +34,8 @@ TraceEntry* FlightRecorder::Find(const std::string& group, uint64_t epoch,
                                  uint64_t sequence) {
   auto it = traces_.find(group);
   if (it == traces_.end()) return nullptr;
-  std::deque<TraceEntry>& entries = it->second.entries;
-  // Recent calls are looked up most: search from the newest.
-  for (auto e = entries.rbegin(); e != entries.rend(); ++e) {
-    if (e->epoch == epoch && e->sequence == sequence) return &*e;
-  }
-  return nullptr;
+  auto found = it->second.index.find({epoch, sequence});
+  return found == it->second.index.end() ? nullptr : found->second;
 }
 
 void FlightRecorder::Arrived(const std::string& group, uint64_t epoch,
@@ -59,8 +55,13 @@ void FlightRecorder::Arrived(const std::string& group, uint64_t epoch,
     fresh.asked.assign(world, "");
     fresh.committed.assign(world, absl::InfinitePast());
     trace.entries.push_back(std::move(fresh));
-    while (trace.entries.size() > per_group_) trace.entries.pop_front();
     entry = &trace.entries.back();
+    trace.index[{epoch, sequence}] = entry;
+    while (trace.entries.size() > per_group_) {
+      const TraceEntry& oldest = trace.entries.front();
+      trace.index.erase({oldest.epoch, oldest.sequence});
+      trace.entries.pop_front();
+    }
     // Forget the group used longest ago when over the limit.
     while (traces_.size() > groups_) {
       auto oldest = traces_.begin();

@@ -15,8 +15,10 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "chorus/trace.h"
@@ -54,6 +56,11 @@ class FlightRecorder {
  private:
   struct GroupTrace {
     std::deque<TraceEntry> entries;
+    // The entries by (epoch, sequence): every call looks its entry up
+    // several times, and a new call's first lookup would otherwise scan
+    // all of them. A deque keeps its elements where they are as entries
+    // come and go at its ends.
+    absl::flat_hash_map<std::pair<uint64_t, uint64_t>, TraceEntry*> index;
     uint64_t last_used = 0;
   };
   TraceEntry* Find(const std::string& group, uint64_t epoch, uint64_t sequence);

@@ -86,6 +86,26 @@ TEST(FlightRecorderTest, Arrived_OverCapacity_OldestDropped) {
   EXPECT_EQ(e[2].sequence, 5u);
 }
 
+TEST(FlightRecorderTest, Ended_AfterOthersDropped_FindsItsOwnEntryOnly) {
+  FlightRecorder recorder(2, 4);
+  for (uint64_t s = 1; s <= 3; ++s) {
+    recorder.Arrived("g", 7, 2, s, 0, Sum(1), kT0);
+  }
+  // #1 was dropped: its end and a commit for it change nothing.
+  recorder.Ended("g", 7, 1, absl::OkStatus(), kT0 + absl::Seconds(1));
+  recorder.Committed("g", 7, 1, 0, kT0 + absl::Seconds(1));
+  // #2 is kept and found by epoch and number (not #2 of another epoch).
+  recorder.Ended("g", 8, 2, absl::OkStatus(), kT0 + absl::Seconds(2));
+  recorder.Arrived("g", 7, 2, 2, 1, Sum(1), kT0 + absl::Seconds(3));
+  const std::vector<TraceEntry> e = recorder.Entries("g");
+  ASSERT_THAT(e, SizeIs(2));
+  EXPECT_EQ(e[0].sequence, 2u);
+  EXPECT_EQ(e[0].state, TraceEntry::State::kWaiting);
+  EXPECT_EQ(e[0].arrived[1], kT0 + absl::Seconds(3));
+  EXPECT_EQ(e[1].sequence, 3u);
+  EXPECT_EQ(e[1].arrived[1], absl::InfinitePast());
+}
+
 TEST(FlightRecorderTest, Arrived_OverGroupLimit_LeastRecentGroupForgotten) {
   FlightRecorder recorder(3, 2);
   recorder.Arrived("a", 1, 1, 1, 0, Sum(1), kT0);
