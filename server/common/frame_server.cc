@@ -161,7 +161,7 @@ void FrameServer::Serve() {
   std::vector<epoll_event> events(64);
   while (true) {
     const int n = epoll_wait(epoll_fd_, events.data(),
-                             static_cast<int>(events.size()), -1);
+                             static_cast<int>(events.size()), CloseUngreeted());
     if (n < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << options_.name << ": epoll_wait: " << std::strerror(errno);
@@ -228,6 +228,7 @@ void FrameServer::Accept() {
       connection->tls = *std::move(tls);
     }
     connections_[fd] = connection;
+    greeting_.emplace_back(absl::Now() + options_.greeting_timeout, connection);
     open_connections_.store(connections_.size(), std::memory_order_relaxed);
     epoll_event event{};
     event.events = EPOLLIN;
@@ -294,6 +295,33 @@ bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
     if (!handler_(std::move(payload), reply, peer)) return false;
     payload.clear();
   }
+}
+
+int FrameServer::CloseUngreeted() {
+  const absl::Time now = absl::Now();
+  while (!greeting_.empty()) {
+    auto& [deadline, waiting] = greeting_.front();
+    const std::shared_ptr<Connection> connection = waiting.lock();
+    // Still open (its descriptor not yet another connection's) and silent.
+    auto open = connection == nullptr ? connections_.end()
+                                      : connections_.find(connection->fd);
+    if (open != connections_.end() && open->second == connection &&
+        connection->hello.size() < options_.hello.size()) {
+      if (deadline > now) {
+        // Rounded up, so the wake-up comes after the deadline.
+        return static_cast<int>(
+            absl::ToInt64Milliseconds(deadline - now + absl::Milliseconds(1)));
+      }
+      LOG(WARNING) << options_.name << ": closed a connection that sent no "
+                   << (options_.tls && !connection->peer.has_value()
+                           ? "TLS handshake"
+                           : "hello")
+                   << " within " << options_.greeting_timeout;
+      Close(connection->fd);
+    }
+    greeting_.pop_front();
+  }
+  return -1;
 }
 
 void FrameServer::Close(int fd) {

@@ -6,7 +6,8 @@
 // sent by whichever thread has them (a Replier), straight to the socket
 // when it has room, else queued for the serving thread: no thread waits on
 // a slow reader. A connection that does not start with the hello is closed
-// without a reply; a frame over the limit gets one error frame (the
+// without a reply, and so is one that has not sent it within the options'
+// greeting_timeout; a frame over the limit gets one error frame (the
 // options' error_payload) and the connection is closed; a connection that
 // closes drops the replies still due to it. Each wake-up reads at most
 // 1 MiB of one connection, so none starves the others; out of file
@@ -26,10 +27,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -37,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/common/transport_security.h"
 
 namespace chorus {
@@ -75,6 +79,10 @@ class FrameServer {
     std::function<std::string(const absl::Status& why)> error_payload;
     // Mutual TLS on every connection, with the process's certificates.
     bool tls = false;
+    // A connection that has not sent its whole hello (after its TLS
+    // handshake) this long after it was accepted is closed, so clients that
+    // never greet cannot hold descriptors for good.
+    absl::Duration greeting_timeout = absl::Seconds(5);
   };
 
   // Serves the connections of `listen_fd` (listening; the server owns it
@@ -115,6 +123,9 @@ class FrameServer {
   // Returns false when the connection must be closed.
   bool TakeFrames(const std::shared_ptr<Connection>& connection);
   void Close(int fd);
+  // Closes the connections whose greeting time ran out; returns how long
+  // until the next one does (-1 ms: none waits).
+  int CloseUngreeted();
 
   const Options options_;
   const Handler handler_;
@@ -126,6 +137,9 @@ class FrameServer {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by the serving thread.
   absl::flat_hash_map<int, std::shared_ptr<Connection>> connections_;
+  // Connections in the order accepted (so by greeting deadline), until
+  // their deadline; those greeted by then are skipped.
+  std::deque<std::pair<absl::Time, std::weak_ptr<Connection>>> greeting_;
   bool accept_paused_ = false;
   std::atomic<size_t> open_connections_{0};
 };

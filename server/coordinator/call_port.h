@@ -9,7 +9,8 @@
 // A FrameServer serves the connections with one thread: it takes each
 // connection's calls into the core in the order it sent them; verdicts are
 // written by whichever thread produces them. A connection that does not
-// start with the hello is closed without a reply; a frame over the limit or
+// start with the hello, or has not sent it (after its TLS handshake) within
+// 5 s, is closed without a reply; a frame over the limit or
 // a payload that does not parse gets one reply with call id 0 and the reason
 // (RESOURCE_EXHAUSTED or INVALID_ARGUMENT) and the connection is closed; a
 // request that carries nothing, or has a negative timeout, gets

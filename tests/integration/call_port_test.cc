@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -23,6 +24,7 @@
 #include "server/worker/call_port_client.h"
 #include "tests/testing/collective_harness.h"
 #include "tests/testing/daemons.h"
+#include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
@@ -120,6 +122,34 @@ TEST_F(CallPortTest, Connect_WrongHello_Closed) {
   RawConnection connection(port_);
   connection.Send("GET / HTTP/1.1\r\n\r\n");
   EXPECT_TRUE(connection.Closed());
+}
+
+TEST_F(CallPortTest, Connect_NoOrPartialHello_ClosedAfterGreetingTimeout) {
+  // The port closes connections that have not greeted within 5 s; the
+  // connection below that does greet stays.
+  RawConnection silent(port_);
+  RawConnection partial(port_);
+  partial.Send(kCallHello.substr(0, 5));
+  RawConnection greeted(port_);
+  greeted.Send(kCallHello);
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(silent.Closed());
+  EXPECT_TRUE(partial.Closed());
+  EXPECT_GE(absl::Now() - start, absl::Seconds(4));
+  v1::CallPortRequest empty;
+  empty.set_call_id(3);
+  greeted.SendRequest(empty);
+  absl::StatusOr<v1::CallPortReply> reply = greeted.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 3u);
+  EXPECT_EQ(reply->code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return absl::StrContains(coordinator_.process->ReadLog(),
+                                 "sent no hello within 5s");
+      },
+      kWait));
 }
 
 TEST_F(CallPortTest, Frame_OverLimit_ResourceExhaustedThenClosed) {

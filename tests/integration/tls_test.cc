@@ -726,6 +726,11 @@ TEST_F(TlsTest, CallPort_WorkersUseTls_ForgedAndPlaintextCallsRefused) {
   EXPECT_EQ(reply.status().message(), "closed");
   reply = CallPortExchange(port, certs->other_dir + "/worker-w0", true, forged);
   EXPECT_TRUE(absl::IsUnavailable(reply.status())) << reply.status();
+  // A connection that never starts its handshake is closed after the
+  // port's 5 s greeting timeout (the client waits up to 30 s).
+  EXPECT_TRUE(ClosedAfterSending(port, "", ""));
+  EXPECT_THAT(coordinator_.process->ReadLog(),
+              HasSubstr("sent no TLS handshake within 5s"));
   // w0's certificate acting for w1's rank, and an admin's.
   reply = CallPortExchange(port, TlsDir("worker-w0"), true, forged);
   ASSERT_TRUE(reply.ok()) << reply.status();
