@@ -6,6 +6,9 @@
 // handshake is over a peer that closes its end shows as end of file to
 // PeerClosed (tcp_socket.h).
 //
+// Reads go through a 256 KiB buffer and writes collect their records for
+// one send per 256 KiB, so a large frame costs few system calls.
+//
 // The OpenSSL context is tls_context.h's: renewed certificates apply to new
 // connections without a restart.
 //
@@ -18,6 +21,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,7 +58,9 @@ class TlsStream {
   const Identity& peer() const { return peer_; }
 
   // Writes every byte of `parts` in order on a non-blocking socket, as
-  // WriteAll in tcp_socket.h (same codes).
+  // WriteAll in tcp_socket.h (same codes; UNAVAILABLE also when TLS fails).
+  // The records are sealed in memory and sent kSendBytes at a time. After
+  // an error the stream is unusable: close the connection.
   absl::Status WriteAll(const absl::string_view* parts, size_t count,
                         absl::Time deadline, int cancel_fd = -1);
 
@@ -66,8 +72,19 @@ class TlsStream {
   TlsStream(SSL* ssl, int fd, Identity peer)
       : ssl_(ssl), fd_(fd), peer_(std::move(peer)) {}
 
+  // How many bytes of records collect before they are sent.
+  static constexpr size_t kSendBytes = 256 << 10;
+
+  // Sends the records sealed so far and empties their buffer.
+  absl::Status SendSealed(absl::Time deadline, int cancel_fd);
+
   SSL* const ssl_;
   const int fd_;
+  // Whether the SSL writes its records to sealed_ (from the first
+  // WriteAll on; the handshake wrote to the socket).
+  bool buffering_ = false;
+  // Records sealed and not yet sent.
+  std::string sealed_;
   const Identity peer_;
 };
 

@@ -1,0 +1,164 @@
+// TlsStream (server/common/tls_stream.h) over a real loopback TCP connection
+// with both ends in this process, certificates from scripts/dev_certs.sh:
+// frames of many records written in parts arrive whole and in order, a
+// write to a peer that closed fails, and one to a peer that stopped reading
+// ends at its deadline.
+
+#include "server/common/tls_stream.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/common/tcp_socket.h"
+#include "server/common/transport_security.h"
+#include "tests/testing/certs.h"
+
+namespace chorus::test {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+class TlsStreamTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // TLS is the process's: both ends present the coordinator's
+    // certificate, which names chorus://coordinator.
+    parent_ = new std::string(::testing::TempDir() + "/chorus-stream-XXXXXX");
+    ASSERT_NE(mkdtemp(parent_->data()), nullptr);
+    absl::StatusOr<std::string> dir = MakeDevCerts(*parent_, {});
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    absl::StatusOr<Identity> own =
+        EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/coordinator")));
+    ASSERT_TRUE(own.ok()) << own.status();
+  }
+
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(*parent_, ignored);
+    delete parent_;
+  }
+
+  void SetUp() override {
+    absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *listener;
+  }
+
+  void TearDown() override {
+    if (accepting_.joinable()) accepting_.join();
+    CloseSocket(listener_.fd);
+    CloseSocket(client_fd_);
+    CloseSocket(server_fd_);
+  }
+
+  // Connects to the listener and runs both handshakes; `serve` then runs on
+  // the accepting end's thread with its stream.
+  std::unique_ptr<TlsStream> Connect(std::function<void(TlsStream&)> serve) {
+    accepting_ = std::thread([this, serve = std::move(serve)] {
+      server_fd_ = accept(listener_.fd, nullptr, nullptr);
+      if (server_fd_ < 0) return;
+      absl::StatusOr<std::unique_ptr<TlsStream>> server =
+          TlsStream::Accept(server_fd_);
+      if (!server.ok()) {
+        ADD_FAILURE() << server.status();
+        return;
+      }
+      serve(**server);
+    });
+    absl::StatusOr<int> fd =
+        ConnectTcp("127.0.0.1", listener_.port, absl::Now() + kWait);
+    if (!fd.ok()) {
+      ADD_FAILURE() << fd.status();
+      return nullptr;
+    }
+    client_fd_ = *fd;
+    absl::StatusOr<std::unique_ptr<TlsStream>> client =
+        TlsStream::Connect(client_fd_, Role::kCoordinator, absl::Now() + kWait);
+    if (!client.ok()) {
+      ADD_FAILURE() << client.status();
+      return nullptr;
+    }
+    EXPECT_EQ((*client)->peer().Uri(), "chorus://coordinator");
+    return *std::move(client);
+  }
+
+  static std::string* parent_;
+  Listener listener_;
+  std::thread accepting_;
+  int client_fd_ = -1;
+  int server_fd_ = -1;
+};
+
+std::string* TlsStreamTest::parent_ = nullptr;
+
+TEST_F(TlsStreamTest, WriteAll_FramesOfManyRecords_ArriveWholeAndInOrder) {
+  // Three frames, each a short header, 5 MiB and a tail: many sends of
+  // buffered records, and records that span the parts.
+  std::string data(5 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) {
+    data[i] = static_cast<char>((i * 131) >> 3);
+  }
+  const std::string header = "frame header of 37 bytes, give or take";
+  std::string expected;
+  for (int frame = 0; frame < 3; ++frame) {
+    expected += header + data + absl::StrCat("tail ", frame);
+  }
+  std::string received(expected.size(), '\0');
+  bool read_all = false;
+  std::unique_ptr<TlsStream> client = Connect([&](TlsStream& server) {
+    read_all = server.ReadFull(received.data(), received.size());
+  });
+  ASSERT_NE(client, nullptr);
+  for (int frame = 0; frame < 3; ++frame) {
+    const std::string tail = absl::StrCat("tail ", frame);
+    const absl::string_view parts[3] = {header, data, tail};
+    ASSERT_TRUE(client->WriteAll(parts, 3, absl::Now() + kWait).ok());
+  }
+  accepting_.join();
+  ASSERT_TRUE(read_all);
+  EXPECT_TRUE(received == expected) << "the bytes read differ";
+}
+
+TEST_F(TlsStreamTest, WriteAll_PeerClosed_Unavailable) {
+  absl::Notification closed;
+  std::unique_ptr<TlsStream> client = Connect([&](TlsStream&) {
+    shutdown(server_fd_, SHUT_RDWR);
+    closed.Notify();
+  });
+  ASSERT_NE(client, nullptr);
+  closed.WaitForNotification();
+  const std::string data(1 << 20, 'x');
+  const absl::string_view part = data;
+  absl::Status status;
+  // The first megabytes may still fit the socket's buffers.
+  for (int i = 0; i < 64 && status.ok(); ++i) {
+    status = client->WriteAll(&part, 1, absl::Now() + kWait);
+  }
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+}
+
+TEST_F(TlsStreamTest, WriteAll_PeerStopsReading_DeadlineExceeded) {
+  absl::Notification done;
+  std::unique_ptr<TlsStream> client =
+      Connect([&](TlsStream&) { done.WaitForNotification(); });
+  ASSERT_NE(client, nullptr);
+  // Far more than loopback's socket buffers hold.
+  const std::string data(64 << 20, 'x');
+  const absl::string_view part = data;
+  const absl::Status status =
+      client->WriteAll(&part, 1, absl::Now() + absl::Milliseconds(300));
+  done.Notify();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
+}
+
+}  // namespace
+}  // namespace chorus::test
