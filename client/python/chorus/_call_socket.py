@@ -41,6 +41,8 @@ _CONNECT_TIMEOUT = 2.0
 _LENGTH = struct.Struct("<I")
 # struct timeval: seconds, microseconds.
 _TIMEVAL = struct.Struct("@ll")
+# The most one read of the socket takes.
+_RECEIVE_BYTES = 1 << 20
 
 
 def varint(value: int) -> bytes:
@@ -187,6 +189,9 @@ class CallSocket:
         # A thread reads the socket now; only that one touches _buffer.
         self._reading = False
         self._buffer = bytearray()
+        # What one recv() takes: allocated once, since a fresh 1 MiB object
+        # per reply costs the allocator a map and unmap each time.
+        self._chunk = memoryview(bytearray(_RECEIVE_BYTES))
         # The socket's SO_RCVTIMEO in seconds (inf: none set yet); only the
         # thread that reads sets it.
         self._receive_timeout = float("inf")
@@ -365,18 +370,18 @@ class CallSocket:
         """
         try:
             try:
-                chunk = self._sock.recv(1 << 20)
+                received = self._sock.recv_into(self._chunk)
             except BlockingIOError:
                 # Nothing came before the timeout: the next wait sets its
                 # own. (Without `wait`, a readiness that went away.)
                 if wait:
                     self._receive_timeout = float("inf")
                 return True
-            if not chunk:
+            if not received:
                 self._fail("the daemon closed it")
                 return False
             buffer = self._buffer
-            buffer += chunk
+            buffer += self._chunk[:received]
             ended: List[PendingCall] = []
             while len(buffer) >= _LENGTH.size:
                 (size,) = _LENGTH.unpack_from(buffer)
