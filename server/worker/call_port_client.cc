@@ -25,6 +25,8 @@ namespace {
 constexpr uint64_t kMaxReplyBytes = uint64_t{kDefaultMaxMessageBytes} + 4096;
 // How long a call port that could not be reached is not tried again.
 constexpr absl::Duration kUnreachableBackoff = absl::Seconds(10);
+// How far ahead the completion thread reads while no call waits.
+constexpr absl::Duration kIdleReadHorizon = absl::Seconds(10);
 
 // Runs the client side of the TLS handshake on the connected socket `fd`
 // until `deadline` (or `cancel_fd`). Returns the session, whose peer is the
@@ -460,13 +462,19 @@ void CallPortClient::ServeAsync() {
       continue;
     }
     if (async_stop_) return;
-    if (async_deadlines_.empty()) {
-      changed_.Wait(&mu_);
-    } else if (!reader_ && fd_ >= 0) {
+    if (!reader_ && fd_ >= 0) {
+      // Reads even with no call waiting, until a horizon: the next call's
+      // reply then wakes this thread once, rather than once to start
+      // reading and once more for the reply. A call due sooner cuts the
+      // read short.
       reader_ = true;
-      async_read_until_ = async_deadlines_.begin()->first;
+      async_read_until_ = async_deadlines_.empty()
+                              ? absl::Now() + kIdleReadHorizon
+                              : async_deadlines_.begin()->first;
       ReadAsReader(fd_, generation_, async_read_until_, async_wake_fd_);
       async_read_until_ = absl::InfiniteFuture();
+    } else if (async_deadlines_.empty()) {
+      changed_.Wait(&mu_);
     } else {
       changed_.WaitWithDeadline(&mu_, async_deadlines_.begin()->first);
     }

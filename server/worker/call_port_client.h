@@ -22,9 +22,10 @@
 //
 // CallAsync() sends a call without waiting for it: the client's one
 // completion thread (started with the first such call) reads the connection
-// while asynchronous calls are pending, ends those whose deadline passes,
-// and runs their callbacks, so any number of calls may wait for other ranks
-// without a thread each.
+// (while no call is pending too, up to 10 s ahead, so that a reply costs it
+// one wake-up), ends the calls whose deadline passes, and runs their
+// callbacks, so any number of calls may wait for other ranks without a
+// thread each. Call() then takes its reply from that thread.
 //
 // Lifecycle: Shutdown() (or the destructor) ends every call in flight with
 // UNAVAILABLE and waits until each has returned (and each asynchronous
@@ -137,8 +138,9 @@ class CallPortClient {
   // The DEADLINE_EXCEEDED of a call the coordinator did not answer.
   absl::Status SilentLocked(const Waiter& waiter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The completion thread: reads while asynchronous calls wait, ends them
-  // at their deadlines and runs their callbacks, until Shutdown().
+  // The completion thread: reads whenever no other thread does, ends
+  // asynchronous calls at their deadlines and runs their callbacks, until
+  // Shutdown().
   void ServeAsync();
 
   // Sends `framed` (its call id and timeout are set here) and waits for its

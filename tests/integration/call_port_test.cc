@@ -326,6 +326,36 @@ TEST(CallPortClientTest, CallAsync_SilentPort_EachCallEndsAtItsDeadline) {
   CloseSocket(listener->fd);
 }
 
+TEST(CallPortClientTest, CallAsync_AfterAnIdleSpell_EndsAtItsOwnDeadline) {
+  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int port = listener->port;
+  CallPortClient client([port] { return absl::StrCat("127.0.0.1:", port); });
+  v1::CollectiveRequest request;
+  request.set_group("g");
+  // Once the first call ended, the completion thread reads on with no call
+  // waiting (up to 10 s ahead); a later call due sooner, and a blocking
+  // one, still end at their own deadlines, well before that.
+  for (uint64_t sequence : {1, 2}) {
+    request.set_sequence(sequence);
+    AsyncResult call;
+    const absl::Time start = absl::Now();
+    client.CallAsync(request, start + absl::Milliseconds(300), call.Callback());
+    ASSERT_TRUE(call.done.WaitForNotificationWithTimeout(kWait));
+    EXPECT_EQ(call.status.code(), absl::StatusCode::kDeadlineExceeded)
+        << call.status;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  }
+  request.set_sequence(3);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(
+      client.Call(request, start + absl::Milliseconds(300)).status().code(),
+      absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  client.Shutdown();
+  CloseSocket(listener->fd);
+}
+
 TEST(CallPortClientTest, Ready_NothingListening_FailedPreconditionThenBackoff) {
   // A port that was just free: nothing listens there.
   absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
