@@ -69,6 +69,7 @@ def test_bad_input_leaves_no_gap_in_the_sequence(pair: Any) -> None:
     _refused(lambda: c.gather(f32, root="0"), "root must be an int")
     _refused(lambda: c.all_reduce(f32, op="mean"), "unknown reduce op",
              "avg")
+    _refused(lambda: c.all_reduce(f32, op=["sum"]), "unknown reduce op")
     _refused(lambda: c.all_reduce(f32, algorithm="fastest"),
              "unknown algorithm")
     _refused(lambda: c.all_gather(f32, algorithm="recursive_doubling"),

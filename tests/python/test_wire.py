@@ -111,6 +111,29 @@ def test_requests_carry_numbers_epoch_counts_and_data(stand_in: Any) -> None:
     assert servicer.requests[7].data == b""
 
 
+def test_repeated_calls_carry_their_own_number_and_data(
+        stand_in: Any) -> None:
+    servicer, comm = stand_in
+    for i in range(3):
+        comm.all_reduce(np.full(4, i, np.float32))
+        comm.all_reduce(np.full(4, i + 10, np.float32), op="max")
+        comm.all_reduce(np.full(5, i, np.int32))
+    requests = servicer.requests
+    assert [r.sequence for r in requests] == list(range(1, 10))
+    assert all(r.epoch == EPOCH and r.group == "wire" and r.rank == 1
+               for r in requests)
+    for i in range(3):
+        plain, top, ints = requests[3 * i:3 * i + 3]
+        assert plain.spec.op == types_pb2.REDUCE_OP_SUM
+        assert plain.spec.count == 4
+        assert plain.data == np.full(4, i, np.float32).tobytes()
+        assert top.spec.op == types_pb2.REDUCE_OP_MAX
+        assert top.data == np.full(4, i + 10, np.float32).tobytes()
+        assert ints.spec.dtype == types_pb2.DTYPE_I32
+        assert ints.spec.count == 5
+        assert ints.data == np.full(5, i, np.int32).tobytes()
+
+
 def test_non_roots_get_none(stand_in: Any) -> None:
     _, comm = stand_in
     assert comm.reduce(np.ones(3, np.float64), root=0) is None

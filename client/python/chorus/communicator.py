@@ -11,11 +11,15 @@ communicator's lock, so ranks that do that must agree on the order some
 other way.
 """
 
+# Annotations stay unevaluated: the nested functions a call defines cost no
+# typing work each time.
+from __future__ import annotations
+
 import math
 import os
 import threading
 from concurrent import futures
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 from typing import Sequence, Tuple, Union
 
 import grpc
@@ -130,6 +134,10 @@ def _varint_size(value: int) -> int:
 
 # LocalCollectiveRequest.data is field 9, length-delimited: tag (9 << 3) | 2.
 _DATA_TAG = bytes([(9 << 3) | 2])
+# LocalCollectiveRequest.sequence (field 12, a varint).
+_SEQUENCE_TAG = bytes([12 << 3])
+# How many serialized request prefixes a communicator keeps.
+_MAX_PREFIXES = 64
 # LocalChunkedRequest.data is field 2, length-delimited.
 _PIECE_TAG = bytes([(2 << 3) | 2])
 
@@ -408,6 +416,36 @@ class Work(futures.Future):
         return self.result(timeout)
 
 
+class _Outcome:
+    """What a blocking call settles in place of a Work: its result or its
+    error, on the caller's own thread.
+    """
+
+    __slots__ = ("sequence", "algorithm", "chunk_bytes", "_result",
+                 "_error")
+
+    def __init__(self, sequence: int) -> None:
+        self.sequence = sequence
+        self.algorithm: Optional[str] = None
+        self.chunk_bytes: Optional[int] = None
+        self._result: Any = None
+        self._error: Optional[BaseException] = None
+
+    def set_result(self, result: Any) -> None:
+        """Records the call's output."""
+        self._result = result
+
+    def set_exception(self, error: BaseException) -> None:
+        """Records the call's error."""
+        self._error = error
+
+    def result(self) -> Any:
+        """Returns the output, or raises the error."""
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 class _Blocking:
     """A unary call made when its result is asked for, on that thread: what
     a call that blocks uses in place of a gRPC future.
@@ -678,6 +716,8 @@ class Communicator:
         self._lock = threading.Condition()
         self._next_sequence = 1
         self._in_flight = 0
+        # Serialized requests without their number, by kind of call.
+        self._prefixes: Dict[Tuple[Any, ...], bytes] = {}
         self._closed = False
         self._release = threading.Event()
         self._hold = self._start_hold()
@@ -1035,10 +1075,11 @@ class Communicator:
                     "dtype= (or an out array) to say what it receives")
         return name, block
 
-    def _run(self, call: _Call, out: Optional[Buffer], async_op: bool,
-             timeout: Optional[float], algorithm: Optional[str],
-             device: Optional[str]) -> Any:
-        timeout = _check_timeout(timeout, self._timeout)
+    def _request(self, call: _Call, algorithm: Optional[str],
+                 device: Optional[str]) -> Any:
+        """Returns the LocalCollectiveRequest of `call` without its number
+        and data; raises InvalidArgument for what it cannot carry.
+        """
         request = worker_pb2.LocalCollectiveRequest(
             group=self._group, rank=self._rank,
             spec=types_pb2.CollectiveSpec(kind=_KINDS[call.kind]),
@@ -1072,6 +1113,24 @@ class Communicator:
             request.algorithm = _ALGORITHMS[algorithm]
         if device is not None:
             request.device.CopyFrom(_parse_device(device))
+        return request
+
+    def _run(self, call: _Call, out: Optional[Buffer], async_op: bool,
+             timeout: Optional[float], algorithm: Optional[str],
+             device: Optional[str]) -> Any:
+        timeout = _check_timeout(timeout, self._timeout)
+        # The request's fields but its number, serialized once per kind of
+        # call: repeated calls send these bytes and the number after them
+        # (protobuf takes fields in any order).
+        key: Optional[Tuple[Any, ...]] = (
+            call.kind, call.dtype, call.count, call.op, call.root, algorithm,
+            device)
+        try:
+            prefix = self._prefixes.get(key)
+        except TypeError:  # an op or algorithm of no hashable type
+            key, prefix = None, None
+        request = None if prefix is not None else self._request(
+            call, algorithm, device)
         target = None
         if call.out_shape is not None and out is not None:
             size = math.prod(call.out_shape)
@@ -1080,14 +1139,25 @@ class Communicator:
         data_bytes = 0 if data is None else data.nbytes
         # The request as sent: these fields, the sequence (at most 11
         # bytes) and the data field.
-        request_bytes = request.ByteSize() + 11 + (
+        request_bytes = (len(prefix) if request is None else
+                         request.ByteSize()) + 11 + (
             1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
         reply_bytes = call.output_bytes() + _REPLY_OVERHEAD
         shared = None
         if data_bytes + call.output_bytes() >= SHARED_THRESHOLD_BYTES:
+            if request is None:
+                request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
             shared = self._share(request, data, target, call.output_bytes())
         streamed = shared is None and max(request_bytes, reply_bytes) > min(
             STREAM_THRESHOLD_BYTES, self._max_message_bytes)
+        if streamed and request is None:
+            request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
+        elif shared is None and not streamed and prefix is None:
+            prefix = request.SerializeToString()
+            if key is not None:
+                if len(self._prefixes) >= _MAX_PREFIXES:
+                    self._prefixes.clear()
+                self._prefixes[key] = prefix
         payload: List[Any] = []
         if data_bytes and not streamed and shared is None:
             payload = [_DATA_TAG, _varint(data_bytes),
@@ -1097,8 +1167,9 @@ class Communicator:
                 raise InvalidArgument("this communicator is closed")
             sequence = self._next_sequence
             self._next_sequence += 1
-            request.sequence = sequence
-            work = Work(sequence)
+            if request is not None:
+                request.sequence = sequence
+            work = Work(sequence) if async_op else _Outcome(sequence)
             self._in_flight += 1
             try:
                 if streamed:
@@ -1109,7 +1180,12 @@ class Communicator:
                         _chunked_requests(header.SerializeToString(), data),
                         timeout=timeout)
                 else:
-                    wire = b"".join([request.SerializeToString()] + payload)
+                    if shared is not None:
+                        head = request.SerializeToString()
+                    else:
+                        head = b"".join(
+                            [prefix, _SEQUENCE_TAG, _varint(sequence)])
+                    wire = b"".join([head] + payload)
                     rpc = None
                     if self._calls is not None and self._calls.usable:
                         # None: the socket turned out closed, nothing sent.
@@ -1294,7 +1370,7 @@ class Communicator:
         return header.plan, buffer.view(call.out_dtype).reshape(
             call.out_shape)
 
-    def _settle(self, call: _Call, work: Work,
+    def _settle(self, call: _Call, work: Union[Work, "_Outcome"],
                 receive: Callable[[], Tuple[Any, Optional[np.ndarray]]]
                 ) -> None:
         """Completes `work` with what receive() returns (the plan and the
