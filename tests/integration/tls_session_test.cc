@@ -26,16 +26,13 @@ class TlsSessionTest : public ::testing::Test {
   static void SetUpTestSuite() {
     // TLS is the process's: both ends present the coordinator's
     // certificate, which names chorus://coordinator.
-    parent_ = new std::string(::testing::TempDir() + "/chorus-session-XXXXXX");
-    ASSERT_NE(mkdtemp(parent_->data()), nullptr);
-    absl::StatusOr<std::string> dir = MakeDevCerts(*parent_, {});
+    absl::StatusOr<std::string> dir = EnableTlsAsCoordinator();
     ASSERT_TRUE(dir.ok()) << dir.status();
-    absl::StatusOr<Identity> own =
-        EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/coordinator")));
-    ASSERT_TRUE(own.ok()) << own.status();
+    parent_ = new std::string(*std::move(dir));
   }
 
   static void TearDownTestSuite() {
+    if (parent_ == nullptr) return;
     std::error_code ignored;
     std::filesystem::remove_all(*parent_, ignored);
     delete parent_;

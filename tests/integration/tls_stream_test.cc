@@ -32,16 +32,13 @@ class TlsStreamTest : public ::testing::Test {
   static void SetUpTestSuite() {
     // TLS is the process's: both ends present the coordinator's
     // certificate, which names chorus://coordinator.
-    parent_ = new std::string(::testing::TempDir() + "/chorus-stream-XXXXXX");
-    ASSERT_NE(mkdtemp(parent_->data()), nullptr);
-    absl::StatusOr<std::string> dir = MakeDevCerts(*parent_, {});
+    absl::StatusOr<std::string> dir = EnableTlsAsCoordinator();
     ASSERT_TRUE(dir.ok()) << dir.status();
-    absl::StatusOr<Identity> own =
-        EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/coordinator")));
-    ASSERT_TRUE(own.ok()) << own.status();
+    parent_ = new std::string(*std::move(dir));
   }
 
   static void TearDownTestSuite() {
+    if (parent_ == nullptr) return;
     std::error_code ignored;
     std::filesystem::remove_all(*parent_, ignored);
     delete parent_;
@@ -131,7 +128,8 @@ TEST_F(TlsStreamTest, WriteAll_FramesOfManyRecords_ArriveWholeAndInOrder) {
 TEST_F(TlsStreamTest, WriteAll_PeerClosed_Unavailable) {
   absl::Notification closed;
   std::unique_ptr<TlsStream> client = Connect([&](TlsStream&) {
-    shutdown(server_fd_, SHUT_RDWR);
+    CloseSocket(server_fd_);
+    server_fd_ = -1;
     closed.Notify();
   });
   ASSERT_NE(client, nullptr);

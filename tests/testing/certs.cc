@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "server/common/transport_security.h"
 #include "tests/testing/daemons.h"
 
 namespace chorus::test {
@@ -68,6 +70,19 @@ absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
   absl::Status made = RunShell(script);
   if (!made.ok()) return made;
   return out;
+}
+
+absl::StatusOr<std::string> EnableTlsAsCoordinator() {
+  std::string parent = ::testing::TempDir() + "/chorus-tls-XXXXXX";
+  if (mkdtemp(parent.data()) == nullptr) {
+    return absl::InternalError("mkdtemp in the test's temporary directory");
+  }
+  absl::StatusOr<std::string> dir = MakeDevCerts(parent, {});
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<Identity> own =
+      EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/coordinator")));
+  if (!own.ok()) return own.status();
+  return parent;
 }
 
 PemFiles ReadPemFiles(const std::string& tls_dir) {

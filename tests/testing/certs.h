@@ -25,6 +25,12 @@ absl::StatusOr<std::string> MakeDevCerts(const std::string& parent,
 absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
                                                   const std::string& name);
 
+// Makes certificates with MakeDevCerts in a new folder under the test's
+// temporary directory and turns TLS on in this process with the
+// coordinator's (chorus://coordinator), so both ends of a connection the
+// test makes present it. Returns the folder, for the test to remove.
+absl::StatusOr<std::string> EnableTlsAsCoordinator();
+
 // The three PEM files of a --tls_dir, read into memory.
 struct PemFiles {
   std::string ca;
