@@ -51,6 +51,7 @@ class TlsStreamTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    shutdown(listener_.fd, SHUT_RDWR);  // ends an accept() still waiting
     if (accepting_.joinable()) accepting_.join();
     CloseSocket(listener_.fd);
     CloseSocket(client_fd_);
@@ -142,12 +143,13 @@ TEST_F(TlsStreamTest, WriteAll_PeerClosed_Unavailable) {
     status = client->WriteAll(&part, 1, absl::Now() + kWait);
   }
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  accepting_.join();  // before `closed` goes
 }
 
 TEST_F(TlsStreamTest, WriteAll_PeerStopsReading_DeadlineExceeded) {
   absl::Notification done;
   std::unique_ptr<TlsStream> client =
-      Connect([&](TlsStream&) { done.WaitForNotification(); });
+      Connect([&](TlsStream&) { done.WaitForNotificationWithTimeout(kWait); });
   ASSERT_NE(client, nullptr);
   // Far more than loopback's socket buffers hold.
   const std::string data(64 << 20, 'x');
@@ -155,6 +157,7 @@ TEST_F(TlsStreamTest, WriteAll_PeerStopsReading_DeadlineExceeded) {
   const absl::Status status =
       client->WriteAll(&part, 1, absl::Now() + absl::Milliseconds(300));
   done.Notify();
+  accepting_.join();  // before `done` goes
   EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
 }
 
