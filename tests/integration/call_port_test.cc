@@ -9,6 +9,7 @@
 // turned off (workers then call on the gRPC stream and collectives still
 // run). A real chorus-coordinator process.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -294,13 +295,28 @@ TEST_F(CallPortTest, CallAsync_Verdict_CallbackGetsStatus) {
   EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable) << late.status;
 }
 
+// A listener that never accepts: a client's connection and hello land in
+// its backlog, and no reply ever comes. Closed when it goes.
+struct SilentPort {
+  SilentPort() {
+    absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    if (listener.ok()) {
+      fd = listener->fd;
+      port = listener->port;
+    }
+  }
+  ~SilentPort() { CloseSocket(fd); }
+  std::function<std::string()> Address() const {
+    return [port = port] { return absl::StrCat("127.0.0.1:", port); };
+  }
+  int fd = -1;
+  int port = 0;
+};
+
 TEST(CallPortClientTest, CallAsync_SilentPort_EachCallEndsAtItsDeadline) {
-  // A listener that never accepts: the connection and the hello land in its
-  // backlog, and no reply ever comes.
-  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  const int port = listener->port;
-  CallPortClient client([port] { return absl::StrCat("127.0.0.1:", port); });
+  SilentPort silent;
+  CallPortClient client(silent.Address());
   v1::CollectiveRequest request;
   request.set_group("g");
   request.set_sequence(1);
@@ -323,14 +339,11 @@ TEST(CallPortClientTest, CallAsync_SilentPort_EachCallEndsAtItsDeadline) {
   ASSERT_TRUE(long_call.done.HasBeenNotified());
   EXPECT_EQ(long_call.status.code(), absl::StatusCode::kUnavailable)
       << long_call.status;
-  CloseSocket(listener->fd);
 }
 
 TEST(CallPortClientTest, CallAsync_AfterAnIdleSpell_EndsAtItsOwnDeadline) {
-  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  const int port = listener->port;
-  CallPortClient client([port] { return absl::StrCat("127.0.0.1:", port); });
+  SilentPort silent;
+  CallPortClient client(silent.Address());
   v1::CollectiveRequest request;
   request.set_group("g");
   // Once the first call ended, the completion thread reads on with no call
@@ -353,7 +366,6 @@ TEST(CallPortClientTest, CallAsync_AfterAnIdleSpell_EndsAtItsOwnDeadline) {
       absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   client.Shutdown();
-  CloseSocket(listener->fd);
 }
 
 TEST(CallPortClientTest, Ready_NothingListening_FailedPreconditionThenBackoff) {

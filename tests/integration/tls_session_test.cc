@@ -6,7 +6,6 @@
 
 #include "server/common/tls_session.h"
 
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -21,23 +20,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class TlsSessionTest : public ::testing::Test {
+// TLS is the process's: both ends present the coordinator's certificate,
+// which names chorus://coordinator.
+class TlsSessionTest : public CoordinatorTlsSuite {
  protected:
-  static void SetUpTestSuite() {
-    // TLS is the process's: both ends present the coordinator's
-    // certificate, which names chorus://coordinator.
-    absl::StatusOr<std::string> dir = EnableTlsAsCoordinator();
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    parent_ = new std::string(*std::move(dir));
-  }
-
-  static void TearDownTestSuite() {
-    if (parent_ == nullptr) return;
-    std::error_code ignored;
-    std::filesystem::remove_all(*parent_, ignored);
-    delete parent_;
-  }
-
   // Moves bytes between `client` and `server` until neither has any to
   // send. Returns the first error either end gave.
   static absl::Status Pump(TlsSession& client, TlsSession& server,
@@ -56,11 +42,7 @@ class TlsSessionTest : public ::testing::Test {
     }
     return status;
   }
-
-  static std::string* parent_;
 };
-
-std::string* TlsSessionTest::parent_ = nullptr;
 
 TEST_F(TlsSessionTest, Handshake_BothEnds_PeersNamedAndPayloadsBothWays) {
   auto client = TlsSession::Connect(Role::kCoordinator);

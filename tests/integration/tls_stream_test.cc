@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,23 +26,10 @@ namespace {
 
 constexpr absl::Duration kWait = absl::Seconds(60);
 
-class TlsStreamTest : public ::testing::Test {
+// TLS is the process's: both ends present the coordinator's certificate,
+// which names chorus://coordinator.
+class TlsStreamTest : public CoordinatorTlsSuite {
  protected:
-  static void SetUpTestSuite() {
-    // TLS is the process's: both ends present the coordinator's
-    // certificate, which names chorus://coordinator.
-    absl::StatusOr<std::string> dir = EnableTlsAsCoordinator();
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    parent_ = new std::string(*std::move(dir));
-  }
-
-  static void TearDownTestSuite() {
-    if (parent_ == nullptr) return;
-    std::error_code ignored;
-    std::filesystem::remove_all(*parent_, ignored);
-    delete parent_;
-  }
-
   void SetUp() override {
     absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
     ASSERT_TRUE(listener.ok()) << listener.status();
@@ -89,14 +75,11 @@ class TlsStreamTest : public ::testing::Test {
     return *std::move(client);
   }
 
-  static std::string* parent_;
   Listener listener_;
   std::thread accepting_;
   int client_fd_ = -1;
   int server_fd_ = -1;
 };
-
-std::string* TlsStreamTest::parent_ = nullptr;
 
 TEST_F(TlsStreamTest, WriteAll_FramesOfManyRecords_ArriveWholeAndInOrder) {
   // Three frames, each a short header, 5 MiB and a tail: many sends of

@@ -2,13 +2,13 @@
 
 #include <stdlib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "gtest/gtest.h"
 #include "server/common/transport_security.h"
 #include "tests/testing/daemons.h"
 
@@ -72,17 +72,25 @@ absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
   return out;
 }
 
-absl::StatusOr<std::string> EnableTlsAsCoordinator() {
+std::string* CoordinatorTlsSuite::folder_ = nullptr;
+
+void CoordinatorTlsSuite::SetUpTestSuite() {
   std::string parent = ::testing::TempDir() + "/chorus-tls-XXXXXX";
-  if (mkdtemp(parent.data()) == nullptr) {
-    return absl::InternalError("mkdtemp in the test's temporary directory");
-  }
+  ASSERT_NE(mkdtemp(parent.data()), nullptr) << "mkdtemp in " << parent;
+  folder_ = new std::string(parent);
   absl::StatusOr<std::string> dir = MakeDevCerts(parent, {});
-  if (!dir.ok()) return dir.status();
+  ASSERT_TRUE(dir.ok()) << dir.status();
   absl::StatusOr<Identity> own =
       EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/coordinator")));
-  if (!own.ok()) return own.status();
-  return parent;
+  ASSERT_TRUE(own.ok()) << own.status();
+}
+
+void CoordinatorTlsSuite::TearDownTestSuite() {
+  if (folder_ == nullptr) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(*folder_, ignored);
+  delete folder_;
+  folder_ = nullptr;
 }
 
 PemFiles ReadPemFiles(const std::string& tls_dir) {

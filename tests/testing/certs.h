@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 
 namespace chorus::test {
 
@@ -25,11 +26,20 @@ absl::StatusOr<std::string> MakeDevCerts(const std::string& parent,
 absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
                                                   const std::string& name);
 
-// Makes certificates with MakeDevCerts in a new folder under the test's
-// temporary directory and turns TLS on in this process with the
-// coordinator's (chorus://coordinator), so both ends of a connection the
-// test makes present it. Returns the folder, for the test to remove.
-absl::StatusOr<std::string> EnableTlsAsCoordinator();
+// A test suite whose process runs TLS as the coordinator
+// (chorus://coordinator), with certificates MakeDevCerts makes in a new
+// folder under the test's temporary directory, so both ends of a
+// connection the test makes present that certificate. The folder is
+// removed after the suite. TLS stays on in the process: one such suite per
+// test binary.
+class CoordinatorTlsSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
+
+ private:
+  static std::string* folder_;
+};
 
 // The three PEM files of a --tls_dir, read into memory.
 struct PemFiles {
