@@ -156,8 +156,8 @@ absl::Status TlsStream::WriteAll(const absl::string_view* parts, size_t count,
   for (size_t i = 0; i < count; ++i) {
     absl::string_view left = parts[i];
     while (!left.empty()) {
-      const size_t step = std::min(
-          left.size(), kSendBytes - std::min(sealed_.size(), kSendBytes - 1));
+      // Below kSendBytes here: a batch that reached it was sent.
+      const size_t step = std::min(left.size(), kSendBytes - sealed_.size());
       const int written = SSL_write(ssl_, left.data(), static_cast<int>(step));
       if (written <= 0) {
         return absl::UnavailableError(absl::StrCat("TLS: ", OpenSslError()));

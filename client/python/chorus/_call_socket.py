@@ -186,7 +186,8 @@ class CallSocket:
         # Calls issued without blocking still waiting: the reader thread
         # reads for them when no caller does.
         self._unattended = 0
-        # A thread reads the socket now; only that one touches _buffer.
+        # A thread reads the socket now; only that one touches _buffer and
+        # _chunk.
         self._reading = False
         self._buffer = bytearray()
         # What one recv() takes: allocated once, since a fresh 1 MiB object
