@@ -398,19 +398,41 @@ absl::StatusOr<v1::CallPortReply> CallPortClient::RoundTrip(
 
 void CallPortClient::CallAsync(v1::CollectiveRequest request,
                                absl::Time deadline, CallDone done) {
+  std::string what = absl::StrCat("collective #", request.sequence(),
+                                  " of group ", request.group());
+  v1::CallPortRequest framed;
+  *framed.mutable_call() = std::move(request);
+  SendAsync(std::move(framed), deadline, std::move(what),
+            [done = std::move(done)](absl::StatusOr<v1::CallPortReply> reply) {
+              if (!reply.ok()) {
+                done(reply.status());
+              } else {
+                done(std::move(*reply->mutable_response()));
+              }
+            });
+}
+
+void CallPortClient::CommitAsync(const v1::CommitRequest& request,
+                                 absl::Time deadline, CommitDone done) {
+  std::string what =
+      absl::StrCat("the commit of collective #", request.sequence(),
+                   " of group ", request.group());
+  v1::CallPortRequest framed;
+  *framed.mutable_commit() = request;
+  SendAsync(std::move(framed), deadline, std::move(what),
+            [done = std::move(done)](absl::StatusOr<v1::CallPortReply> reply) {
+              done(reply.status());
+            });
+}
+
+void CallPortClient::SendAsync(
+    v1::CallPortRequest framed, absl::Time deadline, std::string what,
+    std::function<void(absl::StatusOr<v1::CallPortReply>)> on_done) {
   auto waiter = std::make_unique<Waiter>();
   waiter->start = absl::Now();
   waiter->deadline = deadline;
-  waiter->what = absl::StrCat("collective #", request.sequence(), " of group ",
-                              request.group());
-  waiter->on_done =
-      [done = std::move(done)](absl::StatusOr<v1::CallPortReply> reply) {
-        if (!reply.ok()) {
-          done(reply.status());
-        } else {
-          done(std::move(*reply->mutable_response()));
-        }
-      };
+  waiter->what = std::move(what);
+  waiter->on_done = std::move(on_done);
   bool refused;
   {
     absl::MutexLock lock(&mu_);
@@ -426,8 +448,6 @@ void CallPortClient::CallAsync(v1::CollectiveRequest request,
     waiter->on_done(absl::UnavailableError("this worker is shutting down"));
     return;
   }
-  v1::CallPortRequest framed;
-  *framed.mutable_call() = std::move(request);
   absl::StatusOr<uint64_t> sent =
       Send(std::move(framed), deadline, waiter.get());
   if (sent.ok()) {

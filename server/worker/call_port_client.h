@@ -20,12 +20,12 @@
 // present the coordinator's; a handshake that fails counts as a port that
 // cannot be reached (Ready() says so, and the worker calls over gRPC).
 //
-// CallAsync() sends a call without waiting for it: the client's one
-// completion thread (started with the first such call) reads the connection
-// (while no call is pending too, up to 10 s ahead, so that a reply costs it
-// one wake-up), ends the calls whose deadline passes, and runs their
-// callbacks, so any number of calls may wait for other ranks without a
-// thread each. Call() then takes its reply from that thread.
+// CallAsync() and CommitAsync() send a call without waiting for it: the
+// client's one completion thread (started with the first such call) reads
+// the connection (while no call is pending too, up to 10 s ahead, so that a
+// reply costs it one wake-up), ends the calls whose deadline passes, and
+// runs their callbacks, so any number of calls may wait for other ranks without
+// a thread each. Call() then takes its reply from that thread.
 //
 // Lifecycle: Shutdown() (or the destructor) ends every call in flight with
 // UNAVAILABLE and waits until each has returned (and each asynchronous
@@ -101,6 +101,16 @@ class CallPortClient {
   // Commit) or the codes of Call().
   absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
 
+  // How an asynchronous commit ended: Commit()'s result.
+  using CommitDone = std::function<void(absl::Status verdict)>;
+
+  // Commit() without waiting: sends the commit and returns; `done` runs
+  // once with Commit()'s result (same codes) as CallAsync()'s does, so the
+  // verdict reaches the rank without a hand-off to the committing thread.
+  // `done` must not block.
+  void CommitAsync(const v1::CommitRequest& request, absl::Time deadline,
+                   CommitDone done);
+
   // Reports a data-plane failure and waits for the verdict until
   // `deadline`. Returns the group's abort (as Coordinator.ReportFailure),
   // the coordinator's NOT_FOUND / FAILED_PRECONDITION, or the codes of
@@ -130,6 +140,13 @@ class CallPortClient {
   // generation; an error when nothing was registered.
   absl::StatusOr<uint64_t> Send(v1::CallPortRequest framed, absl::Time deadline,
                                 Waiter* waiter)
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
+  // Sends `framed` without waiting; `on_done` runs once with its reply or
+  // why it has none (on the completion thread, or on this one when nothing
+  // was sent). `what` names the call in statuses.
+  void SendAsync(v1::CallPortRequest framed, absl::Time deadline,
+                 std::string what,
+                 std::function<void(absl::StatusOr<v1::CallPortReply>)> on_done)
       ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
   // Marks `waiter` done with `result`; an asynchronous one moves to
   // async_done_ for the completion thread.

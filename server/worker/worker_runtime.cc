@@ -655,10 +655,7 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     const CallBuffers& buffers, const PreparedCall& call,
     v1::CollectiveResponse& response) {
-  RunResult result;
-  result.sequence = sequence;
-  result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
-  result.chunk_bytes = response.plan().chunk_bytes();
+  RunResult result = PlanOf(sequence, response);
   std::string staged_output;
   std::string* host_output =
       buffers.on_device ? &staged_output : buffers.host_output;
@@ -671,19 +668,43 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
                                              buffers.device_output);
     }
   } else {
-    status = RunPlanned(membership, sequence, spec, &result, call.device,
-                        buffers, call.host_input, host_output, call.deadline);
+    v1::CommitRequest commit;
+    status =
+        RunPlanned(membership, sequence, spec, &result, call.device, buffers,
+                   call.host_input, host_output, call.deadline, &commit);
+    if (status.ok()) status = Commit(commit, call.deadline);
   }
-  if (!status.ok()) {
-    host_output->clear();
-    return status;
-  }
+  return EndCall(status, buffers, host_output, result);
+}
+
+RunResult WorkerRuntime::PlanOf(uint64_t sequence,
+                                const v1::CollectiveResponse& response) {
+  RunResult result;
+  result.sequence = sequence;
+  result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
+  result.chunk_bytes = response.plan().chunk_bytes();
+  return result;
+}
+
+void WorkerRuntime::PlaceOutput(const CallBuffers& buffers,
+                                std::string* host_output) {
   if (buffers.host_output_place != nullptr && !host_output->empty()) {
     // The plan wrote the string (only same_host writes the place itself).
     std::memcpy(buffers.host_output_place, host_output->data(),
                 host_output->size());
     host_output->clear();
   }
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::EndCall(const absl::Status& status,
+                                                 const CallBuffers& buffers,
+                                                 std::string* host_output,
+                                                 const RunResult& result) {
+  if (!status.ok()) {
+    host_output->clear();
+    return status;
+  }
+  PlaceOutput(buffers, host_output);
   return result;
 }
 
@@ -775,10 +796,29 @@ void WorkerRuntime::OnRunAnswered(PendingRun* run, absl::Status answer) {
                            run->buffers, run->call, run->response));
     return;
   }
-  planned_runs_.Spawn([this, run] {
-    EndRun(run, FinishCall(run->membership, run->sequence, run->spec,
-                           run->buffers, run->call, run->response));
-  });
+  planned_runs_.Spawn([this, run] { RunPlannedAsync(run); });
+}
+
+void WorkerRuntime::RunPlannedAsync(PendingRun* run) {
+  RunResult result = PlanOf(run->sequence, run->response);
+  std::string* host_output = run->buffers.host_output;
+  const absl::Time deadline = run->call.deadline;
+  v1::CommitRequest commit;
+  absl::Status status = RunPlanned(
+      run->membership, run->sequence, run->spec, &result, run->call.device,
+      run->buffers, run->call.host_input, host_output, deadline, &commit);
+  if (status.ok() && CallPortReady(deadline)) {
+    // The verdict ends the run on the call port's completion thread: the
+    // rank's answer needs no hand-off back to this one.
+    call_port_->CommitAsync(
+        commit, deadline, [this, run, result](absl::Status verdict) {
+          EndRun(run, EndCall(verdict, run->buffers, run->buffers.host_output,
+                              result));
+        });
+    return;
+  }
+  if (status.ok()) status = Commit(commit, deadline);
+  EndRun(run, EndCall(status, run->buffers, host_output, result));
 }
 
 void WorkerRuntime::EndRun(PendingRun* run, absl::StatusOr<RunResult> result) {
@@ -800,8 +840,8 @@ void WorkerRuntime::CloseRuns() {
 absl::Status WorkerRuntime::RunPlanned(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     RunResult* plan, const Device& device, const CallBuffers& buffers,
-    absl::string_view host_input, std::string* host_output,
-    absl::Time deadline) {
+    absl::string_view host_input, std::string* host_output, absl::Time deadline,
+    v1::CommitRequest* commit) {
   // Waits on peers end a margin before the rank must answer: time to
   // report the failure and hear the group's verdict (answer_margin.h).
   const absl::Duration left = deadline - absl::Now();
@@ -930,7 +970,14 @@ absl::Status WorkerRuntime::RunPlanned(
           OutputBytes(spec, membership.world_size, membership.rank)) {
     result_hash = hash->value();
   }
-  return Commit(membership, sequence, deadline, result_hash);
+  // The output is final: it reaches the caller's place before the verdict.
+  PlaceOutput(buffers, host_output);
+  commit->set_group(membership.group);
+  commit->set_epoch(membership.epoch);
+  commit->set_rank(membership.rank);
+  commit->set_sequence(sequence);
+  if (result_hash.has_value()) commit->set_result_hash(*result_hash);
+  return absl::OkStatus();
 }
 
 absl::Status WorkerRuntime::ReportRankGone(const Membership& membership,
@@ -953,15 +1000,8 @@ bool WorkerRuntime::CallPortReady(absl::Time deadline) {
          call_port_->Ready(deadline).ok();
 }
 
-absl::Status WorkerRuntime::Commit(const Membership& membership,
-                                   uint64_t sequence, absl::Time deadline,
-                                   std::optional<uint64_t> result_hash) {
-  v1::CommitRequest request;
-  request.set_group(membership.group);
-  request.set_epoch(membership.epoch);
-  request.set_rank(membership.rank);
-  request.set_sequence(sequence);
-  if (result_hash.has_value()) request.set_result_hash(*result_hash);
+absl::Status WorkerRuntime::Commit(const v1::CommitRequest& request,
+                                   absl::Time deadline) {
   if (CallPortReady(deadline)) return call_port_->Commit(request, deadline);
   v1::CommitResponse response;
   grpc::ClientContext context;
@@ -969,7 +1009,9 @@ absl::Status WorkerRuntime::Commit(const Membership& membership,
   const absl::Time start = absl::Now();
   return FromCoordinator(
       coordinator_->Commit(&context, request, &response), options_.coordinator,
-      absl::StrCat("the commit of ", CallName(membership, sequence)), start);
+      absl::StrCat("the commit of collective #", request.sequence(),
+                   " of group ", request.group()),
+      start);
 }
 
 absl::Status WorkerRuntime::ReportFailure(const Membership& membership,

@@ -332,14 +332,33 @@ class WorkerRuntime {
   // Cancels the gRPC calls of pending runs, refuses new ones, and waits
   // until every run has ended.
   void CloseRuns();
+  // Runs the data-plane half of `run` on its task thread, then commits it:
+  // through the call port without waiting (the verdict ends the run on
+  // its completion thread), else here.
+  void RunPlannedAsync(PendingRun* run);
   // Runs the planned data-plane algorithm; `host_input` is the input when
   // it is on the host (or was copied there). Sets plan->algorithm to the
-  // algorithm that ran.
+  // algorithm that ran. Returns OK with the output in place and `commit`
+  // filled in, for Commit() to end the call; or the failure's verdict
+  // (ReportFailure()).
   absl::Status RunPlanned(const Membership& membership, uint64_t sequence,
                           const CollectiveSpec& spec, RunResult* plan,
                           const Device& device, const CallBuffers& buffers,
                           absl::string_view host_input,
-                          std::string* host_output, absl::Time deadline);
+                          std::string* host_output, absl::Time deadline,
+                          v1::CommitRequest* commit);
+  // The RunResult of the coordinator's plan in `response`.
+  static RunResult PlanOf(uint64_t sequence,
+                          const v1::CollectiveResponse& response);
+  // Copies an output that a plan left in *host_output into the caller's
+  // place, when it gave one, and clears the string.
+  static void PlaceOutput(const CallBuffers& buffers, std::string* host_output);
+  // A call's end: `result` when `status` is OK (the output placed), else
+  // `status` with the output cleared.
+  static absl::StatusOr<RunResult> EndCall(const absl::Status& status,
+                                           const CallBuffers& buffers,
+                                           std::string* host_output,
+                                           const RunResult& result);
 
   // Ends this worker's waits and sends of `group` at `epoch`, which the
   // coordinator aborted with `verdict`.
@@ -348,11 +367,11 @@ class WorkerRuntime {
   // Whether calls can go to the coordinator's call port now (connecting
   // when needed).
   bool CallPortReady(absl::Time deadline);
-  // Ends a data-plane collective: waits until every rank committed it.
-  // `result_hash` (when set) is checked against the other ranks' hashes.
-  absl::Status Commit(const Membership& membership, uint64_t sequence,
-                      absl::Time deadline,
-                      std::optional<uint64_t> result_hash = std::nullopt);
+  // Ends a data-plane collective: sends `request` (its result hash, when
+  // set, is checked against the other ranks') and waits until every rank
+  // committed it. Returns the group's verdict, or UNAVAILABLE /
+  // DEADLINE_EXCEEDED when the coordinator did not give one.
+  absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
   // Reports a data-plane failure and returns the group's verdict (ABORTED),
   // or `failure` itself when it already is a verdict or cannot be reported
   // (the report waits until about `answer_by`, the call's deadline).

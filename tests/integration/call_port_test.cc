@@ -5,9 +5,10 @@
 // commits alike (answered under their call id, the connection stays), a request
 // trickling in byte by byte, the worker's client (a verdict as a status,
 // shutdown, a port nothing listens on; asynchronous calls ending by verdict,
-// at their own deadlines and at shutdown), and a coordinator with the port
-// turned off (workers then call on the gRPC stream and collectives still
-// run). A real chorus-coordinator process.
+// at their own deadlines and at shutdown, and commits sent without
+// waiting), and a coordinator with the port turned off (workers then call
+// on the gRPC stream and collectives still run). A real chorus-coordinator
+// process.
 
 #include <functional>
 #include <string>
@@ -295,6 +296,32 @@ TEST_F(CallPortTest, CallAsync_Verdict_CallbackGetsStatus) {
   EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable) << late.status;
 }
 
+TEST_F(CallPortTest, CommitAsync_Verdict_CallbackGetsStatus) {
+  CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
+  v1::CommitRequest request;
+  request.set_group("no-such-group");
+  request.set_epoch(1);
+  request.set_sequence(4);
+  AsyncResult first;
+  client.CommitAsync(request, absl::Now() + kWait,
+                     [&first](absl::Status verdict) {
+                       first.status = verdict;
+                       first.done.Notify();
+                     });
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(first.status.code(), absl::StatusCode::kNotFound) << first.status;
+  EXPECT_THAT(std::string(first.status.message()), HasSubstr("no-such-group"));
+  client.Shutdown();
+  AsyncResult late;
+  client.CommitAsync(request, absl::Now() + kWait,
+                     [&late](absl::Status verdict) {
+                       late.status = verdict;
+                       late.done.Notify();
+                     });
+  ASSERT_TRUE(late.done.HasBeenNotified());
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable) << late.status;
+}
+
 // A listener that never accepts: a client's connection and hello land in
 // its backlog, and no reply ever comes. Closed when it goes.
 struct SilentPort {
@@ -339,6 +366,28 @@ TEST(CallPortClientTest, CallAsync_SilentPort_EachCallEndsAtItsDeadline) {
   ASSERT_TRUE(long_call.done.HasBeenNotified());
   EXPECT_EQ(long_call.status.code(), absl::StatusCode::kUnavailable)
       << long_call.status;
+}
+
+TEST(CallPortClientTest, CommitAsync_SilentPort_EndsAtItsDeadline) {
+  SilentPort silent;
+  CallPortClient client(silent.Address());
+  v1::CommitRequest request;
+  request.set_group("g");
+  request.set_sequence(7);
+  AsyncResult commit;
+  const absl::Time start = absl::Now();
+  client.CommitAsync(request, start + absl::Milliseconds(300),
+                     [&commit](absl::Status verdict) {
+                       commit.status = verdict;
+                       commit.done.Notify();
+                     });
+  ASSERT_TRUE(commit.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(commit.status.code(), absl::StatusCode::kDeadlineExceeded)
+      << commit.status;
+  EXPECT_THAT(std::string(commit.status.message()),
+              HasSubstr("the commit of collective #7 of group g"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  client.Shutdown();
 }
 
 TEST(CallPortClientTest, CallAsync_AfterAnIdleSpell_EndsAtItsOwnDeadline) {
