@@ -25,14 +25,15 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import grpc
 
 from chorus import _status_details
 from chorus.v1 import worker_pb2
 
-__all__ = ["CallSocket", "CallSocketError", "HELLO", "PendingCall", "varint"]
+__all__ = ["BlockingCall", "CallSocket", "CallSocketError", "HELLO",
+           "PendingCall", "varint"]
 
 HELLO: bytes = b"CHORUS-LOCAL/1\n"
 
@@ -45,8 +46,13 @@ _TIMEVAL = struct.Struct("@ll")
 _RECEIVE_BYTES = 1 << 20
 
 
+_ONE_BYTE = tuple(bytes([value]) for value in range(0x80))
+
+
 def varint(value: int) -> bytes:
     """`value` as a protobuf varint."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -95,20 +101,13 @@ def _error_of(reply: Any) -> CallSocketError:
 
 
 class PendingCall:
-    """One call sent on the call socket, until its reply: result() and
-    add_done_callback() as a gRPC future's.
+    """A call sent on the call socket without blocking, until its reply:
+    result() and add_done_callback() as a gRPC future's.
     """
 
-    __slots__ = ("_done", "_reply", "_error", "_callbacks", "_lock",
-                 "_socket", "_deadline")
+    __slots__ = ("_done", "_reply", "_error", "_callbacks", "_lock")
 
-    def __init__(self, socket: Optional["CallSocket"] = None,
-                 deadline: float = 0.0) -> None:
-        # A blocking call's socket, which result() reads itself when no
-        # other thread does, and its deadline (monotonic), by which
-        # result() ends it; None for a call the reader thread ends.
-        self._socket = socket
-        self._deadline = deadline
+    def __init__(self) -> None:
         self._done = threading.Event()
         self._reply: Any = None
         self._error: Optional[BaseException] = None
@@ -116,18 +115,11 @@ class PendingCall:
         self._lock = threading.Lock()
 
     def result(self) -> Any:
-        """Waits for the call's end, by its deadline at the latest, and
-        returns the LocalCollectiveResponse, or raises the call's
-        CallSocketError.
+        """Waits for the call's end (the reader thread ends it by its
+        deadline at the latest) and returns the LocalCollectiveResponse, or
+        raises the call's CallSocketError.
         """
-        if self._socket is not None:
-            self._socket._wait(self)
-            if not self._done.is_set():
-                self._socket._forget(self)
-                self._finish(error=CallSocketError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
-        else:
-            self._done.wait()
+        self._done.wait()
         if self._error is not None:
             raise self._error
         return self._reply
@@ -151,6 +143,42 @@ class PendingCall:
             callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             fn(self)
+
+
+class BlockingCall:
+    """A call sent on the call socket whose caller waits for it: result()
+    reads the socket on the caller's thread while no other thread does, and
+    ends the call at its deadline. Its fields change only under the
+    socket's lock.
+    """
+
+    __slots__ = ("_socket", "_deadline", "_done", "_reply", "_error")
+
+    def __init__(self, socket: "CallSocket", deadline: float) -> None:
+        self._socket = socket
+        # When result() ends the call (monotonic).
+        self._deadline = deadline
+        self._done = False
+        self._reply: Any = None
+        self._error: Optional[BaseException] = None
+
+    def result(self) -> Any:
+        """Waits for the call's end, by its deadline at the latest, and
+        returns the LocalCollectiveResponse, or raises the call's
+        CallSocketError.
+        """
+        if not self._done:
+            self._socket._wait(self)
+        if self._error is not None:
+            raise self._error
+        return self._reply
+
+    def _end(self, reply: Any = None,
+             error: Optional[BaseException] = None) -> None:
+        """Records how the call ended; under the socket's lock."""
+        self._reply = reply
+        self._error = error
+        self._done = True
 
 
 class CallSocket:
@@ -182,7 +210,9 @@ class CallSocket:
         # Blocking callers wait here for their reply, or for their turn to
         # read.
         self._turn = threading.Condition(self._lock)
-        self._pending: Dict[int, PendingCall] = {}
+        # How many callers wait on _turn: no notification when none does.
+        self._sleepers = 0
+        self._pending: Dict[int, Union[PendingCall, BlockingCall]] = {}
         # Calls issued without blocking still waiting: the reader thread
         # reads for them when no caller does.
         self._unattended = 0
@@ -208,6 +238,9 @@ class CallSocket:
         os.set_blocking(self._wake_write, False)
         self._pipe_open = True
         self._next_id = 1
+        # The frame header's timeout field by timeout: most calls of a
+        # communicator take the same one.
+        self._timeout_field: Tuple[float, bytes] = (-1.0, b"")
         self._broken: Optional[str] = None
         self._closing = False
         self._reader = threading.Thread(
@@ -221,40 +254,46 @@ class CallSocket:
         """
         return self._broken is None
 
-    def call(self, request: bytes, timeout: float,
-             blocking: bool = False) -> Optional[PendingCall]:
+    def call(self, request: bytes, timeout: float, blocking: bool = False
+             ) -> Optional[Union[PendingCall, BlockingCall]]:
         """Sends the serialized LocalCollectiveRequest `request` with
-        `timeout` seconds to run and returns its PendingCall. A `blocking`
-        call is waited for with result() on the caller's thread, which ends
-        it at its deadline; any other the reader ends then. A connection
-        that broke fails it with UNAVAILABLE. Returns None when nothing
-        was sent because the connection was found broken on sending (the
-        call may go another way).
+        `timeout` seconds to run. A `blocking` call returns a BlockingCall,
+        whose result() the caller waits on (it reads the socket itself and
+        ends the call at its deadline); any other a PendingCall, which the
+        reader thread ends then. A connection that broke fails it with
+        UNAVAILABLE. Returns None when nothing was sent because the
+        connection was found broken on sending (the call may go another
+        way).
         """
         wake = False
         deadline = time.monotonic() + timeout
         with self._lock:
             call_id = self._next_id
             self._next_id += 1
+            pending: Union[PendingCall, BlockingCall]
             if blocking:
-                pending = PendingCall(self, deadline)
+                pending = BlockingCall(self, deadline)
+                if self._broken is not None:
+                    pending._end(error=self._unavailable())
+                    return pending
             else:
                 pending = PendingCall()
-            if self._broken is not None:
-                pending._finish(error=self._unavailable())
-                return pending
-            self._pending[call_id] = pending
-            if not blocking:
+                if self._broken is not None:
+                    pending._finish(error=self._unavailable())
+                    return pending
                 self._unattended += 1
                 heapq.heappush(self._deadlines, (deadline, call_id))
                 # The reader reads for it, and ends it by its deadline.
                 wake = not self._reading or deadline < self._wake_at
                 if deadline < self._wake_at:
                     self._wake_at = deadline
-            micros = max(1, int(timeout * 1e6))
-            head = b"".join([b"\x08", varint(call_id), b"\x10",
-                             varint(micros), b"\x1a",
-                             varint(len(request))])
+            self._pending[call_id] = pending
+            if self._timeout_field[0] != timeout:
+                self._timeout_field = (
+                    timeout,
+                    b"\x10" + varint(max(1, int(timeout * 1e6))) + b"\x1a")
+            head = b"".join([b"\x08", varint(call_id),
+                             self._timeout_field[1], varint(len(request))])
             try:
                 self._sock.sendmsg([
                     _LENGTH.pack(len(head) + len(request)), head, request])
@@ -312,33 +351,42 @@ class CallSocket:
             f"the worker daemon's call socket {self._path} closed "
             f"({self._broken})")
 
-    def _forget(self, pending: PendingCall) -> None:
-        with self._lock:
-            for call_id, waiting in self._pending.items():
-                if waiting is pending:
-                    del self._pending[call_id]
-                    return
+    def _end_late(self, waiting: BlockingCall) -> None:
+        """Ends a blocking call whose deadline passed with
+        DEADLINE_EXCEEDED; under the lock.
+        """
+        if waiting._done:
+            return
+        for call_id, pending in self._pending.items():
+            if pending is waiting:
+                del self._pending[call_id]
+                break
+        waiting._end(error=CallSocketError(
+            grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
-    def _wait(self, pending: PendingCall) -> None:
-        """Waits on a blocking call's thread until it ended or its deadline
-        passed, reading the socket while no other thread does.
+    def _wait(self, waiting: BlockingCall) -> None:
+        """Waits on a blocking call's thread until it ended, reading the
+        socket while no other thread does; ends it at its deadline.
         """
         with self._lock:
             while True:
-                if pending._done.is_set():
+                if waiting._done:
                     return
-                left = pending._deadline - time.monotonic()
+                left = waiting._deadline - time.monotonic()
                 if left <= 0:
+                    self._end_late(waiting)
                     return
                 if not self._reading and self._broken is None:
                     self._reading = True
                     break
+                self._sleepers += 1
                 self._turn.wait(left)
+                self._sleepers -= 1
         try:
-            while not pending._done.is_set():
-                left = pending._deadline - time.monotonic()
+            while not waiting._done:
+                left = waiting._deadline - time.monotonic()
                 if left <= 0:
-                    return
+                    break
                 # A receive that gives up at the deadline, straight into
                 # recv() (no poll first: that is a system call and a wake-up
                 # more). Only the thread that reads receives.
@@ -352,13 +400,15 @@ class CallSocket:
                                       int((left - seconds) * 1e6) + 1))
                     self._receive_timeout = left
                 if not self._receive(wait=True):
-                    return
+                    break
         finally:
             with self._lock:
                 self._reading = False
+                self._end_late(waiting)
                 # Another blocking caller may read now; calls issued
                 # without blocking need the reader thread.
-                self._turn.notify_all()
+                if self._sleepers:
+                    self._turn.notify_all()
                 wake = self._unattended > 0
             if wake:
                 self._wake()
@@ -382,47 +432,76 @@ class CallSocket:
                 self._fail("the daemon closed it")
                 return False
             buffer = self._buffer
-            buffer += self._chunk[:received]
-            ended: List[PendingCall] = []
-            while len(buffer) >= _LENGTH.size:
-                (size,) = _LENGTH.unpack_from(buffer)
-                end = _LENGTH.size + size
-                if len(buffer) < end:
-                    break
-                reply = worker_pb2.LocalCallReply.FromString(
-                    bytes(buffer[_LENGTH.size:end]))
-                del buffer[:end]
-                if reply.call_id == 0:
-                    self._fail(reply.message)
-                    return False
-                with self._lock:
-                    pending = self._pending.pop(reply.call_id, None)
-                    if pending is not None and pending._socket is None:
-                        self._unattended -= 1
-                if pending is None:
-                    continue  # ended at its deadline already
-                if reply.code == 0:
-                    pending._finish(reply=reply.response)
+            if buffer:
+                buffer += self._chunk[:received]
+                frames = memoryview(buffer)
+            else:
+                # The common case: whole replies, parsed where they were
+                # received.
+                frames = self._chunk[:received]
+            size = len(frames)
+            at = 0
+            try:
+                while size - at >= _LENGTH.size:
+                    end = at + _LENGTH.size + _LENGTH.unpack_from(frames, at)[0]
+                    if size < end:
+                        break
+                    reply = worker_pb2.LocalCallReply.FromString(
+                        frames[at + _LENGTH.size:end])
+                    at = end
+                    if not self._complete(reply):
+                        return False
+            finally:
+                rest = frames[at:].tobytes() if not buffer else b""
+                frames.release()
+                if buffer:
+                    del buffer[:at]
                 else:
-                    pending._finish(error=_error_of(reply))
-                if pending._socket is not None:
-                    ended.append(pending)
-            if ended:
-                with self._lock:
-                    self._turn.notify_all()  # their callers wait there
+                    buffer += rest
             return True
         except Exception as e:  # a reply that does not parse, a reset, ...
             self._fail(f"{type(e).__name__}: {e}")
             return False
 
+    def _complete(self, reply: Any) -> bool:
+        """Ends the call `reply` answers (none when it ended at its deadline
+        already). Returns False when the reply ends the connection instead.
+        """
+        if reply.call_id == 0:
+            self._fail(reply.message)
+            return False
+        with self._lock:
+            pending = self._pending.pop(reply.call_id, None)
+            if type(pending) is BlockingCall:
+                if reply.code == 0:
+                    pending._end(reply=reply.response)
+                else:
+                    pending._end(error=_error_of(reply))
+                if self._sleepers:
+                    self._turn.notify_all()  # its caller waits there
+                return True
+            if pending is None:
+                return True  # ended at its deadline already
+            self._unattended -= 1
+        if reply.code == 0:
+            pending._finish(reply=reply.response)
+        else:
+            pending._finish(error=_error_of(reply))
+        return True
+
     def _fail(self, why: str) -> None:
         """Marks the connection broken (once) and fails every call still
         waiting with UNAVAILABLE.
         """
+        waiting: List[PendingCall] = []
         with self._lock:
             if self._broken is None:
                 self._broken = why
-            waiting = list(self._pending.values())
+            for pending in self._pending.values():
+                if type(pending) is BlockingCall:
+                    pending._end(error=self._unavailable())
+                else:
+                    waiting.append(pending)
             self._pending.clear()
             self._unattended = 0
             self._turn.notify_all()

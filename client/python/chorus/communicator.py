@@ -694,6 +694,8 @@ class Communicator:
         self._member_devices = _member_devices
         self._timeout = _timeout
         self._max_message_bytes = _max_message_bytes
+        # A call whose request or reply is larger streams.
+        self._stream_limit = min(STREAM_THRESHOLD_BYTES, _max_message_bytes)
         # The request is serialized here (see _issue), so the stub takes
         # bytes as they are.
         self._collective = _channel.unary_unary(
@@ -713,7 +715,10 @@ class Communicator:
                 self._calls = CallSocket(_call_socket)
             except OSError:
                 pass  # not this host, or not this user: gRPC calls
-        self._lock = threading.Condition()
+        # Guards the numbering and the count of calls in flight; close()
+        # waits on _lock for that count to reach 0.
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
         self._next_sequence = 1
         self._in_flight = 0
         # Serialized requests without their number, by kind of call.
@@ -1119,6 +1124,9 @@ class Communicator:
              timeout: Optional[float], algorithm: Optional[str],
              device: Optional[str]) -> Any:
         timeout = _check_timeout(timeout, self._timeout)
+        output_bytes = call.output_bytes()
+        data = call.data
+        data_bytes = 0 if data is None else data.nbytes
         # The request's fields but its number, serialized once per kind of
         # call: repeated calls send these bytes and the number after them
         # (protobuf takes fields in any order).
@@ -1133,23 +1141,20 @@ class Communicator:
             call, algorithm, device)
         target = None
         if call.out_shape is not None and out is not None:
-            size = math.prod(call.out_shape)
-            target = _as_output(out, call.dtype, size)
-        data = call.data
-        data_bytes = 0 if data is None else data.nbytes
-        # The request as sent: these fields, the sequence (at most 11
-        # bytes) and the data field.
+            target = _as_output(out, call.dtype, output_bytes //
+                                call.out_dtype.itemsize)
+        # The request as sent: its fields, the sequence (at most 11 bytes)
+        # and the data field.
         request_bytes = (len(prefix) if request is None else
                          request.ByteSize()) + 11 + (
             1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
-        reply_bytes = call.output_bytes() + _REPLY_OVERHEAD
         shared = None
-        if data_bytes + call.output_bytes() >= SHARED_THRESHOLD_BYTES:
+        if data_bytes + output_bytes >= SHARED_THRESHOLD_BYTES:
             if request is None:
                 request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
-            shared = self._share(request, data, target, call.output_bytes())
-        streamed = shared is None and max(request_bytes, reply_bytes) > min(
-            STREAM_THRESHOLD_BYTES, self._max_message_bytes)
+            shared = self._share(request, data, target, output_bytes)
+        streamed = shared is None and max(
+            request_bytes, output_bytes + _REPLY_OVERHEAD) > self._stream_limit
         if streamed and request is None:
             request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
         elif shared is None and not streamed and prefix is None:
@@ -1158,11 +1163,11 @@ class Communicator:
                 if len(self._prefixes) >= _MAX_PREFIXES:
                     self._prefixes.clear()
                 self._prefixes[key] = prefix
-        payload: List[Any] = []
-        if data_bytes and not streamed and shared is None:
-            payload = [_DATA_TAG, _varint(data_bytes),
-                       data.reshape(-1).view(np.uint8).data]
-        with self._lock:
+        payload: Tuple[Any, ...] = ()
+        if data_bytes and shared is None and not streamed:
+            payload = (_DATA_TAG, _varint(data_bytes),
+                       data.reshape(-1).view(np.uint8).data)
+        with self._mutex:
             if self._closed:
                 raise InvalidArgument("this communicator is closed")
             sequence = self._next_sequence
@@ -1181,11 +1186,10 @@ class Communicator:
                         timeout=timeout)
                 else:
                     if shared is not None:
-                        head = request.SerializeToString()
+                        wire = request.SerializeToString()
                     else:
-                        head = b"".join(
-                            [prefix, _SEQUENCE_TAG, _varint(sequence)])
-                    wire = b"".join([head] + payload)
+                        wire = b"".join((prefix, _SEQUENCE_TAG,
+                                         _varint(sequence)) + payload)
                     rpc = None
                     if self._calls is not None and self._calls.usable:
                         # None: the socket turned out closed, nothing sent.
@@ -1202,38 +1206,33 @@ class Communicator:
                     del wire
             except BaseException:
                 self._in_flight -= 1
-                self._lock.notify_all()
+                if self._closed:
+                    self._lock.notify_all()
                 if shared is not None and shared[0] is not None:
                     self._shared.give_back(shared[0])
                 raise
+        receive: Optional[Callable[[Any], Tuple[Any, Any]]] = None
         if shared is not None:
             lease, out_offset, in_target = shared
 
-            def receive(done: Any) -> Callable[[], Any]:
-                return lambda: self._receive_shared(
-                    done, call, target, sequence, lease, out_offset,
-                    in_target)
+            def receive(done: Any) -> Tuple[Any, Any]:
+                return self._receive_shared(done, call, target, sequence,
+                                            lease, out_offset, in_target)
         elif streamed:
-            def receive(done: Any) -> Callable[[], Any]:
-                return lambda: self._receive_streamed(
-                    done, call, target, sequence)
-        else:
-            def receive(done: Any) -> Callable[[], Any]:
-                return lambda: self._receive_unary(
-                    done, call, target, sequence)
+            def receive(done: Any) -> Tuple[Any, Any]:
+                return self._receive_streamed(done, call, target, sequence)
         if not async_op:
-            self._settle(call, work, receive(rpc))  # on this thread
-        elif streamed:
+            self._settle(call, work, rpc, receive, target)  # on this thread
+            return work.result()
+        if streamed:
             threading.Thread(
                 target=self._settle, daemon=True,
                 name=f"chorus-{call.kind}-{sequence}",
-                args=(call, work, receive(rpc))).start()
+                args=(call, work, rpc, receive)).start()
         else:
             rpc.add_done_callback(
-                lambda done: self._settle(call, work, receive(done)))
-        if async_op:
-            return work
-        return work.result()
+                lambda done: self._settle(call, work, done, receive, target))
+        return work
 
     def _share(self, request: Any, data: Optional[np.ndarray],
                target: Optional[np.ndarray], output_bytes: int
@@ -1314,14 +1313,6 @@ class Communicator:
             if lease is not None:
                 self._shared.give_back(lease)
 
-    def _receive_unary(self, rpc: Any, call: _Call,
-                       target: Optional[np.ndarray], sequence: int
-                       ) -> Tuple[Any, Optional[np.ndarray]]:
-        """Returns (the plan, the output) of a finished unary call."""
-        response = rpc.result()
-        return response.plan, self._output(call, target, response.data,
-                                           sequence)
-
     def _receive_streamed(self, responses: Iterator[Any], call: _Call,
                           target: Optional[np.ndarray], sequence: int
                           ) -> Tuple[Any, Optional[np.ndarray]]:
@@ -1370,18 +1361,26 @@ class Communicator:
         return header.plan, buffer.view(call.out_dtype).reshape(
             call.out_shape)
 
-    def _settle(self, call: _Call, work: Union[Work, "_Outcome"],
-                receive: Callable[[], Tuple[Any, Optional[np.ndarray]]]
-                ) -> None:
-        """Completes `work` with what receive() returns (the plan and the
-        output) or with the chorus.Error it raises. A call refused before it
-        took its number (a refusal code without `number_used`, e.g. over the
-        daemon's --max_tensor_bytes) gives its number back when no later
-        call took one meanwhile.
+    def _settle(self, call: _Call, work: Union[Work, "_Outcome"], rpc: Any,
+                receive: Optional[Callable[[Any], Tuple[Any, Any]]] = None,
+                target: Optional[np.ndarray] = None) -> None:
+        """Completes `work` with the outcome of `rpc`: the plan and output
+        that receive(rpc) returns (for a unary call, which has none, its
+        response's, written into `target` when given), or the chorus.Error
+        either raises. A call refused before it took its number (a refusal
+        code without `number_used`, e.g. over the daemon's
+        --max_tensor_bytes) gives its number back when no later call took
+        one meanwhile.
         """
         try:
             try:
-                plan, output = receive()
+                if receive is None:
+                    response = rpc.result()
+                    plan = response.plan
+                    output = self._output(call, target, response.data,
+                                          work.sequence)
+                else:
+                    plan, output = receive(rpc)
             except grpc.FutureCancelledError:
                 raise Cancelled(f"{call.kind} #{work.sequence} was cancelled",
                                 grpc.StatusCode.CANCELLED) from None
@@ -1400,7 +1399,7 @@ class Communicator:
                 if error.group is None:
                     error.group = self._group
                 if not error.number_used and error.code in _REFUSALS:
-                    with self._lock:
+                    with self._mutex:
                         if self._next_sequence == work.sequence + 1:
                             self._next_sequence = work.sequence
                 raise error from None
@@ -1417,9 +1416,10 @@ class Communicator:
                 f"{call.kind} #{work.sequence}: {type(e).__name__}: {e}",
                 grpc.StatusCode.INTERNAL))
         finally:
-            with self._lock:
+            with self._mutex:
                 self._in_flight -= 1
-                self._lock.notify_all()
+                if self._closed:
+                    self._lock.notify_all()  # close() waits for it
 
     def _output(self, call: _Call, target: Optional[np.ndarray], data: bytes,
                 sequence: int) -> Optional[np.ndarray]:
