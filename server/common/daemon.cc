@@ -13,6 +13,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace chorus {
 namespace {
@@ -40,6 +41,12 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
   absl::ParseCommandLine(argc, argv);
+#ifdef NDEBUG
+  // An Abseil built without NDEBUG (Debian's is) checks every lock for a
+  // deadlock cycle in one process-wide graph: a cost on every call's path.
+  // Release daemons leave lock-order checking to the test builds (TSan).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   sigset_t set = TerminationSignals();

@@ -260,6 +260,9 @@ bool FrameServer::ReadFrom(const std::shared_ptr<Connection>& connection) {
       bytes = plain;
     }
     if (!Take(connection, bytes)) return false;
+    // A short read took all there was: epoll reports the connection again
+    // when more comes, so a read that would find nothing is spared.
+    if (static_cast<size_t>(n) < sizeof(buffer)) return true;
   }
   return true;
 }

@@ -354,24 +354,46 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
-                                absl::Time deadline, int cancel_fd) {
+namespace {
+
+// ReadSome() and ReadSomeWhenReady(): `wait_first` waits before the first
+// read.
+absl::StatusOr<size_t> Read(int fd, char* out, size_t size, absl::Time deadline,
+                            int cancel_fd, bool wait_first) {
   while (true) {
+    if (wait_first) {
+      const Wait waited = WaitFor(fd, POLLIN, deadline, cancel_fd);
+      if (waited == Wait::kDeadline) {
+        return absl::DeadlineExceededError("no data before the deadline");
+      }
+      if (waited == Wait::kCancelled) {
+        return absl::CancelledError("the reader was cancelled");
+      }
+    }
     const ssize_t n = recv(fd, out, size, 0);
     if (n > 0) return static_cast<size_t>(n);
     if (n == 0) return absl::UnavailableError("the connection was closed");
-    if (errno == EINTR) continue;
+    if (errno == EINTR) {
+      wait_first = false;
+      continue;
+    }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       return absl::UnavailableError(ErrnoText(errno));
     }
-    const Wait waited = WaitFor(fd, POLLIN, deadline, cancel_fd);
-    if (waited == Wait::kDeadline) {
-      return absl::DeadlineExceededError("no data before the deadline");
-    }
-    if (waited == Wait::kCancelled) {
-      return absl::CancelledError("the reader was cancelled");
-    }
+    wait_first = true;
   }
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
+                                absl::Time deadline, int cancel_fd) {
+  return Read(fd, out, size, deadline, cancel_fd, /*wait_first=*/false);
+}
+
+absl::StatusOr<size_t> ReadSomeWhenReady(int fd, char* out, size_t size,
+                                         absl::Time deadline, int cancel_fd) {
+  return Read(fd, out, size, deadline, cancel_fd, /*wait_first=*/true);
 }
 
 absl::Status WaitForSocket(int fd, short events, absl::Time deadline,

@@ -103,6 +103,12 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
 absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
                                 absl::Time deadline, int cancel_fd);
 
+// ReadSome() for a reader that expects nothing yet (it has just read all
+// there was): waits for data first, sparing the read that would find none.
+// Same results.
+absl::StatusOr<size_t> ReadSomeWhenReady(int fd, char* out, size_t size,
+                                         absl::Time deadline, int cancel_fd);
+
 // Waits until `fd` is ready for `events` (POLLIN, POLLOUT), `deadline`
 // passes, or `cancel_fd` (an eventfd, or -1) becomes readable. Returns OK
 // (ready, or an error the next call on `fd` reports), DEADLINE_EXCEEDED or

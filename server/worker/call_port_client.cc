@@ -524,8 +524,10 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
                                   absl::Time deadline, int wake_fd) {
   char buffer[16 << 10];
   mu_.Unlock();
-  absl::StatusOr<size_t> got = ReadSome(fd, buffer, sizeof(buffer), deadline,
-                                        wake_fd >= 0 ? wake_fd : cancel_fd_);
+  // A reply comes after its call was sent: the reader waits before reading.
+  absl::StatusOr<size_t> got =
+      ReadSomeWhenReady(fd, buffer, sizeof(buffer), deadline,
+                        wake_fd >= 0 ? wake_fd : cancel_fd_);
   const bool woken = wake_fd >= 0 && absl::IsCancelled(got.status());
   if (woken) {
     uint64_t count = 0;
