@@ -5,10 +5,12 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/common/collective_metrics.h"
@@ -174,13 +176,39 @@ class SocketSource final : public ByteSource {
  public:
   SocketSource(int fd, TlsStream* tls) : fd_(fd), tls_(tls) {}
   bool Read(char* out, size_t size) override {
-    return tls_ != nullptr ? tls_->ReadFull(out, size)
-                           : ReadFull(fd_, out, size);
+    if (tls_ != nullptr) return tls_->ReadFull(out, size);  // buffers itself
+    // A frame's header, group and small payload usually came in one
+    // segment: one receive into the buffer serves all three.
+    const size_t buffered = std::min(size, end_ - begin_);
+    std::memcpy(out, buffer_.data() + begin_, buffered);
+    begin_ += buffered;
+    out += buffered;
+    size -= buffered;
+    if (size == 0) return true;
+    // A large payload goes straight to where it belongs.
+    if (size >= kBufferBytes / 2) return ReadFull(fd_, out, size);
+    begin_ = 0;
+    end_ = 0;
+    while (end_ < size) {
+      const ssize_t n =
+          recv(fd_, buffer_.data() + end_, kBufferBytes - end_, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      end_ += static_cast<size_t>(n);
+    }
+    std::memcpy(out, buffer_.data(), size);
+    begin_ = size;
+    return true;
   }
 
  private:
+  static constexpr size_t kBufferBytes = 64 << 10;
   const int fd_;
   TlsStream* const tls_;
+  // Bytes received and not yet read: buffer_[begin_, end_).
+  std::vector<char> buffer_ = std::vector<char>(kBufferBytes);
+  size_t begin_ = 0;
+  size_t end_ = 0;
 };
 
 }  // namespace
