@@ -285,3 +285,29 @@ def test_a_deadline_without_a_verdict_names_the_call(stand_in: Any) -> None:
     assert caught.value.message == (
         f"barrier #{caught.value.sequence} of group wire got no answer from "
         f"the worker daemon at {comm.worker} within its deadline")
+
+
+@pytest.mark.parametrize("region,offset,size", [
+    (1, 0, 0), (7, 4096, 297988), ((1 << 63) + 5, (1 << 40) + 1, 1 << 33)])
+def test_shared_buffer_fields_parse_as_the_protos_say(
+        region: int, offset: int, size: int) -> None:
+    from chorus import communicator
+    prefix = worker_pb2.LocalCollectiveRequest(
+        group="g", rank=1, epoch=EPOCH,
+        spec=types_pb2.CollectiveSpec(
+            kind=types_pb2.COLLECTIVE_KIND_ALL_REDUCE, count=3)
+    ).SerializeToString()
+    wire = b"".join((
+        prefix,
+        communicator._shared_buffer(communicator._SHARED_INPUT_TAG, region,
+                                    offset, size),
+        communicator._shared_buffer(communicator._SHARED_OUTPUT_TAG,
+                                    region + 1, offset + 2, size + 3),
+        communicator._SEQUENCE_TAG, communicator._varint(9)))
+    request = worker_pb2.LocalCollectiveRequest.FromString(wire)
+    assert (request.shared_input.region, request.shared_input.offset,
+            request.shared_input.bytes) == (region, offset, size)
+    assert (request.shared_output.region, request.shared_output.offset,
+            request.shared_output.bytes) == (region + 1, offset + 2, size + 3)
+    assert (request.group, request.rank, request.sequence) == ("g", 1, 9)
+    assert request.spec.count == 3

@@ -136,6 +136,19 @@ def _varint_size(value: int) -> int:
 _DATA_TAG = bytes([(9 << 3) | 2])
 # LocalCollectiveRequest.sequence (field 12, a varint).
 _SEQUENCE_TAG = bytes([12 << 3])
+# LocalCollectiveRequest.shared_input and shared_output (fields 14 and 15,
+# SharedBuffer messages).
+_SHARED_INPUT_TAG = bytes([(14 << 3) | 2])
+_SHARED_OUTPUT_TAG = bytes([(15 << 3) | 2])
+
+
+def _shared_buffer(tag: bytes, region: int, offset: int, size: int) -> bytes:
+    """A SharedBuffer field of a LocalCollectiveRequest, serialized: region
+    (field 1), offset (2) and bytes (3), each a varint.
+    """
+    body = b"".join((b"\x08", _varint(region), b"\x10", _varint(offset),
+                     b"\x18", _varint(size)))
+    return b"".join((tag, _varint(len(body)), body))
 # How many serialized request prefixes a communicator keeps.
 _MAX_PREFIXES = 64
 # LocalChunkedRequest.data is field 2, length-delimited.
@@ -1137,32 +1150,30 @@ class Communicator:
             prefix = self._prefixes.get(key)
         except TypeError:  # an op or algorithm of no hashable type
             key, prefix = None, None
-        request = None if prefix is not None else self._request(
-            call, algorithm, device)
-        target = None
-        if call.out_shape is not None and out is not None:
-            target = _as_output(out, call.dtype, output_bytes //
-                                call.out_dtype.itemsize)
-        # The request as sent: its fields, the sequence (at most 11 bytes)
-        # and the data field.
-        request_bytes = (len(prefix) if request is None else
-                         request.ByteSize()) + 11 + (
-            1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
-        shared = None
-        if data_bytes + output_bytes >= SHARED_THRESHOLD_BYTES:
-            if request is None:
-                request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
-            shared = self._share(request, data, target, output_bytes)
-        streamed = shared is None and max(
-            request_bytes, output_bytes + _REPLY_OVERHEAD) > self._stream_limit
-        if streamed and request is None:
-            request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
-        elif shared is None and not streamed and prefix is None:
-            prefix = request.SerializeToString()
+        if prefix is None:
+            prefix = self._request(call, algorithm, device).SerializeToString()
             if key is not None:
                 if len(self._prefixes) >= _MAX_PREFIXES:
                     self._prefixes.clear()
                 self._prefixes[key] = prefix
+        target = None
+        if call.out_shape is not None and out is not None:
+            target = _as_output(out, call.dtype, output_bytes //
+                                call.out_dtype.itemsize)
+        shared = None
+        if data_bytes + output_bytes >= SHARED_THRESHOLD_BYTES:
+            shared = self._share(data, target, output_bytes)
+        # The request as sent: its fields, the sequence (at most 11 bytes)
+        # and the data field.
+        request_bytes = len(prefix) + 11 + (
+            1 + _varint_size(data_bytes) + data_bytes if data_bytes else 0)
+        streamed = shared is None and max(
+            request_bytes, output_bytes + _REPLY_OVERHEAD) > self._stream_limit
+        request = None
+        if streamed:
+            request = worker_pb2.LocalCollectiveRequest.FromString(prefix)
+        elif shared is not None:
+            prefix += shared[3]  # where the daemon reads and writes
         payload: Tuple[Any, ...] = ()
         if data_bytes and shared is None and not streamed:
             payload = (_DATA_TAG, _varint(data_bytes),
@@ -1185,11 +1196,8 @@ class Communicator:
                         _chunked_requests(header.SerializeToString(), data),
                         timeout=timeout)
                 else:
-                    if shared is not None:
-                        wire = request.SerializeToString()
-                    else:
-                        wire = b"".join((prefix, _SEQUENCE_TAG,
-                                         _varint(sequence)) + payload)
+                    wire = b"".join((prefix, _SEQUENCE_TAG,
+                                     _varint(sequence)) + payload)
                     rpc = None
                     if self._calls is not None and self._calls.usable:
                         # None: the socket turned out closed, nothing sent.
@@ -1213,7 +1221,7 @@ class Communicator:
                 raise
         receive: Optional[Callable[[Any], Tuple[Any, Any]]] = None
         if shared is not None:
-            lease, out_offset, in_target = shared
+            lease, out_offset, in_target, _ = shared
 
             def receive(done: Any) -> Tuple[Any, Any]:
                 return self._receive_shared(done, call, target, sequence,
@@ -1234,15 +1242,15 @@ class Communicator:
                 lambda done: self._settle(call, work, done, receive, target))
         return work
 
-    def _share(self, request: Any, data: Optional[np.ndarray],
+    def _share(self, data: Optional[np.ndarray],
                target: Optional[np.ndarray], output_bytes: int
-               ) -> Optional[Tuple[Optional[Region], int, bool]]:
-        """Sets `request`'s shared_input and shared_output when the call can
-        go through shared memory: in place for arrays from shared_array(),
-        else through a pool region it borrows, copying the input in.
-        Returns (the borrowed region or None, the output's offset in it,
-        whether the output lands in `target` itself), or None when the call
-        goes in messages.
+               ) -> Optional[Tuple[Optional[Region], int, bool, bytes]]:
+        """Prepares a call that can go through shared memory: in place for
+        arrays from shared_array(), else through a pool region it borrows,
+        copying the input in. Returns (the borrowed region or None, the
+        output's offset in it, whether the output lands in `target` itself,
+        the request's shared_input and shared_output fields serialized), or
+        None when the call goes in messages.
         """
         input_bytes = 0 if data is None else data.nbytes
         at_input = self._shared.locate(data) if input_bytes else None
@@ -1269,11 +1277,10 @@ class Communicator:
         if at_output is None:
             at_output = (lease.region, out_offset) if lease is not None \
                 else at_input
-        request.shared_input.region, request.shared_input.offset = at_input
-        request.shared_input.bytes = input_bytes
-        request.shared_output.region, request.shared_output.offset = at_output
-        request.shared_output.bytes = output_bytes
-        return lease, out_offset, in_target
+        fields = b"".join((
+            _shared_buffer(_SHARED_INPUT_TAG, *at_input, input_bytes),
+            _shared_buffer(_SHARED_OUTPUT_TAG, *at_output, output_bytes)))
+        return lease, out_offset, in_target, fields
 
     def _receive_shared(self, rpc: Any, call: _Call,
                         target: Optional[np.ndarray], sequence: int,
