@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -175,6 +175,18 @@ def _tail(path: Path, lines: int = 8) -> str:
     return "\n".join("    " + line for line in text)
 
 
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time process `pid` has used, in seconds (0
+    when it is gone).
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Deadline:
     """The end of the whole run (--max_time)."""
 
@@ -285,6 +297,9 @@ class Row:
     iters: int
     time_us: float
     wrong: int
+    # CPU per timed call (us) of each process of the Python side, by name
+    # ("rank 0", "worker 0", "coordinator"); empty for the embedded side.
+    cpu_us: Dict[str, float] = field(default_factory=dict)
 
 
 class PythonSide:
@@ -424,12 +439,24 @@ class PythonSide:
             estimate = max(1, max(m[1] for m in means))
         iters = int(min(max(int(time_per_size * 1e9) // estimate, min_iters),
                         max_iters))
+        pids = self._pids()
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         self._send(("iters", iters))
         reports = self._gather("times", call_wait * (iters + 1))
+        cpu_us = {name: (cpu_seconds(pid) - before[name]) * 1e6 / iters
+                  for name, pid in pids.items()}
         slowest = [max(r[1][i] for r in reports) for i in range(iters)]
         return Row(plan="/".join(plans), iters=iters,
                    time_us=statistics.median(slowest) / 1e3,
-                   wrong=sum(r[2] for r in reports))
+                   wrong=sum(r[2] for r in reports), cpu_us=cpu_us)
+
+    def _pids(self) -> Dict[str, int]:
+        """The process ids of the ranks and daemons, by name."""
+        pids = {f"rank {r}": process.pid
+                for r, process in enumerate(self.procs)}
+        for name, process, _ in self.daemons:
+            pids[name.replace("-", " ")] = process.pid
+        return pids
 
     def close(self) -> None:
         """Closes the ranks (they leave their communicators), then stops the
@@ -559,6 +586,15 @@ def print_table(ranks: int, args: argparse.Namespace, started: str,
               f"{py.time_us:>13.1f} {emb.plan:<18} {emb.iters:>5} "
               f"{emb.time_us:>13.1f} {ratio:>6.2f}x  {target:<14} "
               f"{py.wrong + emb.wrong:>6}")
+    # Where the Python side's time goes: on a machine with fewer cores than
+    # processes, their CPU per call bounds the time per call.
+    print(f"# python side, CPU per timed call (us; {os.cpu_count()} cores "
+          f"shared by {args.ranks * 2 + 1} daemons and ranks):")
+    for nbytes, py, _ in rows:
+        parts = ", ".join(f"{name} {us:.0f}"
+                          for name, us in sorted(py.cpu_us.items()))
+        print(f"#   {format_size(nbytes)}: {parts}; total "
+              f"{sum(py.cpu_us.values()):.0f}")
     sys.stdout.flush()
 
 
