@@ -443,7 +443,8 @@ class CallSocket:
             at = 0
             try:
                 while size - at >= _LENGTH.size:
-                    end = at + _LENGTH.size + _LENGTH.unpack_from(frames, at)[0]
+                    (length,) = _LENGTH.unpack_from(frames, at)
+                    end = at + _LENGTH.size + length
                     if size < end:
                         break
                     reply = worker_pb2.LocalCallReply.FromString(

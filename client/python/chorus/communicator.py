@@ -149,6 +149,8 @@ def _shared_buffer(tag: bytes, region: int, offset: int, size: int) -> bytes:
     body = b"".join((b"\x08", _varint(region), b"\x10", _varint(offset),
                      b"\x18", _varint(size)))
     return b"".join((tag, _varint(len(body)), body))
+
+
 # How many serialized request prefixes a communicator keeps.
 _MAX_PREFIXES = 64
 # LocalChunkedRequest.data is field 2, length-delimited.
