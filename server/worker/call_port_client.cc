@@ -28,6 +28,12 @@ constexpr absl::Duration kUnreachableBackoff = absl::Seconds(10);
 // How far ahead the completion thread reads while no call waits.
 constexpr absl::Duration kIdleReadHorizon = absl::Seconds(10);
 
+// "the commit of collective #<sequence> of group <group>", for statuses.
+std::string CommitName(const v1::CommitRequest& request) {
+  return absl::StrCat("the commit of collective #", request.sequence(),
+                      " of group ", request.group());
+}
+
 // Runs the client side of the TLS handshake on the connected socket `fd`
 // until `deadline` (or `cancel_fd`). Returns the session, whose peer is the
 // coordinator; UNAVAILABLE when the handshake fails or the connection
@@ -270,11 +276,7 @@ absl::Status CallPortClient::Commit(const v1::CommitRequest& request,
                                     absl::Time deadline) {
   v1::CallPortRequest framed;
   *framed.mutable_commit() = request;
-  return RoundTrip(
-             std::move(framed), deadline,
-             absl::StrCat("the commit of collective #", request.sequence(),
-                          " of group ", request.group()))
-      .status();
+  return RoundTrip(std::move(framed), deadline, CommitName(request)).status();
 }
 
 absl::StatusOr<uint64_t> CallPortClient::Send(v1::CallPortRequest framed,
@@ -414,12 +416,9 @@ void CallPortClient::CallAsync(v1::CollectiveRequest request,
 
 void CallPortClient::CommitAsync(const v1::CommitRequest& request,
                                  absl::Time deadline, CommitDone done) {
-  std::string what =
-      absl::StrCat("the commit of collective #", request.sequence(),
-                   " of group ", request.group());
   v1::CallPortRequest framed;
   *framed.mutable_commit() = request;
-  SendAsync(std::move(framed), deadline, std::move(what),
+  SendAsync(std::move(framed), deadline, CommitName(request),
             [done = std::move(done)](absl::StatusOr<v1::CallPortReply> reply) {
               done(reply.status());
             });
