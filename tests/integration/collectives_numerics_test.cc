@@ -2,7 +2,9 @@
 // (inline, ring, recursive doubling, same_host) each within one 16-bit ulp of
 // the exact result rounded once and bit-identical across ranks; and the
 // result check at the commit: a rank whose result differs (a test hook flips
-// one bit of it) makes the call end with DATA_LOSS on every rank, naming it.
+// one bit of it) makes the call end with DATA_LOSS on every rank, naming it,
+// also when the runtime commits without waiting (RunAsync, the daemons'
+// path).
 // A real coordinator process and worker runtimes embedded in the test, one
 // thread per rank.
 
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "chorus/status_facts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -124,6 +127,51 @@ TEST_P(ResultCheckTest, Run_OneRankResultCorrupted_DataLossOnEveryRank) {
   next.algorithm = param.plan;
   next.seed = 9;
   EXPECT_TRUE(RunAndCheck(ranks, next));
+}
+
+// RunAsync() sends the commit without waiting: the verdict reaches every
+// rank from the call port's completion thread, and the output is cleared.
+TEST(ResultCheckAsyncTest,
+     RunAsync_OneRankResultCorrupted_DataLossOnEveryRankOutputCleared) {
+  std::unique_ptr<EmbeddedCluster> cluster = StartCluster();
+  ASSERT_NE(cluster, nullptr);
+  std::vector<absl::StatusOr<Membership>> members(kWorld);
+  RunOnRanks(kWorld, [&](int r) {
+    members[r] = cluster->runtime(r)->Join(
+        "checked-async", kWorld, r, JoinOptions::CpuDevice(), kCallTimeout);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(members[r].ok()) << members[r].status();
+  }
+  cluster->runtime(2)->set_corrupt_results_for_testing(true);
+  CollectiveCase c;
+  c.spec =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, 1 << 16, ReduceOp::kSum);
+  RunOptions options;
+  options.algorithm = Algorithm::kRing;
+  options.timeout = kCallTimeout;
+  std::vector<std::string> inputs(kWorld);
+  std::vector<std::string> outputs(kWorld);
+  std::vector<absl::Status> statuses(kWorld);
+  std::vector<absl::Notification> done(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    inputs[r] = MakeInput(c, kWorld, r);
+    cluster->runtime(r)->RunAsync(
+        *members[r], /*sequence=*/1, c.spec, inputs[r], &outputs[r], options,
+        [&statuses, &done, r](absl::StatusOr<RunResult> result) {
+          statuses[r] = result.status();
+          done[r].Notify();
+        });
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_TRUE(done[r].WaitForNotificationWithTimeout(kCallTimeout +
+                                                       absl::Seconds(30)));
+    EXPECT_EQ(statuses[r].code(), absl::StatusCode::kDataLoss) << statuses[r];
+    EXPECT_THAT(std::string(statuses[r].message()),
+                HasSubstr("rank 2 holds other bytes than ranks 0, 1"));
+    EXPECT_TRUE(outputs[r].empty()) << outputs[r].size() << " bytes left";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
