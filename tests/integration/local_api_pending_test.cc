@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -98,19 +99,28 @@ int64_t ResidentKiB(pid_t pid) {
   return 0;
 }
 
+// How far a daemon's resident memory moves by itself over the bursts after
+// the first (after a trim it lands a few MiB either way from burst to
+// burst): measured up to 6 MiB over two bursts.
+constexpr int64_t kResidentNoiseKiB = 12 << 10;
+
 // Checks that the daemon's resident memory stopped growing: memory a burst
 // kept would come back with every burst, while what the allocator keeps for
 // reuse does not. `before` is read before the first burst, `after[b]` after
-// burst b (kBursts of them).
+// burst b (kBursts of them). The bursts after the first are taken together
+// and may grow by the first burst's growth or by the noise, whichever is
+// more: the first burst grows by only 6-10 MiB now that the daemons keep no
+// deadlock graph, about as much as the noise. A burst that kept 1 KiB per
+// call (10 MiB) still fails it.
 void ExpectMemoryFlat(int64_t before, const int64_t (&after)[kBursts]) {
   if (kSanitized) return;
   ASSERT_GT(before, 0);
   const int64_t first_growth = after[0] - before;
-  const int64_t last_growth = after[kBursts - 1] - after[kBursts - 2];
-  EXPECT_LT(last_growth, first_growth / 2)
+  const int64_t later_growth = after[kBursts - 1] - after[0];
+  EXPECT_LT(later_growth, std::max(first_growth, kResidentNoiseKiB))
       << "the daemon grew " << first_growth << " KiB in the first burst and "
-      << last_growth << " KiB in the last (" << before << " KiB "
-      << "before the first, " << after[kBursts - 1] << " after)";
+      << later_growth << " KiB in the " << kBursts - 1 << " after it ("
+      << before << " KiB before the first, " << after[kBursts - 1] << " after)";
 }
 
 // Calls issued without waiting, and how they ended.
