@@ -22,9 +22,10 @@ void BurstMemory::Ended() {
     peak_ = alive_;
     ++trims_;
   }
-  if (trims_metric_ != nullptr) trims_metric_->Add();
   // Outside the lock: trimming a large heap takes milliseconds.
   malloc_trim(0);
+  // Counted once done: a reader of the metric sees the trimmed heap.
+  if (trims_metric_ != nullptr) trims_metric_->Add();
 }
 
 int BurstMemory::trims() const {

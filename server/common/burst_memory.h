@@ -20,7 +20,7 @@ namespace chorus {
 class BurstMemory {
  public:
   // `alive` and `trims` (either may be null) follow the calls alive and
-  // count the trims.
+  // count the trims done.
   BurstMemory(int burst_calls, Level* alive, Counter* trims)
       : burst_calls_(burst_calls), alive_metric_(alive), trims_metric_(trims) {}
 
