@@ -19,6 +19,7 @@ if [ "${CHORUS_BUILD_ONLY:-0}" != "1" ]; then
   packages+=(
     python3-grpcio python3-protobuf python3-numpy python3-pytest
     python3-pip python3-setuptools python3-wheel python3-torch python3-yaml
+    python3-dev gcc
     openssl prometheus chromium
   )
   # Debian's kubectl, unless one from elsewhere is already on the PATH

@@ -10,6 +10,9 @@ $CHORUS_GRPC_PYTHON_PLUGIN, Debian's /usr/bin/protoc and
 protobuf-compiler-grpc), then the PATH. Without them, the grpc_tools module
 (package grpcio-tools) is used when it is installed. $CHORUS_PROTO_DIR names
 another proto root (the folder that holds chorus/v1/).
+
+The extension chorus._frames (chorus/_frames.c) is compiled too, which needs
+a C compiler and Python's headers (Debian: gcc and python3-dev).
 """
 
 import os
@@ -19,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -88,4 +91,12 @@ class BuildPyWithStubs(build_py):
             '"""Messages and gRPC stubs generated from proto/chorus/v1."""\n')
 
 
-setup(cmdclass={"build_py": BuildPyWithStubs})
+# The call socket's frames in C (chorus/_frames.c): a small collective's
+# client-side CPU is mostly what Python would spend on them. Building it needs
+# a C compiler and Python's headers (Debian: gcc and python3-dev).
+FRAMES = Extension("chorus._frames", sources=["chorus/_frames.c"],
+                   extra_compile_args=["-O2", "-std=c11", "-Wall",
+                                       "-Wextra", "-Wno-missing-field-"
+                                       "initializers"])
+
+setup(cmdclass={"build_py": BuildPyWithStubs}, ext_modules=[FRAMES])

@@ -16,34 +16,33 @@ blocking call's own thread while it waits (so a lone caller gets its reply
 with no hand-off between threads), else the socket's reader thread. Each
 call that got no reply by its deadline ends with DEADLINE_EXCEEDED (the
 daemon answers before it, so that happens only when the daemon is stuck).
+Frames are written, read and parsed by the C extension chorus._frames.
 """
 
 import heapq
 import os
 import select
 import socket
-import struct
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Tuple,
+                    Union)
 
 import grpc
 
-from chorus import _status_details
-from chorus.v1 import worker_pb2
+from chorus import _frames, _status_details
 
 __all__ = ["BlockingCall", "CallSocket", "CallSocketError", "HELLO",
-           "PendingCall", "varint"]
+           "PendingCall", "Plan", "Response", "varint"]
 
 HELLO: bytes = b"CHORUS-LOCAL/1\n"
 
 # How long connecting may take: the socket is local, so at once or never.
 _CONNECT_TIMEOUT = 2.0
-_LENGTH = struct.Struct("<I")
-# struct timeval: seconds, microseconds.
-_TIMEVAL = struct.Struct("@ll")
-# The most one read of the socket takes.
-_RECEIVE_BYTES = 1 << 20
+
+# A reply as chorus._frames reads it: (call_id, code, message,
+# status_details, data, algorithm, chunk_bytes).
+_Reply = Tuple[int, int, str, bytes, bytes, int, int]
 
 
 _ONE_BYTE = tuple(bytes([value]) for value in range(0x80))
@@ -95,9 +94,32 @@ class CallSocketError(grpc.RpcError):
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def _error_of(reply: Any) -> CallSocketError:
-    code = _CODES.get(reply.code, grpc.StatusCode.UNKNOWN)
-    return CallSocketError(code, reply.message, reply.status_details)
+class Plan(NamedTuple):
+    """The plan a call ran, as LocalCollectiveResponse.plan has it."""
+
+    algorithm: int
+    chunk_bytes: int
+
+
+class Response(NamedTuple):
+    """What a call that succeeded returns: LocalCollectiveResponse's data
+    and plan.
+    """
+
+    data: bytes
+    plan: Plan
+
+
+def _outcome_of(reply: _Reply) -> Tuple[Optional[Response],
+                                        Optional[CallSocketError]]:
+    """(the response, None) of a reply that says OK, else (None, its
+    error).
+    """
+    _, code, message, details, data, algorithm, chunk_bytes = reply
+    if code == 0:
+        return Response(data, Plan(algorithm, chunk_bytes)), None
+    return None, CallSocketError(_CODES.get(code, grpc.StatusCode.UNKNOWN),
+                                 message, details)
 
 
 class PendingCall:
@@ -116,8 +138,8 @@ class PendingCall:
 
     def result(self) -> Any:
         """Waits for the call's end (the reader thread ends it by its
-        deadline at the latest) and returns the LocalCollectiveResponse, or
-        raises the call's CallSocketError.
+        deadline at the latest) and returns its Response, or raises the
+        call's CallSocketError.
         """
         self._done.wait()
         if self._error is not None:
@@ -152,20 +174,24 @@ class BlockingCall:
     socket's lock.
     """
 
-    __slots__ = ("_socket", "_deadline", "_done", "_reply", "_error")
+    __slots__ = ("_socket", "_call_id", "_deadline", "_reads", "_done",
+                 "_reply", "_error")
 
-    def __init__(self, socket: "CallSocket", deadline: float) -> None:
+    def __init__(self, socket: "CallSocket", call_id: int,
+                 deadline: float) -> None:
         self._socket = socket
+        self._call_id = call_id
         # When result() ends the call (monotonic).
         self._deadline = deadline
+        # Whether its thread took the turn to read as it sent the call.
+        self._reads = False
         self._done = False
         self._reply: Any = None
         self._error: Optional[BaseException] = None
 
     def result(self) -> Any:
         """Waits for the call's end, by its deadline at the latest, and
-        returns the LocalCollectiveResponse, or raises the call's
-        CallSocketError.
+        returns its Response, or raises the call's CallSocketError.
         """
         if not self._done:
             self._socket._wait(self)
@@ -216,16 +242,10 @@ class CallSocket:
         # Calls issued without blocking still waiting: the reader thread
         # reads for them when no caller does.
         self._unattended = 0
-        # A thread reads the socket now; only that one touches _buffer and
-        # _chunk.
+        # A thread reads the socket now; only that one uses _replies.
         self._reading = False
-        self._buffer = bytearray()
-        # What one recv() takes: allocated once, since a fresh 1 MiB object
-        # per reply costs the allocator a map and unmap each time.
-        self._chunk = memoryview(bytearray(_RECEIVE_BYTES))
-        # The socket's SO_RCVTIMEO in seconds (inf: none set yet); only the
-        # thread that reads sets it.
-        self._receive_timeout = float("inf")
+        self._fd = self._sock.fileno()
+        self._replies = _frames.Reader(self._fd)
         # (deadline, call id) of the calls issued without blocking,
         # earliest first; entries of calls that ended already are dropped
         # as they come up.
@@ -238,9 +258,6 @@ class CallSocket:
         os.set_blocking(self._wake_write, False)
         self._pipe_open = True
         self._next_id = 1
-        # The frame header's timeout field by timeout: most calls of a
-        # communicator take the same one.
-        self._timeout_field: Tuple[float, bytes] = (-1.0, b"")
         self._broken: Optional[str] = None
         self._closing = False
         self._reader = threading.Thread(
@@ -254,9 +271,11 @@ class CallSocket:
         """
         return self._broken is None
 
-    def call(self, request: bytes, timeout: float, blocking: bool = False
+    def call(self, request: Tuple[Any, ...], timeout: float,
+             blocking: bool = False
              ) -> Optional[Union[PendingCall, BlockingCall]]:
-        """Sends the serialized LocalCollectiveRequest `request` with
+        """Sends the serialized LocalCollectiveRequest whose bytes are the
+        buffers of `request`, one after the other (at most 8), with
         `timeout` seconds to run. A `blocking` call returns a BlockingCall,
         whose result() the caller waits on (it reads the socket itself and
         ends the call at its deadline); any other a PendingCall, which the
@@ -272,7 +291,7 @@ class CallSocket:
             self._next_id += 1
             pending: Union[PendingCall, BlockingCall]
             if blocking:
-                pending = BlockingCall(self, deadline)
+                pending = BlockingCall(self, call_id, deadline)
                 if self._broken is not None:
                     pending._end(error=self._unavailable())
                     return pending
@@ -288,15 +307,9 @@ class CallSocket:
                 if deadline < self._wake_at:
                     self._wake_at = deadline
             self._pending[call_id] = pending
-            if self._timeout_field[0] != timeout:
-                self._timeout_field = (
-                    timeout,
-                    b"\x10" + varint(max(1, int(timeout * 1e6))) + b"\x1a")
-            head = b"".join([b"\x08", varint(call_id),
-                             self._timeout_field[1], varint(len(request))])
             try:
-                self._sock.sendmsg([
-                    _LENGTH.pack(len(head) + len(request)), head, request])
+                _frames.send_call(self._fd, call_id,
+                                  max(1, int(timeout * 1e6)), request)
             except OSError as e:
                 self._pending.pop(call_id, None)
                 if not blocking:
@@ -305,6 +318,10 @@ class CallSocket:
                 broken = True
             else:
                 broken = False
+                if blocking and not self._reading:
+                    # The caller reads for its reply from the start.
+                    self._reading = True
+                    pending._reads = True
         if broken:
             # Nothing of it went out: the daemon closed the socket (a
             # write to a closed Unix socket fails whole).
@@ -357,10 +374,7 @@ class CallSocket:
         """
         if waiting._done:
             return
-        for call_id, pending in self._pending.items():
-            if pending is waiting:
-                del self._pending[call_id]
-                break
+        self._pending.pop(waiting._call_id, None)
         waiting._end(error=CallSocketError(
             grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
@@ -368,43 +382,46 @@ class CallSocket:
         """Waits on a blocking call's thread until it ended, reading the
         socket while no other thread does; ends it at its deadline.
         """
-        with self._lock:
-            while True:
-                if waiting._done:
-                    return
-                left = waiting._deadline - time.monotonic()
-                if left <= 0:
-                    self._end_late(waiting)
-                    return
-                if not self._reading and self._broken is None:
-                    self._reading = True
-                    break
-                self._sleepers += 1
-                self._turn.wait(left)
-                self._sleepers -= 1
+        if not waiting._reads:
+            with self._lock:
+                while True:
+                    if waiting._done:
+                        return
+                    left = waiting._deadline - time.monotonic()
+                    if left <= 0:
+                        self._end_late(waiting)
+                        return
+                    if not self._reading and self._broken is None:
+                        self._reading = True
+                        break
+                    self._sleepers += 1
+                    self._turn.wait(left)
+                    self._sleepers -= 1
+        outcome = None
         try:
-            while not waiting._done:
-                left = waiting._deadline - time.monotonic()
-                if left <= 0:
-                    break
-                # A receive that gives up at the deadline, straight into
-                # recv() (no poll first: that is a system call and a wake-up
-                # more). Only the thread that reads receives.
-                # Set again only when the one set would overrun this call's
-                # deadline by over 5%: most calls take the same timeout.
-                if self._receive_timeout > left * 1.05:
-                    seconds = int(left)
-                    self._sock.setsockopt(
-                        socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                        _TIMEVAL.pack(seconds,
-                                      int((left - seconds) * 1e6) + 1))
-                    self._receive_timeout = left
-                if not self._receive(wait=True):
-                    break
+            left = waiting._deadline - time.monotonic()
+            if left > 0 and not waiting._done:
+                # Receives that give up at the deadline, straight into
+                # recv() (no poll first: that is a system call and a
+                # wake-up more); other calls' replies go to _complete.
+                try:
+                    reply = self._replies.wait(waiting._call_id, left,
+                                               self._complete)
+                except Exception as e:  # a reset, a reply that does not parse
+                    self._fail(f"{type(e).__name__}: {e}")
+                else:
+                    if reply is False:
+                        self._fail("the daemon closed it")
+                    elif reply is not None:
+                        outcome = _outcome_of(reply)
         finally:
             with self._lock:
                 self._reading = False
-                self._end_late(waiting)
+                if outcome is not None and not waiting._done:
+                    self._pending.pop(waiting._call_id, None)
+                    waiting._end(*outcome)
+                else:
+                    self._end_late(waiting)
                 # Another blocking caller may read now; calls issued
                 # without blocking need the reader thread.
                 if self._sleepers:
@@ -413,81 +430,39 @@ class CallSocket:
             if wake:
                 self._wake()
 
-    def _receive(self, wait: bool = False) -> bool:
-        """Reads what the socket has and completes the calls it answers;
-        with `wait`, first waits until the socket's receive timeout for
-        something to read. Called by the thread that reads. Returns False
+    def _receive(self) -> bool:
+        """Reads what the socket has, without waiting, and completes the
+        calls it answers. Called by the thread that reads. Returns False
         when the connection ended (every call waiting then failed).
         """
         try:
-            try:
-                received = self._sock.recv_into(self._chunk)
-            except BlockingIOError:
-                # Nothing came before the timeout: the next wait sets its
-                # own. (Without `wait`, a readiness that went away.)
-                if wait:
-                    self._receive_timeout = float("inf")
+            if self._replies.drain(self._complete):
                 return True
-            if not received:
-                self._fail("the daemon closed it")
-                return False
-            buffer = self._buffer
-            if buffer:
-                buffer += self._chunk[:received]
-                frames = memoryview(buffer)
-            else:
-                # The common case: whole replies, parsed where they were
-                # received.
-                frames = self._chunk[:received]
-            size = len(frames)
-            at = 0
-            try:
-                while size - at >= _LENGTH.size:
-                    (length,) = _LENGTH.unpack_from(frames, at)
-                    end = at + _LENGTH.size + length
-                    if size < end:
-                        break
-                    reply = worker_pb2.LocalCallReply.FromString(
-                        frames[at + _LENGTH.size:end])
-                    at = end
-                    if not self._complete(reply):
-                        return False
-            finally:
-                rest = frames[at:].tobytes() if not buffer else b""
-                frames.release()
-                if buffer:
-                    del buffer[:at]
-                else:
-                    buffer += rest
-            return True
-        except Exception as e:  # a reply that does not parse, a reset, ...
+            self._fail("the daemon closed it")
+        except Exception as e:  # a reset, a reply that does not parse, ...
             self._fail(f"{type(e).__name__}: {e}")
-            return False
+        return False
 
-    def _complete(self, reply: Any) -> bool:
+    def _complete(self, reply: _Reply) -> bool:
         """Ends the call `reply` answers (none when it ended at its deadline
         already). Returns False when the reply ends the connection instead.
         """
-        if reply.call_id == 0:
-            self._fail(reply.message)
+        call_id = reply[0]
+        if call_id == 0:
+            self._fail(reply[2])
             return False
+        response, error = _outcome_of(reply)
         with self._lock:
-            pending = self._pending.pop(reply.call_id, None)
+            pending = self._pending.pop(call_id, None)
             if type(pending) is BlockingCall:
-                if reply.code == 0:
-                    pending._end(reply=reply.response)
-                else:
-                    pending._end(error=_error_of(reply))
+                pending._end(response, error)
                 if self._sleepers:
                     self._turn.notify_all()  # its caller waits there
                 return True
             if pending is None:
                 return True  # ended at its deadline already
             self._unattended -= 1
-        if reply.code == 0:
-            pending._finish(reply=reply.response)
-        else:
-            pending._finish(error=_error_of(reply))
+        pending._finish(response, error)
         return True
 
     def _fail(self, why: str) -> None:

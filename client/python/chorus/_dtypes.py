@@ -71,14 +71,25 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+# numpy_dtype_name's answers by dtype.
+_NAMES: Dict[np.dtype, Optional[str]] = {}
+
+
 def numpy_dtype_name(dtype: np.dtype) -> Optional[str]:
     """Returns the Chorus name for a numpy dtype, or None when it has none.
     Big-endian dtypes have none: Chorus elements are little-endian.
     """
-    if dtype.byteorder == ">" or (dtype.byteorder == "=" and
-                                  np.little_endian is False):
-        return None
-    return _FROM_NUMPY.get((dtype.kind, dtype.itemsize))
+    try:
+        return _NAMES[dtype]
+    except KeyError:
+        pass
+    name = None
+    if dtype.byteorder != ">" and (dtype.byteorder != "=" or
+                                   np.little_endian):
+        name = _FROM_NUMPY.get((dtype.kind, dtype.itemsize))
+    if len(_NAMES) < 64:  # the few dtypes a program uses
+        _NAMES[dtype] = name
+    return name
 
 
 def proto_dtype(name: str) -> int:

@@ -1178,8 +1178,8 @@ class Communicator:
             prefix += shared[3]  # where the daemon reads and writes
         payload: Tuple[Any, ...] = ()
         if data_bytes and shared is None and not streamed:
-            payload = (_DATA_TAG, _varint(data_bytes),
-                       data.reshape(-1).view(np.uint8).data)
+            # The array itself: C-contiguous, so its buffer is its bytes.
+            payload = (_DATA_TAG, _varint(data_bytes), data)
         with self._mutex:
             if self._closed:
                 raise InvalidArgument("this communicator is closed")
@@ -1198,22 +1198,26 @@ class Communicator:
                         _chunked_requests(header.SerializeToString(), data),
                         timeout=timeout)
                 else:
-                    wire = b"".join((prefix, _SEQUENCE_TAG,
-                                     _varint(sequence)) + payload)
+                    parts = (prefix, _SEQUENCE_TAG,
+                             _varint(sequence)) + payload
                     rpc = None
                     if self._calls is not None and self._calls.usable:
                         # None: the socket turned out closed, nothing sent.
-                        rpc = self._calls.call(wire, timeout,
+                        rpc = self._calls.call(parts, timeout,
                                                blocking=not async_op)
-                    if rpc is None and async_op:
-                        rpc = self._collective.future(wire, timeout=timeout)
-                    elif rpc is None:
-                        # Sent from this thread once the lock is released:
-                        # a call that blocks needs no gRPC future (the
-                        # daemon orders calls by number however they
-                        # arrive).
-                        rpc = _Blocking(self._collective, wire, timeout)
-                    del wire
+                    if rpc is None:
+                        wire = b"".join(parts)
+                        if async_op:
+                            rpc = self._collective.future(wire,
+                                                          timeout=timeout)
+                        else:
+                            # Sent from this thread once the lock is
+                            # released: a call that blocks needs no gRPC
+                            # future (the daemon orders calls by number
+                            # however they arrive).
+                            rpc = _Blocking(self._collective, wire, timeout)
+                        del wire
+                    del parts
             except BaseException:
                 self._in_flight -= 1
                 if self._closed:
@@ -1440,8 +1444,9 @@ class Communicator:
                 f"{call.kind} #{sequence}: the worker returned {len(data)} "
                 f"bytes; the result takes {expected}",
                 grpc.StatusCode.INTERNAL)
-        result = np.frombuffer(data, dtype=call.out_dtype)
         if target is not None:
-            target.reshape(-1)[...] = result.view(target.dtype)
+            # C-contiguous and `expected` bytes long (_as_output).
+            memoryview(target).cast("B")[:] = data
             return target
-        return result.reshape(call.out_shape).copy()
+        return np.frombuffer(data, dtype=call.out_dtype).reshape(
+            call.out_shape).copy()
