@@ -17,9 +17,13 @@ void BurstMemory::Ended() {
   {
     absl::MutexLock lock(&mu_);
     --alive_;
-    if (peak_ < burst_calls_ || (alive_ > 0 && alive_ * 8 > peak_)) return;
-    // What is still alive may make the next trim's burst.
+    const bool burst_over =
+        peak_ >= burst_calls_ && (alive_ == 0 || alive_ * 8 <= peak_);
+    const bool tail_over = tail_ && alive_ == 0;
+    if (!burst_over && !tail_over) return;
+    // What is still alive may make the next trim's burst, and is its tail.
     peak_ = alive_;
+    tail_ = alive_ > 0;
     ++trims_;
   }
   // Outside the lock: trimming a large heap takes milliseconds.

@@ -3,8 +3,10 @@
 // threads that freed it, so a daemon that served thousands of calls pending
 // at once stays at its peak size, and the next burst, served by other
 // threads, grows it further. Counting the calls alive, it trims the heap
-// (malloc_trim) when the last call of a burst of at least `burst_calls`
-// ends, on that call's thread.
+// (malloc_trim) on the thread of the call that ends when at most an eighth of
+// a burst of at least `burst_calls` is left (so that steady traffic, which
+// never lets every call end, still gets trims), and once more when the last
+// call of that burst ends, giving back what its tail freed.
 //
 // Lifecycle: lives as long as the calls it counts.
 // Thread safety: Began() and Ended() may be called from any thread.
@@ -26,7 +28,8 @@ class BurstMemory {
 
   // One more call alive.
   void Began();
-  // One call fewer; trims the heap when it was the last of a burst.
+  // One call fewer; trims the heap when it left at most an eighth of a
+  // burst alive, and again when it was the last call of a trimmed burst.
   void Ended();
 
   // Times the heap was trimmed.
@@ -40,6 +43,9 @@ class BurstMemory {
   int alive_ ABSL_GUARDED_BY(mu_) = 0;
   // The most calls alive at once since the last trim.
   int peak_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether the last trim left calls alive: when the last of them ends, the
+  // heap is trimmed again.
+  bool tail_ ABSL_GUARDED_BY(mu_) = false;
   int trims_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -8,7 +8,7 @@
 namespace chorus {
 namespace {
 
-TEST(BurstMemoryTest, Ended_BurstDownToAnEighth_TrimsOnce) {
+TEST(BurstMemoryTest, Ended_BurstDownToAnEighthThenNone_TrimsAtEach) {
   Level alive;
   Counter trims;
   BurstMemory burst(1000, &alive, &trims);
@@ -19,10 +19,18 @@ TEST(BurstMemoryTest, Ended_BurstDownToAnEighth_TrimsOnce) {
   burst.Ended();
   EXPECT_EQ(burst.trims(), 1);
   EXPECT_EQ(trims.value(), 1u);
-  // The 125 left are no burst of their own.
-  for (int i = 0; i < 125; ++i) burst.Ended();
+  // The 125 left are no burst of their own, but the last of them gives back
+  // what they freed.
+  for (int i = 0; i < 124; ++i) burst.Ended();
   EXPECT_EQ(burst.trims(), 1);
+  burst.Ended();
+  EXPECT_EQ(burst.trims(), 2);
+  EXPECT_EQ(trims.value(), 2u);
   EXPECT_EQ(alive.value(), 0);
+  // Nothing alive: no tail left to trim.
+  burst.Began();
+  burst.Ended();
+  EXPECT_EQ(burst.trims(), 2);
 }
 
 TEST(BurstMemoryTest, Ended_NextBurstBeforeTheLastEnded_TrimsAgain) {
@@ -48,9 +56,10 @@ TEST(BurstMemoryTest, Ended_FewerThanABurst_NeverTrims) {
 TEST(BurstMemoryTest, Ended_LastOfABurstThatEndsAtOnce_Trims) {
   BurstMemory burst(4, nullptr, nullptr);
   for (int i = 0; i < 8; ++i) burst.Began();
-  for (int i = 0; i < 8; ++i) burst.Ended();
-  // At one alive (an eighth of 8) and not again at none: 1 < 4.
-  EXPECT_EQ(burst.trims(), 1);
+  for (int i = 0; i < 7; ++i) burst.Ended();
+  EXPECT_EQ(burst.trims(), 1);  // one alive: an eighth of 8
+  burst.Ended();
+  EXPECT_EQ(burst.trims(), 2);  // the burst's last call
 }
 
 }  // namespace
