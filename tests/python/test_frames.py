@@ -147,17 +147,16 @@ def test_wait_reply_in_pieces_is_reassembled(pair: Any) -> None:
     client, daemon = pair
     data = bytes(range(256)) * 8192  # 2 MiB: over the first buffer
     whole = reply_bytes(4, data=data)
-
-    cuts = [0, 2, 7, 100, len(whole) // 2, len(whole)]
-
-    def trickle() -> None:
-        for at, end in zip(cuts, cuts[1:]):
-            daemon.sendall(whole[at:end])
-            time.sleep(0.01)
-
-    sender = threading.Thread(target=trickle)
-    sender.start()
-    got = _frames.Reader(client.fileno()).wait(4, WAIT, _no_other_reply)
+    cuts = [0, 2, 7, 100, 50_000]  # each within what the socket holds
+    reader = _frames.Reader(client.fileno())
+    for at, end in zip(cuts, cuts[1:]):
+        daemon.sendall(whole[at:end])
+        # Each piece is read on its own, and is no whole reply yet.
+        assert reader.drain(_no_other_reply) is True
+    sender = threading.Thread(target=daemon.sendall,
+                              args=(whole[cuts[-1]:],))
+    sender.start()  # the rest is over what the socket holds at once
+    got = reader.wait(4, WAIT, _no_other_reply)
     sender.join(WAIT)
     assert got[4] == data
 
@@ -221,7 +220,7 @@ def test_drain_passes_whole_replies_keeps_the_rest(pair: Any) -> None:
     daemon.sendall(reply_bytes(1) + second[:5])
     reader = _frames.Reader(client.fileno())
     seen: List[Any] = []
-    time.sleep(0.05)
+    # A Unix socket pair holds what was sent: drain() reads it all.
     assert reader.drain(lambda reply: seen.append(reply) or True) is True
     assert [s[0] for s in seen] == [1]
     daemon.sendall(second[5:])

@@ -400,7 +400,7 @@ class CallSocket:
         outcome = None
         try:
             left = waiting._deadline - time.monotonic()
-            if left > 0 and not waiting._done:
+            if left > 0 and not waiting._done and self._broken is None:
                 # Receives that give up at the deadline, straight into
                 # recv() (no poll first: that is a system call and a
                 # wake-up more); other calls' replies go to _complete.
