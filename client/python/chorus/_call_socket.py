@@ -174,8 +174,8 @@ class BlockingCall:
     socket's lock.
     """
 
-    __slots__ = ("_socket", "_call_id", "_deadline", "_reads", "_done",
-                 "_reply", "_error")
+    __slots__ = ("_socket", "_call_id", "_deadline", "_done", "_reply",
+                 "_error")
 
     def __init__(self, socket: "CallSocket", call_id: int,
                  deadline: float) -> None:
@@ -183,8 +183,6 @@ class BlockingCall:
         self._call_id = call_id
         # When result() ends the call (monotonic).
         self._deadline = deadline
-        # Whether its thread took the turn to read as it sent the call.
-        self._reads = False
         self._done = False
         self._reply: Any = None
         self._error: Optional[BaseException] = None
@@ -318,13 +316,10 @@ class CallSocket:
                 broken = True
             else:
                 broken = False
-                if blocking and not self._reading:
-                    # The caller reads for its reply from the start.
-                    self._reading = True
-                    pending._reads = True
         if broken:
-            # Nothing of it went out: the daemon closed the socket (a
-            # write to a closed Unix socket fails whole).
+            # The daemon closed the socket. A write to a closed Unix socket
+            # fails whole, so nothing of the call went out; a frame cut
+            # short by another error leaves the connection unusable alike.
             self._fail(self._broken or "sending failed")
             return None
         if wake:
@@ -382,25 +377,24 @@ class CallSocket:
         """Waits on a blocking call's thread until it ended, reading the
         socket while no other thread does; ends it at its deadline.
         """
-        if not waiting._reads:
-            with self._lock:
-                while True:
-                    if waiting._done:
-                        return
-                    left = waiting._deadline - time.monotonic()
-                    if left <= 0:
-                        self._end_late(waiting)
-                        return
-                    if not self._reading and self._broken is None:
-                        self._reading = True
-                        break
-                    self._sleepers += 1
-                    self._turn.wait(left)
-                    self._sleepers -= 1
+        with self._lock:
+            while True:
+                if waiting._done:
+                    return
+                left = waiting._deadline - time.monotonic()
+                if left <= 0:
+                    self._end_late(waiting)
+                    return
+                if not self._reading and self._broken is None:
+                    self._reading = True
+                    break
+                self._sleepers += 1
+                self._turn.wait(left)
+                self._sleepers -= 1
         outcome = None
         try:
             left = waiting._deadline - time.monotonic()
-            if left > 0 and not waiting._done and self._broken is None:
+            if left > 0:
                 # Receives that give up at the deadline, straight into
                 # recv() (no poll first: that is a system call and a
                 # wake-up more); other calls' replies go to _complete.
