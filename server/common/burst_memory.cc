@@ -6,10 +6,29 @@
 
 namespace chorus {
 
+BurstMemory::BurstMemory(int burst_calls, Level* alive, Counter* trims,
+                         Counter* settled_trims, absl::Duration settle)
+    : burst_calls_(burst_calls),
+      alive_metric_(alive),
+      trims_metric_(trims),
+      settled_metric_(settled_trims),
+      settle_(settle),
+      settler_([this] { Settle(); }) {}
+
+BurstMemory::~BurstMemory() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  settler_.join();
+}
+
 void BurstMemory::Began() {
   if (alive_metric_ != nullptr) alive_metric_->Add();
   absl::MutexLock lock(&mu_);
   peak_ = std::max(peak_, ++alive_);
+  // The new calls' own trims come instead.
+  settle_at_ = absl::InfiniteFuture();
 }
 
 void BurstMemory::Ended() {
@@ -24,17 +43,50 @@ void BurstMemory::Ended() {
     // What is still alive may make the next trim's burst, and is its tail.
     peak_ = alive_;
     tail_ = alive_ > 0;
-    ++trims_;
+    if (alive_ == 0) settle_at_ = absl::Now() + settle_;
   }
+  Trim(trims_metric_);
+  absl::MutexLock lock(&mu_);
+  ++trims_;
+}
+
+void BurstMemory::Trim(Counter* metric) {
   // Outside the lock: trimming a large heap takes milliseconds.
   malloc_trim(0);
   // Counted once done: a reader of the metric sees the trimmed heap.
-  if (trims_metric_ != nullptr) trims_metric_->Add();
+  if (metric != nullptr) metric->Add();
+}
+
+void BurstMemory::Settle() {
+  mu_.Lock();
+  while (!stopping_) {
+    const absl::Time due = settle_at_;
+    auto changed = [this, due]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || settle_at_ != due;
+    };
+    // Until the due time, unless it changes first (a burst ended, a call
+    // came) or the destructor runs.
+    if (mu_.AwaitWithDeadline(absl::Condition(&changed), due)) continue;
+    settle_at_ = absl::InfiniteFuture();
+    mu_.Unlock();
+    Trim(settled_metric_);
+    mu_.Lock();
+    ++trims_;
+  }
+  mu_.Unlock();
 }
 
 int BurstMemory::trims() const {
   absl::MutexLock lock(&mu_);
   return trims_;
+}
+
+bool BurstMemory::AwaitTrims(int count, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto reached = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return trims_ >= count;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }
 
 }  // namespace chorus

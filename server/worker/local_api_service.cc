@@ -404,6 +404,20 @@ absl::Status LocalApiService::CheckSizes(const LocalCall& call,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The counters of BurstMemory's trims, by when they ran.
+CounterFamily* MemoryTrims() {
+  return DefaultMetrics().Counters(
+      "chorus_memory_trims_total",
+      "Times the worker gave the memory freed by a burst of local API calls "
+      "back to the system: as the burst ended (when=\"burst\"), and once "
+      "more a second after its last call (when=\"settled\").",
+      {"when"});
+}
+
+}  // namespace
+
 LocalApiService::LocalApiService(uint64_t max_tensor_bytes,
                                  uint64_t max_shared_bytes)
     : max_tensor_bytes_(max_tensor_bytes),
@@ -417,12 +431,7 @@ LocalApiService::LocalApiService(uint64_t max_tensor_bytes,
                       "gRPC.",
                       {})
               ->With({}),
-          DefaultMetrics()
-              .Counters("chorus_memory_trims_total",
-                        "Times the worker gave the memory freed by a burst "
-                        "of local API calls back to the system.",
-                        {})
-              ->With({})) {}
+          MemoryTrims()->With({"burst"}), MemoryTrims()->With({"settled"})) {}
 
 void LocalApiService::Drain() {
   tasks_.WaitIdle();
