@@ -17,8 +17,9 @@ BurstMemory::BurstMemory(int burst_calls, Level* alive, Counter* trims,
 
 BurstMemory::~BurstMemory() {
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&settle_mu_);
     stopping_ = true;
+    settle_cv_.Signal();
   }
   settler_.join();
 }
@@ -33,6 +34,7 @@ void BurstMemory::Began() {
 
 void BurstMemory::Ended() {
   if (alive_metric_ != nullptr) alive_metric_->Sub();
+  bool settle = false;
   {
     absl::MutexLock lock(&mu_);
     --alive_;
@@ -43,7 +45,14 @@ void BurstMemory::Ended() {
     // What is still alive may make the next trim's burst, and is its tail.
     peak_ = alive_;
     tail_ = alive_ > 0;
-    if (alive_ == 0) settle_at_ = absl::Now() + settle_;
+    if (alive_ == 0) {
+      settle_at_ = absl::Now() + settle_;
+      settle = true;
+    }
+  }
+  if (settle) {
+    absl::MutexLock lock(&settle_mu_);
+    settle_cv_.Signal();
   }
   Trim(trims_metric_);
   absl::MutexLock lock(&mu_);
@@ -58,22 +67,33 @@ void BurstMemory::Trim(Counter* metric) {
 }
 
 void BurstMemory::Settle() {
-  mu_.Lock();
+  settle_mu_.Lock();
   while (!stopping_) {
-    const absl::Time due = settle_at_;
-    auto changed = [this, due]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || settle_at_ != due;
-    };
-    // Until the due time, unless it changes first (a burst ended, a call
-    // came) or the destructor runs.
-    if (mu_.AwaitWithDeadline(absl::Condition(&changed), due)) continue;
-    settle_at_ = absl::InfiniteFuture();
-    mu_.Unlock();
+    absl::Time due;
+    bool taken = false;
+    {
+      absl::MutexLock calls_lock(&mu_);
+      due = settle_at_;
+      // Due, and not moved by a call or a burst since: taken now.
+      if (due <= absl::Now()) {
+        settle_at_ = absl::InfiniteFuture();
+        taken = true;
+      }
+    }
+    if (!taken) {
+      // Until it is due, or a burst's end or the destructor signals.
+      settle_cv_.WaitWithDeadline(&settle_mu_, due);
+      continue;
+    }
+    settle_mu_.Unlock();
     Trim(settled_metric_);
-    mu_.Lock();
-    ++trims_;
+    {
+      absl::MutexLock calls_lock(&mu_);
+      ++trims_;
+    }
+    settle_mu_.Lock();
   }
-  mu_.Unlock();
+  settle_mu_.Unlock();
 }
 
 int BurstMemory::trims() const {

@@ -74,8 +74,13 @@ class BurstMemory {
   bool tail_ ABSL_GUARDED_BY(mu_) = false;
   // When the settling trim is due; InfiniteFuture() when none is.
   absl::Time settle_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int trims_ ABSL_GUARDED_BY(mu_) = 0;
+  // The settling thread waits on its own lock, so that Began() and Ended()
+  // never wake it or run its wait's checks: only a burst's end signals it.
+  // Acquired before mu_ where both are held.
+  absl::Mutex settle_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::CondVar settle_cv_;
+  bool stopping_ ABSL_GUARDED_BY(settle_mu_) = false;
   std::thread settler_;
 };
 
