@@ -469,6 +469,8 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
   const bool may_wait =
       ledger_.MayWait(joined.group, joined.rank, joined.epoch, call.sequence) ||
       !call.runtime->SendsWithoutWaiting();
+  // A caller that waits for the call anyway waits for those too.
+  const bool wait_here = call.wait_here;
   auto start = [this, call = std::move(call), input, output, deadline,
                 done = std::move(done)]() mutable {
     const Membership& m = call.membership;
@@ -528,13 +530,18 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
       run_output = &running->scratch;
       c.options.output_place = c.shared_output;
     }
+    if (c.wait_here) {
+      EndCall(*running, c.runtime->Run(c.membership, c.sequence, c.spec, input,
+                                       run_output, c.options));
+      return;
+    }
     c.runtime->RunAsync(c.membership, c.sequence, c.spec, input, run_output,
                         c.options,
                         [this, running](absl::StatusOr<RunResult> ran) {
                           EndCall(*running, std::move(ran));
                         });
   };
-  if (may_wait) {
+  if (may_wait && !wait_here) {
     tasks_.Spawn(std::move(start));
   } else {
     start();
@@ -610,7 +617,8 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareMessageCall(
 }
 
 void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
-                              absl::Time deadline, LocalCallDone done) {
+                              absl::Time deadline, LocalCallDone done,
+                              bool wait_here) {
   // The request and the response live until the call ended: the input is
   // a view of the request's data.
   struct Running {
@@ -627,6 +635,7 @@ void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
   }
   BurstMemory* burst = &burst_memory_;
   burst->Began();
+  call->wait_here = wait_here;
   StartCall(*std::move(call), deadline, input, running->response.mutable_data(),
             [running, burst, done = std::move(done)](
                 absl::StatusOr<RunResult> result, KeepOutput keep) mutable {

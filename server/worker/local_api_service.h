@@ -63,6 +63,10 @@ struct LocalCall {
   std::shared_ptr<SharedRegion> input_region;
   std::shared_ptr<SharedRegion> output_region;
   absl::Span<char> shared_output;
+  // Run on the starting thread, which then waits for the call's end
+  // (WorkerRuntime::Run: a lone caller reads its own reply from the
+  // coordinator, with no hand-off between threads), not with RunAsync.
+  bool wait_here = false;
 };
 
 // Takes a finished call's output for its retries (CallLedger::Keep); called
@@ -198,9 +202,13 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // Runs `request` as Collective does, for a caller that is not gRPC's (the
   // call socket, whose permissions stand for CheckLocalCaller), with
   // `deadline`; `done` runs once, on a thread of the daemon's that must
-  // not block, possibly before this returns. Codes as Collective's.
+  // not block, possibly before this returns. Codes as Collective's. With
+  // `wait_here` (a caller that would wait for the call anyway: a blocking
+  // call of a rank that embeds the runtime) the calling thread itself
+  // waits for the call to end, as LocalCall::wait_here says, and for its
+  // number and a connection to the coordinator first where it must.
   void RunCall(v1::LocalCollectiveRequest request, absl::Time deadline,
-               LocalCallDone done);
+               LocalCallDone done, bool wait_here = false);
 
   // The call socket JoinGroup announces ("" for none, the default).
   void SetCallSocket(std::string path);

@@ -17,21 +17,8 @@
 namespace chorus {
 namespace {
 
-// The reply for call `call_id` that ended with `status`.
-v1::LocalCallReply ReplyFor(uint64_t call_id, const absl::Status& status) {
-  v1::LocalCallReply reply;
-  reply.set_call_id(call_id);
-  reply.set_code(static_cast<int>(status.code()));
-  reply.set_message(std::string(status.message()));
-  if (!status.ok()) {
-    // The google.rpc.Status with its ErrorDetail, as gRPC would send it.
-    reply.set_status_details(ToGrpcStatus(status).error_details());
-  }
-  return reply;
-}
-
 std::string ErrorPayload(const absl::Status& status) {
-  return ReplyFor(0, status).SerializeAsString();
+  return LocalCallReplyFor(0, status).SerializeAsString();
 }
 
 // Handles one frame of a connection. Returns false to close it.
@@ -44,31 +31,53 @@ bool HandleFrame(LocalApiService* api, std::string payload,
         "call_id")));
     return false;
   }
+  RunLocalCallFrame(api, std::move(frame), [reply](v1::LocalCallReply& answer) {
+    reply.Send(answer.SerializeAsString());
+  });
+  return true;
+}
+
+}  // namespace
+
+v1::LocalCallReply LocalCallReplyFor(uint64_t call_id,
+                                     const absl::Status& status) {
+  v1::LocalCallReply reply;
+  reply.set_call_id(call_id);
+  reply.set_code(static_cast<int>(status.code()));
+  reply.set_message(std::string(status.message()));
+  if (!status.ok()) {
+    // The google.rpc.Status with its ErrorDetail, as gRPC would send it.
+    reply.set_status_details(ToGrpcStatus(status).error_details());
+  }
+  return reply;
+}
+
+void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
+                       LocalReplySink send, bool wait_here) {
   const uint64_t id = frame.call_id();
   if (frame.timeout_us() == 0) {
-    reply.Send(ReplyFor(id, absl::InvalidArgumentError(
-                                "a call with timeout_us 0 cannot run"))
-                   .SerializeAsString());
-    return true;
+    v1::LocalCallReply answer = LocalCallReplyFor(
+        id, absl::InvalidArgumentError("a call with timeout_us 0 cannot run"));
+    send(answer);
+    return;
   }
   const absl::Time deadline =
       absl::Now() + absl::Microseconds(static_cast<int64_t>(
                         std::min<uint64_t>(frame.timeout_us(), INT64_MAX)));
   api->RunCall(
       std::move(*frame.mutable_call()), deadline,
-      [reply, id](const absl::Status& status,
-                  v1::LocalCollectiveResponse& response, KeepOutput keep) {
-        v1::LocalCallReply answer = ReplyFor(id, status);
+      [send = std::move(send), id](const absl::Status& status,
+                                   v1::LocalCollectiveResponse& response,
+                                   KeepOutput keep) {
+        v1::LocalCallReply answer = LocalCallReplyFor(id, status);
         if (status.ok()) answer.mutable_response()->Swap(&response);
-        reply.Send(answer.SerializeAsString());
+        send(answer);
         if (keep) {
           keep(std::move(*answer.mutable_response()->mutable_data()));
         }
-      });
-  return true;
+      },
+      wait_here);
 }
-
-}  // namespace
 
 std::string CallSocketPath(const std::string& local_socket) {
   return absl::StrCat(local_socket, ".calls");

@@ -24,15 +24,36 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chorus/v1/worker.pb.h"
 #include "server/common/frame_server.h"
 #include "server/worker/local_api_service.h"
 
 namespace chorus {
+
+// The reply to call `call_id` that ended with `status`: its code and message
+// and, when not OK, the google.rpc.Status with its ErrorDetail as gRPC would
+// send it.
+v1::LocalCallReply LocalCallReplyFor(uint64_t call_id,
+                                     const absl::Status& status);
+
+// Takes the reply of a frame: may move what it needs out of it (but not its
+// response's data, which goes to the call's ledger after it returns). Runs
+// once, on a thread of the worker's that must not block.
+using LocalReplySink = std::function<void(v1::LocalCallReply& reply)>;
+
+// Runs one frame (call_id nonzero) as the call socket does, for any
+// transport of frames: LocalApiService::RunCall with the frame's timeout;
+// timeout_us 0 is answered with INVALID_ARGUMENT. `send` gets the reply,
+// possibly before this returns.
+// `wait_here` as LocalApiService::RunCall's.
+void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
+                       LocalReplySink send, bool wait_here = false);
 
 // What every call socket connection starts with.
 inline constexpr absl::string_view kLocalCallHello = "CHORUS-LOCAL/1\n";
