@@ -70,7 +70,9 @@ python_tests() {
     if [[ "$pip_help" == *"${flag%%=*}"* ]]; then pip+=("$flag"); fi
   done
   rm -rf "$target"
-  "${pip[@]}" client/python || return 1
+  # With the embedded worker this build made (chorus._embedded).
+  CHORUS_BUILD_DIR="$(cd "$build_dir" && pwd)" "${pip[@]}" client/python \
+    || return 1
   local rc=0
   env -u CHORUS_BIN_DIR PYTHONPATH="$target" CHORUS_BUILD_DIR="$build_dir" \
     /usr/bin/python3 -m pytest tests/python -q || rc=$?

@@ -13,12 +13,19 @@ another proto root (the folder that holds chorus/v1/).
 
 The extension chorus._frames (chorus/_frames.c) is compiled too, which needs
 a C compiler and Python's headers (Debian: gcc and python3-dev).
+
+The embedded worker, chorus._embedded, is the worker runtime built by Chorus'
+CMake build (client/python/embedded): when $CHORUS_BUILD_DIR names a build
+(relative paths from the repository's root) that holds
+python-embedded/_embedded*.so for this interpreter, it is copied into the
+package; without it the package works through worker daemons only.
 """
 
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import List, Optional
 
@@ -61,14 +68,35 @@ def _protoc_command() -> List[str]:
     return [sys.executable, "-m", "grpc_tools.protoc"]
 
 
+def _embedded_module() -> Optional[Path]:
+    """Returns the CMake-built chorus._embedded for this interpreter in
+    $CHORUS_BUILD_DIR, or None when there is none.
+    """
+    configured = os.environ.get("CHORUS_BUILD_DIR")
+    if not configured:
+        return None
+    build = Path(configured)
+    if not build.is_absolute():
+        build = HERE.parent.parent / build
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    module = build / "python-embedded" / f"_embedded{suffix}"
+    return module if module.is_file() else None
+
+
 class BuildPyWithStubs(build_py):
-    """build_py that also generates chorus/v1/*_pb2*.py into the build."""
+    """build_py that also generates chorus/v1/*_pb2*.py into the build, and
+    takes chorus._embedded from a Chorus build when there is one.
+    """
 
     def run(self) -> None:
         """Builds the package, then generates the stubs into the build."""
         super().run()
         if not self.dry_run:
             self._generate(Path(self.build_lib))
+            embedded = _embedded_module()
+            if embedded is not None:
+                shutil.copy2(embedded,
+                             Path(self.build_lib) / "chorus" / embedded.name)
 
     def _generate(self, out: Path) -> None:
         root = _proto_root()

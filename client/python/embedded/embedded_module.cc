@@ -1,0 +1,653 @@
+// chorus._embedded: a Chorus worker runtime inside a Python process, for
+// ranks that cannot afford the hop to a worker daemon (DESIGN.md: "a program
+// that cannot afford the extra hop to a daemon embeds the runtime").
+//
+// Worker(...) starts a WorkerRuntime with its local API (LocalApiService) on
+// a Unix socket of the caller's choosing, registers it with the coordinator
+// and binds the local API to it: to a client it is a worker daemon that
+// lives in this process. Joins and every other local API call go over that
+// socket as they would to a daemon. Collectives take a shorter way:
+// Worker.calls() returns a Calls channel that hands LocalCallFrames straight
+// to the local API (RunLocalCallFrame, as the daemon's call socket does),
+// with no socket in between; its replies wait in a queue until a Python
+// thread takes them. So every check, code and error detail is the daemon's.
+//
+// Calls has the methods of the call socket's connection that
+// chorus._call_socket drives (its Connection: send_call, wait, drain, fileno,
+// shutdown, close): fileno()
+// is an eventfd that is readable while replies wait, for select().
+//
+// Lifecycle: a Worker serves until close() (or its deallocation), which
+// deregisters, stops serving and closes every Calls made from it (their
+// waiters return False, and send_call raises OSError). Thread safety: every
+// method may be called from any Python thread; waits release the GIL.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "chorus/v1/worker.grpc.pb.h"
+#include "chorus/v1/worker.pb.h"
+#include "glog/logging.h"
+#include "server/common/device.h"
+#include "server/worker/local_api_service.h"
+#include "server/worker/local_call_socket.h"
+#include "server/worker/worker_runtime.h"
+
+namespace chorus {
+namespace {
+
+// A reply as the Python side reads it (chorus._frames' tuple).
+struct QueuedReply {
+  uint64_t call_id = 0;
+  int code = 0;
+  std::string message;
+  std::string details;
+  std::string data;
+  int64_t algorithm = 0;
+  uint64_t chunk_bytes = 0;
+};
+
+// The replies of one Calls channel, until a Python thread takes them.
+// Thread-safe; shared by the channel and the calls it has in flight.
+class ReplyQueue {
+ public:
+  ReplyQueue() : event_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~ReplyQueue() {
+    if (event_fd_ >= 0) close(event_fd_);
+  }
+  ReplyQueue(const ReplyQueue&) = delete;
+  ReplyQueue& operator=(const ReplyQueue&) = delete;
+
+  int event_fd() const { return event_fd_; }
+
+  // Queues a reply (dropped once closed).
+  void Push(QueuedReply reply) {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    if (replies_.empty()) Signal();
+    replies_.push_back(std::move(reply));
+  }
+
+  // Moves every queued reply to `out`, waiting until there is one, the
+  // queue closed or `deadline` passed. Returns false when it closed and
+  // nothing was left.
+  bool Take(absl::Time deadline, std::deque<QueuedReply>* out) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithDeadline(absl::Condition(this, &ReplyQueue::Ready), deadline);
+    if (replies_.empty()) return !closed_;
+    out->swap(replies_);
+    replies_.clear();
+    Clear();
+    return true;
+  }
+
+  // Wakes every waiter for good; later replies are dropped. Idempotent.
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    Signal();
+  }
+
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !replies_.empty();
+  }
+  // Makes the eventfd readable / not readable.
+  void Signal() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t one = 1;
+    (void)!write(event_fd_, &one, sizeof(one));
+  }
+  void Clear() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closed_) return;  // stays readable: select() sees the end
+    uint64_t value;
+    (void)!read(event_fd_, &value, sizeof(value));
+  }
+
+  const int event_fd_;
+  mutable absl::Mutex mu_;
+  std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The runtime and its local API, with the channels made from them.
+struct Embedded {
+  std::unique_ptr<LocalApiService> api;
+  std::unique_ptr<WorkerRuntime> runtime;
+  absl::Mutex mu;
+  std::vector<std::weak_ptr<ReplyQueue>> queues ABSL_GUARDED_BY(mu);
+  bool closed ABSL_GUARDED_BY(mu) = false;
+
+  void Close() {
+    std::vector<std::weak_ptr<ReplyQueue>> queues_now;
+    {
+      absl::MutexLock lock(&mu);
+      if (closed) return;
+      closed = true;
+      queues_now.swap(queues);
+    }
+    api->BeginShutdown();
+    runtime->Shutdown();
+    api->Drain();
+    for (const std::weak_ptr<ReplyQueue>& weak : queues_now) {
+      if (std::shared_ptr<ReplyQueue> queue = weak.lock()) queue->Close();
+    }
+  }
+};
+
+PyObject* RaiseStatus(const absl::Status& status) {
+  PyObject* type = PyExc_RuntimeError;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      type = PyExc_ValueError;
+      break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      type = PyExc_ConnectionError;
+      break;
+    default:
+      break;
+  }
+  PyObject* error = Py_BuildValue(
+      "(is#)", static_cast<int>(status.code()), status.message().data(),
+      static_cast<Py_ssize_t>(status.message().size()));
+  if (error != nullptr) {
+    PyErr_SetObject(type, error);
+    Py_DECREF(error);
+  }
+  return nullptr;
+}
+
+// ---- Worker ---------------------------------------------------------------
+
+struct WorkerObject {
+  PyObject ob_base;  // what PyObject_HEAD declares
+  Embedded* embedded;
+};
+
+PyObject* WorkerNew(PyTypeObject* type, PyObject*, PyObject*) {
+  auto* self = reinterpret_cast<WorkerObject*>(type->tp_alloc(type, 0));
+  if (self != nullptr) self->embedded = nullptr;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kKeywords[] = {"coordinator",
+                                    "local_socket",
+                                    "listen",
+                                    "advertise_address",
+                                    "name",
+                                    "register_timeout",
+                                    "max_tensor_bytes",
+                                    "max_shared_bytes",
+                                    nullptr};
+  const char* coordinator;
+  const char* local_socket;
+  const char* listen = "127.0.0.1:0";
+  const char* advertise = "";
+  const char* name = "";
+  double register_timeout = 30;
+  unsigned long long max_tensor_bytes = kDefaultMaxTensorBytes;
+  unsigned long long max_shared_bytes = kDefaultMaxSharedBytes;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwargs, "ss|sssdKK:Worker", const_cast<char**>(kKeywords),
+          &coordinator, &local_socket, &listen, &advertise, &name,
+          &register_timeout, &max_tensor_bytes, &max_shared_bytes)) {
+    return -1;
+  }
+  if (self->embedded != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "Worker: started already");
+    return -1;
+  }
+  if (!(register_timeout > 0) || !std::isfinite(register_timeout)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "Worker: register_timeout must be a positive number");
+    return -1;
+  }
+  RuntimeOptions options;
+  options.coordinator = coordinator;
+  options.unix_socket_path = local_socket;
+  options.listen = listen;
+  options.advertise_address = advertise;
+  options.name = name;
+  options.register_timeout = absl::Seconds(register_timeout);
+  auto embedded = std::make_unique<Embedded>();
+  absl::Status status;
+  Py_BEGIN_ALLOW_THREADS;
+  embedded->api =
+      std::make_unique<LocalApiService>(max_tensor_bytes, max_shared_bytes);
+  options.extra_services = {embedded->api.get()};
+  options.extra_service_names = {v1::WorkerLocal::service_full_name()};
+  absl::StatusOr<std::unique_ptr<WorkerRuntime>> created =
+      WorkerRuntime::Create(options);
+  if (created.ok()) {
+    embedded->runtime = *std::move(created);
+    status = embedded->runtime->Register();
+    if (status.ok()) {
+      embedded->api->Bind(embedded->runtime.get());
+    } else {
+      embedded->runtime->Shutdown();
+    }
+  } else {
+    status = created.status();
+  }
+  Py_END_ALLOW_THREADS;
+  if (!status.ok()) {
+    RaiseStatus(status);
+    return -1;
+  }
+  self->embedded = embedded.release();
+  return 0;
+}
+
+void WorkerClose(WorkerObject* self) {
+  if (self->embedded == nullptr) return;
+  Embedded* embedded = self->embedded;
+  Py_BEGIN_ALLOW_THREADS;
+  embedded->Close();
+  Py_END_ALLOW_THREADS;
+}
+
+void WorkerDealloc(WorkerObject* self) {
+  WorkerClose(self);
+  delete self->embedded;
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+PyObject* WorkerCloseMethod(WorkerObject* self, PyObject*) {
+  WorkerClose(self);
+  Py_RETURN_NONE;
+}
+
+Embedded* Started(WorkerObject* self) {
+  if (self->embedded == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "Worker: not started");
+  }
+  return self->embedded;
+}
+
+PyObject* WorkerAddress(WorkerObject* self, void*) {
+  Embedded* embedded = Started(self);
+  if (embedded == nullptr) return nullptr;
+  return PyUnicode_FromString(embedded->runtime->address().c_str());
+}
+
+PyObject* WorkerName(WorkerObject* self, void*) {
+  Embedded* embedded = Started(self);
+  if (embedded == nullptr) return nullptr;
+  return PyUnicode_FromString(embedded->runtime->name().c_str());
+}
+
+PyObject* WorkerCalls(WorkerObject* self, PyObject*);
+
+PyGetSetDef kWorkerGetSet[] = {
+    {"address", reinterpret_cast<getter>(WorkerAddress), nullptr,
+     "The address its peers reach its data plane at.", nullptr},
+    {"name", reinterpret_cast<getter>(WorkerName), nullptr,
+     "The name it registered under.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyMethodDef kWorkerMethods[] = {
+    {"calls", reinterpret_cast<PyCFunction>(WorkerCalls), METH_NOARGS,
+     "calls() -> Calls\n\nA new channel for collective frames."},
+    {"close", reinterpret_cast<PyCFunction>(WorkerCloseMethod), METH_NOARGS,
+     "close() -> None\n\nDeregisters and stops serving; calls still waiting "
+     "end. Idempotent."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyTypeObject kWorkerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+// Filled in by PyInit__embedded.
+PyTypeObject kCallsType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ---- Calls ----------------------------------------------------------------
+
+struct CallsObject {
+  PyObject ob_base;  // what PyObject_HEAD declares
+  // A reference, so that the runtime outlives the channel.
+  PyObject* worker;
+  std::shared_ptr<ReplyQueue>* queue;
+};
+
+PyObject* WorkerCalls(WorkerObject* self, PyObject*) {
+  Embedded* embedded = Started(self);
+  if (embedded == nullptr) return nullptr;
+  auto queue = std::make_shared<ReplyQueue>();
+  if (queue->event_fd() < 0) return PyErr_SetFromErrno(PyExc_OSError);
+  {
+    absl::MutexLock lock(&embedded->mu);
+    if (embedded->closed) {
+      errno = EPIPE;
+      return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    embedded->queues.push_back(queue);
+  }
+  auto* calls =
+      reinterpret_cast<CallsObject*>(kCallsType.tp_alloc(&kCallsType, 0));
+  if (calls == nullptr) return nullptr;
+  Py_INCREF(self);
+  calls->worker = reinterpret_cast<PyObject*>(self);
+  calls->queue = new std::shared_ptr<ReplyQueue>(std::move(queue));
+  return reinterpret_cast<PyObject*>(calls);
+}
+
+void CallsDealloc(CallsObject* self) {
+  if (self->queue != nullptr) {
+    (*self->queue)->Close();
+    delete self->queue;
+  }
+  Py_XDECREF(self->worker);
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+Embedded* CallsEmbedded(CallsObject* self) {
+  return reinterpret_cast<WorkerObject*>(self->worker)->embedded;
+}
+
+PyObject* CallsFileno(CallsObject* self, PyObject*) {
+  return PyLong_FromLong((*self->queue)->event_fd());
+}
+
+PyObject* CallsClose(CallsObject* self, PyObject*) {
+  (*self->queue)->Close();
+  Py_RETURN_NONE;
+}
+
+constexpr Py_ssize_t kMaxParts = 8;
+
+PyObject* ReplyTuple(const QueuedReply& reply);
+
+// send_call() and send_call_here().
+PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
+  unsigned long long call_id, timeout_us;
+  PyObject* parts;
+  if (!PyArg_ParseTuple(args, "KKO!:send_call", &call_id, &timeout_us,
+                        &PyTuple_Type, &parts)) {
+    return nullptr;
+  }
+  const Py_ssize_t count = PyTuple_GET_SIZE(parts);
+  if (count > kMaxParts) {
+    PyErr_SetString(PyExc_ValueError, "send_call: too many parts");
+    return nullptr;
+  }
+  std::shared_ptr<ReplyQueue> queue = *self->queue;
+  if (queue->closed()) {
+    errno = EPIPE;
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  // The request's bytes, as a frame would carry them.
+  std::string request;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(parts, i), &view,
+                           PyBUF_C_CONTIGUOUS) < 0) {
+      return nullptr;
+    }
+    request.append(static_cast<const char*>(view.buf),
+                   static_cast<size_t>(view.len));
+    PyBuffer_Release(&view);
+  }
+  if (call_id == 0) {
+    PyErr_SetString(PyExc_ValueError, "send_call: call_id 0");
+    return nullptr;
+  }
+  // A reply that comes while the caller still waits here is handed to it;
+  // any other (none, as things are) waits in the queue.
+  struct Handover {
+    absl::Mutex mu;
+    bool caller_gone ABSL_GUARDED_BY(mu) = false;
+    std::optional<QueuedReply> reply ABSL_GUARDED_BY(mu);
+  };
+  auto handover = wait_here ? std::make_shared<Handover>() : nullptr;
+  LocalApiService* api = CallsEmbedded(self)->api.get();
+  bool parsed = false;
+  Py_BEGIN_ALLOW_THREADS;
+  v1::LocalCallFrame frame;
+  parsed = frame.mutable_call()->ParseFromString(request);
+  if (parsed) {
+    frame.set_call_id(call_id);
+    frame.set_timeout_us(timeout_us);
+    RunLocalCallFrame(
+        api, std::move(frame),
+        [queue, handover](v1::LocalCallReply& answer) {
+          QueuedReply reply;
+          reply.call_id = answer.call_id();
+          reply.code = answer.code();
+          reply.message = std::move(*answer.mutable_message());
+          reply.details = std::move(*answer.mutable_status_details());
+          // The data stays: the ledger keeps it for retries.
+          reply.data = answer.response().data();
+          reply.algorithm = answer.response().plan().algorithm();
+          reply.chunk_bytes = answer.response().plan().chunk_bytes();
+          if (handover != nullptr) {
+            absl::MutexLock lock(&handover->mu);
+            if (!handover->caller_gone) {
+              handover->reply = std::move(reply);
+              return;
+            }
+          }
+          queue->Push(std::move(reply));
+        },
+        wait_here);
+  }
+  Py_END_ALLOW_THREADS;
+  if (!parsed) {
+    PyErr_SetString(PyExc_ValueError,
+                    "send_call: the parts are not a LocalCollectiveRequest");
+    return nullptr;
+  }
+  if (handover != nullptr) {
+    std::optional<QueuedReply> reply;
+    {
+      absl::MutexLock lock(&handover->mu);
+      handover->caller_gone = true;
+      reply = std::move(handover->reply);
+    }
+    if (reply.has_value()) return ReplyTuple(*reply);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* CallsSend(CallsObject* self, PyObject* args) {
+  return Send(self, args, /*wait_here=*/false);
+}
+
+PyObject* CallsSendHere(CallsObject* self, PyObject* args) {
+  return Send(self, args, /*wait_here=*/true);
+}
+
+PyObject* ReplyTuple(const QueuedReply& reply) {
+  return Py_BuildValue(
+      "(KiNy#y#LK)", static_cast<unsigned long long>(reply.call_id), reply.code,
+      PyUnicode_DecodeUTF8(reply.message.data(),
+                           static_cast<Py_ssize_t>(reply.message.size()),
+                           "replace"),
+      reply.details.data(), static_cast<Py_ssize_t>(reply.details.size()),
+      reply.data.data(), static_cast<Py_ssize_t>(reply.data.size()),
+      static_cast<long long>(reply.algorithm),
+      static_cast<unsigned long long>(reply.chunk_bytes));
+}
+
+// Hands the replies in `taken` to on_reply, except the one to `wanted`
+// (0: none), which goes to `*mine`. Returns -1 on a Python error, 0 when
+// on_reply said stop, else 1. Replies after a stop are dropped, as a
+// socket's connection would close then.
+int Dispatch(std::deque<QueuedReply>& taken, uint64_t wanted,
+             PyObject* on_reply, PyObject** mine) {
+  int outcome = 1;
+  for (QueuedReply& reply : taken) {
+    if (outcome != 1) break;
+    PyObject* tuple = ReplyTuple(reply);
+    if (tuple == nullptr) return -1;
+    if (wanted != 0 && reply.call_id == wanted && *mine == nullptr) {
+      *mine = tuple;
+      continue;
+    }
+    PyObject* go_on = PyObject_CallOneArg(on_reply, tuple);
+    Py_DECREF(tuple);
+    if (go_on == nullptr) return -1;
+    const int truth = PyObject_IsTrue(go_on);
+    Py_DECREF(go_on);
+    if (truth < 0) return -1;
+    if (!truth) outcome = 0;
+  }
+  return outcome;
+}
+
+PyObject* CallsWait(CallsObject* self, PyObject* args) {
+  unsigned long long wanted;
+  double seconds;
+  PyObject* on_reply;
+  if (!PyArg_ParseTuple(args, "KdO:wait", &wanted, &seconds, &on_reply)) {
+    return nullptr;
+  }
+  const absl::Time deadline =
+      absl::Now() + (std::isfinite(seconds) ? absl::Seconds(seconds)
+                                            : absl::InfiniteDuration());
+  std::shared_ptr<ReplyQueue> queue = *self->queue;
+  for (;;) {
+    std::deque<QueuedReply> taken;
+    bool open = true;
+    Py_BEGIN_ALLOW_THREADS;
+    open = queue->Take(deadline, &taken);
+    Py_END_ALLOW_THREADS;
+    if (!open) Py_RETURN_FALSE;
+    if (taken.empty()) Py_RETURN_NONE;  // the deadline passed
+    PyObject* mine = nullptr;
+    const int dispatched = Dispatch(taken, wanted, on_reply, &mine);
+    if (dispatched < 0) {
+      Py_XDECREF(mine);
+      return nullptr;
+    }
+    if (mine != nullptr) return mine;
+    if (dispatched == 0) Py_RETURN_FALSE;
+    if (PyErr_CheckSignals() < 0) return nullptr;
+  }
+}
+
+PyObject* CallsDrain(CallsObject* self, PyObject* on_reply) {
+  std::shared_ptr<ReplyQueue> queue = *self->queue;
+  std::deque<QueuedReply> taken;
+  if (!queue->Take(absl::InfinitePast(), &taken)) Py_RETURN_FALSE;
+  PyObject* mine = nullptr;
+  const int dispatched = Dispatch(taken, 0, on_reply, &mine);
+  if (dispatched < 0) return nullptr;
+  return PyBool_FromLong(dispatched);
+}
+
+PyMethodDef kCallsMethods[] = {
+    {"send_call", reinterpret_cast<PyCFunction>(CallsSend), METH_VARARGS,
+     "send_call(call_id, timeout_us, parts) -> None\n\nRuns the "
+     "LocalCollectiveRequest whose bytes are `parts` (at most 8 buffers) "
+     "as call `call_id`. Raises OSError once the channel or its worker "
+     "closed, ValueError for parts that do not parse."},
+    {"send_call_here", reinterpret_cast<PyCFunction>(CallsSendHere),
+     METH_VARARGS,
+     "send_call_here(call_id, timeout_us, parts) -> tuple | None\n\n"
+     "send_call(), for a caller that waits for the call anyway: this "
+     "thread runs it and returns its reply once it ended, by its deadline "
+     "at the latest (None if the reply is still to come: then wait() "
+     "gets it). The GIL is released meanwhile; a signal is seen only "
+     "after. Raises as send_call()."},
+    {"wait", reinterpret_cast<PyCFunction>(CallsWait), METH_VARARGS,
+     "wait(call_id, seconds, on_reply) -> tuple | None | False\n\nWaits "
+     "until the reply to `call_id` came and returns it; every other reply "
+     "goes to on_reply(reply), which returns whether to go on. Returns "
+     "None when `seconds` passed first, False when the channel closed or "
+     "on_reply said stop."},
+    {"drain", reinterpret_cast<PyCFunction>(CallsDrain), METH_O,
+     "drain(on_reply) -> bool\n\nPasses every reply waiting to "
+     "on_reply(reply). Returns False when the channel closed or on_reply "
+     "said stop."},
+    {"fileno", reinterpret_cast<PyCFunction>(CallsFileno), METH_NOARGS,
+     "fileno() -> int\n\nA descriptor readable while replies wait, or once "
+     "the channel closed."},
+    {"shutdown", reinterpret_cast<PyCFunction>(CallsClose), METH_NOARGS,
+     "shutdown() -> None\n\nEnds the channel: waiters return False, "
+     "replies still due are dropped. Idempotent."},
+    {"close", reinterpret_cast<PyCFunction>(CallsClose), METH_NOARGS,
+     "close() -> None\n\nAs shutdown()."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT};
+
+}  // namespace
+}  // namespace chorus
+
+PyMODINIT_FUNC PyInit__embedded() {
+  using namespace chorus;  // NOLINT: the module's own types
+  // As in the daemons: absl's deadlock detection (on in Debian's build)
+  // would cost every lock a graph lookup.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (!google::IsGoogleLoggingInitialized()) {
+    // Warnings and errors only, on stderr: this is someone else's process.
+    FLAGS_logtostderr = true;
+    FLAGS_minloglevel = google::GLOG_WARNING;
+    google::InitGoogleLogging("chorus-embedded");
+  }
+  kWorkerType.tp_name = "chorus._embedded.Worker";
+  kWorkerType.tp_basicsize = sizeof(WorkerObject);
+  kWorkerType.tp_dealloc = reinterpret_cast<destructor>(WorkerDealloc);
+  kWorkerType.tp_flags = Py_TPFLAGS_DEFAULT;
+  kWorkerType.tp_doc =
+      "Worker(coordinator, local_socket, listen='127.0.0.1:0', "
+      "advertise_address='', name='', register_timeout=30, "
+      "max_tensor_bytes=..., max_shared_bytes=...)\n\nA worker runtime in "
+      "this process, registered with `coordinator`, serving its local API "
+      "on the Unix socket `local_socket`. Raises ValueError, "
+      "ConnectionError or RuntimeError with (code, message) when it cannot "
+      "start.";
+  kWorkerType.tp_methods = kWorkerMethods;
+  kWorkerType.tp_getset = kWorkerGetSet;
+  kWorkerType.tp_init = reinterpret_cast<initproc>(WorkerInit);
+  kWorkerType.tp_new = WorkerNew;
+  kCallsType.tp_name = "chorus._embedded.Calls";
+  kCallsType.tp_basicsize = sizeof(CallsObject);
+  kCallsType.tp_dealloc = reinterpret_cast<destructor>(CallsDealloc);
+  kCallsType.tp_flags = Py_TPFLAGS_DEFAULT;
+  kCallsType.tp_doc =
+      "A channel for collective frames into a Worker of this process; made "
+      "by Worker.calls().";
+  kCallsType.tp_methods = kCallsMethods;
+  kModule.m_name = "chorus._embedded";
+  kModule.m_doc = "A Chorus worker runtime inside this process.";
+  kModule.m_size = -1;
+  if (PyType_Ready(&kWorkerType) < 0 || PyType_Ready(&kCallsType) < 0) {
+    return nullptr;
+  }
+  PyObject* module = PyModule_Create(&kModule);
+  if (module == nullptr) return nullptr;
+  Py_INCREF(&kWorkerType);
+  Py_INCREF(&kCallsType);
+  if (PyModule_AddObject(module, "Worker",
+                         reinterpret_cast<PyObject*>(&kWorkerType)) < 0 ||
+      PyModule_AddObject(module, "Calls",
+                         reinterpret_cast<PyObject*>(&kCallsType)) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}
