@@ -19,21 +19,23 @@ daemon answers before it, so that happens only when the daemon is stuck).
 Frames are written, read and parsed by the C extension chorus._frames.
 """
 
+import functools
 import heapq
 import os
 import select
 import socket
 import threading
 import time
-from typing import (Any, Callable, Dict, List, NamedTuple, Optional, Tuple,
-                    Union)
+from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
+                    Protocol, Tuple, Union)
 
 import grpc
 
 from chorus import _frames, _status_details
 
-__all__ = ["BlockingCall", "CallSocket", "CallSocketError", "HELLO",
-           "PendingCall", "Plan", "Response", "varint"]
+__all__ = ["BlockingCall", "CallSocket", "CallSocketError", "Connection",
+           "HELLO", "PendingCall", "Plan", "Response", "UnixConnection",
+           "varint"]
 
 HELLO: bytes = b"CHORUS-LOCAL/1\n"
 
@@ -175,7 +177,7 @@ class BlockingCall:
     """
 
     __slots__ = ("_socket", "_call_id", "_deadline", "_done", "_reply",
-                 "_error")
+                 "_error", "_unsent")
 
     def __init__(self, socket: "CallSocket", call_id: int,
                  deadline: float) -> None:
@@ -186,6 +188,9 @@ class BlockingCall:
         self._done = False
         self._reply: Any = None
         self._error: Optional[BaseException] = None
+        # The request, while result() is still to send it (a connection
+        # with send_call_here).
+        self._unsent: Optional[Tuple[Any, ...]] = None
 
     def result(self) -> Any:
         """Waits for the call's end, by its deadline at the latest, and
@@ -205,6 +210,71 @@ class BlockingCall:
         self._done = True
 
 
+class Connection(Protocol):
+    """What CallSocket drives: a channel that takes LocalCallFrames and
+    gives back replies as chorus._frames reads them.
+    """
+
+    def fileno(self) -> int:
+        """A descriptor readable when replies wait (or the channel
+        ended).
+        """
+
+    def send_call(self, call_id: int, timeout_us: int,
+                  parts: Tuple[Any, ...]) -> None:
+        """Sends one call; OSError when the channel broke."""
+
+    def wait(self, call_id: int, seconds: float,
+             on_reply: Callable[[_Reply], bool]) -> Union[_Reply, None, bool]:
+        """Reads until `call_id`'s reply (returned), the deadline (None) or
+        the end (False); other replies go to on_reply.
+        """
+
+    def drain(self, on_reply: Callable[[_Reply], bool]) -> bool:
+        """Passes the replies waiting to on_reply; False at the end."""
+
+    def shutdown(self) -> None:
+        """Ends the channel: a thread waiting in wait() returns."""
+
+    def close(self) -> None:
+        """Releases the channel, once no thread uses it."""
+
+
+class UnixConnection:
+    """A connection to a worker daemon's call socket (a Connection)."""
+
+    def __init__(self, path: str) -> None:
+        """Connects to the call socket at `path` and says hello. Raises
+        OSError when it cannot.
+        """
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.settimeout(_CONNECT_TIMEOUT)
+            self._sock.connect(path)
+            self._sock.settimeout(None)
+            self._sock.sendall(HELLO)
+        except BaseException:
+            self._sock.close()
+            raise
+        fd = self._sock.fileno()
+        reader = _frames.Reader(fd)
+        self.send_call = functools.partial(_frames.send_call, fd)
+        self.wait = reader.wait
+        self.drain = reader.drain
+        self.fileno = self._sock.fileno
+
+    def shutdown(self) -> None:
+        """Shuts the socket down both ways."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Closes the socket."""
+        self._sock.close()
+
+
 class CallSocket:
     """A connection to a worker daemon's call socket.
 
@@ -216,20 +286,24 @@ class CallSocket:
     ends those past their deadline.
     """
 
-    def __init__(self, path: str) -> None:
-        """Connects to the call socket at `path` and says hello. Raises
-        OSError when it cannot.
+    def __init__(self, path: str = "", *,
+                 connection: Optional["Connection"] = None,
+                 name: str = "") -> None:
+        """Connects to the call socket at `path` and says hello (raises
+        OSError when it cannot); or, given `connection`, drives that
+        channel instead (an embedded worker's, chorus._embedded.Calls),
+        named `name` in errors.
         """
-        self._path = path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._sock.settimeout(_CONNECT_TIMEOUT)
-            self._sock.connect(path)
-            self._sock.settimeout(None)
-            self._sock.sendall(HELLO)
-        except BaseException:
-            self._sock.close()
-            raise
+        if connection is None:
+            connection = UnixConnection(path)
+            name = f"the worker daemon's call socket {path}"
+        self._name = name
+        self._conn = connection
+        self._send = connection.send_call
+        # A connection whose calls a waiting caller can run itself (an
+        # embedded worker's): a blocking call is sent by result(), outside
+        # every lock, and returns once it ended.
+        self._send_here = getattr(connection, "send_call_here", None)
         self._lock = threading.Lock()
         # Blocking callers wait here for their reply, or for their turn to
         # read.
@@ -242,8 +316,6 @@ class CallSocket:
         self._unattended = 0
         # A thread reads the socket now; only that one uses _replies.
         self._reading = False
-        self._fd = self._sock.fileno()
-        self._replies = _frames.Reader(self._fd)
         # (deadline, call id) of the calls issued without blocking,
         # earliest first; entries of calls that ended already are dropped
         # as they come up.
@@ -293,6 +365,10 @@ class CallSocket:
                 if self._broken is not None:
                     pending._end(error=self._unavailable())
                     return pending
+                if self._send_here is not None:
+                    pending._unsent = request
+                    self._pending[call_id] = pending
+                    return pending
             else:
                 pending = PendingCall()
                 if self._broken is not None:
@@ -306,8 +382,7 @@ class CallSocket:
                     self._wake_at = deadline
             self._pending[call_id] = pending
             try:
-                _frames.send_call(self._fd, call_id,
-                                  max(1, int(timeout * 1e6)), request)
+                self._send(call_id, max(1, int(timeout * 1e6)), request)
             except OSError as e:
                 self._pending.pop(call_id, None)
                 if not blocking:
@@ -332,10 +407,7 @@ class CallSocket:
         """
         with self._lock:
             self._closing = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._conn.shutdown()
         self._wake()
         self._reader.join(timeout=_CONNECT_TIMEOUT)
         if not self._reader.is_alive():
@@ -345,7 +417,7 @@ class CallSocket:
                     self._pipe_open = False
                     os.close(self._wake_read)
                     os.close(self._wake_write)
-            self._sock.close()
+            self._conn.close()
 
     def _wake(self) -> None:
         """Wakes the reader thread up."""
@@ -360,8 +432,7 @@ class CallSocket:
     def _unavailable(self) -> CallSocketError:
         return CallSocketError(
             grpc.StatusCode.UNAVAILABLE,
-            f"the worker daemon's call socket {self._path} closed "
-            f"({self._broken})")
+            f"{self._name} closed ({self._broken})")
 
     def _end_late(self, waiting: BlockingCall) -> None:
         """Ends a blocking call whose deadline passed with
@@ -375,8 +446,27 @@ class CallSocket:
 
     def _wait(self, waiting: BlockingCall) -> None:
         """Waits on a blocking call's thread until it ended, reading the
-        socket while no other thread does; ends it at its deadline.
+        socket while no other thread does; ends it at its deadline. Sends
+        it first where call() left that to it.
         """
+        request = waiting._unsent
+        if request is not None:
+            waiting._unsent = None
+            left = waiting._deadline - time.monotonic()
+            if left > 0 and not waiting._done:  # not failed meanwhile
+                try:
+                    reply = self._send_here(waiting._call_id,
+                                            max(1, int(left * 1e6)), request)
+                except OSError as e:
+                    self._fail(f"sending failed: {e}")
+                else:
+                    if reply is not None:  # the usual case: it ended here
+                        response, error = _outcome_of(reply)
+                        with self._lock:
+                            if not waiting._done:
+                                self._pending.pop(waiting._call_id, None)
+                                waiting._end(response, error)
+                        return
         with self._lock:
             while True:
                 if waiting._done:
@@ -399,7 +489,7 @@ class CallSocket:
                 # recv() (no poll first: that is a system call and a
                 # wake-up more); other calls' replies go to _complete.
                 try:
-                    reply = self._replies.wait(waiting._call_id, left,
+                    reply = self._conn.wait(waiting._call_id, left,
                                                self._complete)
                 except Exception as e:  # a reset, a reply that does not parse
                     self._fail(f"{type(e).__name__}: {e}")
@@ -430,7 +520,7 @@ class CallSocket:
         when the connection ended (every call waiting then failed).
         """
         try:
-            if self._replies.drain(self._complete):
+            if self._conn.drain(self._complete):
                 return True
             self._fail("the daemon closed it")
         except Exception as e:  # a reset, a reply that does not parse, ...
@@ -519,14 +609,14 @@ class CallSocket:
                     self._reading = True
             wait = None if upcoming is None else \
                 max(0.0, upcoming - time.monotonic())
-            watched = [self._sock, self._wake_read] if read else \
+            watched = [self._conn, self._wake_read] if read else \
                 [self._wake_read]
             ready, _, _ = select.select(watched, [], [], wait)
             if self._wake_read in ready:
                 os.read(self._wake_read, 4096)
             if not read:
                 continue
-            ended = self._sock in ready and not self._receive()
+            ended = self._conn in ready and not self._receive()
             with self._lock:
                 self._reading = False
                 self._turn.notify_all()  # a blocking caller may read now

@@ -26,8 +26,10 @@ import grpc
 import numpy as np
 
 from chorus import _connect, _dtypes
+from chorus import embedded as _embedded_worker
 from chorus._call_socket import CallSocket, varint as _varint
 from chorus._shared import SHARED_THRESHOLD_BYTES, Region, SharedMemory
+from chorus.embedded import EmbeddedWorker
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
                            InvalidArgument, Unavailable, from_rpc_error)
 from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
@@ -245,7 +247,9 @@ def _check_timeout(timeout: Optional[float], default: float) -> float:
 
 
 def join(group: Optional[str] = None, world_size: Optional[int] = None,
-         rank: Optional[int] = None, *, worker: Optional[str] = None,
+         rank: Optional[int] = None, *,
+         worker: Union[str, EmbeddedWorker, None] = None,
+         coordinator: Optional[str] = None,
          device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
          max_message_bytes: int = MAX_MESSAGE_BYTES,
          tls_dir: Optional[_connect.PathLike] = None,
@@ -267,6 +271,14 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             socket a worker started without --local_socket serves
             ($XDG_RUNTIME_DIR/chorus/worker.sock, or
             /tmp/chorus-<uid>/worker.sock without XDG_RUNTIME_DIR).
+            An EmbeddedWorker (chorus.embedded) makes this rank go through
+            the worker runtime in this process instead of a daemon.
+        coordinator: instead of a worker, the coordinator's "host:port":
+            the rank goes through this process's own worker runtime
+            (chorus.embedded.shared_worker(coordinator), started on first
+            use), with no daemon in between; a small collective then costs
+            about half as much. Needs the embedded worker (see
+            chorus.embedded).
         device: the device this rank reduces on: "cpu", "cuda:0", ...
         timeout: seconds the join may wait for the other ranks; also the
             default deadline of every collective of the communicator.
@@ -295,6 +307,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             message go through shared memory or streams either way.
 
     Raises:
+        FailedPrecondition: coordinator= where this installation has no
+            embedded worker.
         InvalidArgument: a missing or malformed argument (nothing is sent),
             a TLS file that is missing, unreadable or not PEM, or an
             argument the coordinator refuses (rank taken, world size
@@ -323,8 +337,23 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
     if not 0 <= rank < world_size:
         raise InvalidArgument(
             f"rank {rank} is out of range for world size {world_size}")
-    worker, default_worker = _connect.resolve_worker(worker)
-    tls_path, tls_source = _connect.resolve_tls_dir(tls_dir)
+    embedded: Optional[EmbeddedWorker] = None
+    if coordinator is not None:
+        if worker is not None:
+            raise InvalidArgument("pass worker= or coordinator=, not both")
+        if not isinstance(coordinator, str) or not coordinator:
+            raise InvalidArgument(
+                f"coordinator must be 'host:port', got {coordinator!r}")
+    elif isinstance(worker, EmbeddedWorker):
+        if worker.closed:
+            raise InvalidArgument(f"{worker!r} is closed")
+        embedded = worker
+    if embedded is not None or coordinator is not None:
+        worker, default_worker = "", False  # set once the checks passed
+        tls_path, tls_source = None, ""
+    else:
+        worker, default_worker = _connect.resolve_worker(worker)
+        tls_path, tls_source = _connect.resolve_tls_dir(tls_dir)
     if _connect.is_unix_target(worker):
         tls_path = None
     timeout = _check_timeout(timeout, DEFAULT_TIMEOUT)
@@ -337,7 +366,12 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
     credentials = None
     if tls_path is not None:  # the files are checked before anything is sent
         credentials = _connect.tls_credentials(tls_path, tls_source)
-    _connect.check_socket(worker, default_worker)
+    if coordinator is not None:
+        embedded = _embedded_worker.shared_worker(coordinator)
+    if embedded is not None:
+        worker = embedded.target
+    else:
+        _connect.check_socket(worker, default_worker)
 
     channel = _connect.make_channel(worker, credentials, options=[
         ("grpc.max_send_message_length", max_message_bytes),
@@ -390,7 +424,8 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         # be another worker's.
         _call_socket=(response.call_socket
                       if call_socket and _connect.is_this_host(worker)
-                      else ""))
+                      else ""),
+        _embedded=embedded if call_socket else None)
 
 
 def _connection_hint(worker: str, tls_source: str) -> str:
@@ -697,7 +732,8 @@ class Communicator:
                  _world_size: int, _rank: int, _epoch: int, _device: str,
                  _member_devices: List[str], _timeout: float,
                  _max_message_bytes: int, _shared_memory: bool = True,
-                 _call_socket: str = "") -> None:
+                 _call_socket: str = "",
+                 _embedded: Optional[EmbeddedWorker] = None) -> None:
         """Made by chorus.join(); not meant to be called directly."""
         self._channel = _channel
         self._worker = _worker
@@ -725,7 +761,14 @@ class Communicator:
         self._shared = SharedMemory(_channel, _group, _epoch, _rank,
                                     _shared_memory)
         self._calls: Optional[CallSocket] = None
-        if _call_socket:
+        if _embedded is not None:
+            try:
+                self._calls = CallSocket(
+                    connection=_embedded.calls(),
+                    name=f"the call channel of {_embedded!r}")
+            except OSError:
+                pass  # closed meanwhile: gRPC calls, which fail alike
+        elif _call_socket:
             try:
                 self._calls = CallSocket(_call_socket)
             except OSError:

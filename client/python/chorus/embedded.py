@@ -1,0 +1,193 @@
+"""A Chorus worker inside this process, for ranks that skip the daemon.
+
+A rank normally reaches the coordinator through a worker daemon: every
+collective is a hop to the daemon and back, and the daemon's CPU time is
+spent on top of the rank's. An EmbeddedWorker runs the worker runtime in
+this process instead (the chorus._embedded extension, built with Chorus
+itself): it registers with the coordinator as a worker of its own, serves
+the peer data plane, and takes this process's collectives with no socket in
+between. Everything else is as with a daemon: the same joins, plans, checks,
+codes and error details, and ranks on daemons and embedded ranks can share
+a group.
+
+    with chorus.join("g", 2, 0, coordinator="10.0.0.1:7000") as comm:
+        comm.all_reduce(x)
+
+join(coordinator=...) starts one EmbeddedWorker per coordinator and
+process, on first use, and keeps it until the process exits; make one
+yourself for other settings (listen=, name=) and pass it as worker=.
+
+The runtime serves its local API on a Unix socket in a private directory of
+its own (mode 0700), which join() dials like a daemon's; it is removed at
+close(). Its peers reach it at `listen` (loopback by default: every rank on
+this host); ranks on other hosts need an address they can reach, which
+without TLS means listening in plaintext on the network, as a daemon started
+with --insecure does. Embedded workers take no TLS yet: a coordinator that
+requires it refuses their registration.
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any, Dict, Optional
+
+import grpc
+
+from chorus.errors import Error, FailedPrecondition, error_for_code
+
+__all__ = ["EmbeddedWorker", "available", "shared_worker"]
+
+_BY_VALUE: Dict[int, grpc.StatusCode] = {
+    c.value[0]: c for c in grpc.StatusCode}
+
+try:
+    from chorus import _embedded  # type: ignore[attr-defined]
+    _MISSING: Optional[str] = None
+except ImportError as e:  # installed without the module built by CMake
+    _embedded = None
+    _MISSING = str(e)
+
+
+def available() -> bool:
+    """Whether this installation has the embedded worker (chorus._embedded,
+    which `pip install client/python` takes from a Chorus build named by
+    $CHORUS_BUILD_DIR).
+    """
+    return _embedded is not None
+
+
+def _error_of(e: Exception, coordinator: str) -> Error:
+    """The chorus.Error for the extension's (code, message) exception."""
+    code, message = grpc.StatusCode.UNKNOWN, str(e)
+    if len(e.args) == 2 and isinstance(e.args[0], int):
+        code = _BY_VALUE.get(e.args[0], grpc.StatusCode.UNKNOWN)
+        message = str(e.args[1])
+    return error_for_code(code)(
+        f"embedded worker for coordinator {coordinator}: {message}", code)
+
+
+class EmbeddedWorker:
+    """A worker runtime in this process, registered with a coordinator.
+
+    Thread-safe. Use it as a context manager or call close(); worker
+    objects still open when the interpreter exits are closed then.
+    """
+
+    def __init__(self, coordinator: str, *, listen: str = "127.0.0.1:0",
+                 advertise_address: str = "", name: str = "",
+                 register_timeout: float = 30.0) -> None:
+        """Starts the runtime and registers it with `coordinator`
+        ("host:port", plaintext).
+
+        Args:
+            coordinator: the coordinator's gRPC address.
+            listen: where the peer data plane listens, "host:port" (port 0
+                picks one); peers on other hosts must reach it there.
+            advertise_address: the address peers are told, when not the
+                listen address ("host" or "host:port").
+            name: the worker's name at the coordinator; default its
+                advertised address.
+            register_timeout: seconds to reach the coordinator.
+
+        Raises:
+            FailedPrecondition: this installation has no embedded worker.
+            InvalidArgument: a malformed address or option.
+            Unavailable: the address cannot be bound.
+            DeadlineExceeded: the coordinator could not be reached in time.
+            Unimplemented: a device of this host cannot take part.
+        """
+        if _embedded is None:
+            raise FailedPrecondition(
+                "this chorus package has no embedded worker (chorus."
+                "_embedded): build Chorus (scripts/build.sh), then install "
+                "the package with CHORUS_BUILD_DIR naming that build "
+                f"({_MISSING})")
+        self._coordinator = coordinator
+        self._lock = threading.Lock()
+        self._dir = tempfile.mkdtemp(prefix="chorus-embedded-")
+        self._socket = os.path.join(self._dir, "local.sock")
+        try:
+            self._worker = _embedded.Worker(
+                coordinator, self._socket, listen=listen,
+                advertise_address=advertise_address, name=name,
+                register_timeout=float(register_timeout))
+        except (ValueError, ConnectionError, RuntimeError) as e:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise _error_of(e, coordinator) from None
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def coordinator(self) -> str:
+        """The coordinator it registered with."""
+        return self._coordinator
+
+    @property
+    def target(self) -> str:
+        """Its local API's gRPC target, "unix:/path", as join() dials it."""
+        return "unix:" + self._socket
+
+    @property
+    def address(self) -> str:
+        """The address its peers reach its data plane at."""
+        return self._worker.address
+
+    @property
+    def name(self) -> str:
+        """The name it registered under."""
+        return self._worker.name
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() ran."""
+        return self._closed
+
+    def calls(self) -> Any:
+        """A new channel for collective frames into this worker (a
+        chorus._call_socket Connection). Raises OSError once closed.
+        """
+        return self._worker.calls()
+
+    def close(self) -> None:
+        """Deregisters and stops serving (calls still in flight end with
+        Unavailable), and removes its socket's directory. Idempotent.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        self._worker.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> "EmbeddedWorker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"EmbeddedWorker(coordinator={self._coordinator!r}, "
+                f"target={self.target!r})")
+
+
+_shared_lock = threading.Lock()
+_shared: Dict[str, EmbeddedWorker] = {}
+
+
+def shared_worker(coordinator: str) -> EmbeddedWorker:
+    """The process's EmbeddedWorker for `coordinator` with default settings,
+    started on first use (join(coordinator=...) uses it). Raises as
+    EmbeddedWorker() does.
+    """
+    with _shared_lock:
+        worker = _shared.get(coordinator)
+        if worker is None or worker.closed:
+            worker = EmbeddedWorker(coordinator)
+            _shared[coordinator] = worker
+        return worker

@@ -1,0 +1,327 @@
+"""Ranks that embed the worker runtime (chorus.embedded) instead of going
+through a worker daemon: alone, beside daemon ranks, in processes of their
+own, and when one of those processes is killed.
+"""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, List, Sequence
+
+import grpc
+import numpy as np
+import pytest
+
+import chorus
+from chorus import embedded
+from conftest import (CALL_TIMEOUT, REPO, Cluster, run_ranks, unique_group)
+
+
+def _build_has_module() -> bool:
+    build = Path(os.environ.get("CHORUS_BUILD_DIR", "build"))
+    if not build.is_absolute():
+        build = REPO / build
+    folder = build / "python-embedded"
+    return folder.is_dir() and any(folder.glob("_embedded*.so"))
+
+
+def test_install_has_embedded_worker_when_the_build_has_it() -> None:
+    # The README's test command installs from the build it tests: a module
+    # left out would make every other test here skip.
+    if not _build_has_module():
+        pytest.skip("this build has no chorus._embedded (no python3-dev)")
+    assert embedded.available()
+
+
+@contextlib.contextmanager
+def _joined(targets: Sequence[Any]) -> Iterator[List[chorus.Communicator]]:
+    """Joins a fresh group, rank r through targets[r] (an EmbeddedWorker
+    or a daemon's address); closes the communicators after.
+    """
+    group = unique_group()
+    comms = run_ranks([
+        (lambda r=r: chorus.join(group, len(targets), r, worker=targets[r],
+                                 timeout=CALL_TIMEOUT))
+        for r in range(len(targets))])
+    try:
+        yield comms
+    finally:
+        for c in comms:
+            c.close(timeout=5)
+
+
+pytestmark_embedded = pytest.mark.skipif(
+    not embedded.available(), reason="chorus._embedded is not installed")
+
+
+@pytest.fixture(scope="module")
+def worker(cluster: Cluster) -> Iterator[chorus.EmbeddedWorker]:
+    """An embedded worker of this process, registered with the cluster."""
+    if not embedded.available():
+        pytest.skip("chorus._embedded is not installed")
+    w = chorus.EmbeddedWorker(cluster.coordinator.address,
+                              name=f"embedded-{os.getpid()}")
+    yield w
+    w.close()
+
+
+@pytestmark_embedded
+def test_embedded_ranks_all_reduce_with_a_daemon_rank(
+        cluster: Cluster, worker: chorus.EmbeddedWorker) -> None:
+    with _joined([worker, cluster.address("w0"), worker]) as comms:
+        assert comms[0].call_socket and comms[2].call_socket
+        assert comms[0].worker == worker.target
+        for dtype in (np.float32, np.int64, np.float64):
+            inputs = [np.arange(5, dtype=dtype) * (r + 1) for r in range(3)]
+            got = run_ranks([(lambda c=c, x=x: c.all_reduce(x))
+                             for c, x in zip(comms, inputs)])
+            for out in got:
+                np.testing.assert_array_equal(out, sum(inputs))
+        # Larger than an inline plan: the ring between the embedded
+        # worker's data plane and the daemon's.
+        big = [np.full(300_000, r + 1, np.float32) for r in range(3)]
+        got = run_ranks([(lambda c=c, x=x: c.all_reduce(x, algorithm="ring"))
+                         for c, x in zip(comms, big)])
+        for out in got:
+            np.testing.assert_array_equal(out, np.full(300_000, 6))
+        gathered = run_ranks([
+            (lambda c=c, r=r: c.all_gather(np.array([r, -r], np.int32)))
+            for r, c in enumerate(comms)])
+        for out in gathered:
+            np.testing.assert_array_equal(out, [[0, 0], [1, -1], [2, -2]])
+
+
+@pytestmark_embedded
+def test_embedded_async_burst_completes_in_issue_order(
+        worker: chorus.EmbeddedWorker) -> None:
+    with _joined([worker, worker]) as comms:
+        def issue(comm: chorus.Communicator) -> List[np.ndarray]:
+            works = [comm.all_reduce(np.array([i, comm.rank], np.int64),
+                                     async_op=True) for i in range(50)]
+            return [w.wait() for w in works]
+
+        results = run_ranks([(lambda c=c: issue(c)) for c in comms])
+        for outs in results:
+            for i, out in enumerate(outs):
+                np.testing.assert_array_equal(out, [2 * i, 1])
+
+
+@pytestmark_embedded
+def test_embedded_mismatch_names_every_rank(
+        worker: chorus.EmbeddedWorker) -> None:
+    with _joined([worker, worker]) as comms:
+        errors = run_ranks([
+            (lambda: comms[0].all_reduce(np.ones(3, np.float32))),
+            (lambda: comms[1].all_reduce(np.ones(4, np.float32))),
+        ], capture=True)
+        for error in errors:
+            assert isinstance(error, chorus.Error), error
+            assert error.reason == "MISMATCH", error
+            assert set(error.ranks) == {0, 1}
+            assert error.number_used
+
+
+@pytestmark_embedded
+def test_embedded_missing_rank_deadline_names_it(
+        worker: chorus.EmbeddedWorker, cluster: Cluster) -> None:
+    with _joined([worker, cluster.address("w1")]) as comms:
+        start = time.monotonic()
+        with pytest.raises(chorus.DeadlineExceeded) as caught:
+            comms[0].barrier(timeout=1.0)
+        assert time.monotonic() - start < 30
+        assert caught.value.missing_ranks == [1]
+
+
+@pytestmark_embedded
+def test_join_worker_and_coordinator_together_is_invalid(
+        worker: chorus.EmbeddedWorker) -> None:
+    with pytest.raises(chorus.InvalidArgument):
+        chorus.join("g", 1, 0, worker=worker, coordinator=worker.coordinator)
+    with pytest.raises(chorus.InvalidArgument):
+        chorus.join("g", 1, 0, coordinator="")
+
+
+@pytestmark_embedded
+def test_embedded_worker_no_coordinator_deadline_exceeded() -> None:
+    # A port that nothing listens on.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    start = time.monotonic()
+    with pytest.raises(chorus.DeadlineExceeded) as caught:
+        chorus.EmbeddedWorker(f"127.0.0.1:{port}", register_timeout=1.0)
+    assert time.monotonic() - start < 20
+    assert f"127.0.0.1:{port}" in caught.value.message
+
+
+@pytestmark_embedded
+def test_embedded_worker_bad_listen_invalid_argument(
+        cluster: Cluster) -> None:
+    with pytest.raises(chorus.InvalidArgument):
+        chorus.EmbeddedWorker(cluster.coordinator.address, listen="nonsense")
+
+
+@pytestmark_embedded
+def test_closing_embedded_worker_ends_waiting_call(cluster: Cluster) -> None:
+    w = chorus.EmbeddedWorker(cluster.coordinator.address)
+    # Rank 1 joins through a daemon and never calls: rank 0's call waits.
+    with _joined([w, cluster.address("w0")]) as comms:
+        work = comms[0].all_reduce(np.ones(2, np.float32), async_op=True,
+                                   timeout=CALL_TIMEOUT)
+        closer = threading.Timer(0.5, w.close)
+        closer.start()
+        start = time.monotonic()
+        with pytest.raises(chorus.Error) as caught:
+            work.wait()
+        closer.join()
+        assert time.monotonic() - start < CALL_TIMEOUT / 2
+        assert caught.value.code in (grpc.StatusCode.UNAVAILABLE,
+                                     grpc.StatusCode.ABORTED,
+                                     grpc.StatusCode.CANCELLED), caught.value
+
+
+_RANK_PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import chorus
+    coordinator, group, rank, rounds = sys.argv[1:5]
+    comm = chorus.join(group, 2, int(rank), coordinator=coordinator,
+                       timeout=60)
+    print("joined", flush=True)
+    for i in range(int(rounds)):
+        out = comm.all_reduce(np.array([i, int(rank)], np.int64))
+        assert out.tolist() == [2 * i, 1], out
+    print("done", flush=True)
+    sys.stdin.readline()  # held until the test says so (or kills it)
+    comm.close()
+""")
+
+
+def _start_rank(cluster: Cluster, group: str, rank: int,
+                rounds: int) -> "subprocess.Popen[str]":
+    return subprocess.Popen(
+        [sys.executable, "-c", _RANK_PROGRAM, cluster.coordinator.address,
+         group, str(rank), str(rounds)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def _read_until(process: "subprocess.Popen[str]", word: str) -> str:
+    seen = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        seen.append(line)
+        if line.strip() == word:
+            return "".join(seen)
+    raise AssertionError(f"rank ended before {word!r}:\n{''.join(seen)}")
+
+
+@pytestmark_embedded
+def test_embedded_rank_processes_run_and_exit(cluster: Cluster) -> None:
+    group = unique_group()
+    ranks = [_start_rank(cluster, group, r, 200) for r in range(2)]
+    try:
+        for p in ranks:
+            _read_until(p, "done")
+        for p in ranks:
+            p.communicate("\n", timeout=CALL_TIMEOUT)
+            assert p.returncode == 0
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytestmark_embedded
+def test_killed_embedded_rank_aborts_the_daemon_rank(tmp_path: Path) -> None:
+    own = Cluster(tmp_path, workers=("keep",),
+                  coordinator_flags=["--lease_timeout=2s"])
+    group = unique_group()
+    doomed = _start_rank(own, group, 1, 1)
+    try:
+        with chorus.join(group, 2, 0, worker=own.address("keep"),
+                         timeout=CALL_TIMEOUT) as comm:
+            comm.all_reduce(np.array([0, 0], np.int64))
+            _read_until(doomed, "done")
+            doomed.kill()
+            doomed.wait()
+            with pytest.raises(chorus.Aborted) as caught:
+                comm.all_reduce(np.ones(4, np.float32), timeout=CALL_TIMEOUT)
+            error = caught.value
+            assert error.reason == "WORKER_LOST"
+            assert error.lost_rank == 1 and error.lost_ranks == [1]
+            assert error.lost_worker
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+            doomed.wait()
+        own.stop()
+
+
+def _u32_sum(group: str, epoch: int, sequence: int, value: int) -> bytes:
+    """A serialized LocalCollectiveRequest: all_reduce u32[1] sum."""
+    from chorus.v1 import types_pb2, worker_pb2
+    return worker_pb2.LocalCollectiveRequest(
+        group=group, rank=0, epoch=epoch, sequence=sequence,
+        spec=types_pb2.CollectiveSpec(kind=types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
+                                      dtype=types_pb2.DTYPE_U32, count=1,
+                                      op=types_pb2.REDUCE_OP_SUM),
+        data=np.array([value], np.uint32).tobytes()).SerializeToString()
+
+
+@pytestmark_embedded
+def test_calls_here_skipped_number_refused_by_its_deadline(
+        worker: chorus.EmbeddedWorker) -> None:
+    group = unique_group()
+    with chorus.join(group, 1, 0, worker=worker, timeout=CALL_TIMEOUT) as comm:
+        calls = worker.calls()
+        try:
+            # Number 2 before 1, run on this thread: it waits for #1 here
+            # and is refused at its deadline, not left hanging.
+            start = time.monotonic()
+            reply = calls.send_call_here(
+                7, 300_000, (_u32_sum(group, comm.epoch, 2, 5),))
+            assert time.monotonic() - start < 20
+            assert reply is not None and reply[0] == 7
+            assert reply[1] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            assert "#1" in reply[2], reply
+            # #1 then runs, here, with its result in the reply.
+            reply = calls.send_call_here(
+                8, 10_000_000, (_u32_sum(group, comm.epoch, 1, 5),))
+            assert reply[:2] == (8, 0), reply
+            assert np.frombuffer(reply[4], np.uint32).tolist() == [5]
+        finally:
+            calls.close()
+
+
+@pytestmark_embedded
+def test_calls_later_number_queued_earlier_run_here_both_answer(
+        worker: chorus.EmbeddedWorker) -> None:
+    group = unique_group()
+    with chorus.join(group, 1, 0, worker=worker, timeout=CALL_TIMEOUT) as comm:
+        calls = worker.calls()
+        try:
+            # #2 sent without waiting waits for its number; #1 run here
+            # ends first, then #2's reply comes through the queue.
+            calls.send_call(2, 10_000_000, (_u32_sum(group, comm.epoch, 2, 3),))
+            reply = calls.send_call_here(
+                1, 10_000_000, (_u32_sum(group, comm.epoch, 1, 4),))
+            assert reply[:2] == (1, 0), reply
+            other = calls.wait(2, 10.0, lambda r: True)
+            assert other is not None and other[:2] == (2, 0), other
+            assert np.frombuffer(other[4], np.uint32).tolist() == [3]
+        finally:
+            calls.close()
+        # The channel is closed: sending fails, waiting ends.
+        with pytest.raises(OSError):
+            calls.send_call(3, 1000, (b"",))
+        assert calls.wait(3, 1.0, lambda r: True) is False
