@@ -98,6 +98,39 @@ def test_embedded_ranks_all_reduce_with_a_daemon_rank(
 
 
 @pytestmark_embedded
+def test_embedded_blocking_all_reduce_shapes_outs_and_refusals(
+        worker: chorus.EmbeddedWorker) -> None:
+    # Blocking all_reduce of small arrays takes a shorter way through an
+    # embedded worker; results, outputs and refusals are those of any call.
+    with _joined([worker, worker]) as comms:
+        for dtype in (np.float32, np.int32, np.float64, np.uint8):
+            for shape in ((3,), (2, 3), ()):
+                xs = [np.full(shape, r + 2, dtype) for r in range(2)]
+                outs = [np.empty(shape, dtype) for _ in range(2)]
+                got = run_ranks([
+                    (lambda c=c, x=x, o=o: (c.all_reduce(x),
+                                            c.all_reduce(x, out=o)))
+                    for c, x, o in zip(comms, xs, outs)])
+                for (fresh, into), out in zip(got, outs):
+                    assert fresh.shape == shape and fresh.dtype == dtype
+                    np.testing.assert_array_equal(fresh, np.full(shape, 5))
+                    assert into is out
+                    np.testing.assert_array_equal(out, np.full(shape, 5))
+        before = comms[0].next_sequence
+        with pytest.raises(chorus.InvalidArgument):
+            comms[0].all_reduce(np.arange(8, dtype=np.float32)[::2])
+        with pytest.raises(chorus.InvalidArgument):
+            comms[0].all_reduce(np.ones(4, np.float32),
+                                out=np.empty(4, np.float64))
+        with pytest.raises(chorus.InvalidArgument):
+            comms[0].all_reduce(np.ones(4, np.float32), op="median")
+        assert comms[0].next_sequence == before  # no number was taken
+        comms[0].close()
+        with pytest.raises(chorus.InvalidArgument):
+            comms[0].all_reduce(np.ones(4, np.float32))
+
+
+@pytestmark_embedded
 def test_embedded_async_burst_completes_in_issue_order(
         worker: chorus.EmbeddedWorker) -> None:
     with _joined([worker, worker]) as comms:

@@ -21,6 +21,7 @@ Frames are written, read and parsed by the C extension chorus._frames.
 
 import functools
 import heapq
+import itertools
 import os
 import select
 import socket
@@ -327,7 +328,8 @@ class CallSocket:
         # A full pipe already wakes the reader: writers never wait on it.
         os.set_blocking(self._wake_write, False)
         self._pipe_open = True
-        self._next_id = 1
+        # Call ids; next() of it is atomic.
+        self._ids = itertools.count(1)
         self._broken: Optional[str] = None
         self._closing = False
         self._reader = threading.Thread(
@@ -357,8 +359,7 @@ class CallSocket:
         wake = False
         deadline = time.monotonic() + timeout
         with self._lock:
-            call_id = self._next_id
-            self._next_id += 1
+            call_id = next(self._ids)
             pending: Union[PendingCall, BlockingCall]
             if blocking:
                 pending = BlockingCall(self, call_id, deadline)
@@ -400,6 +401,29 @@ class CallSocket:
         if wake:
             self._wake()
         return pending
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether run_here() can run calls (the connection is an
+        embedded worker's and did not break).
+        """
+        return self._send_here is not None and self._broken is None
+
+    def run_here(self, request: Tuple[Any, ...],
+                 timeout: float) -> Optional[_Reply]:
+        """Runs a blocking call on this thread, as call(blocking=True) and
+        result() would but with none of their bookkeeping, and returns its
+        reply (as chorus._frames reads it). Returns None when nothing was
+        sent: the connection cannot run calls here, or broke.
+        """
+        if self._send_here is None or self._broken is not None:
+            return None
+        try:
+            return self._send_here(next(self._ids), max(1, int(timeout * 1e6)),
+                                   request)
+        except OSError as e:
+            self._fail(f"sending failed: {e}")
+            return None
 
     def close(self) -> None:
         """Closes the connection; calls still waiting fail with

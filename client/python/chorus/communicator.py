@@ -27,7 +27,7 @@ import numpy as np
 
 from chorus import _connect, _dtypes
 from chorus import embedded as _embedded_worker
-from chorus._call_socket import CallSocket, varint as _varint
+from chorus._call_socket import CallSocket, _outcome_of, varint as _varint
 from chorus._shared import SHARED_THRESHOLD_BYTES, Region, SharedMemory
 from chorus.embedded import EmbeddedWorker
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
@@ -516,6 +516,28 @@ class _Blocking:
         return self._method(request, timeout=self._timeout)
 
 
+class _Replied:
+    """A call that ended already, as a future of it: result() returns its
+    Response or raises its CallSocketError.
+    """
+
+    __slots__ = ("_reply",)
+
+    def __init__(self, reply: Tuple[Any, ...]) -> None:
+        self._reply = reply
+
+    def result(self) -> Any:
+        """The call's Response; raises its CallSocketError."""
+        response, error = _outcome_of(self._reply)
+        if error is not None:
+            raise error
+        return response
+
+
+# What _all_reduce_here() returns for a call it leaves to _run().
+_NOT_HERE = object()
+
+
 class _Call:
     """What one collective sends and expects back."""
 
@@ -781,6 +803,8 @@ class Communicator:
         self._in_flight = 0
         # Serialized requests without their number, by kind of call.
         self._prefixes: Dict[Tuple[Any, ...], bytes] = {}
+        # What _all_reduce_here() sends, by (dtype, shape, op).
+        self._here_calls: Dict[Tuple[Any, ...], Tuple[bytes, _Call, int]] = {}
         self._closed = False
         self._release = threading.Event()
         self._hold = self._start_hold()
@@ -951,10 +975,100 @@ class Communicator:
         "prod", "min", "max", "avg"); every rank gets the result, shaped as
         x. count = x.size; every rank passes the same shape and dtype.
         """
+        if (type(x) is np.ndarray and not async_op and dtype is None and
+                algorithm is None and device is None and self._calls is not None
+                and self._calls.runs_here):
+            done = self._all_reduce_here(x, op, out, timeout)
+            if done is not _NOT_HERE:
+                return done
         arr, name = _as_array(x, dtype, "x")
         call = _Call("all_reduce", name, arr.size, op=op, data=arr,
                      out_shape=arr.shape)
         return self._run(call, out, async_op, timeout, algorithm, device)
+
+    def _all_reduce_here(self, x: np.ndarray, op: str, out: Any,
+                         timeout: Optional[float]) -> Any:
+        """A blocking all_reduce of a small numpy array through an embedded
+        worker, with the least work in Python: the call that _run() would
+        make, run on this thread (CallSocket.run_here). Returns _NOT_HERE,
+        having done nothing, for any call that needs more than that (then
+        _run() makes it); a failed call raises as _run() would.
+        """
+        try:
+            here = self._here_calls.get((x.dtype, x.shape, op))
+        except TypeError:  # an op of no hashable type
+            return _NOT_HERE
+        if here is None:
+            here = self._prepare_here(x, op)
+            if here is None:
+                return _NOT_HERE
+        prefix, call, nbytes = here
+        if not x.flags.c_contiguous:
+            return _NOT_HERE
+        if out is not None and not (
+                type(out) is np.ndarray and out.dtype == x.dtype and
+                out.size == x.size and out.flags.c_contiguous and
+                out.flags.writeable):
+            return _NOT_HERE  # _run() checks it, and says what is wrong
+        if timeout is None:
+            timeout = self._timeout
+        else:
+            timeout = _check_timeout(timeout, self._timeout)
+        with self._mutex:
+            if self._closed:
+                raise InvalidArgument("this communicator is closed")
+            sequence = self._next_sequence
+            self._next_sequence += 1
+            self._in_flight += 1
+        parts = (prefix, _SEQUENCE_TAG, _varint(sequence), _DATA_TAG,
+                 _varint(nbytes), x)
+        try:
+            reply = self._calls.run_here(parts, timeout)
+        except BaseException:
+            self._settled_here()
+            raise
+        if reply is not None and reply[1] == 0 and len(reply[4]) == nbytes:
+            if out is None:
+                result = np.frombuffer(reply[4], x.dtype).reshape(
+                    x.shape).copy()
+            else:
+                memoryview(out).cast("B")[:] = reply[4]
+                result = out
+            self._settled_here()
+            return result
+        # A failure (or no reply: the channel broke, and the call goes as a
+        # gRPC call) ends as any other call's.
+        work = _Outcome(sequence)
+        rpc = (_Replied(reply) if reply is not None else
+               _Blocking(self._collective, b"".join(parts), timeout))
+        self._settle(call, work, rpc, None, out)
+        return work.result()
+
+    def _prepare_here(self, x: np.ndarray, op: Any
+                      ) -> Optional[Tuple[bytes, _Call, int]]:
+        """(the request's bytes but its number and data, the call, its
+        data's bytes) of an all_reduce of arrays shaped as x, cached; None
+        for one _all_reduce_here() does not make (too large for one small
+        message). Raises InvalidArgument as _run() would.
+        """
+        arr, name = _as_array(x, None, "x")
+        call = _Call("all_reduce", name, arr.size, op=op,
+                     out_shape=arr.shape)
+        nbytes = call.output_bytes()
+        if 2 * nbytes >= min(SHARED_THRESHOLD_BYTES, self._stream_limit):
+            return None
+        prefix = self._request(call, None, None).SerializeToString()
+        if len(self._here_calls) >= _MAX_PREFIXES:
+            self._here_calls.clear()
+        self._here_calls[(x.dtype, x.shape, op)] = (prefix, call, nbytes)
+        return prefix, call, nbytes
+
+    def _settled_here(self) -> None:
+        """Counts a call of _all_reduce_here() as no longer in flight."""
+        with self._mutex:
+            self._in_flight -= 1
+            if self._closed:
+                self._lock.notify_all()  # close() waits for it
 
     def reduce(self, x: Buffer, root: int = 0, op: str = "sum", *,
                out: Optional[Buffer] = None, dtype: Any = None,

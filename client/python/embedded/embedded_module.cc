@@ -413,16 +413,20 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
     PyErr_SetString(PyExc_ValueError, "send_call: call_id 0");
     return nullptr;
   }
-  // A reply that comes while the caller still waits here is handed to it;
-  // any other (none, as things are) waits in the queue.
+  // A call run here hands its reply to its caller (who waits for it, should
+  // it not have come by the time RunLocalCallFrame returns: every call
+  // ends by its deadline); any other's waits in the queue.
   struct Handover {
     absl::Mutex mu;
-    bool caller_gone ABSL_GUARDED_BY(mu) = false;
     std::optional<QueuedReply> reply ABSL_GUARDED_BY(mu);
+    bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return reply.has_value();
+    }
   };
   auto handover = wait_here ? std::make_shared<Handover>() : nullptr;
   LocalApiService* api = CallsEmbedded(self)->api.get();
   bool parsed = false;
+  std::optional<QueuedReply> reply;
   Py_BEGIN_ALLOW_THREADS;
   v1::LocalCallFrame frame;
   parsed = frame.mutable_call()->ParseFromString(request);
@@ -443,14 +447,17 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
           reply.chunk_bytes = answer.response().plan().chunk_bytes();
           if (handover != nullptr) {
             absl::MutexLock lock(&handover->mu);
-            if (!handover->caller_gone) {
-              handover->reply = std::move(reply);
-              return;
-            }
+            handover->reply = std::move(reply);
+          } else {
+            queue->Push(std::move(reply));
           }
-          queue->Push(std::move(reply));
         },
         wait_here);
+  }
+  if (parsed && handover != nullptr) {
+    absl::MutexLock lock(&handover->mu);
+    handover->mu.Await(absl::Condition(handover.get(), &Handover::Ready));
+    reply = std::move(handover->reply);
   }
   Py_END_ALLOW_THREADS;
   if (!parsed) {
@@ -458,15 +465,7 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
                     "send_call: the parts are not a LocalCollectiveRequest");
     return nullptr;
   }
-  if (handover != nullptr) {
-    std::optional<QueuedReply> reply;
-    {
-      absl::MutexLock lock(&handover->mu);
-      handover->caller_gone = true;
-      reply = std::move(handover->reply);
-    }
-    if (reply.has_value()) return ReplyTuple(*reply);
-  }
+  if (reply.has_value()) return ReplyTuple(*reply);
   Py_RETURN_NONE;
 }
 
@@ -565,12 +564,12 @@ PyMethodDef kCallsMethods[] = {
      "closed, ValueError for parts that do not parse."},
     {"send_call_here", reinterpret_cast<PyCFunction>(CallsSendHere),
      METH_VARARGS,
-     "send_call_here(call_id, timeout_us, parts) -> tuple | None\n\n"
+     "send_call_here(call_id, timeout_us, parts) -> tuple\n\n"
      "send_call(), for a caller that waits for the call anyway: this "
      "thread runs it and returns its reply once it ended, by its deadline "
-     "at the latest (None if the reply is still to come: then wait() "
-     "gets it). The GIL is released meanwhile; a signal is seen only "
-     "after. Raises as send_call()."},
+     "at the latest (the reply does not go to the queue). The GIL is "
+     "released meanwhile; a signal is seen only after. Raises as "
+     "send_call()."},
     {"wait", reinterpret_cast<PyCFunction>(CallsWait), METH_VARARGS,
      "wait(call_id, seconds, on_reply) -> tuple | None | False\n\nWaits "
      "until the reply to `call_id` came and returns it; every other reply "
