@@ -14,7 +14,11 @@ One invocation measures all_reduce, f32, sum over the same sizes twice, on
   are numpy arrays (--buffers=numpy: the client copies them into and out
   of memory it shares with the daemon), arrays from comm.shared_array()
   (--buffers=shared: the daemon reads and writes them in place), or numpy
-  arrays with shared memory off (--buffers=stream).
+  arrays with shared memory off (--buffers=stream). With --worker=embedded
+  no worker daemon runs: each Python rank joins with
+  ``chorus.join(..., coordinator=...)`` and so runs the worker runtime in
+  its own process (chorus.embedded; the package must have been installed
+  with CHORUS_BUILD_DIR naming the build).
 - embedded: ``chorus-bench --collective=all_reduce --dtype=f32 --op=sum
   --format=csv`` once per size, whose ranks embed a WorkerRuntime in their own
   processes (no hop to a daemon).
@@ -205,9 +209,11 @@ class Deadline:
 
 
 def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
-              worker: str, group: str, world: int, rank: int,
-              timeout: float, buffers: str, call_socket: bool) -> None:
-    """One Python rank (a spawned process): joins through its daemon, then
+              worker: str, coordinator: str, group: str, world: int,
+              rank: int, timeout: float, buffers: str,
+              call_socket: bool) -> None:
+    """One Python rank (a spawned process): joins through its daemon (or,
+    with `coordinator`, through a worker runtime of its own), then
     runs the parent's commands, one size at a time, and reports its times.
 
     Commands (tuples over `conn`): ("size", nbytes) starts a size; the
@@ -226,7 +232,8 @@ def rank_main(conn: multiprocessing.connection.Connection, python_dir: str,
                    f"package into build/python (client/python/README.md)"))
         return
     try:
-        comm = chorus.join(group, world, rank, worker=worker,
+        comm = chorus.join(group, world, rank, worker=worker or None,
+                           coordinator=coordinator or None,
                            timeout=timeout,
                            shared_memory=buffers != "stream",
                            call_socket=call_socket)
@@ -303,13 +310,14 @@ class Row:
 
 
 class PythonSide:
-    """A coordinator, one worker daemon per rank and one Python process per
-    rank; stops all of them on exit."""
+    """A coordinator, one worker daemon per rank (none for embedded ranks)
+    and one Python process per rank; stops all of them on exit."""
 
     def __init__(self, build_dir: Path, ranks: int, timeout: float,
                  deadline: Deadline, folder: Path, buffers: str,
-                 call_socket: bool) -> None:
+                 call_socket: bool, embedded: bool = False) -> None:
         self.build_dir = build_dir
+        self.embedded = embedded
         self.call_socket_wanted = call_socket
         self.buffers = buffers
         self.ranks = ranks
@@ -369,14 +377,16 @@ class PythonSide:
                           # Workers on one host must not all serve the
                           # default socket.
                           f"--local_socket={self.folder}/w{r}.sock"])
-            for r in range(self.ranks)]
+            for r in range(self.ranks) if not self.embedded]
         context = multiprocessing.get_context("spawn")
         python_dir = str(self.build_dir / "python")
-        for rank, port in enumerate(workers):
+        for rank in range(self.ranks):
+            worker = "" if self.embedded else f"unix:{self.folder}/w{rank}.sock"
             parent, child = context.Pipe()
             process = context.Process(
                 target=rank_main, name=f"rank-{rank}",
-                args=(child, python_dir, f"unix:{self.folder}/w{rank}.sock",
+                args=(child, python_dir, worker,
+                      f"127.0.0.1:{coordinator}" if self.embedded else "",
                       f"pyvsemb-{os.getpid()}", self.ranks, rank,
                       self.timeout, self.buffers, self.call_socket_wanted))
             process.start()
@@ -558,8 +568,11 @@ def print_table(ranks: int, args: argparse.Namespace, started: str,
     print(f"# python_vs_embedded: all_reduce f32 sum, {ranks} ranks, one "
           f"process per rank, 127.0.0.1")
     print(f"# {started}, {os.cpu_count()} cores, load average {load}")
-    print("# python: chorus package, each rank through its own chorus-worker "
-          "daemon; embedded: chorus-bench ranks (WorkerRuntime in process)")
+    how = ("with a worker runtime in process (join(coordinator=...))"
+           if args.worker == "embedded" else
+           "through its own chorus-worker daemon")
+    print(f"# python: chorus package, each rank {how}; embedded: "
+          "chorus-bench ranks (WorkerRuntime in process)")
     print(f"# rules (both): warm-up "
           f"{args.warmup if args.warmup >= 0 else 'auto (1..5)'}, iterations "
           f"clamp({args.time_per_size:g}s / warm-up estimate, "
@@ -589,7 +602,8 @@ def print_table(ranks: int, args: argparse.Namespace, started: str,
     # Where the Python side's time goes: on a machine with fewer cores than
     # processes, their CPU per call bounds the time per call.
     print(f"# python side, CPU per timed call (us; {os.cpu_count()} cores "
-          f"shared by {args.ranks * 2 + 1} daemons and ranks):")
+          f"shared by {args.ranks * (1 if args.worker == 'embedded' else 2) + 1}"
+          " daemons and ranks):")
     for nbytes, py, _ in rows:
         parts = ", ".join(f"{name} {us:.0f}"
                           for name, us in sorted(py.cpu_us.items()))
@@ -640,6 +654,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="send the Python ranks' calls on the daemon's "
                         "call socket (plain frames) or, off, as gRPC calls "
                         "(default on)")
+    parser.add_argument("--worker", choices=["daemon", "embedded"],
+                        default="daemon",
+                        help="how the Python ranks reach the coordinator: "
+                        "each through a chorus-worker daemon of its own, or "
+                        "with a worker runtime in its process "
+                        "(chorus.join(coordinator=...); the package must "
+                        "have chorus._embedded) (default daemon)")
     parser.add_argument("--build_dir", default="build",
                         help="the build tree, relative to the repository "
                         "(default build)")
@@ -678,7 +699,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             side = PythonSide(build_dir, args.ranks, args.timeout, deadline,
                               Path(folder), args.buffers,
-                              args.call_socket == "on")
+                              args.call_socket == "on",
+                              embedded=args.worker == "embedded")
             with side:
                 for nbytes in args.sizes:
                     py = side.measure(nbytes, args.warmup,

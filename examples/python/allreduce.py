@@ -24,6 +24,17 @@ started without --local_socket ($XDG_RUNTIME_DIR/chorus/worker.sock, or
     CHORUS_WORKER=unix:/tmp/w1.sock CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 \
         CHORUS_RANK=1 PYTHONPATH=build/python /usr/bin/python3 \
         examples/python/allreduce.py
+
+With --embedded it starts only the coordinator, and each rank runs the
+worker runtime in its own process (chorus.join(..., coordinator=...); the
+package must have the embedded worker, see client/python/README.md); one
+rank alone takes --coordinator=HOST:PORT instead of CHORUS_WORKER:
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/python/allreduce.py \
+        --embedded
+    CHORUS_GROUP=demo CHORUS_WORLD_SIZE=2 CHORUS_RANK=0 \
+        PYTHONPATH=build/python /usr/bin/python3 \
+        examples/python/allreduce.py --coordinator=127.0.0.1:7000
 """
 
 import argparse
@@ -33,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -54,11 +65,12 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def run_rank() -> None:
-    """One rank: joins the group named by the CHORUS_* variables and runs a
-    few collectives.
+def run_rank(coordinator: Optional[str]) -> None:
+    """One rank: joins the group named by the CHORUS_* variables (through
+    a worker runtime of its own with `coordinator`) and runs a few
+    collectives.
     """
-    with chorus.join(timeout=30) as comm:
+    with chorus.join(timeout=30, coordinator=coordinator) as comm:
         x = np.arange(4, dtype=np.float32) * (comm.rank + 1)
         total = comm.all_reduce(x)                       # every rank: sum
         ranks = comm.all_gather(np.array([comm.rank], np.int32))
@@ -112,8 +124,10 @@ def _short_temp_base() -> str:
     return base if len(base) <= 40 else "/tmp"
 
 
-def run_everything() -> None:
-    """Starts a coordinator and two workers, runs two rank processes."""
+def run_everything(embedded: bool) -> None:
+    """Starts a coordinator and two workers (none when `embedded`), runs
+    two rank processes.
+    """
     daemons: List["subprocess.Popen[bytes]"] = []
     with tempfile.TemporaryDirectory(prefix="chorus-example-",
                                      dir=_short_temp_base()) as folder:
@@ -129,7 +143,7 @@ def run_everything() -> None:
             # API also on a socket of its own: two workers on one host must
             # not share the default socket.
             sockets = []
-            for name in ("worker-a", "worker-b"):
+            for name in () if embedded else ("worker-a", "worker-b"):
                 port_file = Path(folder, f"{name}.port")
                 socket_path = str(Path(folder, f"{name}.sock"))
                 daemons.append(subprocess.Popen([
@@ -140,15 +154,22 @@ def run_everything() -> None:
                     f"--port_file={port_file}"], stderr=subprocess.DEVNULL))
                 _wait_for_port(daemons[-1], port_file, name)
                 sockets.append(socket_path)
-            print(f"coordinator on 127.0.0.1:{coordinator}, workers on "
-                  f"{', '.join(f'unix:{p}' for p in sockets)}")
+            if embedded:
+                print(f"coordinator on 127.0.0.1:{coordinator}; each rank "
+                      "embeds its worker")
+            else:
+                print(f"coordinator on 127.0.0.1:{coordinator}, workers on "
+                      f"{', '.join(f'unix:{p}' for p in sockets)}")
             ranks = []
-            for rank, socket_path in enumerate(sockets):
-                env = dict(os.environ, CHORUS_WORKER=f"unix:{socket_path}",
-                           CHORUS_GROUP="example", CHORUS_WORLD_SIZE="2",
-                           CHORUS_RANK=str(rank))
-                ranks.append(subprocess.Popen(
-                    [sys.executable, __file__], env=env))
+            for rank in range(2):
+                env = dict(os.environ, CHORUS_GROUP="example",
+                           CHORUS_WORLD_SIZE="2", CHORUS_RANK=str(rank))
+                args = [sys.executable, __file__]
+                if embedded:
+                    args.append(f"--coordinator=127.0.0.1:{coordinator}")
+                else:
+                    env["CHORUS_WORKER"] = f"unix:{sockets[rank]}"
+                ranks.append(subprocess.Popen(args, env=env))
             failed = [p.wait(timeout=60) for p in ranks]
             if any(failed):
                 sys.exit("a rank failed")
@@ -161,17 +182,25 @@ def run_everything() -> None:
 
 def main() -> None:
     """Runs one rank when CHORUS_RANK is set, else the whole example."""
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embedded", action="store_true",
+                        help="start no worker daemons: each rank runs the "
+                        "worker runtime in its own process")
+    parser.add_argument("--coordinator", metavar="HOST:PORT",
+                        help="with CHORUS_RANK: run that rank with a worker "
+                        "runtime of its own, registered with this "
+                        "coordinator (rather than through CHORUS_WORKER)")
+    args = parser.parse_args()
     if chorus is None:
         sys.exit("the chorus package is not installed; see "
                  "client/python/README.md (e.g. PYTHONPATH=build/python "
                  "after installing it there)")
     if os.environ.get("CHORUS_RANK") is not None:
-        run_rank()
+        run_rank(args.coordinator)
     else:
-        run_everything()
+        run_everything(args.embedded)
 
 
 if __name__ == "__main__":
