@@ -358,3 +358,56 @@ def test_calls_later_number_queued_earlier_run_here_both_answer(
         with pytest.raises(OSError):
             calls.send_call(3, 1000, (b"",))
         assert calls.wait(3, 1.0, lambda r: True) is False
+
+
+_FORK_PROGRAM = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import chorus
+    from chorus import embedded
+    coordinator, group = sys.argv[1:3]
+    comm = chorus.join(group, 1, 0, coordinator=coordinator, timeout=60)
+    parent = embedded.shared_worker(coordinator)
+    spare = chorus.EmbeddedWorker(coordinator)
+    pid = os.fork()
+    if pid == 0:
+        # The child has none of the runtimes' threads: the parent's workers
+        # are closed here, their channels refuse, and closing or dropping
+        # them neither waits for those threads nor removes the parent's
+        # sockets. (The child leaves with os._exit, as multiprocessing's
+        # do: Python's gRPC channels are not fork-safe.)
+        assert parent.closed and spare.closed
+        assert coordinator not in embedded._shared  # a child starts its own
+        try:
+            comm._calls._conn.send_call(99, 1000, (b"",))
+        except OSError as e:
+            print("child refused:", e, flush=True)
+        parent.close()
+        spare.close()
+        dropped, spare._worker = spare._worker, None
+        del dropped  # the last reference: deallocated here
+        print("child done", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    for worker in (parent, spare):
+        assert os.path.exists(worker.target[len("unix:"):])
+    out = comm.all_reduce(np.array([2, 3], np.int64))
+    assert out.tolist() == [2, 3], out
+    spare.close()
+    print("parent ok", flush=True)
+    comm.close()
+""")
+
+
+@pytestmark_embedded
+def test_fork_of_embedded_rank_leaves_parent_worker_alone(
+        cluster: Cluster) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_PROGRAM, cluster.coordinator.address,
+         unique_group()],
+        capture_output=True, text=True, timeout=CALL_TIMEOUT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "child refused:" in done.stdout and "fork" in done.stdout
+    assert "child done" in done.stdout and "parent ok" in done.stdout

@@ -105,6 +105,9 @@ class EmbeddedWorker:
                 "the package with CHORUS_BUILD_DIR naming that build "
                 f"({_MISSING})")
         self._coordinator = coordinator
+        # A fork of this process has none of the runtime's threads: there
+        # the worker counts as closed and close() touches nothing.
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="chorus-embedded-")
         self._socket = os.path.join(self._dir, "local.sock")
@@ -144,8 +147,10 @@ class EmbeddedWorker:
 
     @property
     def closed(self) -> bool:
-        """Whether close() ran."""
-        return self._closed
+        """Whether close() ran, or this is a fork of the process that
+        started it (the worker runs in that process only).
+        """
+        return self._closed or os.getpid() != self._pid
 
     def calls(self) -> Any:
         """A new channel for collective frames into this worker (a
@@ -155,8 +160,11 @@ class EmbeddedWorker:
 
     def close(self) -> None:
         """Deregisters and stops serving (calls still in flight end with
-        Unavailable), and removes its socket's directory. Idempotent.
+        Unavailable), and removes its socket's directory. Idempotent. In a
+        fork of the process that started it, does nothing.
         """
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             if self._closed:
                 return
@@ -178,6 +186,18 @@ class EmbeddedWorker:
 
 _shared_lock = threading.Lock()
 _shared: Dict[str, EmbeddedWorker] = {}
+
+
+def _forget_shared_in_child() -> None:
+    """After a fork, in the child: the parent's workers are not this
+    process's to share (nor is the state of the lock).
+    """
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    _shared.clear()
+
+
+os.register_at_fork(after_in_child=_forget_shared_in_child)
 
 
 def shared_worker(coordinator: str) -> EmbeddedWorker:

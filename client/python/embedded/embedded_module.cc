@@ -133,11 +133,17 @@ class ReplyQueue {
 
 // The runtime and its local API, with the channels made from them.
 struct Embedded {
+  // The process that started it. A child forked from it has none of its
+  // threads: there the objects are left alone (closing would wait for
+  // threads that do not exist, and the socket is the parent's).
+  const pid_t owner = getpid();
   std::unique_ptr<LocalApiService> api;
   std::unique_ptr<WorkerRuntime> runtime;
   absl::Mutex mu;
   std::vector<std::weak_ptr<ReplyQueue>> queues ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
+
+  bool OwnedHere() const { return getpid() == owner; }
 
   void Close() {
     std::vector<std::weak_ptr<ReplyQueue>> queues_now;
@@ -262,7 +268,7 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 void WorkerClose(WorkerObject* self) {
-  if (self->embedded == nullptr) return;
+  if (self->embedded == nullptr || !self->embedded->OwnedHere()) return;
   Embedded* embedded = self->embedded;
   Py_BEGIN_ALLOW_THREADS;
   embedded->Close();
@@ -271,7 +277,9 @@ void WorkerClose(WorkerObject* self) {
 
 void WorkerDealloc(WorkerObject* self) {
   WorkerClose(self);
-  delete self->embedded;
+  if (self->embedded == nullptr || self->embedded->OwnedHere()) {
+    delete self->embedded;
+  }
   Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
@@ -353,8 +361,23 @@ PyObject* WorkerCalls(WorkerObject* self, PyObject*) {
   return reinterpret_cast<PyObject*>(calls);
 }
 
+Embedded* CallsEmbedded(CallsObject* self) {
+  return reinterpret_cast<WorkerObject*>(self->worker)->embedded;
+}
+
+// Whether the channel's worker runs in this process (not in the parent of
+// a fork); raises OSError when not.
+bool CallsOwnedHere(CallsObject* self) {
+  if (CallsEmbedded(self)->OwnedHere()) return true;
+  PyErr_SetString(PyExc_OSError,
+                  "this embedded worker runs in the process that started "
+                  "it, of which this one is a fork");
+  return false;
+}
+
 void CallsDealloc(CallsObject* self) {
-  if (self->queue != nullptr) {
+  // In a fork, left alone as its worker is.
+  if (self->queue != nullptr && CallsEmbedded(self)->OwnedHere()) {
     (*self->queue)->Close();
     delete self->queue;
   }
@@ -362,16 +385,12 @@ void CallsDealloc(CallsObject* self) {
   Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
-Embedded* CallsEmbedded(CallsObject* self) {
-  return reinterpret_cast<WorkerObject*>(self->worker)->embedded;
-}
-
 PyObject* CallsFileno(CallsObject* self, PyObject*) {
   return PyLong_FromLong((*self->queue)->event_fd());
 }
 
 PyObject* CallsClose(CallsObject* self, PyObject*) {
-  (*self->queue)->Close();
+  if (CallsEmbedded(self)->OwnedHere()) (*self->queue)->Close();
   Py_RETURN_NONE;
 }
 
@@ -392,6 +411,7 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
     PyErr_SetString(PyExc_ValueError, "send_call: too many parts");
     return nullptr;
   }
+  if (!CallsOwnedHere(self)) return nullptr;
   std::shared_ptr<ReplyQueue> queue = *self->queue;
   if (queue->closed()) {
     errno = EPIPE;
@@ -525,6 +545,7 @@ PyObject* CallsWait(CallsObject* self, PyObject* args) {
   const absl::Time deadline =
       absl::Now() + (std::isfinite(seconds) ? absl::Seconds(seconds)
                                             : absl::InfiniteDuration());
+  if (!CallsOwnedHere(self)) return nullptr;
   std::shared_ptr<ReplyQueue> queue = *self->queue;
   for (;;) {
     std::deque<QueuedReply> taken;
@@ -547,6 +568,7 @@ PyObject* CallsWait(CallsObject* self, PyObject* args) {
 }
 
 PyObject* CallsDrain(CallsObject* self, PyObject* on_reply) {
+  if (!CallsOwnedHere(self)) return nullptr;
   std::shared_ptr<ReplyQueue> queue = *self->queue;
   std::deque<QueuedReply> taken;
   if (!queue->Take(absl::InfinitePast(), &taken)) Py_RETURN_FALSE;
