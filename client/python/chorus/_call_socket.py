@@ -17,6 +17,12 @@ with no hand-off between threads), else the socket's reader thread. Each
 call that got no reply by its deadline ends with DEADLINE_EXCEEDED (the
 daemon answers before it, so that happens only when the daemon is stuck).
 Frames are written, read and parsed by the C extension chorus._frames.
+
+CallSocket drives any Connection: a daemon's call socket (UnixConnection),
+or the in-process channel of an embedded worker (chorus._embedded.Calls),
+whose frames go to the runtime in this process with no socket; there a
+blocking call is run by its own thread (send_call_here), and run_here()
+does that with none of the bookkeeping of calls in flight.
 """
 
 import functools

@@ -14,13 +14,18 @@
 //
 // Calls has the methods of the call socket's connection that
 // chorus._call_socket drives (its Connection: send_call, wait, drain, fileno,
-// shutdown, close): fileno()
-// is an eventfd that is readable while replies wait, for select().
+// shutdown, close): fileno() is an eventfd that is readable while replies
+// wait, for select(). send_call_here() is for a caller that waits anyway:
+// its own thread runs the call (LocalApiService::RunCall's wait_here, which
+// reads the coordinator's reply itself) and gets the reply back directly.
 //
 // Lifecycle: a Worker serves until close() (or its deallocation), which
 // deregisters, stops serving and closes every Calls made from it (their
-// waiters return False, and send_call raises OSError). Thread safety: every
-// method may be called from any Python thread; waits release the GIL.
+// waiters return False, and send_call raises OSError). In a fork of the
+// process that started it (which has none of its threads) close and
+// deallocation leave it alone and its channels raise OSError.
+// Thread safety: every method may be called from any Python thread; waits
+// release the GIL.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <sys/eventfd.h>
