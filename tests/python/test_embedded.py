@@ -172,12 +172,14 @@ def test_embedded_missing_rank_deadline_names_it(
 
 
 @pytestmark_embedded
-def test_join_worker_and_coordinator_together_is_invalid(
+def test_join_embedded_bad_arguments_invalid(
         worker: chorus.EmbeddedWorker) -> None:
     with pytest.raises(chorus.InvalidArgument):
         chorus.join("g", 1, 0, worker=worker, coordinator=worker.coordinator)
     with pytest.raises(chorus.InvalidArgument):
         chorus.join("g", 1, 0, coordinator="")
+    with pytest.raises(chorus.InvalidArgument, match="no TLS"):
+        chorus.join("g", 1, 0, worker=worker, tls_dir="/nonexistent")
 
 
 @pytestmark_embedded

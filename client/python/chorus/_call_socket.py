@@ -219,7 +219,10 @@ class BlockingCall:
 
 class Connection(Protocol):
     """What CallSocket drives: a channel that takes LocalCallFrames and
-    gives back replies as chorus._frames reads them.
+    gives back replies as chorus._frames reads them. One whose caller can
+    run a call itself (an embedded worker's) also has
+    send_call_here(call_id, timeout_us, parts) -> reply, which returns
+    once the call ended.
     """
 
     def fileno(self) -> int:

@@ -276,9 +276,9 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         coordinator: instead of a worker, the coordinator's "host:port":
             the rank goes through this process's own worker runtime
             (chorus.embedded.shared_worker(coordinator), started on first
-            use), with no daemon in between; a small collective then costs
-            about half as much. Needs the embedded worker (see
-            chorus.embedded).
+            use), with no daemon in between: a small collective costs less
+            CPU and time (bench/README.md). Needs the embedded worker (see
+            chorus.embedded); takes no TLS (tls_dir= is refused with it).
         device: the device this rank reduces on: "cpu", "cuda:0", ...
         timeout: seconds the join may wait for the other ranks; also the
             default deadline of every collective of the communicator.
@@ -348,6 +348,10 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         if worker.closed:
             raise InvalidArgument(f"{worker!r} is closed")
         embedded = worker
+    if (embedded is not None or coordinator is not None) and tls_dir:
+        raise InvalidArgument(
+            "tls_dir= is for a worker daemon's TCP port; an embedded worker "
+            "takes no TLS")
     if embedded is not None or coordinator is not None:
         worker, default_worker = "", False  # set once the checks passed
         tls_path, tls_source = None, ""
