@@ -220,6 +220,13 @@ def test_closing_embedded_worker_ends_waiting_call(cluster: Cluster) -> None:
         assert caught.value.code in (grpc.StatusCode.UNAVAILABLE,
                                      grpc.StatusCode.ABORTED,
                                      grpc.StatusCode.CANCELLED), caught.value
+        # A blocking call after that fails at once, whichever way it goes.
+        for call in (lambda: comms[0].barrier(timeout=CALL_TIMEOUT),
+                     lambda: comms[0].all_reduce(np.ones(2, np.float32))):
+            start = time.monotonic()
+            with pytest.raises(chorus.Unavailable):
+                call()
+            assert time.monotonic() - start < CALL_TIMEOUT / 2
 
 
 _RANK_PROGRAM = textwrap.dedent("""

@@ -21,8 +21,8 @@ Frames are written, read and parsed by the C extension chorus._frames.
 CallSocket drives any Connection: a daemon's call socket (UnixConnection),
 or the in-process channel of an embedded worker (chorus._embedded.Calls),
 whose frames go to the runtime in this process with no socket; there a
-blocking call is run by its own thread (send_call_here), and run_here()
-does that with none of the bookkeeping of calls in flight.
+blocking call is run by its own thread (run_here(), send_call_here), with
+none of the bookkeeping of calls in flight.
 """
 
 import functools
@@ -184,7 +184,7 @@ class BlockingCall:
     """
 
     __slots__ = ("_socket", "_call_id", "_deadline", "_done", "_reply",
-                 "_error", "_unsent")
+                 "_error")
 
     def __init__(self, socket: "CallSocket", call_id: int,
                  deadline: float) -> None:
@@ -195,9 +195,6 @@ class BlockingCall:
         self._done = False
         self._reply: Any = None
         self._error: Optional[BaseException] = None
-        # The request, while result() is still to send it (a connection
-        # with send_call_here).
-        self._unsent: Optional[Tuple[Any, ...]] = None
 
     def result(self) -> Any:
         """Waits for the call's end, by its deadline at the latest, and
@@ -311,8 +308,7 @@ class CallSocket:
         self._conn = connection
         self._send = connection.send_call
         # A connection whose calls a waiting caller can run itself (an
-        # embedded worker's): a blocking call is sent by result(), outside
-        # every lock, and returns once it ended.
+        # embedded worker's): see run_here().
         self._send_here = getattr(connection, "send_call_here", None)
         self._lock = threading.Lock()
         # Blocking callers wait here for their reply, or for their turn to
@@ -373,16 +369,12 @@ class CallSocket:
             if blocking:
                 pending = BlockingCall(self, call_id, deadline)
                 if self._broken is not None:
-                    pending._end(error=self._unavailable())
-                    return pending
-                if self._send_here is not None:
-                    pending._unsent = request
-                    self._pending[call_id] = pending
+                    pending._end(error=self.unavailable())
                     return pending
             else:
                 pending = PendingCall()
                 if self._broken is not None:
-                    pending._finish(error=self._unavailable())
+                    pending._finish(error=self.unavailable())
                     return pending
                 self._unattended += 1
                 heapq.heappush(self._deadlines, (deadline, call_id))
@@ -420,10 +412,11 @@ class CallSocket:
 
     def run_here(self, request: Tuple[Any, ...],
                  timeout: float) -> Optional[_Reply]:
-        """Runs a blocking call on this thread, as call(blocking=True) and
-        result() would but with none of their bookkeeping, and returns its
-        reply (as chorus._frames reads it). Returns None when nothing was
-        sent: the connection cannot run calls here, or broke.
+        """Runs a blocking call on this thread, outside every lock, as
+        call(blocking=True) and result() would but with none of their
+        bookkeeping, and returns its reply (as chorus._frames reads it) once
+        the call ended. Returns None when nothing was sent: the connection
+        cannot run calls here, or broke.
         """
         if self._send_here is None or self._broken is not None:
             return None
@@ -462,7 +455,8 @@ class CallSocket:
             except BlockingIOError:
                 pass  # the reader has wake-ups to read already
 
-    def _unavailable(self) -> CallSocketError:
+    def unavailable(self) -> CallSocketError:
+        """The error of a call that found the connection broken."""
         return CallSocketError(
             grpc.StatusCode.UNAVAILABLE,
             f"{self._name} closed ({self._broken})")
@@ -479,27 +473,8 @@ class CallSocket:
 
     def _wait(self, waiting: BlockingCall) -> None:
         """Waits on a blocking call's thread until it ended, reading the
-        socket while no other thread does; ends it at its deadline. Sends
-        it first where call() left that to it.
+        socket while no other thread does; ends it at its deadline.
         """
-        request = waiting._unsent
-        if request is not None:
-            waiting._unsent = None
-            left = waiting._deadline - time.monotonic()
-            if left > 0 and not waiting._done:  # not failed meanwhile
-                try:
-                    reply = self._send_here(waiting._call_id,
-                                            max(1, int(left * 1e6)), request)
-                except OSError as e:
-                    self._fail(f"sending failed: {e}")
-                else:
-                    if reply is not None:  # the usual case: it ended here
-                        response, error = _outcome_of(reply)
-                        with self._lock:
-                            if not waiting._done:
-                                self._pending.pop(waiting._call_id, None)
-                                waiting._end(response, error)
-                        return
         with self._lock:
             while True:
                 if waiting._done:
@@ -592,14 +567,14 @@ class CallSocket:
                 self._broken = why
             for pending in self._pending.values():
                 if type(pending) is BlockingCall:
-                    pending._end(error=self._unavailable())
+                    pending._end(error=self.unavailable())
                 else:
                     waiting.append(pending)
             self._pending.clear()
             self._unattended = 0
             self._turn.notify_all()
         for pending in waiting:
-            pending._finish(error=self._unavailable())
+            pending._finish(error=self.unavailable())
         self._wake()
 
     def _expire(self, now: float) -> Optional[float]:

@@ -538,6 +538,31 @@ class _Replied:
         return response
 
 
+class _RunHere:
+    """A blocking call of an embedded worker, run on the thread that asks
+    for its result (CallSocket.run_here): what such a call uses in place of
+    a future.
+    """
+
+    __slots__ = ("_calls", "_request", "_timeout")
+
+    def __init__(self, calls: CallSocket, request: Tuple[Any, ...],
+                 timeout: float) -> None:
+        self._calls = calls
+        self._request = request
+        self._timeout = timeout
+
+    def result(self) -> Any:
+        """Runs the call and returns its Response; raises its
+        CallSocketError (UNAVAILABLE when the channel broke first).
+        """
+        request, self._request = self._request, ()
+        reply = self._calls.run_here(request, self._timeout)
+        if reply is None:
+            raise self._calls.unavailable()
+        return _Replied(reply).result()
+
+
 # What _all_reduce_here() returns for a call it leaves to _run().
 _NOT_HERE = object()
 
@@ -1040,11 +1065,11 @@ class Communicator:
                 result = out
             self._settled_here()
             return result
-        # A failure (or no reply: the channel broke, and the call goes as a
-        # gRPC call) ends as any other call's.
+        # A failure (or no reply: the channel broke) ends as any other
+        # call's.
         work = _Outcome(sequence)
         rpc = (_Replied(reply) if reply is not None else
-               _Blocking(self._collective, b"".join(parts), timeout))
+               _RunHere(self._calls, parts, timeout))
         self._settle(call, work, rpc, None, out)
         return work.result()
 
@@ -1362,7 +1387,11 @@ class Communicator:
                     parts = (prefix, _SEQUENCE_TAG,
                              _varint(sequence)) + payload
                     rpc = None
-                    if self._calls is not None and self._calls.usable:
+                    if (not async_op and self._calls is not None and
+                            self._calls.runs_here):
+                        # Run on this thread once the lock is released.
+                        rpc = _RunHere(self._calls, parts, timeout)
+                    elif self._calls is not None and self._calls.usable:
                         # None: the socket turned out closed, nothing sent.
                         rpc = self._calls.call(parts, timeout,
                                                blocking=not async_op)

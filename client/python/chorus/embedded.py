@@ -116,7 +116,7 @@ class EmbeddedWorker:
                 coordinator, self._socket, listen=listen,
                 advertise_address=advertise_address, name=name,
                 register_timeout=float(register_timeout))
-        except (ValueError, ConnectionError, RuntimeError) as e:
+        except (ValueError, RuntimeError) as e:  # bad arguments; (code, message)
             shutil.rmtree(self._dir, ignore_errors=True)
             raise _error_of(e, coordinator) from None
         except BaseException:

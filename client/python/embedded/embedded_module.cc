@@ -167,24 +167,14 @@ struct Embedded {
   }
 };
 
+// Raises RuntimeError((code, message)), which chorus.embedded turns into
+// the chorus.Error of that code.
 PyObject* RaiseStatus(const absl::Status& status) {
-  PyObject* type = PyExc_RuntimeError;
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-      type = PyExc_ValueError;
-      break;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-      type = PyExc_ConnectionError;
-      break;
-    default:
-      break;
-  }
   PyObject* error = Py_BuildValue(
       "(is#)", static_cast<int>(status.code()), status.message().data(),
       static_cast<Py_ssize_t>(status.message().size()));
   if (error != nullptr) {
-    PyErr_SetObject(type, error);
+    PyErr_SetObject(PyExc_RuntimeError, error);
     Py_DECREF(error);
   }
   return nullptr;
@@ -643,9 +633,8 @@ PyMODINIT_FUNC PyInit__embedded() {
       "advertise_address='', name='', register_timeout=30, "
       "max_tensor_bytes=..., max_shared_bytes=...)\n\nA worker runtime in "
       "this process, registered with `coordinator`, serving its local API "
-      "on the Unix socket `local_socket`. Raises ValueError, "
-      "ConnectionError or RuntimeError with (code, message) when it cannot "
-      "start.";
+      "on the Unix socket `local_socket`. Raises RuntimeError with (code, "
+      "message) when it cannot start.";
   kWorkerType.tp_methods = kWorkerMethods;
   kWorkerType.tp_getset = kWorkerGetSet;
   kWorkerType.tp_init = reinterpret_cast<initproc>(WorkerInit);
