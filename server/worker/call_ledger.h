@@ -54,6 +54,9 @@ struct CallOutcome {
   // it; `output` is then empty.
   std::shared_ptr<const SharedRegion> output_region;
   absl::string_view shared_output;
+  // A call that wrote its output into its caller's own memory
+  // (CallerMemory) keeps none: a retry of it is refused.
+  bool output_dropped = false;
 };
 
 class CallLedger {

@@ -177,12 +177,12 @@ absl::StatusOr<Membership> LocalApiService::FindMembership(
     return absl::UnavailableError("this worker is not registered yet");
   }
   auto it = memberships_.find({group, rank});
-  if (it == memberships_.end() || it->second.epoch != epoch) {
+  if (it == memberships_.end() || it->second->epoch != epoch) {
     return absl::FailedPreconditionError(
         absl::StrCat("this worker has not joined group ", group, " as rank ",
                      rank, " at epoch ", epoch));
   }
-  return it->second;
+  return *it->second;
 }
 
 void LocalApiService::ReportRankGone(const Membership& membership,
@@ -208,7 +208,7 @@ void LocalApiService::Forget(const Membership& membership) {
   {
     absl::MutexLock lock(&mu_);
     auto it = memberships_.find({membership.group, membership.rank});
-    if (it != memberships_.end() && it->second.epoch == membership.epoch) {
+    if (it != memberships_.end() && it->second->epoch == membership.epoch) {
       memberships_.erase(it);
     }
   }
@@ -305,7 +305,8 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
             response->add_member_devices(CanonicalName(d));
           }
           absl::MutexLock lock(&mu_);
-          memberships_[{request->group(), request->rank()}] = *joined;
+          memberships_[{request->group(), request->rank()}] =
+              std::make_shared<const Membership>(*joined);
           response->set_call_socket(call_socket_);
         }
         reactor->Finish(ToGrpcStatus(joined.status()));
@@ -328,10 +329,10 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareCall(
           absl::StrCat("this worker has not joined group ", request.group(),
                        " as rank ", request.rank(), "; join first"));
     }
-    if (it->second.epoch != request.epoch()) {
+    if (it->second->epoch != request.epoch()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "stale epoch ", request.epoch(), " for group ", request.group(),
-          "; this worker joined it at epoch ", it->second.epoch));
+          "; this worker joined it at epoch ", it->second->epoch));
     }
     call.membership = it->second;
   }
@@ -358,7 +359,7 @@ absl::StatusOr<absl::string_view> LocalApiService::PrepareInput(
         "a call on shared memory carries no data: its input is "
         "shared_input");
   }
-  const Membership& m = call->membership;
+  const Membership& m = *call->membership;
   const v1::SharedBuffer& in = request.shared_input();
   const v1::SharedBuffer& out = request.shared_output();
   absl::StatusOr<std::shared_ptr<SharedRegion>> input_region =
@@ -388,7 +389,7 @@ absl::StatusOr<absl::string_view> LocalApiService::PrepareInput(
 
 absl::Status LocalApiService::CheckSizes(const LocalCall& call,
                                          uint64_t input_bytes) const {
-  const Membership& m = call.membership;
+  const Membership& m = *call.membership;
   absl::Status status = ValidateCall(call.spec, m.world_size, m.rank,
                                      input_bytes, call.options.algorithm);
   if (!status.ok()) return status;
@@ -461,7 +462,7 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
     absl::MutexLock lock(&calls_mu_);
     --calls_running_;
   };
-  const Membership& joined = call.membership;
+  const Membership& joined = *call.membership;
   // A call that may wait for its number (a lower one still to come, or a
   // retry of an attempt still running) or for a connection to the
   // coordinator waits on a task thread; any other takes its number and is
@@ -473,7 +474,7 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
   const bool wait_here = call.wait_here;
   auto start = [this, call = std::move(call), input, output, deadline,
                 done = std::move(done)]() mutable {
-    const Membership& m = call.membership;
+    const Membership& m = *call.membership;
     absl::Status taken = ValidateCall(call.spec, m.world_size, m.rank,
                                       input.size(), call.options.algorithm);
     std::optional<CallOutcome> retried;
@@ -493,12 +494,22 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
         done(NumberUsed(retried->status, m, call.sequence), nullptr);
         return;
       }
+      if (retried->output_dropped) {
+        done(NumberUsed(absl::FailedPreconditionError(absl::StrCat(
+                            "call #", call.sequence,
+                            " ran on its caller's own memory in the worker's "
+                            "process, which keeps no copy of its output for "
+                            "a retry")),
+                        m, call.sequence),
+             nullptr);
+        return;
+      }
       result.algorithm = retried->algorithm;
       result.chunk_bytes = retried->chunk_bytes;
       const absl::string_view kept = retried->output_region != nullptr
                                          ? retried->shared_output
                                          : absl::string_view(retried->output);
-      if (call.output_region == nullptr) {
+      if (call.output_region == nullptr && !call.in_place) {
         *output = std::string(kept);
       } else if (kept.size() > call.shared_output.size()) {
         done(absl::InternalError(absl::StrCat(
@@ -529,13 +540,16 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
       running->scratch.clear();
       run_output = &running->scratch;
       c.options.output_place = c.shared_output;
+    } else if (c.in_place) {
+      run_output = &running->scratch;  // stays empty
+      c.options.output_place = c.shared_output;
     }
     if (c.wait_here) {
-      EndCall(*running, c.runtime->Run(c.membership, c.sequence, c.spec, input,
+      EndCall(*running, c.runtime->Run(*c.membership, c.sequence, c.spec, input,
                                        run_output, c.options));
       return;
     }
-    c.runtime->RunAsync(c.membership, c.sequence, c.spec, input, run_output,
+    c.runtime->RunAsync(*c.membership, c.sequence, c.spec, input, run_output,
                         c.options,
                         [this, running](absl::StatusOr<RunResult> ran) {
                           EndCall(*running, std::move(ran));
@@ -551,7 +565,7 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
 void LocalApiService::EndCall(RunningCall& running,
                               absl::StatusOr<RunResult> ran) {
   const LocalCall& call = running.call;
-  const Membership& m = call.membership;
+  const Membership& m = *call.membership;
   CallOutcome outcome;
   if (ran.ok()) {
     outcome.algorithm = ran->algorithm;
@@ -563,6 +577,7 @@ void LocalApiService::EndCall(RunningCall& running,
           absl::string_view(call.shared_output.data(),
                             OutputBytes(call.spec, m.world_size, m.rank));
     }
+    outcome.output_dropped = call.in_place;
   } else {
     ran = NumberUsed(ran.status(), m, call.sequence);
     outcome.status = ran.status();
@@ -616,9 +631,35 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareMessageCall(
   return call;
 }
 
+absl::StatusOr<LocalCall> LocalApiService::PrepareInPlaceCall(
+    const v1::LocalCollectiveRequest& request,
+    const CallerMemory& memory) const {
+  if (!request.data().empty() || request.has_shared_input() ||
+      request.has_shared_output()) {
+    return absl::InvalidArgumentError(
+        "a call on its caller's own memory carries no data and no shared "
+        "buffers");
+  }
+  absl::StatusOr<LocalCall> call = PrepareCall(request);
+  if (!call.ok()) return call.status();
+  absl::Status sized = CheckSizes(*call, memory.input.size());
+  if (!sized.ok()) return sized;
+  const Membership& m = *call->membership;
+  const uint64_t output_bytes = OutputBytes(call->spec, m.world_size, m.rank);
+  if (memory.output.size() < output_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the output has room for ", memory.output.size(),
+                     " bytes; rank ", m.rank, "'s output of ",
+                     DescribeSpec(call->spec), " is ", output_bytes, " bytes"));
+  }
+  call->in_place = true;
+  call->shared_output = memory.output;
+  return call;
+}
+
 void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
                               absl::Time deadline, LocalCallDone done,
-                              bool wait_here) {
+                              bool wait_here, const CallerMemory* in_place) {
   // The request and the response live until the call ended: the input is
   // a view of the request's data.
   struct Running {
@@ -628,7 +669,10 @@ void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
   auto running = std::make_shared<Running>();
   running->request = std::move(request);
   absl::string_view input;
-  absl::StatusOr<LocalCall> call = PrepareMessageCall(running->request, &input);
+  absl::StatusOr<LocalCall> call =
+      in_place == nullptr ? PrepareMessageCall(running->request, &input)
+                          : PrepareInPlaceCall(running->request, *in_place);
+  if (in_place != nullptr) input = in_place->input;
   if (!call.ok()) {
     done(call.status(), running->response, nullptr);
     return;

@@ -50,10 +50,21 @@ inline constexpr uint64_t kDefaultMaxTensorBytes = uint64_t{4} << 30;
 // The largest piece of a tensor in one CollectiveChunked message: 4 MiB.
 inline constexpr uint64_t kMaxPieceBytes = uint64_t{4} << 20;
 
+// The caller's own memory, for a call of a caller in this process (a rank
+// that embeds the runtime): the call reads its input from `input` and
+// writes its output (OutputBytes() of it) into `output`, in place, with no
+// copy into a message or a shared region. Both stay valid and untouched by
+// the caller until the call's done ran.
+struct CallerMemory {
+  absl::string_view input;
+  absl::Span<char> output;
+};
+
 // One collective call checked against the daemon's memberships, ready to run.
 struct LocalCall {
   WorkerRuntime* runtime = nullptr;  // not owned
-  Membership membership;
+  // Shared with the daemon's record of the rank: never copied per call.
+  std::shared_ptr<const Membership> membership;
   CollectiveSpec spec;
   RunOptions options;
   uint64_t sequence = 0;
@@ -63,6 +74,9 @@ struct LocalCall {
   std::shared_ptr<SharedRegion> input_region;
   std::shared_ptr<SharedRegion> output_region;
   absl::Span<char> shared_output;
+  // A call on its caller's memory (CallerMemory): its output goes to
+  // shared_output, in no region, and the ledger keeps no copy of it.
+  bool in_place = false;
   // Run on the starting thread, which then waits for the call's end
   // (WorkerRuntime::Run: a lone caller reads its own reply from the
   // coordinator, with no hand-off between threads), not with RunAsync.
@@ -207,8 +221,16 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // call of a rank that embeds the runtime) the calling thread itself
   // waits for the call to end, as LocalCall::wait_here says, and for its
   // number and a connection to the coordinator first where it must.
+  // With `in_place` (a caller in this process; not owned, read before this
+  // returns) the call's input and output are that memory: the request then
+  // carries no data and no shared buffers (else INVALID_ARGUMENT), the
+  // response no data; the input and output are bounded by
+  // --max_tensor_bytes (RESOURCE_EXHAUSTED), an output too small for the
+  // call is INVALID_ARGUMENT, and a retry of its number is refused with
+  // FAILED_PRECONDITION (the output is not kept for one).
   void RunCall(v1::LocalCollectiveRequest request, absl::Time deadline,
-               LocalCallDone done, bool wait_here = false);
+               LocalCallDone done, bool wait_here = false,
+               const CallerMemory* in_place = nullptr);
 
   // The call socket JoinGroup announces ("" for none, the default).
   void SetCallSocket(std::string path);
@@ -229,6 +251,12 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   absl::StatusOr<LocalCall> PrepareMessageCall(
       const v1::LocalCollectiveRequest& request,
       absl::string_view* input) const;
+  // PrepareCall() and CheckSizes() of a call on `memory` (RunCall's
+  // in_place). Their codes, and INVALID_ARGUMENT for a request with data or
+  // shared buffers or an output too small.
+  absl::StatusOr<LocalCall> PrepareInPlaceCall(
+      const v1::LocalCollectiveRequest& request,
+      const CallerMemory& memory) const;
   // Ends `running` with the runtime's result `ran`: records its outcome
   // for retries (through the KeepOutput) and calls its `done`.
   void EndCall(RunningCall& running, absl::StatusOr<RunResult> ran);
@@ -239,8 +267,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string call_socket_ ABSL_GUARDED_BY(mu_);
   // (group, rank) -> membership.
-  absl::flat_hash_map<std::pair<std::string, int>, Membership> memberships_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<std::string, int>,
+                      std::shared_ptr<const Membership>>
+      memberships_ ABSL_GUARDED_BY(mu_);
   // The sequence numbers each joined rank has used.
   CallLedger ledger_;
   SharedRegions regions_;

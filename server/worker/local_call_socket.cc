@@ -53,7 +53,8 @@ v1::LocalCallReply LocalCallReplyFor(uint64_t call_id,
 }
 
 void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
-                       LocalReplySink send, bool wait_here) {
+                       LocalReplySink send, bool wait_here,
+                       const CallerMemory* in_place) {
   const uint64_t id = frame.call_id();
   if (frame.timeout_us() == 0) {
     v1::LocalCallReply answer = LocalCallReplyFor(
@@ -76,7 +77,7 @@ void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
           keep(std::move(*answer.mutable_response()->mutable_data()));
         }
       },
-      wait_here);
+      wait_here, in_place);
 }
 
 std::string CallSocketPath(const std::string& local_socket) {

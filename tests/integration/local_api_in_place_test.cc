@@ -1,0 +1,219 @@
+// Collectives of a caller in the worker's own process on its own memory
+// (LocalApiService::RunCall with CallerMemory, what a rank that embeds the
+// runtime uses): a WorkerRuntime with its local API in this test process,
+// registered with a real chorus-coordinator, joined through the local API's
+// Unix socket. The output lands in the caller's buffer, the reply carries no
+// data, a retry of the number is refused, and a request with data, an output
+// too small or a tensor over
+// --max_tensor_bytes is refused without using the number.
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "chorus/v1/worker.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "server/common/net.h"
+#include "server/worker/local_api_service.h"
+#include "server/worker/local_call_socket.h"
+#include "server/worker/worker_runtime.h"
+#include "tests/testing/daemons.h"
+
+namespace chorus::test {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+class LocalApiInPlaceTest : public ::testing::Test {
+ protected:
+  // Starts the coordinator and, in this process, a runtime whose local API
+  // takes tensors of at most `max_tensor_bytes`; joins `group_` (world 1).
+  void Start(uint64_t max_tensor_bytes = kDefaultMaxTensorBytes) {
+    absl::StatusOr<Daemon> coordinator = StartCoordinator();
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    api_ = std::make_unique<LocalApiService>(max_tensor_bytes);
+    RuntimeOptions options;
+    options.coordinator = coordinator_.address;
+    options.name = "in-place-w";
+    options.unix_socket_path = NewScratchPath("local", ".sock");
+    options.extra_services = {api_.get()};
+    options.extra_service_names = {v1::WorkerLocal::service_full_name()};
+    absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
+        WorkerRuntime::Create(options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status();
+    runtime_ = *std::move(runtime);
+    ASSERT_TRUE(runtime_->Register().ok());
+    api_->Bind(runtime_.get());
+    auto stub = v1::WorkerLocal::NewStub(
+        grpc::CreateChannel("unix:" + options.unix_socket_path,
+                            grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(kTimeout));
+    v1::LocalJoinRequest join;
+    join.set_group(group_);
+    join.set_world_size(1);
+    join.set_rank(0);
+    v1::LocalJoinResponse joined;
+    const grpc::Status status = stub->JoinGroup(&context, join, &joined);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    epoch_ = joined.epoch();
+  }
+
+  void TearDown() override {
+    if (runtime_ == nullptr) return;
+    api_->BeginShutdown();
+    runtime_->Shutdown();
+    api_->Drain();
+  }
+
+  // Call #sequence: all_reduce, u32[count], sum, with no data.
+  v1::LocalCollectiveRequest SumOfU32(uint64_t sequence, uint64_t count) const {
+    v1::LocalCollectiveRequest call;
+    call.set_group(group_);
+    call.set_rank(0);
+    call.set_epoch(epoch_);
+    call.set_sequence(sequence);
+    v1::CollectiveSpec& spec = *call.mutable_spec();
+    spec.set_kind(v1::COLLECTIVE_KIND_ALL_REDUCE);
+    spec.set_dtype(v1::DTYPE_U32);
+    spec.set_count(count);
+    spec.set_op(v1::REDUCE_OP_SUM);
+    return call;
+  }
+
+  // Runs `call` on this thread, on `memory` (none: its data travels in the
+  // messages), and returns its reply once it came.
+  v1::LocalCallReply Run(v1::LocalCollectiveRequest call,
+                         const CallerMemory* memory) {
+    v1::LocalCallFrame frame;
+    frame.set_call_id(++call_id_);
+    frame.set_timeout_us(absl::ToInt64Microseconds(kTimeout));
+    *frame.mutable_call() = std::move(call);
+    absl::Mutex mu;
+    std::optional<v1::LocalCallReply> reply;
+    RunLocalCallFrame(
+        api_.get(), std::move(frame),
+        [&](v1::LocalCallReply& answer) {
+          absl::MutexLock lock(&mu);
+          reply = answer;
+        },
+        /*wait_here=*/true, memory);
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](std::optional<v1::LocalCallReply>* r) { return r->has_value(); },
+        &reply));
+    return *reply;
+  }
+
+  const std::string group_ = "in-place";
+  Daemon coordinator_;
+  std::unique_ptr<LocalApiService> api_;
+  std::unique_ptr<WorkerRuntime> runtime_;
+  uint64_t epoch_ = 0;
+  uint64_t call_id_ = 0;
+};
+
+absl::string_view BytesOf(const std::vector<uint32_t>& values) {
+  return absl::string_view(reinterpret_cast<const char*>(values.data()),
+                           values.size() * sizeof(uint32_t));
+}
+
+absl::Span<char> PlaceOf(std::vector<uint32_t>& values) {
+  return absl::Span<char>(reinterpret_cast<char*>(values.data()),
+                          values.size() * sizeof(uint32_t));
+}
+
+TEST_F(LocalApiInPlaceTest, RunCall_InPlace_WritesCallerOutputRefusesRetry) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  // 100,000 elements (400 KB).
+  std::vector<uint32_t> values(100000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = i * 3;
+  std::vector<uint32_t> result(values.size());
+  const CallerMemory memory{BytesOf(values), PlaceOf(result)};
+  v1::LocalCallReply reply = Run(SumOfU32(1, values.size()), &memory);
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  EXPECT_TRUE(reply.response().data().empty());
+  EXPECT_EQ(reply.response().sequence(), 1u);
+  EXPECT_EQ(result, values);  // world 1: the sum is the input
+
+  // A small one into a separate output (an inline plan).
+  const std::vector<uint32_t> input = {7, 8};
+  std::vector<uint32_t> output = {0, 0, 99};
+  const CallerMemory two{BytesOf(input), PlaceOf(output)};
+  reply = Run(SumOfU32(2, 2), &two);
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  EXPECT_EQ(output, (std::vector<uint32_t>{7, 8, 99}));
+
+  // Its retry: refused, as no copy of the output was kept.
+  reply = Run(SumOfU32(2, 2), &two);
+  EXPECT_EQ(reply.code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(reply.message().find("keeps no copy"), std::string::npos)
+      << reply.message();
+
+  // The next number through a message still runs.
+  v1::LocalCollectiveRequest third = SumOfU32(3, 2);
+  third.set_data(std::string(BytesOf(input)));
+  reply = Run(third, nullptr);
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  EXPECT_EQ(reply.response().data(), std::string(BytesOf(input)));
+}
+
+TEST_F(LocalApiInPlaceTest, RunCall_InPlaceBadRequest_RefusedNumberUnused) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*max_tensor_bytes=*/64));
+  const std::vector<uint32_t> input = {1, 2, 3};
+  std::vector<uint32_t> output = {5, 5, 5};
+  const int invalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+
+  // Data in the request as well.
+  v1::LocalCollectiveRequest with_data = SumOfU32(1, 3);
+  with_data.set_data(std::string(BytesOf(input)));
+  const CallerMemory memory{BytesOf(input), PlaceOf(output)};
+  v1::LocalCallReply reply = Run(with_data, &memory);
+  EXPECT_EQ(reply.code(), invalid);
+  EXPECT_NE(reply.message().find("no data"), std::string::npos)
+      << reply.message();
+
+  // An output too small for the call.
+  const CallerMemory small{BytesOf(input),
+                           absl::Span<char>(PlaceOf(output)).subspan(0, 8)};
+  reply = Run(SumOfU32(1, 3), &small);
+  EXPECT_EQ(reply.code(), invalid);
+  EXPECT_NE(reply.message().find("room for 8"), std::string::npos)
+      << reply.message();
+
+  // An input that does not match the count.
+  const CallerMemory short_input{BytesOf(input).substr(0, 8), PlaceOf(output)};
+  reply = Run(SumOfU32(1, 3), &short_input);
+  EXPECT_EQ(reply.code(), invalid) << reply.message();
+
+  // Over --max_tensor_bytes (64 here).
+  std::vector<uint32_t> large(17, 1);
+  const CallerMemory too_large{BytesOf(large), PlaceOf(large)};
+  reply = Run(SumOfU32(1, large.size()), &too_large);
+  EXPECT_EQ(reply.code(),
+            static_cast<int>(absl::StatusCode::kResourceExhausted))
+      << reply.message();
+  EXPECT_EQ(output, (std::vector<uint32_t>{5, 5, 5}));
+
+  // None of them used #1.
+  reply = Run(SumOfU32(1, 3), &memory);
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  EXPECT_EQ(output, input);
+}
+
+}  // namespace
+}  // namespace chorus::test
