@@ -320,6 +320,109 @@ def _u32_sum(group: str, epoch: int, sequence: int, value: int) -> bytes:
         data=np.array([value], np.uint32).tobytes()).SerializeToString()
 
 
+def _u32_prefix(group: str, epoch: int, count: int = 1) -> bytes:
+    """A serialized LocalCollectiveRequest with no sequence and no data:
+    all_reduce u32[count] sum.
+    """
+    from chorus.v1 import types_pb2, worker_pb2
+    return worker_pb2.LocalCollectiveRequest(
+        group=group, rank=0, epoch=epoch,
+        spec=types_pb2.CollectiveSpec(kind=types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
+                                      dtype=types_pb2.DTYPE_U32, count=count,
+                                      op=types_pb2.REDUCE_OP_SUM)
+    ).SerializeToString()
+
+
+@pytestmark_embedded
+def test_calls_run_into_in_place_writes_out_and_refuses_retries(
+        worker: chorus.EmbeddedWorker) -> None:
+    group = unique_group()
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    with chorus.join(group, 1, 0, worker=worker, timeout=CALL_TIMEOUT) as comm:
+        calls = worker.calls()
+        prefix = _u32_prefix(group, comm.epoch, 3)
+        x = np.array([4, 5, 6], np.uint32)
+        try:
+            # Refused before taking a number: data in the request, an output
+            # too small, an output that cannot be written.
+            reply = calls.run_into(1, 10_000_000, _u32_sum(group, comm.epoch,
+                                                           1, 7),
+                                   1, np.ones(1, np.uint32),
+                                   np.empty(1, np.uint32), True)
+            assert reply[1] == invalid and "no data" in reply[2], reply
+            small = np.full(2, 9, np.uint32)
+            reply = calls.run_into(2, 10_000_000, prefix, 1, x, small, True)
+            assert reply[1] == invalid and "room for 8" in reply[2], reply
+            assert small.tolist() == [9, 9]
+            frozen = np.empty(3, np.uint32)
+            frozen.flags.writeable = False
+            with pytest.raises((BufferError, ValueError)):  # numpy: ValueError
+                calls.run_into(3, 10_000_000, prefix, 1, x, frozen, True)
+            # #1 in place: the result lands in out, even when out is x.
+            assert calls.run_into(4, 10_000_000, prefix, 1, x, x, True) is True
+            assert x.tolist() == [4, 5, 6]  # world 1: the sum is x
+            # Its retry is refused: no copy of its output was kept.
+            reply = calls.run_into(5, 10_000_000, prefix, 1, x,
+                                   np.empty(3, np.uint32), True)
+            assert reply[1] == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+            assert "keeps no copy" in reply[2], reply
+            # #2 through a message: copied into out; its retry gets the
+            # kept result again.
+            for call_id in (6, 7):
+                out = np.zeros(3, np.uint32)
+                assert calls.run_into(call_id, 10_000_000, prefix, 2, x,
+                                      out) is True
+                assert out.tolist() == [4, 5, 6]
+        finally:
+            calls.close()
+
+
+@pytestmark_embedded
+def test_embedded_large_all_reduce_in_place_beside_a_daemon_rank(
+        cluster: Cluster, worker: chorus.EmbeddedWorker) -> None:
+    # Past the size where a daemon rank goes through shared memory, the
+    # embedded ranks' blocking all_reduce runs on their arrays themselves.
+    n = 1_000_003
+    with _joined([worker, cluster.address("w0"), worker]) as comms:
+        xs = [np.full(n, r + 1, np.float32) for r in range(3)]
+        xs[0][-1] = 10
+        fresh = run_ranks([(lambda c=c, x=x: c.all_reduce(x))
+                           for c, x in zip(comms, xs)])
+        want = np.full(n, 6, np.float32)
+        want[-1] = 15
+        for got in fresh:
+            np.testing.assert_array_equal(got, want)
+        # out=x: each rank's x becomes the sum.
+        same = run_ranks([(lambda c=c, x=x: c.all_reduce(x, out=x))
+                          for c, x in zip(comms, xs)])
+        for got, x in zip(same, xs):
+            assert got is x
+            np.testing.assert_array_equal(x, want)
+        assert comms[0].shared_memory == "untried"  # no copies into regions
+        assert comms[1].shared_memory == "on"
+        # A mismatch fails on every rank and leaves every out alone.
+        outs = [np.full(n, -1, np.float32) for _ in range(3)]
+        sizes = [n, n, n - 1]
+        errors = run_ranks([
+            (lambda c=c, o=o, k=k: _raised(
+                lambda: c.all_reduce(np.ones(k, np.float32),
+                                     out=o[:k])))
+            for c, o, k in zip(comms, outs, sizes)])
+        for error in errors:
+            assert isinstance(error, chorus.InvalidArgument), error
+        for out in outs:
+            assert (out == -1).all()
+
+
+def _raised(fn: Any) -> BaseException:
+    """The exception fn() raises (fails the test when it raises none)."""
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - returned to the test
+        return e
+    raise AssertionError("no exception")
+
+
 @pytestmark_embedded
 def test_calls_here_skipped_number_refused_by_its_deadline(
         worker: chorus.EmbeddedWorker) -> None:

@@ -310,6 +310,7 @@ class CallSocket:
         # A connection whose calls a waiting caller can run itself (an
         # embedded worker's): see run_here().
         self._send_here = getattr(connection, "send_call_here", None)
+        self._run_into = getattr(connection, "run_into", None)
         self._lock = threading.Lock()
         # Blocking callers wait here for their reply, or for their turn to
         # read.
@@ -423,6 +424,28 @@ class CallSocket:
         try:
             return self._send_here(next(self._ids), max(1, int(timeout * 1e6)),
                                    request)
+        except OSError as e:
+            self._fail(f"sending failed: {e}")
+            return None
+
+    def run_into(self, prefix: bytes, sequence: int, data: Any, out: Any,
+                 timeout: float, in_place: bool = False
+                 ) -> Union[bool, _Reply, None]:
+        """run_here() of the request whose bytes are `prefix` (a
+        LocalCollectiveRequest with no sequence and no data) with
+        `sequence` and the bytes of the buffer `data`. A call that succeeds
+        with an output of exactly len(out) bytes writes it into the
+        writable buffer `out` and returns True; any other returns its reply
+        as run_here() does, or None when nothing was sent. With `in_place`
+        the worker reads `data` and writes `out` itself (no copies; a retry
+        of the number is refused, as no copy of the output is kept).
+        """
+        if self._run_into is None or self._broken is not None:
+            return None
+        try:
+            return self._run_into(next(self._ids),
+                                  max(1, int(timeout * 1e6)), prefix,
+                                  sequence, data, out, in_place)
         except OSError as e:
             self._fail(f"sending failed: {e}")
             return None

@@ -1017,11 +1017,13 @@ class Communicator:
 
     def _all_reduce_here(self, x: np.ndarray, op: str, out: Any,
                          timeout: Optional[float]) -> Any:
-        """A blocking all_reduce of a small numpy array through an embedded
+        """A blocking all_reduce of a numpy array through an embedded
         worker, with the least work in Python: the call that _run() would
-        make, run on this thread (CallSocket.run_here). Returns _NOT_HERE,
-        having done nothing, for any call that needs more than that (then
-        _run() makes it); a failed call raises as _run() would.
+        make, run on this thread (CallSocket.run_into) on x and the output
+        array themselves, with no copy (the worker reads x and writes the
+        result in place). Returns _NOT_HERE, having done nothing, for any
+        call that needs more than that (then _run() makes it); a failed call
+        raises as _run() would, leaving `out` as it was.
         """
         try:
             here = self._here_calls.get((x.dtype, x.shape, op))
@@ -1029,8 +1031,6 @@ class Communicator:
             return _NOT_HERE
         if here is None:
             here = self._prepare_here(x, op)
-            if here is None:
-                return _NOT_HERE
         prefix, call, nbytes = here
         if not x.flags.c_contiguous:
             return _NOT_HERE
@@ -1049,43 +1049,36 @@ class Communicator:
             sequence = self._next_sequence
             self._next_sequence += 1
             self._in_flight += 1
-        parts = (prefix, _SEQUENCE_TAG, _varint(sequence), _DATA_TAG,
-                 _varint(nbytes), x)
+        result = np.empty(x.shape, x.dtype) if out is None else out
         try:
-            reply = self._calls.run_here(parts, timeout)
+            reply = self._calls.run_into(prefix, sequence, x, result, timeout,
+                                         in_place=True)
         except BaseException:
             self._settled_here()
             raise
-        if reply is not None and reply[1] == 0 and len(reply[4]) == nbytes:
-            if out is None:
-                result = np.frombuffer(reply[4], x.dtype).reshape(
-                    x.shape).copy()
-            else:
-                memoryview(out).cast("B")[:] = reply[4]
-                result = out
+        if reply is True:
             self._settled_here()
             return result
         # A failure (or no reply: the channel broke) ends as any other
         # call's.
         work = _Outcome(sequence)
         rpc = (_Replied(reply) if reply is not None else
-               _RunHere(self._calls, parts, timeout))
+               _RunHere(self._calls, (prefix, _SEQUENCE_TAG, _varint(sequence),
+                                      _DATA_TAG, _varint(nbytes), x),
+                        timeout))
         self._settle(call, work, rpc, None, out)
         return work.result()
 
     def _prepare_here(self, x: np.ndarray, op: Any
-                      ) -> Optional[Tuple[bytes, _Call, int]]:
+                      ) -> Tuple[bytes, _Call, int]:
         """(the request's bytes but its number and data, the call, its
-        data's bytes) of an all_reduce of arrays shaped as x, cached; None
-        for one _all_reduce_here() does not make (too large for one small
-        message). Raises InvalidArgument as _run() would.
+        data's bytes) of an all_reduce of arrays shaped as x, cached.
+        Raises InvalidArgument as _run() would.
         """
         arr, name = _as_array(x, None, "x")
         call = _Call("all_reduce", name, arr.size, op=op,
                      out_shape=arr.shape)
         nbytes = call.output_bytes()
-        if 2 * nbytes >= min(SHARED_THRESHOLD_BYTES, self._stream_limit):
-            return None
         prefix = self._request(call, None, None).SerializeToString()
         if len(self._here_calls) >= _MAX_PREFIXES:
             self._here_calls.clear()

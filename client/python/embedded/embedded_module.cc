@@ -18,6 +18,9 @@
 // wait, for select(). send_call_here() is for a caller that waits anyway:
 // its own thread runs the call (LocalApiService::RunCall's wait_here, which
 // reads the coordinator's reply itself) and gets the reply back directly.
+// run_into() is send_call_here() with the output written into a buffer of
+// the caller's; with in_place the runtime reads the input and writes the
+// output in the caller's buffers themselves (RunCall's CallerMemory).
 //
 // Lifecycle: a Worker serves until close() (or its deallocation), which
 // deregisters, stops serving and closes every Calls made from it (their
@@ -34,6 +37,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -393,6 +397,92 @@ constexpr Py_ssize_t kMaxParts = 8;
 
 PyObject* ReplyTuple(const QueuedReply& reply);
 
+// The reply as the Python side reads it, less its data.
+QueuedReply QueueableReply(v1::LocalCallReply& answer) {
+  QueuedReply reply;
+  reply.call_id = answer.call_id();
+  reply.code = answer.code();
+  reply.message = std::move(*answer.mutable_message());
+  reply.details = std::move(*answer.mutable_status_details());
+  reply.algorithm = answer.response().plan().algorithm();
+  reply.chunk_bytes = answer.response().plan().chunk_bytes();
+  return reply;
+}
+
+// What a call run on its caller's thread leaves for that caller, who waits
+// for it should it not have come by the time RunLocalCallFrame returns
+// (every call ends by its deadline).
+struct Handover {
+  // Where a successful call's output goes when it is exactly `into_bytes`
+  // long, rather than into the reply; null: into the reply.
+  char* into = nullptr;
+  size_t into_bytes = 0;
+  // The call runs on `into` itself (CallerMemory): its success is written.
+  bool in_place = false;
+  absl::Mutex mu;
+  std::optional<QueuedReply> reply ABSL_GUARDED_BY(mu);
+  // The output went to `into`: the call succeeded.
+  bool written ABSL_GUARDED_BY(mu) = false;
+  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return written || reply.has_value();
+  }
+};
+
+// Runs `frame` into the channel's worker (on `in_place`, when given: see
+// LocalApiService::RunCall); the GIL must be released. Its reply goes to
+// `handover` when there is one, else to the queue.
+void RunFrame(LocalApiService* api, v1::LocalCallFrame frame,
+              const std::shared_ptr<ReplyQueue>& queue,
+              const std::shared_ptr<Handover>& handover,
+              const CallerMemory* in_place = nullptr) {
+  RunLocalCallFrame(
+      api, std::move(frame),
+      [queue, handover](v1::LocalCallReply& answer) {
+        // The data stays in `answer`: the ledger keeps it for retries.
+        const std::string& data = answer.response().data();
+        if (handover == nullptr) {
+          QueuedReply reply = QueueableReply(answer);
+          reply.data = data;
+          queue->Push(std::move(reply));
+          return;
+        }
+        if (handover->in_place && answer.code() == 0) {
+          absl::MutexLock lock(&handover->mu);
+          handover->written = true;
+          return;
+        }
+        if (handover->into != nullptr && answer.code() == 0 &&
+            data.size() == handover->into_bytes) {
+          std::memcpy(handover->into, data.data(), data.size());
+          absl::MutexLock lock(&handover->mu);
+          handover->written = true;
+          return;
+        }
+        QueuedReply reply = QueueableReply(answer);
+        reply.data = data;
+        absl::MutexLock lock(&handover->mu);
+        handover->reply = std::move(reply);
+      },
+      /*wait_here=*/handover != nullptr, in_place);
+  if (handover != nullptr) {
+    absl::MutexLock lock(&handover->mu);
+    handover->mu.Await(absl::Condition(handover.get(), &Handover::Ready));
+  }
+}
+
+// The channel's queue, open; null with OSError raised when the channel or
+// its worker closed or belongs to the parent of this fork.
+std::shared_ptr<ReplyQueue> OpenQueue(CallsObject* self) {
+  if (!CallsOwnedHere(self)) return nullptr;
+  std::shared_ptr<ReplyQueue> queue = *self->queue;
+  if (queue->closed()) {
+    errno = EPIPE;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return nullptr;
+  }
+  return queue;
+}
+
 // send_call() and send_call_here().
 PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
   unsigned long long call_id, timeout_us;
@@ -406,12 +496,8 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
     PyErr_SetString(PyExc_ValueError, "send_call: too many parts");
     return nullptr;
   }
-  if (!CallsOwnedHere(self)) return nullptr;
-  std::shared_ptr<ReplyQueue> queue = *self->queue;
-  if (queue->closed()) {
-    errno = EPIPE;
-    return PyErr_SetFromErrno(PyExc_OSError);
-  }
+  std::shared_ptr<ReplyQueue> queue = OpenQueue(self);
+  if (queue == nullptr) return nullptr;
   // The request's bytes, as a frame would carry them.
   std::string request;
   for (Py_ssize_t i = 0; i < count; ++i) {
@@ -428,51 +514,16 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
     PyErr_SetString(PyExc_ValueError, "send_call: call_id 0");
     return nullptr;
   }
-  // A call run here hands its reply to its caller (who waits for it, should
-  // it not have come by the time RunLocalCallFrame returns: every call
-  // ends by its deadline); any other's waits in the queue.
-  struct Handover {
-    absl::Mutex mu;
-    std::optional<QueuedReply> reply ABSL_GUARDED_BY(mu);
-    bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      return reply.has_value();
-    }
-  };
   auto handover = wait_here ? std::make_shared<Handover>() : nullptr;
   LocalApiService* api = CallsEmbedded(self)->api.get();
   bool parsed = false;
-  std::optional<QueuedReply> reply;
   Py_BEGIN_ALLOW_THREADS;
   v1::LocalCallFrame frame;
   parsed = frame.mutable_call()->ParseFromString(request);
   if (parsed) {
     frame.set_call_id(call_id);
     frame.set_timeout_us(timeout_us);
-    RunLocalCallFrame(
-        api, std::move(frame),
-        [queue, handover](v1::LocalCallReply& answer) {
-          QueuedReply reply;
-          reply.call_id = answer.call_id();
-          reply.code = answer.code();
-          reply.message = std::move(*answer.mutable_message());
-          reply.details = std::move(*answer.mutable_status_details());
-          // The data stays: the ledger keeps it for retries.
-          reply.data = answer.response().data();
-          reply.algorithm = answer.response().plan().algorithm();
-          reply.chunk_bytes = answer.response().plan().chunk_bytes();
-          if (handover != nullptr) {
-            absl::MutexLock lock(&handover->mu);
-            handover->reply = std::move(reply);
-          } else {
-            queue->Push(std::move(reply));
-          }
-        },
-        wait_here);
-  }
-  if (parsed && handover != nullptr) {
-    absl::MutexLock lock(&handover->mu);
-    handover->mu.Await(absl::Condition(handover.get(), &Handover::Ready));
-    reply = std::move(handover->reply);
+    RunFrame(api, std::move(frame), queue, handover);
   }
   Py_END_ALLOW_THREADS;
   if (!parsed) {
@@ -480,8 +531,9 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
                     "send_call: the parts are not a LocalCollectiveRequest");
     return nullptr;
   }
-  if (reply.has_value()) return ReplyTuple(*reply);
-  Py_RETURN_NONE;
+  if (handover == nullptr) Py_RETURN_NONE;
+  absl::MutexLock lock(&handover->mu);
+  return ReplyTuple(*handover->reply);
 }
 
 PyObject* CallsSend(CallsObject* self, PyObject* args) {
@@ -490,6 +542,78 @@ PyObject* CallsSend(CallsObject* self, PyObject* args) {
 
 PyObject* CallsSendHere(CallsObject* self, PyObject* args) {
   return Send(self, args, /*wait_here=*/true);
+}
+
+// run_into(): send_call_here() of the request `prefix` with `sequence`
+// and `data`, whose output lands in `out`; with a true 7th argument
+// (in_place) the call reads `data` and writes `out` itself.
+PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
+                       Py_ssize_t nargs) {
+  if (nargs != 6 && nargs != 7) {
+    PyErr_SetString(PyExc_TypeError, "run_into() takes 6 or 7 arguments");
+    return nullptr;
+  }
+  const int in_place = nargs == 7 ? PyObject_IsTrue(args[6]) : 0;
+  if (in_place < 0) return nullptr;
+  const unsigned long long call_id = PyLong_AsUnsignedLongLong(args[0]);
+  const unsigned long long timeout_us = PyLong_AsUnsignedLongLong(args[1]);
+  const unsigned long long sequence = PyLong_AsUnsignedLongLong(args[3]);
+  if (PyErr_Occurred()) return nullptr;
+  if (!PyBytes_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "run_into: prefix must be bytes");
+    return nullptr;
+  }
+  if (call_id == 0) {
+    PyErr_SetString(PyExc_ValueError, "run_into: call_id 0");
+    return nullptr;
+  }
+  std::shared_ptr<ReplyQueue> queue = OpenQueue(self);
+  if (queue == nullptr) return nullptr;
+  Py_buffer data, out;
+  if (PyObject_GetBuffer(args[4], &data, PyBUF_C_CONTIGUOUS) < 0) {
+    return nullptr;
+  }
+  if (PyObject_GetBuffer(args[5], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) <
+      0) {
+    PyBuffer_Release(&data);
+    return nullptr;
+  }
+  auto handover = std::make_shared<Handover>();
+  handover->into = static_cast<char*>(out.buf);
+  handover->into_bytes = static_cast<size_t>(out.len);
+  handover->in_place = in_place != 0;
+  const CallerMemory memory{
+      absl::string_view(static_cast<const char*>(data.buf),
+                        static_cast<size_t>(data.len)),
+      absl::Span<char>(static_cast<char*>(out.buf),
+                       static_cast<size_t>(out.len))};
+  LocalApiService* api = CallsEmbedded(self)->api.get();
+  const char* prefix = PyBytes_AS_STRING(args[2]);
+  const Py_ssize_t prefix_bytes = PyBytes_GET_SIZE(args[2]);
+  bool parsed = false;
+  Py_BEGIN_ALLOW_THREADS;
+  v1::LocalCallFrame frame;
+  v1::LocalCollectiveRequest* request = frame.mutable_call();
+  parsed = request->ParseFromArray(prefix, static_cast<int>(prefix_bytes));
+  if (parsed) {
+    request->set_sequence(sequence);
+    if (!in_place) request->set_data(data.buf, static_cast<size_t>(data.len));
+    frame.set_call_id(call_id);
+    frame.set_timeout_us(timeout_us);
+    RunFrame(api, std::move(frame), queue, handover,
+             in_place ? &memory : nullptr);
+  }
+  Py_END_ALLOW_THREADS;
+  PyBuffer_Release(&out);
+  PyBuffer_Release(&data);
+  if (!parsed) {
+    PyErr_SetString(PyExc_ValueError,
+                    "run_into: prefix is not a LocalCollectiveRequest");
+    return nullptr;
+  }
+  absl::MutexLock lock(&handover->mu);
+  if (handover->written) Py_RETURN_TRUE;
+  return ReplyTuple(*handover->reply);
 }
 
 PyObject* ReplyTuple(const QueuedReply& reply) {
@@ -587,6 +711,21 @@ PyMethodDef kCallsMethods[] = {
      "at the latest (the reply does not go to the queue). The GIL is "
      "released meanwhile; a signal is seen only after. Raises as "
      "send_call()."},
+    {"run_into",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(CallsRunInto)),
+     METH_FASTCALL,
+     "run_into(call_id, timeout_us, prefix, sequence, data, out, "
+     "in_place=False) -> True | tuple\n\nsend_call_here() of the "
+     "LocalCollectiveRequest whose bytes are `prefix` (no sequence, no "
+     "data) with `sequence` and the bytes of the buffer `data`. A call that "
+     "succeeds with an output of exactly len(out) bytes writes it into the "
+     "writable buffer `out` and returns True; any other returns its reply, "
+     "as send_call_here(). With in_place the call reads `data` and writes "
+     "its output into `out` itself, with no copy into a message (a retry of "
+     "its number is refused: no copy of the output is kept), and `out` may "
+     "be larger than the output. Raises as send_call(), ValueError for a "
+     "prefix that does not parse, and as the buffers do for one that is not "
+     "C-contiguous or an `out` that is not writable (numpy: ValueError)."},
     {"wait", reinterpret_cast<PyCFunction>(CallsWait), METH_VARARGS,
      "wait(call_id, seconds, on_reply) -> tuple | None | False\n\nWaits "
      "until the reply to `call_id` came and returns it; every other reply "
