@@ -5,6 +5,7 @@ own, and when one of those processes is killed.
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +21,8 @@ import pytest
 
 import chorus
 from chorus import embedded
-from conftest import (CALL_TIMEOUT, REPO, Cluster, run_ranks, unique_group)
+from conftest import (CALL_TIMEOUT, REPO, Cluster, make_certs, run_ranks,
+                      short_temp_dir, unique_group)
 
 
 def _build_has_module() -> bool:
@@ -178,8 +180,11 @@ def test_join_embedded_bad_arguments_invalid(
         chorus.join("g", 1, 0, worker=worker, coordinator=worker.coordinator)
     with pytest.raises(chorus.InvalidArgument):
         chorus.join("g", 1, 0, coordinator="")
-    with pytest.raises(chorus.InvalidArgument, match="no TLS"):
+    with pytest.raises(chorus.InvalidArgument,
+                       match=r"EmbeddedWorker\(coordinator, tls_dir"):
         chorus.join("g", 1, 0, worker=worker, tls_dir="/nonexistent")
+    with pytest.raises(chorus.InvalidArgument, match="directory path"):
+        chorus.EmbeddedWorker(worker.coordinator, tls_dir=42)
 
 
 @pytestmark_embedded
@@ -523,3 +528,84 @@ def test_fork_of_embedded_rank_leaves_parent_worker_alone(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "child refused:" in done.stdout and "fork" in done.stdout
     assert "child done" in done.stdout and "parent ok" in done.stdout
+
+
+_TLS_PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import chorus
+    coordinator, certs, group = sys.argv[1:4]
+
+    def outcome(fn):
+        try:
+            fn()
+        except chorus.Error as e:
+            return f"{type(e).__name__}: {e.message}"
+        return "ok"
+
+    # TLS is process-wide: what may go on first, and what may not after.
+    print("client cert:", outcome(lambda: chorus.EmbeddedWorker(
+        coordinator, tls_dir=f"{certs}/client-app")), flush=True)
+    print("plaintext:", outcome(lambda: chorus.EmbeddedWorker(
+        coordinator, register_timeout=1)), flush=True)
+    with chorus.EmbeddedWorker(coordinator,
+                               tls_dir=f"{certs}/worker-emb") as worker:
+        print("name:", worker.name, flush=True)
+        print("plaintext after:", outcome(lambda: chorus.EmbeddedWorker(
+            coordinator, register_timeout=1)), flush=True)
+        print("other files:", outcome(lambda: chorus.EmbeddedWorker(
+            coordinator, tls_dir=f"{certs}/worker-w0")), flush=True)
+        with chorus.join(group, 2, 0, worker=worker, timeout=60) as comm:
+            big = comm.all_reduce(np.full(300_000, 1, np.float32),
+                                  algorithm="ring")
+            small = comm.all_reduce(np.array([1, 2], np.int64))
+            print("sums:", float(big.min()), float(big.max()),
+                  small.tolist(), flush=True)
+""")
+
+
+@pytestmark_embedded
+def test_embedded_worker_with_tls_dir_joins_a_tls_cluster(
+        tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs", workers=("w0", "emb"))
+    sockets = short_temp_dir()
+    cluster = Cluster(tmp_path / "cluster", workers=(), tls_dir=certs)
+    try:
+        daemon = cluster.add_worker("w0",
+                                    local_socket=str(sockets / "w0.sock"))
+        group = unique_group()
+        program = subprocess.Popen(
+            [sys.executable, "-c", _TLS_PROGRAM, cluster.coordinator.address,
+             str(certs), group],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        try:
+            # Rank 1 through the daemon: the ring between the two data
+            # planes goes over TLS.
+            with chorus.join(group, 2, 1, worker="unix:" + daemon.local_socket,
+                             timeout=CALL_TIMEOUT) as comm:
+                big = comm.all_reduce(np.full(300_000, 2, np.float32),
+                                      algorithm="ring")
+                np.testing.assert_array_equal(big, np.full(300_000, 3))
+                small = comm.all_reduce(np.array([10, 20], np.int64))
+                assert small.tolist() == [11, 22]
+            output, _ = program.communicate(timeout=CALL_TIMEOUT)
+        finally:
+            program.kill()
+            program.wait()
+        assert program.returncode == 0, output
+        lines = dict(line.split(": ", 1) for line in output.splitlines()
+                     if ": " in line)
+        assert lines["client cert"].startswith("InvalidArgument"), output
+        assert "chorus://client/app" in lines["client cert"], output
+        # The coordinator requires TLS: a plaintext worker is not let in.
+        assert lines["plaintext"].split(":")[0] in (
+            "DeadlineExceeded", "Unavailable"), output
+        assert lines["name"] == "emb", output
+        assert lines["plaintext after"].startswith("FailedPrecondition"), output
+        assert "tls_dir" in lines["plaintext after"], output
+        assert lines["other files"].startswith("FailedPrecondition"), output
+        assert lines["sums"] == "3.0 3.0 [11, 22]", output
+    finally:
+        cluster.stop()
+        shutil.rmtree(sockets, ignore_errors=True)

@@ -278,7 +278,9 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
             (chorus.embedded.shared_worker(coordinator), started on first
             use), with no daemon in between: a small collective costs less
             CPU and time (bench/README.md). Needs the embedded worker (see
-            chorus.embedded); takes no TLS (tls_dir= is refused with it).
+            chorus.embedded). That shared worker is plaintext, and tls_dir=
+            is refused with it: for TLS, pass
+            worker=chorus.EmbeddedWorker(coordinator, tls_dir=...).
         device: the device this rank reduces on: "cpu", "cuda:0", ...
         timeout: seconds the join may wait for the other ranks; also the
             default deadline of every collective of the communicator.
@@ -350,8 +352,9 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         embedded = worker
     if (embedded is not None or coordinator is not None) and tls_dir:
         raise InvalidArgument(
-            "tls_dir= is for a worker daemon's TCP port; an embedded worker "
-            "takes no TLS")
+            "tls_dir= is for a worker daemon's TCP port (a client's "
+            "certificate); an embedded worker takes a worker's: pass "
+            "worker=chorus.EmbeddedWorker(coordinator, tls_dir=...)")
     if embedded is not None or coordinator is not None:
         worker, default_worker = "", False  # set once the checks passed
         tls_path, tls_source = None, ""

@@ -20,10 +20,11 @@ yourself for other settings (listen=, name=) and pass it as worker=.
 The runtime serves its local API on a Unix socket in a private directory of
 its own (mode 0700), which join() dials like a daemon's; it is removed at
 close(). Its peers reach it at `listen` (loopback by default: every rank on
-this host); ranks on other hosts need an address they can reach, which
-without TLS means listening in plaintext on the network, as a daemon started
-with --insecure does. Embedded workers take no TLS yet: a coordinator that
-requires it refuses their registration.
+this host); ranks on other hosts need an address they can reach. With
+tls_dir (a worker's certificate, as a daemon's --tls_dir) the worker speaks
+mutual TLS to the coordinator and its peers; TLS is then on for the whole
+process, so every embedded worker of a process passes the same tls_dir.
+Without it, it listens in plaintext, as a daemon started with --insecure.
 """
 
 import atexit
@@ -31,11 +32,12 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import grpc
 
-from chorus.errors import Error, FailedPrecondition, error_for_code
+from chorus.errors import (Error, FailedPrecondition, InvalidArgument,
+                           error_for_code)
 
 __all__ = ["EmbeddedWorker", "available", "shared_worker"]
 
@@ -77,9 +79,10 @@ class EmbeddedWorker:
 
     def __init__(self, coordinator: str, *, listen: str = "127.0.0.1:0",
                  advertise_address: str = "", name: str = "",
-                 register_timeout: float = 30.0) -> None:
+                 register_timeout: float = 30.0,
+                 tls_dir: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
         """Starts the runtime and registers it with `coordinator`
-        ("host:port", plaintext).
+        ("host:port").
 
         Args:
             coordinator: the coordinator's gRPC address.
@@ -90,10 +93,20 @@ class EmbeddedWorker:
             name: the worker's name at the coordinator; default its
                 advertised address.
             register_timeout: seconds to reach the coordinator.
+            tls_dir: a directory with ca.pem, cert.pem and key.pem, the
+                worker's certificate (chorus://worker/NAME; `name` defaults
+                to NAME), as a daemon's --tls_dir: the coordinator and the
+                peers are then reached over mutual TLS. TLS goes on for the
+                whole process: the first embedded worker of a process to
+                start decides whether it is on and with which files.
 
         Raises:
-            FailedPrecondition: this installation has no embedded worker.
-            InvalidArgument: a malformed address or option.
+            FailedPrecondition: this installation has no embedded worker;
+                or TLS in this process is not what tls_dir asks (on with
+                other files, on while tls_dir is not given, or off while a
+                worker without it runs).
+            InvalidArgument: a malformed address or option; TLS files that
+                do not load, or are not a worker's certificate of `name`.
             Unavailable: the address cannot be bound.
             DeadlineExceeded: the coordinator could not be reached in time.
             Unimplemented: a device of this host cannot take part.
@@ -104,6 +117,16 @@ class EmbeddedWorker:
                 "_embedded): build Chorus (scripts/build.sh), then install "
                 "the package with CHORUS_BUILD_DIR naming that build "
                 f"({_MISSING})")
+        if tls_dir is None:
+            tls_dir = ""
+        if isinstance(tls_dir, os.PathLike):
+            tls_dir = os.fspath(tls_dir)
+        if not isinstance(tls_dir, str):
+            raise InvalidArgument(
+                f"tls_dir must be a directory path (str or os.PathLike), "
+                f"got {tls_dir!r}")
+        if tls_dir:
+            tls_dir = os.path.abspath(tls_dir)
         self._coordinator = coordinator
         # A fork of this process has none of the runtime's threads: there
         # the worker counts as closed and close() touches nothing.
@@ -115,7 +138,7 @@ class EmbeddedWorker:
             self._worker = _embedded.Worker(
                 coordinator, self._socket, listen=listen,
                 advertise_address=advertise_address, name=name,
-                register_timeout=float(register_timeout))
+                register_timeout=float(register_timeout), tls_dir=tls_dir)
         except (ValueError, RuntimeError) as e:  # bad arguments; (code, message)
             shutil.rmtree(self._dir, ignore_errors=True)
             raise _error_of(e, coordinator) from None

@@ -47,13 +47,16 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "chorus/v1/worker.pb.h"
 #include "glog/logging.h"
+#include "server/common/certificate_check.h"
 #include "server/common/device.h"
+#include "server/common/transport_security.h"
 #include "server/worker/local_api_service.h"
 #include "server/worker/local_call_socket.h"
 #include "server/worker/worker_runtime.h"
@@ -140,6 +143,8 @@ class ReplyQueue {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+void WorkerGone();
+
 // The runtime and its local API, with the channels made from them.
 struct Embedded {
   // The process that started it. A child forked from it has none of its
@@ -165,11 +170,107 @@ struct Embedded {
     api->BeginShutdown();
     runtime->Shutdown();
     api->Drain();
+    WorkerGone();
     for (const std::weak_ptr<ReplyQueue>& weak : queues_now) {
       if (std::shared_ptr<ReplyQueue> queue = weak.lock()) queue->Close();
     }
   }
 };
+
+// The workers of this process and its TLS: mutual TLS is on for every
+// channel and server of the process once on (EnableTls), so it goes on
+// only before any worker runs, and every later worker uses the same files.
+struct ProcessTls {
+  absl::Mutex mu;
+  // Workers started and not closed.
+  int live ABSL_GUARDED_BY(mu) = 0;
+  // The tls_dir TLS went on with; empty while off.
+  std::string dir ABSL_GUARDED_BY(mu);
+};
+
+ProcessTls& Tls() {
+  static ProcessTls* const tls = new ProcessTls();
+  return *tls;
+}
+
+// Admits a new worker of this process with `tls_dir` ("" for plaintext):
+// turns TLS on with its files if it is the first with one, and checks
+// `*name` against the certificate (taking the certificate's name when
+// empty). On OK the worker counts as live until WorkerGone(). Returns
+// FAILED_PRECONDITION when the process's TLS cannot be what is asked (TLS
+// is on with other files, or off with a worker running), INVALID_ARGUMENT
+// for files that are not a worker's valid certificate and key.
+// Checks that the certificate of `files` is a worker's, before TLS goes on
+// with it (which cannot be undone). Leaves other problems of the files to
+// EnableTls, which names them.
+absl::Status CheckWorkerCertificate(const TlsFiles& files) {
+  absl::StatusOr<std::vector<std::string>> uris =
+      CheckCertificateFiles(files.ca_path, files.cert_path, files.key_path);
+  if (!uris.ok()) return absl::OkStatus();
+  std::vector<Identity> identities;
+  for (const std::string& uri : *uris) {
+    absl::StatusOr<Identity> identity = ParseIdentityUri(uri);
+    if (identity.ok()) identities.push_back(*identity);
+  }
+  if (identities.size() == 1 && identities[0].role != Role::kWorker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the TLS certificate ", files.cert_path, " names ", identities[0].Uri(),
+        "; a worker needs chorus://worker/NAME"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdmitWorker(const std::string& tls_dir, std::string* name) {
+  ProcessTls& tls = Tls();
+  absl::MutexLock lock(&tls.mu);
+  if (tls_dir.empty() && !tls.dir.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TLS is on in this process (an embedded worker started with "
+        "tls_dir=",
+        tls.dir, "); every embedded worker of a process passes that tls_dir"));
+  }
+  if (!tls_dir.empty()) {
+    if (tls.dir.empty()) {
+      if (tls.live > 0) {
+        return absl::FailedPreconditionError(
+            "an embedded worker without TLS runs in this process; TLS goes "
+            "on for the whole process, so close it first");
+      }
+      const TlsFiles files = TlsFilesInDir(tls_dir);
+      absl::Status checked = CheckWorkerCertificate(files);
+      if (!checked.ok()) return checked;
+      absl::StatusOr<Identity> enabled = EnableTls(files);
+      if (!enabled.ok()) return enabled.status();
+      tls.dir = tls_dir;
+    } else if (tls.dir != tls_dir) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "TLS is on in this process with tls_dir=", tls.dir,
+          "; every embedded worker of a process passes that tls_dir, not ",
+          tls_dir));
+    }
+    const Identity& identity = OwnIdentity();
+    if (identity.role != Role::kWorker) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the TLS certificate in ", tls_dir, " names ", identity.Uri(),
+          "; a worker needs chorus://worker/NAME"));
+    }
+    if (name->empty()) *name = identity.name;
+    if (*name != identity.name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "name ", *name, " but the TLS certificate names ", identity.Uri(),
+          "; the coordinator would refuse the registration"));
+    }
+  }
+  ++tls.live;
+  return absl::OkStatus();
+}
+
+// A worker AdmitWorker() let in stopped.
+void WorkerGone() {
+  ProcessTls& tls = Tls();
+  absl::MutexLock lock(&tls.mu);
+  --tls.live;
+}
 
 // Raises RuntimeError((code, message)), which chorus.embedded turns into
 // the chorus.Error of that code.
@@ -197,6 +298,27 @@ PyObject* WorkerNew(PyTypeObject* type, PyObject*, PyObject*) {
   return reinterpret_cast<PyObject*>(self);
 }
 
+// Starts the runtime of `options` with its local API into `embedded` and
+// registers it. Returns WorkerRuntime::Create's and Register's errors.
+absl::Status StartEmbedded(RuntimeOptions* options, uint64_t max_tensor_bytes,
+                           uint64_t max_shared_bytes, Embedded* embedded) {
+  embedded->api =
+      std::make_unique<LocalApiService>(max_tensor_bytes, max_shared_bytes);
+  options->extra_services = {embedded->api.get()};
+  options->extra_service_names = {v1::WorkerLocal::service_full_name()};
+  absl::StatusOr<std::unique_ptr<WorkerRuntime>> created =
+      WorkerRuntime::Create(*options);
+  if (!created.ok()) return created.status();
+  embedded->runtime = *std::move(created);
+  absl::Status status = embedded->runtime->Register();
+  if (!status.ok()) {
+    embedded->runtime->Shutdown();
+    return status;
+  }
+  embedded->api->Bind(embedded->runtime.get());
+  return absl::OkStatus();
+}
+
 int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   static const char* kKeywords[] = {"coordinator",
                                     "local_socket",
@@ -206,6 +328,7 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
                                     "register_timeout",
                                     "max_tensor_bytes",
                                     "max_shared_bytes",
+                                    "tls_dir",
                                     nullptr};
   const char* coordinator;
   const char* local_socket;
@@ -215,10 +338,11 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   double register_timeout = 30;
   unsigned long long max_tensor_bytes = kDefaultMaxTensorBytes;
   unsigned long long max_shared_bytes = kDefaultMaxSharedBytes;
+  const char* tls_dir = "";
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "ss|sssdKK:Worker", const_cast<char**>(kKeywords),
+          args, kwargs, "ss|sssdKKs:Worker", const_cast<char**>(kKeywords),
           &coordinator, &local_socket, &listen, &advertise, &name,
-          &register_timeout, &max_tensor_bytes, &max_shared_bytes)) {
+          &register_timeout, &max_tensor_bytes, &max_shared_bytes, &tls_dir)) {
     return -1;
   }
   if (self->embedded != nullptr) {
@@ -240,22 +364,11 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   auto embedded = std::make_unique<Embedded>();
   absl::Status status;
   Py_BEGIN_ALLOW_THREADS;
-  embedded->api =
-      std::make_unique<LocalApiService>(max_tensor_bytes, max_shared_bytes);
-  options.extra_services = {embedded->api.get()};
-  options.extra_service_names = {v1::WorkerLocal::service_full_name()};
-  absl::StatusOr<std::unique_ptr<WorkerRuntime>> created =
-      WorkerRuntime::Create(options);
-  if (created.ok()) {
-    embedded->runtime = *std::move(created);
-    status = embedded->runtime->Register();
-    if (status.ok()) {
-      embedded->api->Bind(embedded->runtime.get());
-    } else {
-      embedded->runtime->Shutdown();
-    }
-  } else {
-    status = created.status();
+  status = AdmitWorker(tls_dir, &options.name);
+  if (status.ok()) {
+    status = StartEmbedded(&options, max_tensor_bytes, max_shared_bytes,
+                           embedded.get());
+    if (!status.ok()) WorkerGone();
   }
   Py_END_ALLOW_THREADS;
   if (!status.ok()) {
@@ -265,7 +378,6 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   self->embedded = embedded.release();
   return 0;
 }
-
 void WorkerClose(WorkerObject* self) {
   if (self->embedded == nullptr || !self->embedded->OwnedHere()) return;
   Embedded* embedded = self->embedded;
@@ -770,10 +882,12 @@ PyMODINIT_FUNC PyInit__embedded() {
   kWorkerType.tp_doc =
       "Worker(coordinator, local_socket, listen='127.0.0.1:0', "
       "advertise_address='', name='', register_timeout=30, "
-      "max_tensor_bytes=..., max_shared_bytes=...)\n\nA worker runtime in "
-      "this process, registered with `coordinator`, serving its local API "
-      "on the Unix socket `local_socket`. Raises RuntimeError with (code, "
-      "message) when it cannot start.";
+      "max_tensor_bytes=..., max_shared_bytes=..., tls_dir='')\n\nA worker "
+      "runtime in this process, registered with `coordinator`, serving its "
+      "local API on the Unix socket `local_socket`; with tls_dir (ca.pem, "
+      "cert.pem and key.pem of a chorus://worker/NAME certificate) over "
+      "mutual TLS, which is then on for every worker of the process. Raises "
+      "RuntimeError with (code, message) when it cannot start.";
   kWorkerType.tp_methods = kWorkerMethods;
   kWorkerType.tp_getset = kWorkerGetSet;
   kWorkerType.tp_init = reinterpret_cast<initproc>(WorkerInit);
