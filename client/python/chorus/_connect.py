@@ -215,15 +215,23 @@ def resolve_tls_dir(tls_dir: Optional[PathLike]) -> Tuple[Optional[str], str]:
         if text is None:
             return None, ""
         return text, f"CHORUS_TLS_DIR={text!r}"
+    tls_dir = tls_dir_text(tls_dir)
+    if not tls_dir:
+        return None, ""
+    return tls_dir, f"tls_dir={tls_dir!r}"
+
+
+def tls_dir_text(tls_dir: PathLike) -> str:
+    """`tls_dir` as a str ("" for plaintext); InvalidArgument for anything
+    that is not a path.
+    """
     if isinstance(tls_dir, os.PathLike):
         tls_dir = os.fspath(tls_dir)
     if not isinstance(tls_dir, str):
         raise InvalidArgument(
             f"tls_dir must be a directory path (str or os.PathLike), got "
             f"{tls_dir!r}")
-    if not tls_dir:
-        return None, ""
-    return tls_dir, f"tls_dir={tls_dir!r}"
+    return tls_dir
 
 
 def tls_credentials(tls_dir: str, source: str) -> grpc.ChannelCredentials:

@@ -32,12 +32,12 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional
 
 import grpc
 
-from chorus.errors import (Error, FailedPrecondition, InvalidArgument,
-                           error_for_code)
+from chorus import _connect
+from chorus.errors import Error, FailedPrecondition, error_for_code
 
 __all__ = ["EmbeddedWorker", "available", "shared_worker"]
 
@@ -80,7 +80,7 @@ class EmbeddedWorker:
     def __init__(self, coordinator: str, *, listen: str = "127.0.0.1:0",
                  advertise_address: str = "", name: str = "",
                  register_timeout: float = 30.0,
-                 tls_dir: Optional[Union[str, "os.PathLike[str]"]] = None) -> None:
+                 tls_dir: Optional[_connect.PathLike] = None) -> None:
         """Starts the runtime and registers it with `coordinator`
         ("host:port").
 
@@ -117,14 +117,7 @@ class EmbeddedWorker:
                 "_embedded): build Chorus (scripts/build.sh), then install "
                 "the package with CHORUS_BUILD_DIR naming that build "
                 f"({_MISSING})")
-        if tls_dir is None:
-            tls_dir = ""
-        if isinstance(tls_dir, os.PathLike):
-            tls_dir = os.fspath(tls_dir)
-        if not isinstance(tls_dir, str):
-            raise InvalidArgument(
-                f"tls_dir must be a directory path (str or os.PathLike), "
-                f"got {tls_dir!r}")
+        tls_dir = _connect.tls_dir_text("" if tls_dir is None else tls_dir)
         if tls_dir:
             tls_dir = os.path.abspath(tls_dir)
         self._coordinator = coordinator
