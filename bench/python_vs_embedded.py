@@ -18,7 +18,8 @@ One invocation measures all_reduce, f32, sum over the same sizes twice, on
   no worker daemon runs: each Python rank joins with
   ``chorus.join(..., coordinator=...)`` and so runs the worker runtime in
   its own process (chorus.embedded; the package must have been installed
-  with CHORUS_BUILD_DIR naming the build).
+  with CHORUS_BUILD_DIR naming the build); there the rank's runtime reads x
+  and writes out in place, whatever --buffers says.
 - embedded: ``chorus-bench --collective=all_reduce --dtype=f32 --op=sum
   --format=csv`` once per size, whose ranks embed a WorkerRuntime in their own
   processes (no hop to a daemon).
@@ -74,7 +75,8 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10,
 # --buffers: what the Python ranks pass to all_reduce.
 _BUFFERS = {
     "numpy": "numpy arrays, copied into and out of memory shared with the "
-             "daemon (where it shares none: streamed)",
+             "daemon (where it shares none: streamed); embedded ranks' "
+             "runtimes read and write them in place",
     "shared": "x and out from comm.shared_array(), read and written by the "
               "daemon in place",
     "stream": "numpy arrays, shared memory off: messages, or "
