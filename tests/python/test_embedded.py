@@ -23,6 +23,9 @@ import chorus
 from chorus import embedded
 from conftest import (CALL_TIMEOUT, REPO, Cluster, make_certs, run_ranks,
                       short_temp_dir, unique_group)
+from numpy_reference import (KINDS, REDUCING, check_close, expected,
+                             rank_input, storage)
+from test_collectives import issue
 
 
 def _build_has_module() -> bool:
@@ -417,6 +420,42 @@ def test_embedded_large_all_reduce_in_place_beside_a_daemon_rank(
             assert isinstance(error, chorus.InvalidArgument), error
         for out in outs:
             assert (out == -1).all()
+
+
+@pytestmark_embedded
+@pytest.mark.parametrize("kind", KINDS)
+def test_embedded_every_collective_runs_in_place(
+        cluster: Cluster, worker: chorus.EmbeddedWorker, kind: str) -> None:
+    # Blocking calls of embedded ranks read and write the arrays themselves,
+    # beside a daemon rank that goes through messages and shared memory.
+    root = 1
+    op = "sum" if kind in REDUCING else None
+    with _joined([worker, cluster.address("w0"), worker]) as comms:
+        for count, dtype in ((5, "f32"), (100_003, "bf16"), (70_001, "i64")):
+            inputs = [rank_input(kind, dtype, "sum", 3, r, count)
+                      for r in range(3)]
+            wants = [expected(kind, inputs, dtype, "sum", root, r)
+                     for r in range(3)]
+            # Rank 2 passes out= where it gets a result.
+            outs: List[Any] = [None, None, None]
+            if wants[2] is not None:
+                outs[2] = np.full(wants[2].shape, 7, storage(dtype))
+            got = run_ranks([
+                (lambda r=r: issue(comms[r], kind, inputs[r], dtype, op,
+                                   root, **({} if outs[r] is None else
+                                            {"out": outs[r]})))
+                for r in range(3)])
+            for r in range(3):
+                if wants[r] is None:
+                    assert got[r] is None, (kind, r)
+                    continue
+                check_close(got[r], wants[r], dtype, op)
+            if outs[2] is not None:
+                assert got[2] is outs[2]
+        assert run_ranks([(lambda c=c: c.barrier(timeout=CALL_TIMEOUT))
+                          for c in comms]) == [None, None, None]
+        assert comms[0].shared_memory == "untried"  # no copies into regions
+        assert comms[2].shared_memory == "untried"
 
 
 def _raised(fn: Any) -> BaseException:

@@ -21,8 +21,9 @@ Frames are written, read and parsed by the C extension chorus._frames.
 CallSocket drives any Connection: a daemon's call socket (UnixConnection),
 or the in-process channel of an embedded worker (chorus._embedded.Calls),
 whose frames go to the runtime in this process with no socket; there a
-blocking call is run by its own thread (run_here(), send_call_here), with
-none of the bookkeeping of calls in flight.
+blocking call is run by its own thread on the caller's buffers
+(run_in_place(), Calls.run_into), with none of the bookkeeping of calls in
+flight.
 """
 
 import functools
@@ -307,9 +308,8 @@ class CallSocket:
         self._name = name
         self._conn = connection
         self._send = connection.send_call
-        # A connection whose calls a waiting caller can run itself (an
-        # embedded worker's): see run_here().
-        self._send_here = getattr(connection, "send_call_here", None)
+        # A connection whose calls a waiting caller can run itself, on its
+        # own buffers (an embedded worker's): see run_in_place().
         self._run_into = getattr(connection, "run_into", None)
         self._lock = threading.Lock()
         # Blocking callers wait here for their reply, or for their turn to
@@ -406,46 +406,29 @@ class CallSocket:
 
     @property
     def runs_here(self) -> bool:
-        """Whether run_here() can run calls (the connection is an
+        """Whether run_in_place() can run calls (the connection is an
         embedded worker's and did not break).
         """
-        return self._send_here is not None and self._broken is None
+        return self._run_into is not None and self._broken is None
 
-    def run_here(self, request: Tuple[Any, ...],
-                 timeout: float) -> Optional[_Reply]:
-        """Runs a blocking call on this thread, outside every lock, as
-        call(blocking=True) and result() would but with none of their
-        bookkeeping, and returns its reply (as chorus._frames reads it) once
-        the call ended. Returns None when nothing was sent: the connection
-        cannot run calls here, or broke.
-        """
-        if self._send_here is None or self._broken is not None:
-            return None
-        try:
-            return self._send_here(next(self._ids), max(1, int(timeout * 1e6)),
-                                   request)
-        except OSError as e:
-            self._fail(f"sending failed: {e}")
-            return None
-
-    def run_into(self, prefix: bytes, sequence: int, data: Any, out: Any,
-                 timeout: float, in_place: bool = False
-                 ) -> Union[bool, _Reply, None]:
-        """run_here() of the request whose bytes are `prefix` (a
-        LocalCollectiveRequest with no sequence and no data) with
-        `sequence` and the bytes of the buffer `data`. A call that succeeds
-        with an output of exactly len(out) bytes writes it into the
-        writable buffer `out` and returns True; any other returns its reply
-        as run_here() does, or None when nothing was sent. With `in_place`
-        the worker reads `data` and writes `out` itself (no copies; a retry
-        of the number is refused, as no copy of the output is kept).
+    def run_in_place(self, prefix: bytes, sequence: int, data: Any, out: Any,
+                     timeout: float) -> Union[bool, _Reply, None]:
+        """Runs a blocking call on this thread, outside every lock, with
+        none of the bookkeeping of call(): the request whose bytes are
+        `prefix` (a LocalCollectiveRequest with no sequence and no data)
+        with `sequence`, on the buffers themselves: the embedded worker
+        reads its input from `data` and writes its output into the writable
+        buffer `out` (no copies; a retry of the number is refused, as no
+        copy of the output is kept). Returns True once the call succeeded,
+        its reply (as chorus._frames reads it) when it failed, or None when
+        nothing was sent: the connection cannot run calls here, or broke.
         """
         if self._run_into is None or self._broken is not None:
             return None
         try:
             return self._run_into(next(self._ids),
                                   max(1, int(timeout * 1e6)), prefix,
-                                  sequence, data, out, in_place)
+                                  sequence, data, out, True)
         except OSError as e:
             self._fail(f"sending failed: {e}")
             return None

@@ -541,33 +541,27 @@ class _Replied:
         return response
 
 
-class _RunHere:
-    """A blocking call of an embedded worker, run on the thread that asks
-    for its result (CallSocket.run_here): what such a call uses in place of
-    a future.
+class _Unsent:
+    """A blocking call of an embedded worker that was not sent, the channel
+    having broken, as a future of it: result() raises UNAVAILABLE.
     """
 
-    __slots__ = ("_calls", "_request", "_timeout")
+    __slots__ = ("_calls",)
 
-    def __init__(self, calls: CallSocket, request: Tuple[Any, ...],
-                 timeout: float) -> None:
+    def __init__(self, calls: CallSocket) -> None:
         self._calls = calls
-        self._request = request
-        self._timeout = timeout
 
     def result(self) -> Any:
-        """Runs the call and returns its Response; raises its
-        CallSocketError (UNAVAILABLE when the channel broke first).
-        """
-        request, self._request = self._request, ()
-        reply = self._calls.run_here(request, self._timeout)
-        if reply is None:
-            raise self._calls.unavailable()
-        return _Replied(reply).result()
+        """Raises the channel's CallSocketError (UNAVAILABLE)."""
+        raise self._calls.unavailable()
 
 
 # What _all_reduce_here() returns for a call it leaves to _run().
 _NOT_HERE = object()
+
+# The input or output of a call that has none, for _run_in_place(): no
+# byte of it is read or written.
+_NOTHING = np.empty(0, np.uint8)
 
 
 class _Call:
@@ -836,7 +830,7 @@ class Communicator:
         # Serialized requests without their number, by kind of call.
         self._prefixes: Dict[Tuple[Any, ...], bytes] = {}
         # What _all_reduce_here() sends, by (dtype, shape, op).
-        self._here_calls: Dict[Tuple[Any, ...], Tuple[bytes, _Call, int]] = {}
+        self._here_calls: Dict[Tuple[Any, ...], Tuple[bytes, _Call]] = {}
         self._closed = False
         self._release = threading.Event()
         self._hold = self._start_hold()
@@ -1022,9 +1016,8 @@ class Communicator:
                          timeout: Optional[float]) -> Any:
         """A blocking all_reduce of a numpy array through an embedded
         worker, with the least work in Python: the call that _run() would
-        make, run on this thread (CallSocket.run_into) on x and the output
-        array themselves, with no copy (the worker reads x and writes the
-        result in place). Returns _NOT_HERE, having done nothing, for any
+        make, run on this thread on x and the output array themselves
+        (_run_in_place). Returns _NOT_HERE, having done nothing, for any
         call that needs more than that (then _run() makes it); a failed call
         raises as _run() would, leaving `out` as it was.
         """
@@ -1034,7 +1027,7 @@ class Communicator:
             return _NOT_HERE
         if here is None:
             here = self._prepare_here(x, op)
-        prefix, call, nbytes = here
+        prefix, call = here
         if not x.flags.c_contiguous:
             return _NOT_HERE
         if out is not None and not (
@@ -1046,50 +1039,27 @@ class Communicator:
             timeout = self._timeout
         else:
             timeout = _check_timeout(timeout, self._timeout)
-        with self._mutex:
-            if self._closed:
-                raise InvalidArgument("this communicator is closed")
-            sequence = self._next_sequence
-            self._next_sequence += 1
-            self._in_flight += 1
-        result = np.empty(x.shape, x.dtype) if out is None else out
-        try:
-            reply = self._calls.run_into(prefix, sequence, x, result, timeout,
-                                         in_place=True)
-        except BaseException:
-            self._settled_here()
-            raise
-        if reply is True:
-            self._settled_here()
-            return result
-        # A failure (or no reply: the channel broke) ends as any other
-        # call's.
-        work = _Outcome(sequence)
-        rpc = (_Replied(reply) if reply is not None else
-               _RunHere(self._calls, (prefix, _SEQUENCE_TAG, _varint(sequence),
-                                      _DATA_TAG, _varint(nbytes), x),
-                        timeout))
-        self._settle(call, work, rpc, None, out)
-        return work.result()
+        return self._run_in_place(call, prefix, x, out, timeout)
 
     def _prepare_here(self, x: np.ndarray, op: Any
-                      ) -> Tuple[bytes, _Call, int]:
-        """(the request's bytes but its number and data, the call, its
-        data's bytes) of an all_reduce of arrays shaped as x, cached.
-        Raises InvalidArgument as _run() would.
+                      ) -> Tuple[bytes, _Call]:
+        """(the request's bytes but its number and data, the call) of an
+        all_reduce of arrays shaped as x, cached. Raises InvalidArgument as
+        _run() would.
         """
         arr, name = _as_array(x, None, "x")
         call = _Call("all_reduce", name, arr.size, op=op,
                      out_shape=arr.shape)
-        nbytes = call.output_bytes()
         prefix = self._request(call, None, None).SerializeToString()
         if len(self._here_calls) >= _MAX_PREFIXES:
             self._here_calls.clear()
-        self._here_calls[(x.dtype, x.shape, op)] = (prefix, call, nbytes)
-        return prefix, call, nbytes
+        self._here_calls[(x.dtype, x.shape, op)] = (prefix, call)
+        return prefix, call
 
     def _settled_here(self) -> None:
-        """Counts a call of _all_reduce_here() as no longer in flight."""
+        """Counts a call of _all_reduce_here() or _run_in_place() as no
+        longer in flight.
+        """
         with self._mutex:
             self._in_flight -= 1
             if self._closed:
@@ -1344,6 +1314,10 @@ class Communicator:
         if call.out_shape is not None and out is not None:
             target = _as_output(out, call.dtype, output_bytes //
                                 call.out_dtype.itemsize)
+        if (not async_op and self._calls is not None and
+                self._calls.runs_here):
+            return self._run_in_place(call, prefix, call.data, target,
+                                      timeout)
         shared = None
         if data_bytes + output_bytes >= SHARED_THRESHOLD_BYTES:
             shared = self._share(data, target, output_bytes)
@@ -1383,11 +1357,7 @@ class Communicator:
                     parts = (prefix, _SEQUENCE_TAG,
                              _varint(sequence)) + payload
                     rpc = None
-                    if (not async_op and self._calls is not None and
-                            self._calls.runs_here):
-                        # Run on this thread once the lock is released.
-                        rpc = _RunHere(self._calls, parts, timeout)
-                    elif self._calls is not None and self._calls.usable:
+                    if self._calls is not None and self._calls.usable:
                         # None: the socket turned out closed, nothing sent.
                         rpc = self._calls.call(parts, timeout,
                                                blocking=not async_op)
@@ -1433,6 +1403,42 @@ class Communicator:
             rpc.add_done_callback(
                 lambda done: self._settle(call, work, done, receive, target))
         return work
+
+    def _run_in_place(self, call: _Call, prefix: bytes,
+                      data: Optional[np.ndarray],
+                      target: Optional[np.ndarray], timeout: float) -> Any:
+        """A blocking call through an embedded worker, run on this thread
+        (CallSocket.run_in_place) on the arrays themselves: the runtime
+        reads `data` and writes the output into `target` (or a new array
+        shaped as the call's output) in place, with no copy into a message
+        or shared memory. Returns the result as _run() does; raises as it
+        does, leaving `target` as it was.
+        """
+        result = target
+        if result is None and call.out_shape is not None:
+            result = np.empty(call.out_shape, call.out_dtype)
+        if data is None:
+            data = _NOTHING
+        with self._mutex:
+            if self._closed:
+                raise InvalidArgument("this communicator is closed")
+            sequence = self._next_sequence
+            self._next_sequence += 1
+            self._in_flight += 1
+        try:
+            reply = self._calls.run_in_place(
+                prefix, sequence, data, _NOTHING if result is None else result,
+                timeout)
+        except BaseException:
+            self._settled_here()
+            raise
+        if reply is True:
+            self._settled_here()
+            return result
+        work = _Outcome(sequence)
+        rpc = _Replied(reply) if reply is not None else _Unsent(self._calls)
+        self._settle(call, work, rpc, None, target)
+        return work.result()
 
     def _share(self, data: Optional[np.ndarray],
                target: Optional[np.ndarray], output_bytes: int
