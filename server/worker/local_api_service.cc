@@ -531,17 +531,17 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
     running->call = std::move(call);
     running->done = std::move(done);
     LocalCall& c = running->call;
-    // A call on shared memory lands in place (its input may be the very
-    // bytes it writes): the same_host plan writes there directly, the
-    // others through the region's reused scratch.
+    // A call on shared memory or on its caller's memory lands in place (its
+    // input may be the very bytes it writes): the same_host plan writes
+    // there directly, the others through a scratch string (a region's is
+    // reused).
     std::string* run_output = output;
-    if (c.output_region != nullptr) {
-      running->scratch = c.output_region->TakeScratch();
-      running->scratch.clear();
+    if (c.output_region != nullptr || c.in_place) {
+      if (c.output_region != nullptr) {
+        running->scratch = c.output_region->TakeScratch();
+        running->scratch.clear();
+      }
       run_output = &running->scratch;
-      c.options.output_place = c.shared_output;
-    } else if (c.in_place) {
-      run_output = &running->scratch;  // stays empty
       c.options.output_place = c.shared_output;
     }
     if (c.wait_here) {

@@ -317,17 +317,6 @@ def test_killed_embedded_rank_aborts_the_daemon_rank(tmp_path: Path) -> None:
         own.stop()
 
 
-def _u32_sum(group: str, epoch: int, sequence: int, value: int) -> bytes:
-    """A serialized LocalCollectiveRequest: all_reduce u32[1] sum."""
-    from chorus.v1 import types_pb2, worker_pb2
-    return worker_pb2.LocalCollectiveRequest(
-        group=group, rank=0, epoch=epoch, sequence=sequence,
-        spec=types_pb2.CollectiveSpec(kind=types_pb2.COLLECTIVE_KIND_ALL_REDUCE,
-                                      dtype=types_pb2.DTYPE_U32, count=1,
-                                      op=types_pb2.REDUCE_OP_SUM),
-        data=np.array([value], np.uint32).tobytes()).SerializeToString()
-
-
 def _u32_prefix(group: str, epoch: int, count: int = 1) -> bytes:
     """A serialized LocalCollectiveRequest with no sequence and no data:
     all_reduce u32[count] sum.
@@ -339,6 +328,21 @@ def _u32_prefix(group: str, epoch: int, count: int = 1) -> bytes:
                                       dtype=types_pb2.DTYPE_U32, count=count,
                                       op=types_pb2.REDUCE_OP_SUM)
     ).SerializeToString()
+
+
+def _u32_fields(sequence: int, values: np.ndarray) -> bytes:
+    """The sequence and data fields of a LocalCollectiveRequest, serialized
+    (appended to a prefix, protobuf merges them in).
+    """
+    from chorus.v1 import worker_pb2
+    return worker_pb2.LocalCollectiveRequest(
+        sequence=sequence, data=values.tobytes()).SerializeToString()
+
+
+def _u32_sum(group: str, epoch: int, sequence: int, value: int) -> bytes:
+    """A serialized LocalCollectiveRequest: all_reduce u32[1] sum."""
+    return _u32_prefix(group, epoch) + _u32_fields(
+        sequence, np.array([value], np.uint32))
 
 
 @pytestmark_embedded
@@ -356,31 +360,32 @@ def test_calls_run_into_in_place_writes_out_and_refuses_retries(
             reply = calls.run_into(1, 10_000_000, _u32_sum(group, comm.epoch,
                                                            1, 7),
                                    1, np.ones(1, np.uint32),
-                                   np.empty(1, np.uint32), True)
+                                   np.empty(1, np.uint32))
             assert reply[1] == invalid and "no data" in reply[2], reply
             small = np.full(2, 9, np.uint32)
-            reply = calls.run_into(2, 10_000_000, prefix, 1, x, small, True)
+            reply = calls.run_into(2, 10_000_000, prefix, 1, x, small)
             assert reply[1] == invalid and "room for 8" in reply[2], reply
             assert small.tolist() == [9, 9]
             frozen = np.empty(3, np.uint32)
             frozen.flags.writeable = False
             with pytest.raises((BufferError, ValueError)):  # numpy: ValueError
-                calls.run_into(3, 10_000_000, prefix, 1, x, frozen, True)
-            # #1 in place: the result lands in out, even when out is x.
-            assert calls.run_into(4, 10_000_000, prefix, 1, x, x, True) is True
-            assert x.tolist() == [4, 5, 6]  # world 1: the sum is x
+                calls.run_into(3, 10_000_000, prefix, 1, x, frozen)
+            # #1 in place: the result lands in out.
+            out = np.zeros(3, np.uint32)
+            assert calls.run_into(4, 10_000_000, prefix, 1, x, out) is True
+            assert out.tolist() == [4, 5, 6]  # world 1: the sum is x
             # Its retry is refused: no copy of its output was kept.
             reply = calls.run_into(5, 10_000_000, prefix, 1, x,
-                                   np.empty(3, np.uint32), True)
+                                   np.empty(3, np.uint32))
             assert reply[1] == grpc.StatusCode.FAILED_PRECONDITION.value[0]
             assert "keeps no copy" in reply[2], reply
-            # #2 through a message: copied into out; its retry gets the
-            # kept result again.
+            # #2 through a message: its retry gets the kept result again.
+            message = prefix + _u32_fields(2, x)
             for call_id in (6, 7):
-                out = np.zeros(3, np.uint32)
-                assert calls.run_into(call_id, 10_000_000, prefix, 2, x,
-                                      out) is True
-                assert out.tolist() == [4, 5, 6]
+                calls.send_call(call_id, 10_000_000, (message,))
+                reply = calls.wait(call_id, 10.0, lambda r: True)
+                assert reply is not None and reply[:2] == (call_id, 0), reply
+                assert np.frombuffer(reply[4], np.uint32).tolist() == [4, 5, 6]
         finally:
             calls.close()
 
@@ -476,18 +481,17 @@ def test_calls_here_skipped_number_refused_by_its_deadline(
         try:
             # Number 2 before 1, run on this thread: it waits for #1 here
             # and is refused at its deadline, not left hanging.
+            prefix = _u32_prefix(group, comm.epoch)
+            five, out = np.array([5], np.uint32), np.zeros(1, np.uint32)
             start = time.monotonic()
-            reply = calls.send_call_here(
-                7, 300_000, (_u32_sum(group, comm.epoch, 2, 5),))
+            reply = calls.run_into(7, 300_000, prefix, 2, five, out)
             assert time.monotonic() - start < 20
-            assert reply is not None and reply[0] == 7
+            assert reply is not True and reply[0] == 7
             assert reply[1] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
             assert "#1" in reply[2], reply
-            # #1 then runs, here, with its result in the reply.
-            reply = calls.send_call_here(
-                8, 10_000_000, (_u32_sum(group, comm.epoch, 1, 5),))
-            assert reply[:2] == (8, 0), reply
-            assert np.frombuffer(reply[4], np.uint32).tolist() == [5]
+            # #1 then runs, here, with its result in out.
+            assert calls.run_into(8, 10_000_000, prefix, 1, five, out) is True
+            assert out.tolist() == [5]
         finally:
             calls.close()
 
@@ -502,9 +506,10 @@ def test_calls_later_number_queued_earlier_run_here_both_answer(
             # #2 sent without waiting waits for its number; #1 run here
             # ends first, then #2's reply comes through the queue.
             calls.send_call(2, 10_000_000, (_u32_sum(group, comm.epoch, 2, 3),))
-            reply = calls.send_call_here(
-                1, 10_000_000, (_u32_sum(group, comm.epoch, 1, 4),))
-            assert reply[:2] == (1, 0), reply
+            out = np.zeros(1, np.uint32)
+            assert calls.run_into(1, 10_000_000, _u32_prefix(group, comm.epoch),
+                                  1, np.array([4], np.uint32), out) is True
+            assert out.tolist() == [4]
             other = calls.wait(2, 10.0, lambda r: True)
             assert other is not None and other[:2] == (2, 0), other
             assert np.frombuffer(other[4], np.uint32).tolist() == [3]

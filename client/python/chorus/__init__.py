@@ -34,7 +34,8 @@ __version__ = "0.1.0"
 """The version of this package."""
 
 __all__ = [
-    "join", "default_socket_path", "Communicator", "Work", "EmbeddedWorker", "DEFAULT_TIMEOUT",
+    "join", "default_socket_path", "Communicator", "Work", "EmbeddedWorker",
+    "DEFAULT_TIMEOUT",
     "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES", "SHARED_THRESHOLD_BYTES",
     "DTYPES", "dtype_name", "bf16_to_f32", "f32_to_bf16",
     "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",

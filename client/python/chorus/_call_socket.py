@@ -219,8 +219,9 @@ class Connection(Protocol):
     """What CallSocket drives: a channel that takes LocalCallFrames and
     gives back replies as chorus._frames reads them. One whose caller can
     run a call itself (an embedded worker's) also has
-    send_call_here(call_id, timeout_us, parts) -> reply, which returns
-    once the call ended.
+    run_into(call_id, timeout_us, prefix, sequence, data, out) -> True |
+    reply, which runs it on the buffers themselves and returns once the
+    call ended (see CallSocket.run_in_place).
     """
 
     def fileno(self) -> int:
@@ -284,7 +285,8 @@ class UnixConnection:
 
 
 class CallSocket:
-    """A connection to a worker daemon's call socket.
+    """A connection to a worker daemon's call socket, or to the channel of
+    an embedded worker (any Connection).
 
     One thread at a time reads the socket and completes every call whose
     reply it reads. A blocking call's own thread reads it while it waits,
@@ -428,7 +430,7 @@ class CallSocket:
         try:
             return self._run_into(next(self._ids),
                                   max(1, int(timeout * 1e6)), prefix,
-                                  sequence, data, out, True)
+                                  sequence, data, out)
         except OSError as e:
             self._fail(f"sending failed: {e}")
             return None

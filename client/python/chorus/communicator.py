@@ -1056,9 +1056,9 @@ class Communicator:
         self._here_calls[(x.dtype, x.shape, op)] = (prefix, call)
         return prefix, call
 
-    def _settled_here(self) -> None:
-        """Counts a call of _all_reduce_here() or _run_in_place() as no
-        longer in flight.
+    def _left_flight(self) -> None:
+        """Counts a call as no longer in flight (close() waits for none to
+        be).
         """
         with self._mutex:
             self._in_flight -= 1
@@ -1430,10 +1430,10 @@ class Communicator:
                 prefix, sequence, data, _NOTHING if result is None else result,
                 timeout)
         except BaseException:
-            self._settled_here()
+            self._left_flight()
             raise
         if reply is True:
-            self._settled_here()
+            self._left_flight()
             return result
         work = _Outcome(sequence)
         rpc = _Replied(reply) if reply is not None else _Unsent(self._calls)
@@ -1621,10 +1621,7 @@ class Communicator:
                 f"{call.kind} #{work.sequence}: {type(e).__name__}: {e}",
                 grpc.StatusCode.INTERNAL))
         finally:
-            with self._mutex:
-                self._in_flight -= 1
-                if self._closed:
-                    self._lock.notify_all()  # close() waits for it
+            self._left_flight()
 
     def _output(self, call: _Call, target: Optional[np.ndarray], data: bytes,
                 sequence: int) -> Optional[np.ndarray]:

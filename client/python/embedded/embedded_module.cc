@@ -15,12 +15,11 @@
 // Calls has the methods of the call socket's connection that
 // chorus._call_socket drives (its Connection: send_call, wait, drain, fileno,
 // shutdown, close): fileno() is an eventfd that is readable while replies
-// wait, for select(). send_call_here() is for a caller that waits anyway:
-// its own thread runs the call (LocalApiService::RunCall's wait_here, which
-// reads the coordinator's reply itself) and gets the reply back directly.
-// run_into() is send_call_here() with the output written into a buffer of
-// the caller's; with in_place the runtime reads the input and writes the
-// output in the caller's buffers themselves (RunCall's CallerMemory).
+// wait, for select(). run_into() is for a blocking call: the caller's own
+// thread runs it (LocalApiService::RunCall's wait_here, which reads the
+// coordinator's reply itself) on the caller's buffers (RunCall's
+// CallerMemory: the runtime reads the input and writes the output there)
+// and gets its outcome back directly.
 //
 // Lifecycle: a Worker serves until close() (or its deallocation), which
 // deregisters, stops serving and closes every Calls made from it (their
@@ -39,6 +38,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -177,29 +177,29 @@ struct Embedded {
   }
 };
 
-// The workers of this process and its TLS: mutual TLS is on for every
-// channel and server of the process once on (EnableTls), so it goes on
-// only before any worker runs, and every later worker uses the same files.
-struct ProcessTls {
+// The workers of this process. Mutual TLS (EnableTls) is on for every
+// channel and server of the process once on, so it goes on only before any
+// worker runs, and every later worker uses the same files.
+struct LiveWorkers {
   absl::Mutex mu;
   // Workers started and not closed.
-  int live ABSL_GUARDED_BY(mu) = 0;
-  // The tls_dir TLS went on with; empty while off.
-  std::string dir ABSL_GUARDED_BY(mu);
+  int count ABSL_GUARDED_BY(mu) = 0;
 };
 
-ProcessTls& Tls() {
-  static ProcessTls* const tls = new ProcessTls();
-  return *tls;
+LiveWorkers& Live() {
+  static LiveWorkers* const live = new LiveWorkers();
+  return *live;
 }
 
-// Admits a new worker of this process with `tls_dir` ("" for plaintext):
-// turns TLS on with its files if it is the first with one, and checks
-// `*name` against the certificate (taking the certificate's name when
-// empty). On OK the worker counts as live until WorkerGone(). Returns
-// FAILED_PRECONDITION when the process's TLS cannot be what is asked (TLS
-// is on with other files, or off with a worker running), INVALID_ARGUMENT
-// for files that are not a worker's valid certificate and key.
+// The tls_dir TLS is on with in this process; "" while it is off. (TLS
+// goes on here only, with TlsFilesInDir().)
+std::string ActiveTlsDir() {
+  if (!TlsEnabled()) return "";
+  return std::filesystem::path(ActiveTlsFiles().cert_path)
+      .parent_path()
+      .string();
+}
+
 // Checks that the certificate of `files` is a worker's, before TLS goes on
 // with it (which cannot be undone). Leaves other problems of the files to
 // EnableTls, which names them.
@@ -220,18 +220,26 @@ absl::Status CheckWorkerCertificate(const TlsFiles& files) {
   return absl::OkStatus();
 }
 
+// Admits a new worker of this process with `tls_dir` ("" for plaintext):
+// turns TLS on with its files if it is the first with one, and checks
+// `*name` against the certificate (taking the certificate's name when
+// empty). On OK the worker counts as live until WorkerGone(). Returns
+// FAILED_PRECONDITION when the process's TLS cannot be what is asked (TLS
+// is on with other files, or off with a worker running), INVALID_ARGUMENT
+// for files that are not a worker's valid certificate and key.
 absl::Status AdmitWorker(const std::string& tls_dir, std::string* name) {
-  ProcessTls& tls = Tls();
-  absl::MutexLock lock(&tls.mu);
-  if (tls_dir.empty() && !tls.dir.empty()) {
+  LiveWorkers& live = Live();
+  absl::MutexLock lock(&live.mu);
+  const std::string active = ActiveTlsDir();
+  if (tls_dir.empty() && !active.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "TLS is on in this process (an embedded worker started with "
         "tls_dir=",
-        tls.dir, "); every embedded worker of a process passes that tls_dir"));
+        active, "); every embedded worker of a process passes that tls_dir"));
   }
   if (!tls_dir.empty()) {
-    if (tls.dir.empty()) {
-      if (tls.live > 0) {
+    if (active.empty()) {
+      if (live.count > 0) {
         return absl::FailedPreconditionError(
             "an embedded worker without TLS runs in this process; TLS goes "
             "on for the whole process, so close it first");
@@ -241,19 +249,14 @@ absl::Status AdmitWorker(const std::string& tls_dir, std::string* name) {
       if (!checked.ok()) return checked;
       absl::StatusOr<Identity> enabled = EnableTls(files);
       if (!enabled.ok()) return enabled.status();
-      tls.dir = tls_dir;
-    } else if (tls.dir != tls_dir) {
+    } else if (active != tls_dir) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "TLS is on in this process with tls_dir=", tls.dir,
+          "TLS is on in this process with tls_dir=", active,
           "; every embedded worker of a process passes that tls_dir, not ",
           tls_dir));
     }
+    // A worker's: CheckWorkerCertificate let no other identity in.
     const Identity& identity = OwnIdentity();
-    if (identity.role != Role::kWorker) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the TLS certificate in ", tls_dir, " names ", identity.Uri(),
-          "; a worker needs chorus://worker/NAME"));
-    }
     if (name->empty()) *name = identity.name;
     if (*name != identity.name) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -261,15 +264,15 @@ absl::Status AdmitWorker(const std::string& tls_dir, std::string* name) {
           "; the coordinator would refuse the registration"));
     }
   }
-  ++tls.live;
+  ++live.count;
   return absl::OkStatus();
 }
 
 // A worker AdmitWorker() let in stopped.
 void WorkerGone() {
-  ProcessTls& tls = Tls();
-  absl::MutexLock lock(&tls.mu);
-  --tls.live;
+  LiveWorkers& live = Live();
+  absl::MutexLock lock(&live.mu);
+  --live.count;
 }
 
 // Raises RuntimeError((code, message)), which chorus.embedded turns into
@@ -378,6 +381,7 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   self->embedded = embedded.release();
   return 0;
 }
+
 void WorkerClose(WorkerObject* self) {
   if (self->embedded == nullptr || !self->embedded->OwnedHere()) return;
   Embedded* embedded = self->embedded;
@@ -521,65 +525,54 @@ QueuedReply QueueableReply(v1::LocalCallReply& answer) {
   return reply;
 }
 
-// What a call run on its caller's thread leaves for that caller, who waits
-// for it should it not have come by the time RunLocalCallFrame returns
-// (every call ends by its deadline).
+// What a call run on its caller's thread (on the caller's memory) leaves
+// for that caller, who waits for it should it not have come by the time
+// RunLocalCallFrame returns (every call ends by its deadline).
 struct Handover {
-  // Where a successful call's output goes when it is exactly `into_bytes`
-  // long, rather than into the reply; null: into the reply.
-  char* into = nullptr;
-  size_t into_bytes = 0;
-  // The call runs on `into` itself (CallerMemory): its success is written.
-  bool in_place = false;
   absl::Mutex mu;
-  std::optional<QueuedReply> reply ABSL_GUARDED_BY(mu);
-  // The output went to `into`: the call succeeded.
-  bool written ABSL_GUARDED_BY(mu) = false;
+  // The call succeeded: its output is in the caller's memory.
+  bool succeeded ABSL_GUARDED_BY(mu) = false;
+  // The reply of a call that failed.
+  std::optional<QueuedReply> failure ABSL_GUARDED_BY(mu);
   bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return written || reply.has_value();
+    return succeeded || failure.has_value();
   }
 };
 
-// Runs `frame` into the channel's worker (on `in_place`, when given: see
-// LocalApiService::RunCall); the GIL must be released. Its reply goes to
-// `handover` when there is one, else to the queue.
+// Runs `frame` into the channel's worker; the GIL must be released. Its
+// reply goes to the queue.
 void RunFrame(LocalApiService* api, v1::LocalCallFrame frame,
-              const std::shared_ptr<ReplyQueue>& queue,
-              const std::shared_ptr<Handover>& handover,
-              const CallerMemory* in_place = nullptr) {
+              const std::shared_ptr<ReplyQueue>& queue) {
+  RunLocalCallFrame(api, std::move(frame), [queue](v1::LocalCallReply& answer) {
+    QueuedReply reply = QueueableReply(answer);
+    // A copy: the ledger keeps the data for retries.
+    reply.data = answer.response().data();
+    queue->Push(std::move(reply));
+  });
+}
+
+// Runs `frame` on `memory` (LocalApiService::RunCall's in_place) on this
+// thread and waits for its end; the GIL must be released. Returns whether
+// it succeeded; else `*failure` is its reply.
+bool RunFrameHere(LocalApiService* api, v1::LocalCallFrame frame,
+                  const CallerMemory& memory, QueuedReply* failure) {
+  auto handover = std::make_shared<Handover>();
   RunLocalCallFrame(
       api, std::move(frame),
-      [queue, handover](v1::LocalCallReply& answer) {
-        // The data stays in `answer`: the ledger keeps it for retries.
-        const std::string& data = answer.response().data();
-        if (handover == nullptr) {
-          QueuedReply reply = QueueableReply(answer);
-          reply.data = data;
-          queue->Push(std::move(reply));
-          return;
-        }
-        if (handover->in_place && answer.code() == 0) {
-          absl::MutexLock lock(&handover->mu);
-          handover->written = true;
-          return;
-        }
-        if (handover->into != nullptr && answer.code() == 0 &&
-            data.size() == handover->into_bytes) {
-          std::memcpy(handover->into, data.data(), data.size());
-          absl::MutexLock lock(&handover->mu);
-          handover->written = true;
-          return;
-        }
-        QueuedReply reply = QueueableReply(answer);
-        reply.data = data;
+      [handover](v1::LocalCallReply& answer) {
         absl::MutexLock lock(&handover->mu);
-        handover->reply = std::move(reply);
+        if (answer.code() == 0) {
+          handover->succeeded = true;
+        } else {
+          handover->failure = QueueableReply(answer);
+        }
       },
-      /*wait_here=*/handover != nullptr, in_place);
-  if (handover != nullptr) {
-    absl::MutexLock lock(&handover->mu);
-    handover->mu.Await(absl::Condition(handover.get(), &Handover::Ready));
-  }
+      /*wait_here=*/true, &memory);
+  absl::MutexLock lock(&handover->mu);
+  handover->mu.Await(absl::Condition(handover.get(), &Handover::Ready));
+  if (handover->succeeded) return true;
+  *failure = std::move(*handover->failure);
+  return false;
 }
 
 // The channel's queue, open; null with OSError raised when the channel or
@@ -595,8 +588,7 @@ std::shared_ptr<ReplyQueue> OpenQueue(CallsObject* self) {
   return queue;
 }
 
-// send_call() and send_call_here().
-PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
+PyObject* CallsSend(CallsObject* self, PyObject* args) {
   unsigned long long call_id, timeout_us;
   PyObject* parts;
   if (!PyArg_ParseTuple(args, "KKO!:send_call", &call_id, &timeout_us,
@@ -626,7 +618,6 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
     PyErr_SetString(PyExc_ValueError, "send_call: call_id 0");
     return nullptr;
   }
-  auto handover = wait_here ? std::make_shared<Handover>() : nullptr;
   LocalApiService* api = CallsEmbedded(self)->api.get();
   bool parsed = false;
   Py_BEGIN_ALLOW_THREADS;
@@ -635,7 +626,7 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
   if (parsed) {
     frame.set_call_id(call_id);
     frame.set_timeout_us(timeout_us);
-    RunFrame(api, std::move(frame), queue, handover);
+    RunFrame(api, std::move(frame), queue);
   }
   Py_END_ALLOW_THREADS;
   if (!parsed) {
@@ -643,30 +634,17 @@ PyObject* Send(CallsObject* self, PyObject* args, bool wait_here) {
                     "send_call: the parts are not a LocalCollectiveRequest");
     return nullptr;
   }
-  if (handover == nullptr) Py_RETURN_NONE;
-  absl::MutexLock lock(&handover->mu);
-  return ReplyTuple(*handover->reply);
+  Py_RETURN_NONE;
 }
 
-PyObject* CallsSend(CallsObject* self, PyObject* args) {
-  return Send(self, args, /*wait_here=*/false);
-}
-
-PyObject* CallsSendHere(CallsObject* self, PyObject* args) {
-  return Send(self, args, /*wait_here=*/true);
-}
-
-// run_into(): send_call_here() of the request `prefix` with `sequence`
-// and `data`, whose output lands in `out`; with a true 7th argument
-// (in_place) the call reads `data` and writes `out` itself.
+// run_into(): the request `prefix` with `sequence`, run on this thread on
+// the buffers `data` and `out` themselves.
 PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
                        Py_ssize_t nargs) {
-  if (nargs != 6 && nargs != 7) {
-    PyErr_SetString(PyExc_TypeError, "run_into() takes 6 or 7 arguments");
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "run_into() takes 6 arguments");
     return nullptr;
   }
-  const int in_place = nargs == 7 ? PyObject_IsTrue(args[6]) : 0;
-  if (in_place < 0) return nullptr;
   const unsigned long long call_id = PyLong_AsUnsignedLongLong(args[0]);
   const unsigned long long timeout_us = PyLong_AsUnsignedLongLong(args[1]);
   const unsigned long long sequence = PyLong_AsUnsignedLongLong(args[3]);
@@ -690,10 +668,6 @@ PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
     PyBuffer_Release(&data);
     return nullptr;
   }
-  auto handover = std::make_shared<Handover>();
-  handover->into = static_cast<char*>(out.buf);
-  handover->into_bytes = static_cast<size_t>(out.len);
-  handover->in_place = in_place != 0;
   const CallerMemory memory{
       absl::string_view(static_cast<const char*>(data.buf),
                         static_cast<size_t>(data.len)),
@@ -703,17 +677,17 @@ PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
   const char* prefix = PyBytes_AS_STRING(args[2]);
   const Py_ssize_t prefix_bytes = PyBytes_GET_SIZE(args[2]);
   bool parsed = false;
+  bool succeeded = false;
+  QueuedReply failure;
   Py_BEGIN_ALLOW_THREADS;
   v1::LocalCallFrame frame;
   v1::LocalCollectiveRequest* request = frame.mutable_call();
   parsed = request->ParseFromArray(prefix, static_cast<int>(prefix_bytes));
   if (parsed) {
     request->set_sequence(sequence);
-    if (!in_place) request->set_data(data.buf, static_cast<size_t>(data.len));
     frame.set_call_id(call_id);
     frame.set_timeout_us(timeout_us);
-    RunFrame(api, std::move(frame), queue, handover,
-             in_place ? &memory : nullptr);
+    succeeded = RunFrameHere(api, std::move(frame), memory, &failure);
   }
   Py_END_ALLOW_THREADS;
   PyBuffer_Release(&out);
@@ -723,9 +697,8 @@ PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
                     "run_into: prefix is not a LocalCollectiveRequest");
     return nullptr;
   }
-  absl::MutexLock lock(&handover->mu);
-  if (handover->written) Py_RETURN_TRUE;
-  return ReplyTuple(*handover->reply);
+  if (succeeded) Py_RETURN_TRUE;
+  return ReplyTuple(failure);
 }
 
 PyObject* ReplyTuple(const QueuedReply& reply) {
@@ -815,28 +788,20 @@ PyMethodDef kCallsMethods[] = {
      "LocalCollectiveRequest whose bytes are `parts` (at most 8 buffers) "
      "as call `call_id`. Raises OSError once the channel or its worker "
      "closed, ValueError for parts that do not parse."},
-    {"send_call_here", reinterpret_cast<PyCFunction>(CallsSendHere),
-     METH_VARARGS,
-     "send_call_here(call_id, timeout_us, parts) -> tuple\n\n"
-     "send_call(), for a caller that waits for the call anyway: this "
-     "thread runs it and returns its reply once it ended, by its deadline "
-     "at the latest (the reply does not go to the queue). The GIL is "
-     "released meanwhile; a signal is seen only after. Raises as "
-     "send_call()."},
     {"run_into",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(CallsRunInto)),
      METH_FASTCALL,
-     "run_into(call_id, timeout_us, prefix, sequence, data, out, "
-     "in_place=False) -> True | tuple\n\nsend_call_here() of the "
-     "LocalCollectiveRequest whose bytes are `prefix` (no sequence, no "
-     "data) with `sequence` and the bytes of the buffer `data`. A call that "
-     "succeeds with an output of exactly len(out) bytes writes it into the "
-     "writable buffer `out` and returns True; any other returns its reply, "
-     "as send_call_here(). With in_place the call reads `data` and writes "
-     "its output into `out` itself, with no copy into a message (a retry of "
-     "its number is refused: no copy of the output is kept), and `out` may "
-     "be larger than the output. Raises as send_call(), ValueError for a "
-     "prefix that does not parse, and as the buffers do for one that is not "
+     "run_into(call_id, timeout_us, prefix, sequence, data, out) -> True | "
+     "tuple\n\nRuns the LocalCollectiveRequest whose bytes are `prefix` (no "
+     "sequence, no data) as number `sequence` on this thread, on the "
+     "buffers themselves: the call reads its input from `data` and writes "
+     "its output into the writable buffer `out` (which may be larger), "
+     "with no copy; no copy of the output is kept, so a retry of the "
+     "number is refused. Returns True once the call succeeded, else its "
+     "reply (as wait() returns one), by its deadline at the latest. The GIL "
+     "is released meanwhile; a signal is seen only after. Raises OSError "
+     "once the channel or its worker closed, ValueError for a prefix that "
+     "does not parse, and as the buffers do for one that is not "
      "C-contiguous or an `out` that is not writable (numpy: ValueError)."},
     {"wait", reinterpret_cast<PyCFunction>(CallsWait), METH_VARARGS,
      "wait(call_id, seconds, on_reply) -> tuple | None | False\n\nWaits "
