@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <glog/logging.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -104,7 +105,7 @@ void CallPortClient::Shutdown() {
     mu_.Await(absl::Condition(
         +[](int* active) { return *active == 0; }, &active_calls_));
     async_stop_ = true;
-    changed_.SignalAll();
+    async_changed_.Signal();
     completion = std::move(async_thread_);
   }
   if (completion.joinable()) completion.join();
@@ -299,14 +300,24 @@ absl::StatusOr<uint64_t> CallPortClient::Send(v1::CallPortRequest framed,
     framed.set_call_id(next_call_id_++);
     waiter->call_id = framed.call_id();
     waiters_[waiter->call_id] = waiter;
+    const uint64_t one = 1;
     if (waiter->on_done != nullptr) {
       async_deadlines_.emplace(deadline, waiter->call_id);
+      read_ahead_ = true;
       // The completion thread waits for calls, or reads until too late
       // for this one.
-      changed_.SignalAll();
-      const uint64_t one = 1;
+      async_changed_.Signal();
       if (async_read_until_ != absl::InfiniteFuture() &&
           deadline < async_read_until_ &&
+          write(async_wake_fd_, &one, sizeof(one)) < 0) {
+        // Only a full counter fails, and then the thread is woken already.
+      }
+    } else {
+      read_ahead_ = false;
+      // The completion thread reads ahead for no call: it stops, and this
+      // caller reads its own reply rather than be handed it.
+      if (async_read_until_ != absl::InfiniteFuture() &&
+          async_deadlines_.empty() &&
           write(async_wake_fd_, &one, sizeof(one)) < 0) {
         // Only a full counter fails, and then the thread is woken already.
       }
@@ -460,6 +471,7 @@ void CallPortClient::SendAsync(
 }
 
 void CallPortClient::ServeAsync() {
+  pthread_setname_np(pthread_self(), "chorus-callport");
   absl::MutexLock lock(&mu_);
   while (true) {
     const absl::Time now = absl::Now();
@@ -481,11 +493,11 @@ void CallPortClient::ServeAsync() {
       continue;
     }
     if (async_stop_) return;
-    if (!reader_ && fd_ >= 0) {
-      // Reads even with no call waiting, until a horizon: the next call's
-      // reply then wakes this thread once, rather than once to start
-      // reading and once more for the reply. A call due sooner cuts the
-      // read short.
+    if (!reader_ && fd_ >= 0 && (read_ahead_ || !async_deadlines_.empty())) {
+      // After an asynchronous call, reads even with no call waiting, until
+      // a horizon: the next call's reply then wakes this thread once,
+      // rather than once to start reading and once more for the reply. A
+      // call due sooner, or a blocking call, cuts the read short.
       reader_ = true;
       async_read_until_ = async_deadlines_.empty()
                               ? absl::Now() + kIdleReadHorizon
@@ -493,9 +505,9 @@ void CallPortClient::ServeAsync() {
       ReadAsReader(fd_, generation_, async_read_until_, async_wake_fd_);
       async_read_until_ = absl::InfiniteFuture();
     } else if (async_deadlines_.empty()) {
-      changed_.Wait(&mu_);
+      async_changed_.Wait(&mu_);
     } else {
-      changed_.WaitWithDeadline(&mu_, async_deadlines_.begin()->first);
+      async_changed_.WaitWithDeadline(&mu_, async_deadlines_.begin()->first);
     }
   }
 }
@@ -508,6 +520,7 @@ void CallPortClient::FinishLocked(Waiter* waiter,
     async_deadlines_.erase({waiter->deadline, waiter->call_id});
     waiters_.erase(waiter->call_id);
     async_done_.push_back(waiter);
+    async_changed_.Signal();
   }
 }
 
@@ -551,6 +564,7 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
   }
   // Replies handed out, or the reader role is free for another caller.
   changed_.SignalAll();
+  if (!async_deadlines_.empty()) async_changed_.Signal();
 }
 
 void CallPortClient::HandleBytesLocked(uint64_t generation,

@@ -21,11 +21,15 @@
 // cannot be reached (Ready() says so, and the worker calls over gRPC).
 //
 // CallAsync() and CommitAsync() send a call without waiting for it: the
-// client's one completion thread (started with the first such call) reads
-// the connection (while no call is pending too, up to 10 s ahead, so that a
-// reply costs it one wake-up), ends the calls whose deadline passes, and
-// runs their callbacks, so any number of calls may wait for other ranks without
-// a thread each. Call() then takes its reply from that thread.
+// client's one completion thread ("chorus-callport", started with the first
+// such call) reads the connection, ends the calls whose deadline passes, and
+// runs their callbacks, so any number of calls may wait for other ranks
+// without a thread each. While the last call sent was asynchronous it reads
+// with no call pending too (up to 10 s ahead), so that the next reply costs
+// it one wake-up. A blocking call stops that read-ahead and, unless
+// asynchronous calls are pending (then it takes its reply from the
+// completion thread), reads its own reply: a caller that blocks call after
+// call is woken once per call, by its reply, as with no completion thread.
 //
 // Lifecycle: Shutdown() (or the destructor) ends every call in flight with
 // UNAVAILABLE and waits until each has returned (and each asynchronous
@@ -229,9 +233,17 @@ class CallPortClient {
   // Asynchronous calls that ended, whose callbacks are still to run.
   std::vector<Waiter*> async_done_ ABSL_GUARDED_BY(mu_);
   // The deadline the completion thread's read waits until (InfiniteFuture
-  // when it is not reading); a call due earlier wakes it through
-  // async_wake_fd_.
+  // when it is not reading); a call due earlier, or a blocking call while
+  // no asynchronous one is pending, wakes it through async_wake_fd_.
   absl::Time async_read_until_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // The last call sent was asynchronous: the completion thread reads ahead
+  // for the next reply. A blocking call clears it.
+  bool read_ahead_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes the completion thread: an asynchronous call registered or ended,
+  // the reader role is free while asynchronous calls wait, or Shutdown().
+  // Separate from changed_, which blocking callers wait on, so that their
+  // reads do not wake the completion thread.
+  absl::CondVar async_changed_;
   int async_wake_fd_ = -1;
   std::thread async_thread_ ABSL_GUARDED_BY(mu_);
   bool async_stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,18 +4,25 @@
 // call id 0, then the connection closes), requests the core refuses, calls and
 // commits alike (answered under their call id, the connection stays), a request
 // trickling in byte by byte, the worker's client (a verdict as a status,
-// shutdown, a port nothing listens on; asynchronous calls ending by verdict,
+// shutdown, a port nothing listens on, blocking calls after an asynchronous
+// one reading their own replies; asynchronous calls ending by verdict,
 // at their own deadlines and at shutdown, and commits sent without
 // waiting), and a coordinator with the port turned off (workers then call
 // on the gRPC stream and collectives still run). A real chorus-coordinator
 // process.
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -414,6 +421,60 @@ TEST(CallPortClientTest, CallAsync_AfterAnIdleSpell_EndsAtItsOwnDeadline) {
       client.Call(request, start + absl::Milliseconds(300)).status().code(),
       absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  client.Shutdown();
+}
+
+// How many times this process's thread named `name` went to sleep and was
+// woken (voluntary context switches, from /proc); -1 when there is none.
+int64_t SleepsOfThread(absl::string_view name) {
+  std::error_code error;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (!std::getline(comm, line) || line != name) continue;
+    std::ifstream status(task.path() / "status");
+    while (std::getline(status, line)) {
+      absl::string_view field = line;
+      int64_t count = 0;
+      if (absl::ConsumePrefix(&field, "voluntary_ctxt_switches:") &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(field), &count)) {
+        return count;
+      }
+    }
+  }
+  return -1;
+}
+
+TEST_F(CallPortTest, Call_AfterAnAsyncCall_ReadsItsOwnReply) {
+  CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
+  v1::CollectiveRequest request;
+  request.set_group("no-such-group");
+  request.set_epoch(1);
+  request.set_sequence(1);
+  request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  AsyncResult first;
+  client.CallAsync(request, absl::Now() + kWait, first.Callback());
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_EQ(first.status.code(), absl::StatusCode::kNotFound) << first.status;
+  // The completion thread now reads ahead; the first blocking call stops
+  // that. From then on each caller reads its own reply: the completion
+  // thread sleeps through the calls rather than wake for each reply.
+  ASSERT_EQ(client.Call(request, absl::Now() + kWait).status().code(),
+            absl::StatusCode::kNotFound);
+  const int64_t before = SleepsOfThread("chorus-callport");
+  ASSERT_GE(before, 0) << "no completion thread";
+  constexpr int kCalls = 200;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(client.Call(request, absl::Now() + kWait).status().code(),
+              absl::StatusCode::kNotFound);
+  }
+  EXPECT_LT(SleepsOfThread("chorus-callport") - before, kCalls / 10);
+  // An asynchronous call is still served by the completion thread.
+  AsyncResult later;
+  client.CallAsync(request, absl::Now() + kWait, later.Callback());
+  ASSERT_TRUE(later.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(later.status.code(), absl::StatusCode::kNotFound) << later.status;
   client.Shutdown();
 }
 
