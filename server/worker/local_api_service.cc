@@ -475,8 +475,10 @@ void LocalApiService::StartCall(LocalCall call, absl::Time deadline,
   auto start = [this, call = std::move(call), input, output, deadline,
                 done = std::move(done)]() mutable {
     const Membership& m = *call.membership;
-    absl::Status taken = ValidateCall(call.spec, m.world_size, m.rank,
-                                      input.size(), call.options.algorithm);
+    absl::Status taken =
+        call.checked ? absl::OkStatus()
+                     : ValidateCall(call.spec, m.world_size, m.rank,
+                                    input.size(), call.options.algorithm);
     std::optional<CallOutcome> retried;
     if (taken.ok()) {
       taken = ledger_.Use(m.group, m.rank, m.epoch, call.sequence,
@@ -626,6 +628,7 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareMessageCall(
     // Not bounded by a message: by --max_tensor_bytes, as a stream.
     absl::Status sized = CheckSizes(*call, prepared->size());
     if (!sized.ok()) return sized;
+    call->checked = true;
   }
   *input = *prepared;
   return call;
@@ -653,13 +656,13 @@ absl::StatusOr<LocalCall> LocalApiService::PrepareInPlaceCall(
                      DescribeSpec(call->spec), " is ", output_bytes, " bytes"));
   }
   call->in_place = true;
+  call->checked = true;
   call->shared_output = memory.output;
   return call;
 }
 
 void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
-                              absl::Time deadline, LocalCallDone done,
-                              bool wait_here, const CallerMemory* in_place) {
+                              absl::Time deadline, LocalCallDone done) {
   // The request and the response live until the call ended: the input is
   // a view of the request's data.
   struct Running {
@@ -669,17 +672,13 @@ void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
   auto running = std::make_shared<Running>();
   running->request = std::move(request);
   absl::string_view input;
-  absl::StatusOr<LocalCall> call =
-      in_place == nullptr ? PrepareMessageCall(running->request, &input)
-                          : PrepareInPlaceCall(running->request, *in_place);
-  if (in_place != nullptr) input = in_place->input;
+  absl::StatusOr<LocalCall> call = PrepareMessageCall(running->request, &input);
   if (!call.ok()) {
     done(call.status(), running->response, nullptr);
     return;
   }
   BurstMemory* burst = &burst_memory_;
   burst->Began();
-  call->wait_here = wait_here;
   StartCall(*std::move(call), deadline, input, running->response.mutable_data(),
             [running, burst, done = std::move(done)](
                 absl::StatusOr<RunResult> result, KeepOutput keep) mutable {
@@ -693,6 +692,24 @@ void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
               running = nullptr;
               burst->Ended();
             });
+}
+
+absl::StatusOr<RunResult> LocalApiService::RunInPlace(
+    const v1::LocalCollectiveRequest& request, absl::Time deadline,
+    const CallerMemory& memory) {
+  absl::StatusOr<LocalCall> call = PrepareInPlaceCall(request, memory);
+  if (!call.ok()) return call.status();
+  call->wait_here = true;
+  absl::StatusOr<RunResult> ended = absl::InternalError("the call never ended");
+  burst_memory_.Began();
+  // With wait_here, StartCall() runs the call, and `done`, on this thread.
+  StartCall(*std::move(call), deadline, memory.input, /*output=*/nullptr,
+            [&ended](absl::StatusOr<RunResult> result, KeepOutput keep) {
+              ended = std::move(result);
+              if (keep) keep(std::string());  // in place: nothing to keep
+            });
+  burst_memory_.Ended();
+  return ended;
 }
 
 void LocalApiService::SetCallSocket(std::string path) {

@@ -6,8 +6,10 @@
 // with shared_input/shared_output it reads and writes them in place in a
 // region of shared memory (SharedRegions) made by OpenSharedRegion; the
 // call socket (LocalCallSocket) carries Collective's calls as plain frames
-// through RunCall(). All go through PrepareCall() and StartCall(), the one
-// way a local collective runs. A join holds no thread while its group assembles
+// through RunCall(); a rank that embeds the runtime runs its blocking calls
+// on its own memory, on its own thread, through RunInPlace(). All go
+// through PrepareCall() and StartCall(), the one way a local collective
+// runs. A join holds no thread while its group assembles
 // (WorkerRuntime::JoinAsync), and a collective none while the coordinator
 // matches it (WorkerRuntime::RunAsync). gRPC's callback threads never block:
 // a call that may wait to take its number or to connect does that on a task
@@ -81,6 +83,8 @@ struct LocalCall {
   // (WorkerRuntime::Run: a lone caller reads its own reply from the
   // coordinator, with no hand-off between threads), not with RunAsync.
   bool wait_here = false;
+  // CheckSizes() passed for this input: StartCall() need not check again.
+  bool checked = false;
 };
 
 // Takes a finished call's output for its retries (CallLedger::Keep); called
@@ -190,16 +194,17 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // with the time left before `context`'s deadline, writing this
   // rank's output to `output`; then calls `done` with WorkerRuntime::Run()'s
   // result and a KeepOutput, on a thread of the daemon's that must not
-  // block. The call first checks its input (INVALID_ARGUMENT as
-  // ValidateCall) and takes its sequence number (CallLedger::Use's codes: a
-  // number used twice, skipped or from the future); a failure after that
-  // carries an ErrorDetail with number_used set. A retry of a call that
-  // took its number gets the first attempt's outcome without running
-  // again (and a null KeepOutput). `input` and `output` must stay valid
+  // block. The call first checks its input unless call.checked says that
+  // was done (INVALID_ARGUMENT as ValidateCall) and takes its sequence number
+  // (CallLedger::Use's codes: a number used twice, skipped or from the future);
+  // a failure after that carries an ErrorDetail with number_used set. A retry
+  // of a call that took its number gets the first attempt's outcome without
+  // running again (and a null KeepOutput). `input` and `output` must stay valid
   // until `done` runs; the caller hands the output to the KeepOutput once
   // the reply is sent. A call on shared memory (call.output_region set)
   // writes its output into call.shared_output once the collective
-  // completed and leaves `output` empty.
+  // completed and leaves `output` empty; so does a call on its caller's
+  // memory (call.in_place), whose `output` may be null.
   void StartCall(LocalCall call, const grpc::CallbackServerContext& context,
                  absl::string_view input, std::string* output, CallDone done);
   // As above, with the call's deadline given.
@@ -216,21 +221,25 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   // Runs `request` as Collective does, for a caller that is not gRPC's (the
   // call socket, whose permissions stand for CheckLocalCaller), with
   // `deadline`; `done` runs once, on a thread of the daemon's that must
-  // not block, possibly before this returns. Codes as Collective's. With
-  // `wait_here` (a caller that would wait for the call anyway: a blocking
-  // call of a rank that embeds the runtime) the calling thread itself
-  // waits for the call to end, as LocalCall::wait_here says, and for its
-  // number and a connection to the coordinator first where it must.
-  // With `in_place` (a caller in this process; not owned, read before this
-  // returns) the call's input and output are that memory: the request then
-  // carries no data and no shared buffers (else INVALID_ARGUMENT), the
-  // response no data; the input and output are bounded by
-  // --max_tensor_bytes (RESOURCE_EXHAUSTED), an output too small for the
-  // call is INVALID_ARGUMENT, and a retry of its number is refused with
-  // FAILED_PRECONDITION (the output is not kept for one).
+  // not block, possibly before this returns. Codes as Collective's.
   void RunCall(v1::LocalCollectiveRequest request, absl::Time deadline,
-               LocalCallDone done, bool wait_here = false,
-               const CallerMemory* in_place = nullptr);
+               LocalCallDone done);
+
+  // Runs `request` for a caller in this process (a blocking call of a rank
+  // that embeds the runtime) on that caller's own memory, on this thread:
+  // returns once the call ended, having waited for its number and a
+  // connection to the coordinator first where it must (as
+  // LocalCall::wait_here says). The call reads its input from
+  // memory.input and writes its output into memory.output, with no copy
+  // into a message or a shared region. Returns the plan it ran with, or
+  // Collective's codes; besides, before the call takes its number:
+  // INVALID_ARGUMENT for a request that carries data or shared buffers or
+  // an output too small for the call, RESOURCE_EXHAUSTED for an input or
+  // output over --max_tensor_bytes. A retry of its number is refused with
+  // FAILED_PRECONDITION: the output is not kept for one.
+  absl::StatusOr<RunResult> RunInPlace(
+      const v1::LocalCollectiveRequest& request, absl::Time deadline,
+      const CallerMemory& memory);
 
   // The call socket JoinGroup announces ("" for none, the default).
   void SetCallSocket(std::string path);
@@ -251,9 +260,9 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   absl::StatusOr<LocalCall> PrepareMessageCall(
       const v1::LocalCollectiveRequest& request,
       absl::string_view* input) const;
-  // PrepareCall() and CheckSizes() of a call on `memory` (RunCall's
-  // in_place). Their codes, and INVALID_ARGUMENT for a request with data or
-  // shared buffers or an output too small.
+  // PrepareCall() and CheckSizes() of a call on `memory` (RunInPlace). Their
+  // codes, and INVALID_ARGUMENT for a request with data or shared buffers or an
+  // output too small.
   absl::StatusOr<LocalCall> PrepareInPlaceCall(
       const v1::LocalCollectiveRequest& request,
       const CallerMemory& memory) const;

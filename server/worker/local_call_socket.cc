@@ -53,8 +53,7 @@ v1::LocalCallReply LocalCallReplyFor(uint64_t call_id,
 }
 
 void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
-                       LocalReplySink send, bool wait_here,
-                       const CallerMemory* in_place) {
+                       LocalReplySink send) {
   const uint64_t id = frame.call_id();
   if (frame.timeout_us() == 0) {
     v1::LocalCallReply answer = LocalCallReplyFor(
@@ -65,19 +64,17 @@ void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
   const absl::Time deadline =
       absl::Now() + absl::Microseconds(static_cast<int64_t>(
                         std::min<uint64_t>(frame.timeout_us(), INT64_MAX)));
-  api->RunCall(
-      std::move(*frame.mutable_call()), deadline,
-      [send = std::move(send), id](const absl::Status& status,
-                                   v1::LocalCollectiveResponse& response,
-                                   KeepOutput keep) {
-        v1::LocalCallReply answer = LocalCallReplyFor(id, status);
-        if (status.ok()) answer.mutable_response()->Swap(&response);
-        send(answer);
-        if (keep) {
-          keep(std::move(*answer.mutable_response()->mutable_data()));
-        }
-      },
-      wait_here, in_place);
+  api->RunCall(std::move(*frame.mutable_call()), deadline,
+               [send = std::move(send), id](
+                   const absl::Status& status,
+                   v1::LocalCollectiveResponse& response, KeepOutput keep) {
+                 v1::LocalCallReply answer = LocalCallReplyFor(id, status);
+                 if (status.ok()) answer.mutable_response()->Swap(&response);
+                 send(answer);
+                 if (keep) {
+                   keep(std::move(*answer.mutable_response()->mutable_data()));
+                 }
+               });
 }
 
 std::string CallSocketPath(const std::string& local_socket) {

@@ -51,10 +51,8 @@ using LocalReplySink = std::function<void(v1::LocalCallReply& reply)>;
 // transport of frames: LocalApiService::RunCall with the frame's timeout;
 // timeout_us 0 is answered with INVALID_ARGUMENT. `send` gets the reply,
 // possibly before this returns.
-// `wait_here` and `in_place` as LocalApiService::RunCall's.
 void RunLocalCallFrame(LocalApiService* api, v1::LocalCallFrame frame,
-                       LocalReplySink send, bool wait_here = false,
-                       const CallerMemory* in_place = nullptr);
+                       LocalReplySink send);
 
 // What every call socket connection starts with.
 inline constexpr absl::string_view kLocalCallHello = "CHORUS-LOCAL/1\n";

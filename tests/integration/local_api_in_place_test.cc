@@ -1,5 +1,5 @@
 // Collectives of a caller in the worker's own process on its own memory
-// (LocalApiService::RunCall with CallerMemory, what a rank that embeds the
+// (LocalApiService::RunInPlace with CallerMemory, what a rank that embeds the
 // runtime uses): a WorkerRuntime with its local API in this test process,
 // registered with a real chorus-coordinator, joined through the local API's
 // Unix socket. The output lands in the caller's buffer, the reply carries no
@@ -94,23 +94,29 @@ class LocalApiInPlaceTest : public ::testing::Test {
     return call;
   }
 
-  // Runs `call` on this thread, on `memory` (none: its data travels in the
-  // messages), and returns its reply once it came.
+  // Runs `call` on `memory` on this thread (RunInPlace), or with none as a
+  // frame whose data travels in the messages; returns its reply once it
+  // came.
   v1::LocalCallReply Run(v1::LocalCollectiveRequest call,
                          const CallerMemory* memory) {
+    if (memory != nullptr) {
+      absl::StatusOr<RunResult> ran =
+          api_->RunInPlace(call, absl::Now() + kTimeout, *memory);
+      v1::LocalCallReply reply = LocalCallReplyFor(++call_id_, ran.status());
+      if (ran.ok()) reply.mutable_response()->set_sequence(ran->sequence);
+      return reply;
+    }
     v1::LocalCallFrame frame;
     frame.set_call_id(++call_id_);
     frame.set_timeout_us(absl::ToInt64Microseconds(kTimeout));
     *frame.mutable_call() = std::move(call);
     absl::Mutex mu;
     std::optional<v1::LocalCallReply> reply;
-    RunLocalCallFrame(
-        api_.get(), std::move(frame),
-        [&](v1::LocalCallReply& answer) {
-          absl::MutexLock lock(&mu);
-          reply = answer;
-        },
-        /*wait_here=*/true, memory);
+    RunLocalCallFrame(api_.get(), std::move(frame),
+                      [&](v1::LocalCallReply& answer) {
+                        absl::MutexLock lock(&mu);
+                        reply = answer;
+                      });
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(
         +[](std::optional<v1::LocalCallReply>* r) { return r->has_value(); },
@@ -136,7 +142,7 @@ absl::Span<char> PlaceOf(std::vector<uint32_t>& values) {
                           values.size() * sizeof(uint32_t));
 }
 
-TEST_F(LocalApiInPlaceTest, RunCall_InPlace_WritesCallerOutputRefusesRetry) {
+TEST_F(LocalApiInPlaceTest, RunInPlace_Sum_WritesCallerOutputRefusesRetry) {
   ASSERT_NO_FATAL_FAILURE(Start());
   // 100,000 elements (400 KB).
   std::vector<uint32_t> values(100000);
@@ -172,7 +178,7 @@ TEST_F(LocalApiInPlaceTest, RunCall_InPlace_WritesCallerOutputRefusesRetry) {
   EXPECT_EQ(reply.response().data(), std::string(BytesOf(input)));
 }
 
-TEST_F(LocalApiInPlaceTest, RunCall_InPlaceBadRequest_RefusedNumberUnused) {
+TEST_F(LocalApiInPlaceTest, RunInPlace_BadRequest_RefusedNumberUnused) {
   ASSERT_NO_FATAL_FAILURE(Start(/*max_tensor_bytes=*/64));
   const std::vector<uint32_t> input = {1, 2, 3};
   std::vector<uint32_t> output = {5, 5, 5};

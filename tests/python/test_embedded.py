@@ -136,6 +136,34 @@ def test_embedded_blocking_all_reduce_shapes_outs_and_refusals(
 
 
 @pytestmark_embedded
+def test_embedded_all_reduce_lock_held_waits_then_runs_in_order(
+        worker: chorus.EmbeddedWorker) -> None:
+    # A blocking all_reduce of numpy arrays is one call into the extension,
+    # which takes its number only while the communicator's lock is free;
+    # with the lock held elsewhere it goes the Python way and waits for it.
+    with _joined([worker]) as comms:
+        comm = comms[0]
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        before = comm.next_sequence
+        got: List[Any] = []
+        with comm._mutex:
+            caller = threading.Thread(
+                target=lambda: got.append(comm.all_reduce(x, timeout=30.0)))
+            caller.start()
+            caller.join(0.2)
+            assert caller.is_alive()  # waiting for the lock, no number taken
+        caller.join(CALL_TIMEOUT)
+        assert not caller.is_alive()
+        np.testing.assert_array_equal(got[0], x)
+        assert got[0].shape == (2, 3)
+        # The input as the output, then the next number.
+        y = x.copy()
+        assert comm.all_reduce(y, out=y) is y
+        np.testing.assert_array_equal(y, x)
+        assert comm.next_sequence == before + 2
+
+
+@pytestmark_embedded
 def test_embedded_async_burst_completes_in_issue_order(
         worker: chorus.EmbeddedWorker) -> None:
     with _joined([worker, worker]) as comms:

@@ -407,6 +407,11 @@ class CallSocket:
         return pending
 
     @property
+    def connection(self) -> Any:
+        """The connection the calls go on."""
+        return self._conn
+
+    @property
     def runs_here(self) -> bool:
         """Whether run_in_place() can run calls (the connection is an
         embedded worker's and did not break).

@@ -556,7 +556,8 @@ class _Unsent:
         raise self._calls.unavailable()
 
 
-# What _all_reduce_here() returns for a call it leaves to _run().
+# What self._here (chorus._embedded.AllReduceHere) returns for a call it
+# leaves to _run().
 _NOT_HERE = object()
 
 # The input or output of a call that has none, for _run_in_place(): no
@@ -829,9 +830,16 @@ class Communicator:
         self._in_flight = 0
         # Serialized requests without their number, by kind of call.
         self._prefixes: Dict[Tuple[Any, ...], bytes] = {}
-        # What _all_reduce_here() sends, by (dtype, shape, op).
-        self._here_calls: Dict[Tuple[Any, ...], Tuple[bytes, _Call]] = {}
         self._closed = False
+        # A blocking all_reduce of numpy arrays through an embedded worker,
+        # made in one call into the extension (it numbers calls under
+        # _mutex as _run_in_place() does); None elsewhere.
+        self._here: Optional[Callable[..., Any]] = None
+        if _embedded is not None and self._calls is not None and \
+                self._calls.runs_here:
+            self._here = _embedded.all_reduce_here(
+                self._calls.connection, self, self._calls,
+                self._prepare_here, _NOT_HERE, self._timeout)
         self._release = threading.Event()
         self._hold = self._start_hold()
 
@@ -1001,60 +1009,32 @@ class Communicator:
         "prod", "min", "max", "avg"); every rank gets the result, shaped as
         x. count = x.size; every rank passes the same shape and dtype.
         """
-        if (type(x) is np.ndarray and not async_op and dtype is None and
-                algorithm is None and device is None and self._calls is not None
-                and self._calls.runs_here):
-            done = self._all_reduce_here(x, op, out, timeout)
+        here = self._here
+        if (here is not None and not async_op and dtype is None and
+                algorithm is None and device is None):
+            done = here(x, op, out, timeout)
             if done is not _NOT_HERE:
+                if type(done) is tuple:  # failed: (call, number, reply)
+                    call, sequence, reply = done
+                    work = _Outcome(sequence)
+                    self._settle(call, work, _Replied(reply), None, out)
+                    return work.result()
                 return done
         arr, name = _as_array(x, dtype, "x")
         call = _Call("all_reduce", name, arr.size, op=op, data=arr,
                      out_shape=arr.shape)
         return self._run(call, out, async_op, timeout, algorithm, device)
 
-    def _all_reduce_here(self, x: np.ndarray, op: str, out: Any,
-                         timeout: Optional[float]) -> Any:
-        """A blocking all_reduce of a numpy array through an embedded
-        worker, with the least work in Python: the call that _run() would
-        make, run on this thread on x and the output array themselves
-        (_run_in_place). Returns _NOT_HERE, having done nothing, for any
-        call that needs more than that (then _run() makes it); a failed call
-        raises as _run() would, leaving `out` as it was.
-        """
-        try:
-            here = self._here_calls.get((x.dtype, x.shape, op))
-        except TypeError:  # an op of no hashable type
-            return _NOT_HERE
-        if here is None:
-            here = self._prepare_here(x, op)
-        prefix, call = here
-        if not x.flags.c_contiguous:
-            return _NOT_HERE
-        if out is not None and not (
-                type(out) is np.ndarray and out.dtype == x.dtype and
-                out.size == x.size and out.flags.c_contiguous and
-                out.flags.writeable):
-            return _NOT_HERE  # _run() checks it, and says what is wrong
-        if timeout is None:
-            timeout = self._timeout
-        else:
-            timeout = _check_timeout(timeout, self._timeout)
-        return self._run_in_place(call, prefix, x, out, timeout)
-
-    def _prepare_here(self, x: np.ndarray, op: Any
-                      ) -> Tuple[bytes, _Call]:
-        """(the request's bytes but its number and data, the call) of an
-        all_reduce of arrays shaped as x, cached. Raises InvalidArgument as
+    def _prepare_here(self, x: np.ndarray, op: Any) -> Tuple[bytes, _Call]:
+        """(the request's bytes but its number and data, the call) of a
+        blocking all_reduce of arrays shaped as x through the embedded
+        worker, for self._here (which keeps them). Raises InvalidArgument as
         _run() would.
         """
         arr, name = _as_array(x, None, "x")
         call = _Call("all_reduce", name, arr.size, op=op,
                      out_shape=arr.shape)
-        prefix = self._request(call, None, None).SerializeToString()
-        if len(self._here_calls) >= _MAX_PREFIXES:
-            self._here_calls.clear()
-        self._here_calls[(x.dtype, x.shape, op)] = (prefix, call)
-        return prefix, call
+        return self._request(call, None, None).SerializeToString(), call
 
     def _left_flight(self) -> None:
         """Counts a call as no longer in flight (close() waits for none to

@@ -32,9 +32,10 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import grpc
+import numpy as np
 
 from chorus import _connect
 from chorus.errors import Error, FailedPrecondition, error_for_code
@@ -173,6 +174,21 @@ class EmbeddedWorker:
         chorus._call_socket Connection). Raises OSError once closed.
         """
         return self._worker.calls()
+
+    @staticmethod
+    def all_reduce_here(channel: Any, comm: Any, socket: Any,
+                        prepare: Callable[[Any, Any], Tuple[bytes, Any]],
+                        not_here: Any, timeout: float) -> Any:
+        """The blocking all_reduce of numpy arrays that `comm` makes through
+        `channel` (from calls(); `socket` its CallSocket) in one call into
+        the extension (chorus._embedded.AllReduceHere, which says what it
+        takes and returns): prepare(x, op) gives (the request's bytes but
+        its number and data, the call) of one it has not seen, and
+        `timeout` is comm's default.
+        """
+        return _embedded.AllReduceHere(channel, comm, socket, prepare,
+                                       np.empty_like, np.ndarray, not_here,
+                                       timeout)
 
     def close(self) -> None:
         """Deregisters and stops serving (calls still in flight end with

@@ -16,10 +16,10 @@
 // chorus._call_socket drives (its Connection: send_call, wait, drain, fileno,
 // shutdown, close): fileno() is an eventfd that is readable while replies
 // wait, for select(). run_into() is for a blocking call: the caller's own
-// thread runs it (LocalApiService::RunCall's wait_here, which reads the
-// coordinator's reply itself) on the caller's buffers (RunCall's
-// CallerMemory: the runtime reads the input and writes the output there)
-// and gets its outcome back directly.
+// thread runs it (LocalApiService::RunInPlace, which reads the
+// coordinator's reply itself) on the caller's buffers (CallerMemory: the
+// runtime reads the input and writes the output there) and gets its
+// outcome back directly.
 //
 // Lifecycle: a Worker serves until close() (or its deallocation), which
 // deregisters, stops serving and closes every Calls made from it (their
@@ -33,6 +33,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -40,7 +41,6 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +53,8 @@
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
 #include "chorus/v1/worker.pb.h"
+#include "client/python/embedded/all_reduce_here.h"
+#include "client/python/embedded/embedded_calls.h"
 #include "glog/logging.h"
 #include "server/common/certificate_check.h"
 #include "server/common/device.h"
@@ -62,6 +64,10 @@
 #include "server/worker/worker_runtime.h"
 
 namespace chorus {
+
+// Filled in by PyInit__embedded.
+PyTypeObject kCallsType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
 namespace {
 
 // A reply as the Python side reads it (chorus._frames' tuple).
@@ -442,8 +448,6 @@ PyMethodDef kWorkerMethods[] = {
 };
 
 PyTypeObject kWorkerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
-// Filled in by PyInit__embedded.
-PyTypeObject kCallsType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 // ---- Calls ----------------------------------------------------------------
 
@@ -525,20 +529,6 @@ QueuedReply QueueableReply(v1::LocalCallReply& answer) {
   return reply;
 }
 
-// What a call run on its caller's thread (on the caller's memory) leaves
-// for that caller, who waits for it should it not have come by the time
-// RunLocalCallFrame returns (every call ends by its deadline).
-struct Handover {
-  absl::Mutex mu;
-  // The call succeeded: its output is in the caller's memory.
-  bool succeeded ABSL_GUARDED_BY(mu) = false;
-  // The reply of a call that failed.
-  std::optional<QueuedReply> failure ABSL_GUARDED_BY(mu);
-  bool Ready() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return succeeded || failure.has_value();
-  }
-};
-
 // Runs `frame` into the channel's worker; the GIL must be released. Its
 // reply goes to the queue.
 void RunFrame(LocalApiService* api, v1::LocalCallFrame frame,
@@ -551,27 +541,24 @@ void RunFrame(LocalApiService* api, v1::LocalCallFrame frame,
   });
 }
 
-// Runs `frame` on `memory` (LocalApiService::RunCall's in_place) on this
-// thread and waits for its end; the GIL must be released. Returns whether
-// it succeeded; else `*failure` is its reply.
-bool RunFrameHere(LocalApiService* api, v1::LocalCallFrame frame,
-                  const CallerMemory& memory, QueuedReply* failure) {
-  auto handover = std::make_shared<Handover>();
-  RunLocalCallFrame(
-      api, std::move(frame),
-      [handover](v1::LocalCallReply& answer) {
-        absl::MutexLock lock(&handover->mu);
-        if (answer.code() == 0) {
-          handover->succeeded = true;
-        } else {
-          handover->failure = QueueableReply(answer);
-        }
-      },
-      /*wait_here=*/true, &memory);
-  absl::MutexLock lock(&handover->mu);
-  handover->mu.Await(absl::Condition(handover.get(), &Handover::Ready));
-  if (handover->succeeded) return true;
-  *failure = std::move(*handover->failure);
+// Runs call `call_id`, `request` with `timeout_us`, on `memory` on this
+// thread (LocalApiService::RunInPlace) and waits for its end; the GIL must
+// be released. Returns whether it succeeded; else `*failure` is its reply.
+bool RunHere(LocalApiService* api, uint64_t call_id,
+             const v1::LocalCollectiveRequest& request, uint64_t timeout_us,
+             const CallerMemory& memory, QueuedReply* failure) {
+  absl::Status status;
+  if (timeout_us == 0) {
+    status = absl::InvalidArgumentError("a call with timeout_us 0 cannot run");
+  } else {
+    const absl::Time deadline =
+        absl::Now() + absl::Microseconds(static_cast<int64_t>(
+                          std::min<uint64_t>(timeout_us, INT64_MAX)));
+    status = api->RunInPlace(request, deadline, memory).status();
+  }
+  if (status.ok()) return true;
+  v1::LocalCallReply answer = LocalCallReplyFor(call_id, status);
+  *failure = QueueableReply(answer);
   return false;
 }
 
@@ -587,6 +574,43 @@ std::shared_ptr<ReplyQueue> OpenQueue(CallsObject* self) {
   }
   return queue;
 }
+
+}  // namespace
+
+bool CallsOpen(PyObject* calls) {
+  const bool open = OpenQueue(reinterpret_cast<CallsObject*>(calls)) != nullptr;
+  PyErr_Clear();
+  return open;
+}
+
+PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
+                     PyObject* prefix, uint64_t sequence,
+                     const CallerMemory& memory) {
+  LocalApiService* api =
+      CallsEmbedded(reinterpret_cast<CallsObject*>(calls))->api.get();
+  const char* bytes = PyBytes_AS_STRING(prefix);
+  const Py_ssize_t size = PyBytes_GET_SIZE(prefix);
+  bool parsed = false;
+  bool succeeded = false;
+  QueuedReply failure;
+  Py_BEGIN_ALLOW_THREADS;
+  v1::LocalCollectiveRequest request;
+  parsed = request.ParseFromArray(bytes, static_cast<int>(size));
+  if (parsed) {
+    request.set_sequence(sequence);
+    succeeded = RunHere(api, call_id, request, timeout_us, memory, &failure);
+  }
+  Py_END_ALLOW_THREADS;
+  if (!parsed) {
+    PyErr_SetString(PyExc_ValueError,
+                    "run_into: prefix is not a LocalCollectiveRequest");
+    return nullptr;
+  }
+  if (succeeded) Py_RETURN_TRUE;
+  return ReplyTuple(failure);
+}
+
+namespace {
 
 PyObject* CallsSend(CallsObject* self, PyObject* args) {
   unsigned long long call_id, timeout_us;
@@ -673,32 +697,11 @@ PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
                         static_cast<size_t>(data.len)),
       absl::Span<char>(static_cast<char*>(out.buf),
                        static_cast<size_t>(out.len))};
-  LocalApiService* api = CallsEmbedded(self)->api.get();
-  const char* prefix = PyBytes_AS_STRING(args[2]);
-  const Py_ssize_t prefix_bytes = PyBytes_GET_SIZE(args[2]);
-  bool parsed = false;
-  bool succeeded = false;
-  QueuedReply failure;
-  Py_BEGIN_ALLOW_THREADS;
-  v1::LocalCallFrame frame;
-  v1::LocalCollectiveRequest* request = frame.mutable_call();
-  parsed = request->ParseFromArray(prefix, static_cast<int>(prefix_bytes));
-  if (parsed) {
-    request->set_sequence(sequence);
-    frame.set_call_id(call_id);
-    frame.set_timeout_us(timeout_us);
-    succeeded = RunFrameHere(api, std::move(frame), memory, &failure);
-  }
-  Py_END_ALLOW_THREADS;
+  PyObject* ran = RunOnCalls(reinterpret_cast<PyObject*>(self), call_id,
+                             timeout_us, args[2], sequence, memory);
   PyBuffer_Release(&out);
   PyBuffer_Release(&data);
-  if (!parsed) {
-    PyErr_SetString(PyExc_ValueError,
-                    "run_into: prefix is not a LocalCollectiveRequest");
-    return nullptr;
-  }
-  if (succeeded) Py_RETURN_TRUE;
-  return ReplyTuple(failure);
+  return ran;
 }
 
 PyObject* ReplyTuple(const QueuedReply& reply) {
@@ -878,7 +881,8 @@ PyMODINIT_FUNC PyInit__embedded() {
   if (PyModule_AddObject(module, "Worker",
                          reinterpret_cast<PyObject*>(&kWorkerType)) < 0 ||
       PyModule_AddObject(module, "Calls",
-                         reinterpret_cast<PyObject*>(&kCallsType)) < 0) {
+                         reinterpret_cast<PyObject*>(&kCallsType)) < 0 ||
+      !AddAllReduceHere(module)) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -1,0 +1,494 @@
+// chorus._embedded.AllReduceHere (all_reduce_here.h).
+//
+// AllReduceHere(calls, comm, socket, prepare, empty_like, ndarray, not_here,
+// timeout): a Communicator's blocking all_reduce of numpy arrays through
+// its embedded worker in one call from Python, doing in C what
+// Communicator._run_in_place() does in Python for any call (the same
+// checks, numbers and outcome), so that a small call spends little time
+// in the interpreter. It shares the communicator's numbering: it takes
+// and gives back numbers under comm._mutex (comm._next_sequence,
+// comm._in_flight, comm._closed; comm._lock is told when a closing
+// communicator's last call left), and only when that lock is free at once;
+// otherwise, and for any call it does not take, it returns `not_here`
+// having done nothing, and the Python path runs the call.
+//
+// Lifecycle: made by the Communicator of an embedded rank, which holds it;
+// it holds the Communicator and its channel, a cycle the collector breaks.
+// Thread safety: called with the GIL held, from any thread; it releases
+// the GIL while a call runs, and several calls may run at once.
+#include "client/python/embedded/all_reduce_here.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "client/python/embedded/embedded_calls.h"
+#include "server/worker/local_api_service.h"
+
+namespace chorus {
+namespace {
+
+struct AllReduceHereObject {
+  PyObject ob_base;      // what PyObject_HEAD declares
+  PyObject* calls;       // the Calls channel
+  PyObject* comm;        // the Communicator
+  PyObject* socket;      // its CallSocket (_broken, _ids)
+  PyObject* prepare;     // prepare(x, op) -> (prefix, call)
+  PyObject* empty_like;  // numpy.empty_like
+  PyObject* ndarray;     // numpy.ndarray
+  PyObject* not_here;    // what says "not taken"
+  double timeout;        // the communicator's default, in seconds
+  // (x.dtype, x's bytes, op) -> (prefix, call); each entry holds a
+  // reference to its dtype (so that its address names it) and its value.
+  std::map<std::tuple<PyObject*, Py_ssize_t, std::string>, PyObject*>* prefixes;
+};
+
+// The attribute names it reads, interned once.
+struct HereNames {
+  PyObject* dtype;
+  PyObject* mutex;
+  PyObject* lock;
+  PyObject* closed;
+  PyObject* next_sequence;
+  PyObject* in_flight;
+  PyObject* broken;
+  PyObject* ids;
+  PyObject* acquire;
+  PyObject* release;
+  PyObject* notify_all;
+  PyObject* left_flight;
+};
+HereNames kHereNames;
+
+bool InternHereNames() {
+  const std::pair<PyObject**, const char*> names[] = {
+      {&kHereNames.dtype, "dtype"},
+      {&kHereNames.mutex, "_mutex"},
+      {&kHereNames.lock, "_lock"},
+      {&kHereNames.closed, "_closed"},
+      {&kHereNames.next_sequence, "_next_sequence"},
+      {&kHereNames.in_flight, "_in_flight"},
+      {&kHereNames.broken, "_broken"},
+      {&kHereNames.ids, "_ids"},
+      {&kHereNames.acquire, "acquire"},
+      {&kHereNames.release, "release"},
+      {&kHereNames.notify_all, "notify_all"},
+      {&kHereNames.left_flight, "_left_flight"},
+  };
+  for (const auto& [slot, text] : names) {
+    *slot = PyUnicode_InternFromString(text);
+    if (*slot == nullptr) return false;
+  }
+  return true;
+}
+
+// Prefixes kept at most (then forgotten, as the Python side's).
+constexpr size_t kMaxHerePrefixes = 64;
+
+PyTypeObject kAllReduceHereType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+void ForgetPrefixes(AllReduceHereObject* self) {
+  auto prefixes = std::move(*self->prefixes);
+  self->prefixes->clear();
+  for (auto& [key, value] : prefixes) {
+    Py_DECREF(std::get<0>(key));
+    Py_DECREF(value);
+  }
+}
+
+int AllReduceHereTraverse(AllReduceHereObject* self, visitproc visit,
+                          void* arg) {
+  for (PyObject* held : {self->calls, self->comm, self->socket, self->prepare,
+                         self->empty_like, self->ndarray, self->not_here}) {
+    Py_VISIT(held);
+  }
+  if (self->prefixes != nullptr) {
+    for (auto& [key, value] : *self->prefixes) Py_VISIT(value);
+  }
+  return 0;
+}
+
+int AllReduceHereClear(AllReduceHereObject* self) {
+  if (self->prefixes != nullptr) ForgetPrefixes(self);
+  Py_CLEAR(self->calls);
+  Py_CLEAR(self->comm);
+  Py_CLEAR(self->socket);
+  Py_CLEAR(self->prepare);
+  Py_CLEAR(self->empty_like);
+  Py_CLEAR(self->ndarray);
+  Py_CLEAR(self->not_here);
+  return 0;
+}
+
+PyObject* AllReduceHereNew(PyTypeObject* type, PyObject* args, PyObject*) {
+  PyObject *calls, *comm, *socket, *prepare, *empty_like, *ndarray, *not_here;
+  double timeout;
+  if (!PyArg_ParseTuple(args, "O!OOOOOOd:AllReduceHere", &kCallsType, &calls,
+                        &comm, &socket, &prepare, &empty_like, &ndarray,
+                        &not_here, &timeout)) {
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<AllReduceHereObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  for (PyObject* held :
+       {calls, comm, socket, prepare, empty_like, ndarray, not_here}) {
+    Py_INCREF(held);
+  }
+  self->calls = calls;
+  self->comm = comm;
+  self->socket = socket;
+  self->prepare = prepare;
+  self->empty_like = empty_like;
+  self->ndarray = ndarray;
+  self->not_here = not_here;
+  self->timeout = timeout;
+  self->prefixes = new std::remove_pointer_t<decltype(self->prefixes)>();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void AllReduceHereDealloc(AllReduceHereObject* self) {
+  PyObject_GC_UnTrack(self);
+  AllReduceHereClear(self);
+  delete self->prefixes;
+  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+}
+
+// Holds a Python lock taken without waiting; empty when it was not free.
+class TriedLock {
+ public:
+  explicit TriedLock(PyObject* lock) {
+    PyObject* got =
+        PyObject_CallMethodOneArg(lock, kHereNames.acquire, Py_False);
+    if (got == Py_True) lock_ = lock;
+    Py_XDECREF(got);
+    PyErr_Clear();
+  }
+  ~TriedLock() {
+    if (lock_ == nullptr) return;
+    PyObject* released = PyObject_CallMethodNoArgs(lock_, kHereNames.release);
+    Py_XDECREF(released);
+  }
+  TriedLock(const TriedLock&) = delete;
+  TriedLock& operator=(const TriedLock&) = delete;
+  bool held() const { return lock_ != nullptr; }
+
+ private:
+  PyObject* lock_ = nullptr;
+};
+
+// object.<name> as a C integer; -1 with no error when it is not one.
+long long IntAttr(PyObject* object, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(object, name);
+  if (value == nullptr) {
+    PyErr_Clear();
+    return -1;
+  }
+  const long long n = PyLong_AsLongLong(value);
+  Py_DECREF(value);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return -1;
+  }
+  return n;
+}
+
+bool SetIntAttr(PyObject* object, PyObject* name, long long n) {
+  PyObject* value = PyLong_FromLongLong(n);
+  if (value == nullptr) return false;
+  const int set = PyObject_SetAttr(object, name, value);
+  Py_DECREF(value);
+  return set == 0;
+}
+
+// Takes the communicator's next number, as _run_in_place() does. Returns
+// it, or 0 (with no error) when the lock was not free at once, the
+// communicator is closed, or its state is not what it should be.
+uint64_t TakeNumber(AllReduceHereObject* self) {
+  PyObject* mutex = PyObject_GetAttr(self->comm, kHereNames.mutex);
+  if (mutex == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  uint64_t sequence = 0;
+  {
+    TriedLock lock(mutex);
+    if (lock.held()) {
+      PyObject* closed = PyObject_GetAttr(self->comm, kHereNames.closed);
+      const long long next = IntAttr(self->comm, kHereNames.next_sequence);
+      const long long in_flight = IntAttr(self->comm, kHereNames.in_flight);
+      if (closed == Py_False && next > 0 && in_flight >= 0 &&
+          SetIntAttr(self->comm, kHereNames.next_sequence, next + 1)) {
+        if (SetIntAttr(self->comm, kHereNames.in_flight, in_flight + 1)) {
+          sequence = static_cast<uint64_t>(next);
+        } else {
+          SetIntAttr(self->comm, kHereNames.next_sequence, next);
+        }
+      }
+      Py_XDECREF(closed);
+      PyErr_Clear();
+    }
+  }
+  Py_DECREF(mutex);
+  return sequence;
+}
+
+// Counts a call as out of flight, as _left_flight() does (calling that
+// when the lock is not free at once). Returns false with a Python error.
+bool LeftFlight(AllReduceHereObject* self) {
+  bool counted = false;
+  bool told = true;
+  PyObject* mutex = PyObject_GetAttr(self->comm, kHereNames.mutex);
+  if (mutex != nullptr) {
+    {
+      TriedLock lock(mutex);
+      const long long in_flight =
+          lock.held() ? IntAttr(self->comm, kHereNames.in_flight) : -1;
+      if (in_flight > 0 &&
+          SetIntAttr(self->comm, kHereNames.in_flight, in_flight - 1)) {
+        counted = true;
+        PyObject* closed = PyObject_GetAttr(self->comm, kHereNames.closed);
+        if (closed == Py_True) {
+          // close() waits on comm._lock, a Condition of this lock.
+          PyObject* done = PyObject_GetAttr(self->comm, kHereNames.lock);
+          PyObject* woken = done == nullptr ? nullptr
+                                            : PyObject_CallMethodNoArgs(
+                                                  done, kHereNames.notify_all);
+          told = woken != nullptr;
+          Py_XDECREF(woken);
+          Py_XDECREF(done);
+        }
+        Py_XDECREF(closed);
+      }
+    }
+    Py_DECREF(mutex);
+  }
+  if (counted) return told;
+  PyErr_Clear();
+  PyObject* left =
+      PyObject_CallMethodNoArgs(self->comm, kHereNames.left_flight);
+  Py_XDECREF(left);
+  return left != nullptr;
+}
+
+// The call's timeout in microseconds: `timeout` (None: the communicator's),
+// or 0 when it is not a plain finite number > 0 (the Python path says what
+// is wrong with it).
+uint64_t TimeoutMicros(AllReduceHereObject* self, PyObject* timeout) {
+  double seconds;
+  if (timeout == Py_None) {
+    seconds = self->timeout;
+  } else if (PyFloat_CheckExact(timeout)) {
+    seconds = PyFloat_AS_DOUBLE(timeout);
+  } else if (PyLong_CheckExact(timeout)) {
+    seconds = PyLong_AsDouble(timeout);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return 0;
+    }
+  } else {
+    return 0;
+  }
+  if (!(seconds > 0) || std::isinf(seconds)) return 0;
+  return static_cast<uint64_t>(std::max(1.0, std::min(seconds * 1e6, 1e18)));
+}
+
+// A Py_buffer released when it goes.
+struct HeldBuffer {
+  Py_buffer view;
+  bool held = false;
+  bool Get(PyObject* object, int flags) {
+    held = PyObject_GetBuffer(object, &view, flags) == 0;
+    if (!held) PyErr_Clear();
+    return held;
+  }
+  ~HeldBuffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+};
+
+// The (prefix, call) of an all_reduce of `bytes` bytes of `dtype` (x's)
+// with `op`: cached, else from prepare(x, op). A borrowed reference, or
+// null with prepare's error.
+PyObject* PrefixFor(AllReduceHereObject* self, PyObject* x, PyObject* dtype,
+                    Py_ssize_t bytes, PyObject* op) {
+  Py_ssize_t op_bytes;
+  const char* op_text = PyUnicode_AsUTF8AndSize(op, &op_bytes);
+  if (op_text == nullptr) return nullptr;
+  auto key = std::make_tuple(dtype, bytes, std::string(op_text, op_bytes));
+  auto it = self->prefixes->find(key);
+  if (it != self->prefixes->end()) return it->second;
+  PyObject* prepared =
+      PyObject_CallFunctionObjArgs(self->prepare, x, op, nullptr);
+  if (prepared == nullptr) return nullptr;
+  if (!PyTuple_CheckExact(prepared) || PyTuple_GET_SIZE(prepared) != 2 ||
+      !PyBytes_CheckExact(PyTuple_GET_ITEM(prepared, 0))) {
+    Py_DECREF(prepared);
+    PyErr_SetString(PyExc_TypeError, "prepare() must return (bytes, call)");
+    return nullptr;
+  }
+  if (self->prefixes->size() >= kMaxHerePrefixes) ForgetPrefixes(self);
+  Py_INCREF(dtype);
+  (*self->prefixes)[key] = prepared;  // the map holds both references
+  return prepared;
+}
+
+// __call__(x, op, out, timeout): the output array (out, or a new one
+// shaped as x) once the call succeeded; (call, sequence, reply) when it
+// failed, reply being the failure's reply tuple, for the Python side to
+// settle (the call is still in flight then); not_here when it did not take
+// the call. Raises as prepare() does for an x or op the call cannot take.
+PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
+                            PyObject* kwargs) {
+  PyObject *x, *op, *out, *timeout;
+  if (kwargs != nullptr || !PyArg_UnpackTuple(args, "AllReduceHere", 4, 4, &x,
+                                              &op, &out, &timeout)) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_TypeError, "AllReduceHere takes 4 arguments");
+    }
+    return nullptr;
+  }
+  if (self->calls == nullptr) {  // cleared by the cycle collector
+    PyErr_SetString(PyExc_RuntimeError, "this AllReduceHere was cleared");
+    return nullptr;
+  }
+  const auto not_here = [self] {
+    Py_INCREF(self->not_here);
+    return self->not_here;
+  };
+  if (reinterpret_cast<PyObject*>(Py_TYPE(x)) != self->ndarray ||
+      !PyUnicode_CheckExact(op) ||
+      (out != Py_None &&
+       reinterpret_cast<PyObject*>(Py_TYPE(out)) != self->ndarray)) {
+    return not_here();
+  }
+  const uint64_t timeout_us = TimeoutMicros(self, timeout);
+  if (timeout_us == 0) return not_here();
+  HeldBuffer data;
+  if (!data.Get(x, PyBUF_C_CONTIGUOUS)) return not_here();
+  PyObject* dtype = PyObject_GetAttr(x, kHereNames.dtype);
+  if (dtype == nullptr) return nullptr;
+  PyObject* prepared = PrefixFor(self, x, dtype, data.view.len, op);
+  if (prepared == nullptr) {
+    Py_DECREF(dtype);
+    return nullptr;
+  }
+  PyObject* result = out;
+  if (result == Py_None) {
+    result = PyObject_CallOneArg(self->empty_like, x);
+    if (result == nullptr) {
+      Py_DECREF(dtype);
+      return nullptr;
+    }
+  } else {
+    Py_INCREF(result);
+  }
+  // The same dtype object (numpy's builtin dtypes are singletons; any
+  // other out goes the Python way, which compares them).
+  PyObject* out_dtype = PyObject_GetAttr(result, kHereNames.dtype);
+  const bool same_dtype = out_dtype == dtype;
+  Py_XDECREF(out_dtype);
+  Py_DECREF(dtype);
+  PyErr_Clear();
+  HeldBuffer place;
+  if (!same_dtype || !place.Get(result, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) ||
+      place.view.len != data.view.len) {
+    Py_DECREF(result);
+    return not_here();  // the Python path says what is wrong with out
+  }
+  PyObject* broken = PyObject_GetAttr(self->socket, kHereNames.broken);
+  const bool usable = broken == Py_None && CallsOpen(self->calls);
+  Py_XDECREF(broken);
+  // The call's id, as CallSocket.run_in_place() takes one.
+  PyObject* ids =
+      usable ? PyObject_GetAttr(self->socket, kHereNames.ids) : nullptr;
+  PyObject* id_object = ids == nullptr ? nullptr : PyIter_Next(ids);
+  Py_XDECREF(ids);
+  const unsigned long long call_id =
+      id_object == nullptr ? 0 : PyLong_AsUnsignedLongLong(id_object);
+  Py_XDECREF(id_object);
+  PyErr_Clear();
+  const uint64_t sequence =
+      call_id == 0 || call_id == static_cast<unsigned long long>(-1)
+          ? 0
+          : TakeNumber(self);
+  if (sequence == 0) {
+    Py_DECREF(result);
+    return not_here();
+  }
+  // Held while the GIL is released: another thread may forget the cache.
+  Py_INCREF(prepared);
+  const CallerMemory memory{
+      absl::string_view(static_cast<const char*>(data.view.buf),
+                        static_cast<size_t>(data.view.len)),
+      absl::Span<char>(static_cast<char*>(place.view.buf),
+                       static_cast<size_t>(place.view.len))};
+  PyObject* ran = RunOnCalls(self->calls, call_id, timeout_us,
+                             PyTuple_GET_ITEM(prepared, 0), sequence, memory);
+  PyObject* answer = nullptr;
+  if (ran == Py_True) {
+    answer = LeftFlight(self) ? result : nullptr;
+    if (answer == nullptr) Py_DECREF(result);
+  } else {
+    Py_DECREF(result);
+    answer =
+        ran == nullptr
+            ? nullptr
+            : Py_BuildValue("(OKO)", PyTuple_GET_ITEM(prepared, 1),
+                            static_cast<unsigned long long>(sequence), ran);
+    if (answer == nullptr) {
+      // Not handed to the Python side, which would count it out.
+      PyObject* error_type;
+      PyObject* error;
+      PyObject* trace;
+      PyErr_Fetch(&error_type, &error, &trace);
+      LeftFlight(self);
+      PyErr_Restore(error_type, error, trace);
+    }
+  }
+  Py_XDECREF(ran);
+  Py_DECREF(prepared);
+  return answer;
+}
+
+}  // namespace
+
+bool AddAllReduceHere(PyObject* module) {
+  kAllReduceHereType.tp_name = "chorus._embedded.AllReduceHere";
+  kAllReduceHereType.tp_basicsize = sizeof(AllReduceHereObject);
+  kAllReduceHereType.tp_dealloc =
+      reinterpret_cast<destructor>(AllReduceHereDealloc);
+  kAllReduceHereType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
+  kAllReduceHereType.tp_traverse =
+      reinterpret_cast<traverseproc>(AllReduceHereTraverse);
+  kAllReduceHereType.tp_clear = reinterpret_cast<inquiry>(AllReduceHereClear);
+  kAllReduceHereType.tp_doc =
+      "AllReduceHere(calls, comm, socket, prepare, empty_like, ndarray, "
+      "not_here, timeout): a Communicator's blocking all_reduce of numpy "
+      "arrays through the embedded worker of `calls`, called as (x, op, out, "
+      "timeout). Returns the output array once the call succeeded; (call, "
+      "sequence, reply) when it failed, for the communicator to settle; "
+      "not_here, having done nothing, for a call it does not take. Raises "
+      "as prepare(x, op) does.";
+  kAllReduceHereType.tp_new = AllReduceHereNew;
+  kAllReduceHereType.tp_call = reinterpret_cast<ternaryfunc>(AllReduceHereCall);
+  if (!InternHereNames() || PyType_Ready(&kAllReduceHereType) < 0) {
+    return false;
+  }
+  Py_INCREF(&kAllReduceHereType);
+  if (PyModule_AddObject(module, "AllReduceHere",
+                         reinterpret_cast<PyObject*>(&kAllReduceHereType)) <
+      0) {
+    Py_DECREF(&kAllReduceHereType);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace chorus

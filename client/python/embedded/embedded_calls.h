@@ -1,0 +1,40 @@
+// The Calls channel of chorus._embedded (embedded_module.cc), as the other
+// parts of the extension use it: the type, whether a channel can run calls,
+// and running one call on the caller's memory on the caller's thread.
+//
+// Thread safety: call every function with the GIL held; RunOnCalls()
+// releases it while the call runs.
+#ifndef CHORUS_CLIENT_PYTHON_EMBEDDED_EMBEDDED_CALLS_H_
+#define CHORUS_CLIENT_PYTHON_EMBEDDED_EMBEDDED_CALLS_H_
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+
+#include "server/worker/local_api_service.h"
+
+namespace chorus {
+
+// chorus._embedded.Calls, made by Worker.calls().
+extern PyTypeObject kCallsType;
+
+// Whether Calls channel `calls` can run calls now: it is open, and its
+// worker runs in this process (not in the parent of this fork). Leaves no
+// Python error set.
+bool CallsOpen(PyObject* calls);
+
+// Runs the LocalCollectiveRequest whose bytes are `prefix` (a bytes object:
+// no sequence, no data) as number `sequence`, call `call_id`, within
+// `timeout_us`, on `memory` (LocalApiService::RunInPlace) through the
+// worker of Calls channel `calls`, on this thread with the GIL released.
+// Returns a new reference: True once the call succeeded, else its reply
+// tuple (as Calls.run_into returns one); null with ValueError for a prefix
+// that does not parse, or the error of making the tuple.
+PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
+                     PyObject* prefix, uint64_t sequence,
+                     const CallerMemory& memory);
+
+}  // namespace chorus
+
+#endif  // CHORUS_CLIENT_PYTHON_EMBEDDED_EMBEDDED_CALLS_H_
