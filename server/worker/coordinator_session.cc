@@ -108,10 +108,13 @@ absl::Status CoordinatorSession::Start() {
     }
     const absl::Time next = absl::Now() + options_.retry_interval;
     if (next > give_up) {
-      return absl::DeadlineExceededError(
-          "could not register with coordinator " + options_.coordinator +
-          " within --register_timeout: " +
-          last.ToString(absl::StatusToStringMode::kWithNoExtraData));
+      // Neutral wording: a daemon's --register_timeout, or an embedded
+      // worker's register_timeout=.
+      return absl::DeadlineExceededError(absl::StrCat(
+          "could not register with coordinator ", options_.coordinator,
+          " within its register timeout of ",
+          absl::FormatDuration(options_.register_timeout), ": ",
+          last.ToString(absl::StatusToStringMode::kWithNoExtraData)));
     }
     if (WaitForStopUntil(next)) {
       return absl::CancelledError("stopped before registering");

@@ -230,6 +230,9 @@ def test_embedded_worker_no_coordinator_deadline_exceeded() -> None:
         chorus.EmbeddedWorker(f"127.0.0.1:{port}", register_timeout=1.0)
     assert time.monotonic() - start < 20
     assert f"127.0.0.1:{port}" in caught.value.message
+    # In the words of this API, not of the daemon's flags.
+    assert "register timeout of 1s" in caught.value.message
+    assert "--register_timeout" not in caught.value.message
 
 
 @pytestmark_embedded
