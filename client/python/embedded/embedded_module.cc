@@ -30,10 +30,12 @@
 // release the GIL.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -151,19 +153,28 @@ class ReplyQueue {
 
 void WorkerGone();
 
+// Forks this process is down from the one that loaded the module: each
+// fork's child adds one (pthread_atfork), so that telling a fork apart
+// costs no system call per collective.
+std::atomic<uint64_t> forks_below{0};
+
+void CountFork() { forks_below.fetch_add(1, std::memory_order_relaxed); }
+
 // The runtime and its local API, with the channels made from them.
 struct Embedded {
-  // The process that started it. A child forked from it has none of its
-  // threads: there the objects are left alone (closing would wait for
-  // threads that do not exist, and the socket is the parent's).
-  const pid_t owner = getpid();
+  // The process that started it, in forks. A child forked from it has none
+  // of its threads: there the objects are left alone (closing would wait
+  // for threads that do not exist, and the socket is the parent's).
+  const uint64_t owner = forks_below.load(std::memory_order_relaxed);
   std::unique_ptr<LocalApiService> api;
   std::unique_ptr<WorkerRuntime> runtime;
   absl::Mutex mu;
   std::vector<std::weak_ptr<ReplyQueue>> queues ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
 
-  bool OwnedHere() const { return getpid() == owner; }
+  bool OwnedHere() const {
+    return forks_below.load(std::memory_order_relaxed) == owner;
+  }
 
   void Close() {
     std::vector<std::weak_ptr<ReplyQueue>> queues_now;
@@ -837,6 +848,10 @@ PyMODINIT_FUNC PyInit__embedded() {
   // As in the daemons: absl's deadlock detection (on in Debian's build)
   // would cost every lock a graph lookup.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (pthread_atfork(nullptr, nullptr, CountFork) != 0) {
+    PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+    return nullptr;
+  }
   if (!google::IsGoogleLoggingInitialized()) {
     // Warnings and errors only, on stderr: this is someone else's process.
     FLAGS_logtostderr = true;
