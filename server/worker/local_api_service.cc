@@ -697,19 +697,40 @@ void LocalApiService::RunCall(v1::LocalCollectiveRequest request,
 absl::StatusOr<RunResult> LocalApiService::RunInPlace(
     const v1::LocalCollectiveRequest& request, absl::Time deadline,
     const CallerMemory& memory) {
-  absl::StatusOr<LocalCall> call = PrepareInPlaceCall(request, memory);
-  if (!call.ok()) return call.status();
-  call->wait_here = true;
   absl::StatusOr<RunResult> ended = absl::InternalError("the call never ended");
-  burst_memory_.Began();
-  // With wait_here, StartCall() runs the call, and `done`, on this thread.
-  StartCall(*std::move(call), deadline, memory.input, /*output=*/nullptr,
-            [&ended](absl::StatusOr<RunResult> result, KeepOutput keep) {
-              ended = std::move(result);
-              if (keep) keep(std::string());  // in place: nothing to keep
-            });
-  burst_memory_.Ended();
+  // With wait_here the call, and `done`, run on this thread.
+  InPlace(request, deadline, memory, /*wait_here=*/true,
+          [&ended](absl::StatusOr<RunResult> result) {
+            ended = std::move(result);
+          });
   return ended;
+}
+
+void LocalApiService::StartInPlace(const v1::LocalCollectiveRequest& request,
+                                   absl::Time deadline,
+                                   const CallerMemory& memory,
+                                   InPlaceDone done) {
+  InPlace(request, deadline, memory, /*wait_here=*/false, std::move(done));
+}
+
+void LocalApiService::InPlace(const v1::LocalCollectiveRequest& request,
+                              absl::Time deadline, const CallerMemory& memory,
+                              bool wait_here, InPlaceDone done) {
+  absl::StatusOr<LocalCall> call = PrepareInPlaceCall(request, memory);
+  if (!call.ok()) {
+    done(call.status());
+    return;
+  }
+  call->wait_here = wait_here;
+  BurstMemory* burst = &burst_memory_;
+  burst->Began();
+  StartCall(*std::move(call), deadline, memory.input, /*output=*/nullptr,
+            [burst, done = std::move(done)](absl::StatusOr<RunResult> result,
+                                            KeepOutput keep) {
+              if (keep) keep(std::string());  // in place: nothing to keep
+              done(std::move(result));
+              burst->Ended();
+            });
 }
 
 void LocalApiService::SetCallSocket(std::string path) {

@@ -241,6 +241,19 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
       const v1::LocalCollectiveRequest& request, absl::Time deadline,
       const CallerMemory& memory);
 
+  // How StartInPlace() ends: the plan the call ran with, or its status.
+  using InPlaceDone = std::function<void(absl::StatusOr<RunResult> result)>;
+
+  // RunInPlace() without waiting (an asynchronous call of a rank that
+  // embeds the runtime): the call runs on the daemon's threads, and `done`
+  // runs once with RunInPlace()'s result (same codes), on a thread of the
+  // daemon's that must not block, possibly before this returns. `memory`
+  // must stay valid, and its output untouched by the caller, until `done`
+  // ran.
+  void StartInPlace(const v1::LocalCollectiveRequest& request,
+                    absl::Time deadline, const CallerMemory& memory,
+                    InPlaceDone done);
+
   // The call socket JoinGroup announces ("" for none, the default).
   void SetCallSocket(std::string path);
 
@@ -266,6 +279,10 @@ class LocalApiService final : public v1::WorkerLocal::CallbackService {
   absl::StatusOr<LocalCall> PrepareInPlaceCall(
       const v1::LocalCollectiveRequest& request,
       const CallerMemory& memory) const;
+  // RunInPlace() (`wait_here`) and StartInPlace(): `done` runs once with
+  // the call's result.
+  void InPlace(const v1::LocalCollectiveRequest& request, absl::Time deadline,
+               const CallerMemory& memory, bool wait_here, InPlaceDone done);
   // Ends `running` with the runtime's result `ran`: records its outcome
   // for retries (through the KeepOutput) and calls its `done`.
   void EndCall(RunningCall& running, absl::StatusOr<RunResult> ran);

@@ -1,11 +1,12 @@
 // Collectives of a caller in the worker's own process on its own memory
-// (LocalApiService::RunInPlace with CallerMemory, what a rank that embeds the
-// runtime uses): a WorkerRuntime with its local API in this test process,
-// registered with a real chorus-coordinator, joined through the local API's
-// Unix socket. The output lands in the caller's buffer, the reply carries no
-// data, a retry of the number is refused, and a request with data, an output
-// too small or a tensor over
-// --max_tensor_bytes is refused without using the number.
+// (LocalApiService::RunInPlace and StartInPlace with CallerMemory, what a
+// rank that embeds the runtime uses): a WorkerRuntime with its local API in
+// this test process, registered with a real chorus-coordinator, joined
+// through the local API's Unix socket. The output lands in the caller's
+// buffer, the reply carries no data, a retry of the number is refused, a
+// call started without waiting ends once, and a request with data, an
+// output too small or a tensor over --max_tensor_bytes is refused without
+// using the number.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -15,8 +16,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -219,6 +222,55 @@ TEST_F(LocalApiInPlaceTest, RunInPlace_BadRequest_RefusedNumberUnused) {
   reply = Run(SumOfU32(1, 3), &memory);
   ASSERT_EQ(reply.code(), 0) << reply.message();
   EXPECT_EQ(output, input);
+}
+
+// What StartInPlace()'s done got, and how often it ran.
+struct Ended {
+  absl::Mutex mu;
+  int runs ABSL_GUARDED_BY(mu) = 0;
+  absl::StatusOr<RunResult> result ABSL_GUARDED_BY(mu) =
+      absl::UnknownError("not ended");
+
+  LocalApiService::InPlaceDone Done() {
+    return [this](absl::StatusOr<RunResult> ran) {
+      absl::MutexLock lock(&mu);
+      ++runs;
+      result = std::move(ran);
+    };
+  }
+  // Waits for the first run and returns its result.
+  absl::StatusOr<RunResult> Wait() {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](int* runs) { return *runs > 0; }, &runs));
+    return result;
+  }
+};
+
+TEST_F(LocalApiInPlaceTest, StartInPlace_Sum_EndsOnceWithOutputInPlace) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::vector<uint32_t> values(100000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = i * 5;
+  std::vector<uint32_t> result(values.size());
+  const CallerMemory memory{BytesOf(values), PlaceOf(result)};
+
+  // An output too small: refused at once, the number left unused.
+  Ended refused;
+  const CallerMemory small{BytesOf(values),
+                           absl::Span<char>(PlaceOf(result)).subspan(0, 8)};
+  api_->StartInPlace(SumOfU32(1, values.size()), absl::Now() + kTimeout, small,
+                     refused.Done());
+  EXPECT_EQ(refused.Wait().status().code(), absl::StatusCode::kInvalidArgument);
+
+  Ended ended;
+  api_->StartInPlace(SumOfU32(1, values.size()), absl::Now() + kTimeout, memory,
+                     ended.Done());
+  absl::StatusOr<RunResult> ran = ended.Wait();
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->sequence, 1u);
+  EXPECT_EQ(result, values);  // world 1: the sum is the input
+  absl::MutexLock lock(&ended.mu);
+  EXPECT_EQ(ended.runs, 1);
 }
 
 }  // namespace

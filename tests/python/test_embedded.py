@@ -13,7 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence
 
 import grpc
 import numpy as np
@@ -168,9 +168,16 @@ def test_embedded_async_burst_completes_in_issue_order(
         worker: chorus.EmbeddedWorker) -> None:
     with _joined([worker, worker]) as comms:
         def issue(comm: chorus.Communicator) -> List[np.ndarray]:
+            # Every other call writes into an out= of its own, in place.
+            outs = [np.full(2, -1, np.int64) if i % 2 else None
+                    for i in range(50)]
             works = [comm.all_reduce(np.array([i, comm.rank], np.int64),
-                                     async_op=True) for i in range(50)]
-            return [w.wait() for w in works]
+                                     out=outs[i], async_op=True)
+                     for i in range(50)]
+            got = [w.wait() for w in works]
+            for out, result in zip(outs, got):
+                assert out is None or result is out
+            return got
 
         results = run_ranks([(lambda c=c: issue(c)) for c in comms])
         for outs in results:
@@ -202,6 +209,15 @@ def test_embedded_missing_rank_deadline_names_it(
             comms[0].barrier(timeout=1.0)
         assert time.monotonic() - start < 30
         assert caught.value.missing_ranks == [1]
+        # Started without blocking, on out=: the worker's verdict, naming
+        # the rank, ends it (not this end giving up on the worker).
+        out = np.full(1000, 5.0, np.float32)
+        work = comms[0].all_reduce(np.ones(1000, np.float32), out=out,
+                                   async_op=True, timeout=1.0)
+        with pytest.raises(chorus.DeadlineExceeded) as caught:
+            work.wait(timeout=30)
+        assert caught.value.missing_ranks == [1]
+        assert time.monotonic() - start < 30
 
 
 @pytestmark_embedded
@@ -459,11 +475,15 @@ def test_embedded_large_all_reduce_in_place_beside_a_daemon_rank(
 
 
 @pytestmark_embedded
+@pytest.mark.parametrize("async_op", [False, True],
+                         ids=["blocking", "async"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_embedded_every_collective_runs_in_place(
-        cluster: Cluster, worker: chorus.EmbeddedWorker, kind: str) -> None:
-    # Blocking calls of embedded ranks read and write the arrays themselves,
-    # beside a daemon rank that goes through messages and shared memory.
+        cluster: Cluster, worker: chorus.EmbeddedWorker, kind: str,
+        async_op: bool) -> None:
+    # Calls of embedded ranks, blocking or not, read and write the arrays
+    # themselves, beside a daemon rank that goes through messages and
+    # shared memory.
     root = 1
     op = "sum" if kind in REDUCING else None
     with _joined([worker, cluster.address("w0"), worker]) as comms:
@@ -476,11 +496,18 @@ def test_embedded_every_collective_runs_in_place(
             outs: List[Any] = [None, None, None]
             if wants[2] is not None:
                 outs[2] = np.full(wants[2].shape, 7, storage(dtype))
-            got = run_ranks([
-                (lambda r=r: issue(comms[r], kind, inputs[r], dtype, op,
-                                   root, **({} if outs[r] is None else
-                                            {"out": outs[r]})))
-                for r in range(3)])
+            def call(r: int) -> Any:
+                options: Dict[str, Any] = {}
+                if outs[r] is not None:
+                    options["out"] = outs[r]
+                if async_op and r != 1:  # the daemon rank blocks
+                    work = issue(comms[r], kind, inputs[r], dtype, op, root,
+                                 async_op=True, **options)
+                    return work.wait(timeout=CALL_TIMEOUT)
+                return issue(comms[r], kind, inputs[r], dtype, op, root,
+                             **options)
+
+            got = run_ranks([(lambda r=r: call(r)) for r in range(3)])
             for r in range(3):
                 if wants[r] is None:
                     assert got[r] is None, (kind, r)

@@ -49,6 +49,11 @@ HELLO: bytes = b"CHORUS-LOCAL/1\n"
 
 # How long connecting may take: the socket is local, so at once or never.
 _CONNECT_TIMEOUT = 2.0
+# How long past its deadline a call started on the caller's buffers
+# (start_into) waits for the worker's verdict before this end gives up on
+# it: the embedded worker always answers by the deadline, and until it has,
+# the call may still write its output.
+_IN_PLACE_GRACE = 10.0
 
 # A reply as chorus._frames reads it: (call_id, code, message,
 # status_details, data, algorithm, chunk_bytes).
@@ -352,20 +357,27 @@ class CallSocket:
         return self._broken is None
 
     def call(self, request: Tuple[Any, ...], timeout: float,
-             blocking: bool = False
+             blocking: bool = False,
+             into: Optional[Tuple[bytes, int, Any, Any]] = None
              ) -> Optional[Union[PendingCall, BlockingCall]]:
         """Sends the serialized LocalCollectiveRequest whose bytes are the
         buffers of `request`, one after the other (at most 8), with
-        `timeout` seconds to run. A `blocking` call returns a BlockingCall,
-        whose result() the caller waits on (it reads the socket itself and
-        ends the call at its deadline); any other a PendingCall, which the
-        reader thread ends then. A connection that broke fails it with
+        `timeout` seconds to run; or, given `into` (prefix, sequence, data,
+        out) on an embedded worker's connection, starts that call on the
+        buffers themselves (its start_into(); `request` is then unused),
+        which this end gives up on only _IN_PLACE_GRACE after its deadline
+        (the worker's own verdict comes first). A `blocking` call returns a
+        BlockingCall, whose result() the caller waits on (it reads the
+        socket itself and ends the call at its deadline); any other a
+        PendingCall, which the reader thread ends then. A connection that broke fails it with
         UNAVAILABLE. Returns None when nothing was sent because the
         connection was found broken on sending (the call may go another
         way).
         """
         wake = False
         deadline = time.monotonic() + timeout
+        if into is not None:
+            deadline += _IN_PLACE_GRACE
         with self._lock:
             call_id = next(self._ids)
             pending: Union[PendingCall, BlockingCall]
@@ -387,13 +399,24 @@ class CallSocket:
                     self._wake_at = deadline
             self._pending[call_id] = pending
             try:
-                self._send(call_id, max(1, int(timeout * 1e6)), request)
+                if into is None:
+                    self._send(call_id, max(1, int(timeout * 1e6)), request)
+                else:
+                    self._conn.start_into(call_id, max(1, int(timeout * 1e6)),
+                                          *into)
             except OSError as e:
                 self._pending.pop(call_id, None)
                 if not blocking:
                     self._unattended -= 1
                 self._broken = f"sending failed: {e}"
                 broken = True
+            except BaseException:
+                # Refused before it started (e.g. a buffer start_into
+                # cannot take): nothing was sent.
+                self._pending.pop(call_id, None)
+                if not blocking:
+                    self._unattended -= 1
+                raise
             else:
                 broken = False
         if broken:

@@ -960,6 +960,7 @@ class Communicator:
         with self._lock:
             self._closed = True
             self._lock.wait_for(lambda: self._in_flight == 0, timeout)
+        self._here = None  # it holds this communicator: no cycle left
         self._shared.close()
         if self._calls is not None:
             self._calls.close()
@@ -1294,8 +1295,10 @@ class Communicator:
         if call.out_shape is not None and out is not None:
             target = _as_output(out, call.dtype, output_bytes //
                                 call.out_dtype.itemsize)
-        if (not async_op and self._calls is not None and
-                self._calls.runs_here):
+        if self._calls is not None and self._calls.runs_here:
+            if async_op:
+                return self._start_in_place(call, prefix, call.data, target,
+                                            timeout)
             return self._run_in_place(call, prefix, call.data, target,
                                       timeout)
         shared = None
@@ -1419,6 +1422,49 @@ class Communicator:
         rpc = _Replied(reply) if reply is not None else _Unsent(self._calls)
         self._settle(call, work, rpc, None, target)
         return work.result()
+
+    def _start_in_place(self, call: _Call, prefix: bytes,
+                        data: Optional[np.ndarray],
+                        target: Optional[np.ndarray], timeout: float) -> Work:
+        """An async_op call through an embedded worker on the arrays
+        themselves (CallSocket.call with `into`): the runtime reads `data`
+        and writes the output into `target` (or a new array shaped as the
+        call's output) in place while the call runs on the worker's
+        threads; the extension holds both until the call's reply came.
+        Returns the Work, ended as _run()'s is; the caller leaves `target`
+        alone until then.
+        """
+        result = target
+        if result is None and call.out_shape is not None:
+            result = np.empty(call.out_shape, call.out_dtype)
+        data = _NOTHING if data is None else data
+        place = _NOTHING if result is None else result
+        with self._mutex:
+            if self._closed:
+                raise InvalidArgument("this communicator is closed")
+            sequence = self._next_sequence
+            self._next_sequence += 1
+            work = Work(sequence)
+            self._in_flight += 1
+            try:
+                # Sent in number order, under the lock, as _run()'s calls.
+                rpc = self._calls.call((), timeout,
+                                       into=(prefix, sequence, data, place))
+            except BaseException:
+                self._in_flight -= 1
+                if self._closed:
+                    self._lock.notify_all()
+                raise
+        if rpc is None:  # the channel broke: nothing sent
+            self._settle(call, work, _Unsent(self._calls), None, target)
+            return work
+
+        def receive(done: Any) -> Tuple[Any, Any]:
+            return done.result().plan, result
+
+        rpc.add_done_callback(
+            lambda done: self._settle(call, work, done, receive, target))
+        return work
 
     def _share(self, data: Optional[np.ndarray],
                target: Optional[np.ndarray], output_bytes: int

@@ -170,10 +170,18 @@ class TriedLock {
     Py_XDECREF(got);
     PyErr_Clear();
   }
+  // Releases the lock, keeping the Python error pending, if any (a
+  // failed release adds none: a lock this thread took releases).
   ~TriedLock() {
     if (lock_ == nullptr) return;
+    PyObject* error_type;
+    PyObject* error;
+    PyObject* trace;
+    PyErr_Fetch(&error_type, &error, &trace);
     PyObject* released = PyObject_CallMethodNoArgs(lock_, kHereNames.release);
     Py_XDECREF(released);
+    PyErr_Clear();
+    PyErr_Restore(error_type, error, trace);
   }
   TriedLock(const TriedLock&) = delete;
   TriedLock& operator=(const TriedLock&) = delete;
@@ -254,7 +262,9 @@ bool LeftFlight(AllReduceHereObject* self) {
           SetIntAttr(self->comm, kHereNames.in_flight, in_flight - 1)) {
         counted = true;
         PyObject* closed = PyObject_GetAttr(self->comm, kHereNames.closed);
-        if (closed == Py_True) {
+        if (closed == nullptr) {
+          told = false;
+        } else if (closed == Py_True) {
           // close() waits on comm._lock, a Condition of this lock.
           PyObject* done = PyObject_GetAttr(self->comm, kHereNames.lock);
           PyObject* woken = done == nullptr ? nullptr
@@ -314,8 +324,8 @@ struct HeldBuffer {
 };
 
 // The (prefix, call) of an all_reduce of `bytes` bytes of `dtype` (x's)
-// with `op`: cached, else from prepare(x, op). A borrowed reference, or
-// null with prepare's error.
+// with `op`: cached, else from prepare(x, op). A new reference, or null
+// with prepare's error.
 PyObject* PrefixFor(AllReduceHereObject* self, PyObject* x, PyObject* dtype,
                     Py_ssize_t bytes, PyObject* op) {
   Py_ssize_t op_bytes;
@@ -323,7 +333,10 @@ PyObject* PrefixFor(AllReduceHereObject* self, PyObject* x, PyObject* dtype,
   if (op_text == nullptr) return nullptr;
   auto key = std::make_tuple(dtype, bytes, std::string(op_text, op_bytes));
   auto it = self->prefixes->find(key);
-  if (it != self->prefixes->end()) return it->second;
+  if (it != self->prefixes->end()) {
+    Py_INCREF(it->second);
+    return it->second;
+  }
   PyObject* prepared =
       PyObject_CallFunctionObjArgs(self->prepare, x, op, nullptr);
   if (prepared == nullptr) return nullptr;
@@ -333,9 +346,13 @@ PyObject* PrefixFor(AllReduceHereObject* self, PyObject* x, PyObject* dtype,
     PyErr_SetString(PyExc_TypeError, "prepare() must return (bytes, call)");
     return nullptr;
   }
-  if (self->prefixes->size() >= kMaxHerePrefixes) ForgetPrefixes(self);
-  Py_INCREF(dtype);
-  (*self->prefixes)[key] = prepared;  // the map holds both references
+  // prepare() ran Python code: another thread may have cached it since.
+  if (self->prefixes->find(key) == self->prefixes->end()) {
+    if (self->prefixes->size() >= kMaxHerePrefixes) ForgetPrefixes(self);
+    Py_INCREF(dtype);
+    Py_INCREF(prepared);
+    (*self->prefixes)[key] = prepared;  // the map holds both references
+  }
   return prepared;
 }
 
@@ -384,6 +401,7 @@ PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
     result = PyObject_CallOneArg(self->empty_like, x);
     if (result == nullptr) {
       Py_DECREF(dtype);
+      Py_DECREF(prepared);
       return nullptr;
     }
   } else {
@@ -400,6 +418,7 @@ PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
   if (!same_dtype || !place.Get(result, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) ||
       place.view.len != data.view.len) {
     Py_DECREF(result);
+    Py_DECREF(prepared);
     return not_here();  // the Python path says what is wrong with out
   }
   PyObject* broken = PyObject_GetAttr(self->socket, kHereNames.broken);
@@ -420,10 +439,9 @@ PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
           : TakeNumber(self);
   if (sequence == 0) {
     Py_DECREF(result);
+    Py_DECREF(prepared);
     return not_here();
   }
-  // Held while the GIL is released: another thread may forget the cache.
-  Py_INCREF(prepared);
   const CallerMemory memory{
       absl::string_view(static_cast<const char*>(data.view.buf),
                         static_cast<size_t>(data.view.len)),

@@ -24,7 +24,8 @@ extern PyTypeObject kCallsType;
 // Python error set.
 bool CallsOpen(PyObject* calls);
 
-// Runs the LocalCollectiveRequest whose bytes are `prefix` (a bytes object:
+// Runs, on a channel CallsOpen() found open, the LocalCollectiveRequest
+// whose bytes are `prefix` (a bytes object:
 // no sequence, no data) as number `sequence`, call `call_id`, within
 // `timeout_us`, on `memory` (LocalApiService::RunInPlace) through the
 // worker of Calls channel `calls`, on this thread with the GIL released.

@@ -42,6 +42,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -462,12 +463,31 @@ PyTypeObject kWorkerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 // ---- Calls ----------------------------------------------------------------
 
+// The buffers of an asynchronous call on its caller's memory
+// (Calls.start_into), held until its reply was taken (with the GIL).
+struct HeldCall {
+  Py_buffer data;
+  Py_buffer out;
+  // The call ended (set on a worker thread before its reply is queued):
+  // nothing writes to `out` any more.
+  std::atomic<bool> ended{false};
+};
+
 struct CallsObject {
   PyObject ob_base;  // what PyObject_HEAD declares
   // A reference, so that the runtime outlives the channel.
   PyObject* worker;
   std::shared_ptr<ReplyQueue>* queue;
+  // The held buffers of asynchronous calls on their callers' memory, by
+  // call id; used with the GIL held only.
+  std::map<uint64_t, std::shared_ptr<HeldCall>>* held;
 };
+
+// Releases the buffers `held` holds (with the GIL).
+void ReleaseBuffers(HeldCall& held) {
+  PyBuffer_Release(&held.out);
+  PyBuffer_Release(&held.data);
+}
 
 PyObject* WorkerCalls(WorkerObject* self, PyObject*) {
   Embedded* embedded = Started(self);
@@ -488,6 +508,7 @@ PyObject* WorkerCalls(WorkerObject* self, PyObject*) {
   Py_INCREF(self);
   calls->worker = reinterpret_cast<PyObject*>(self);
   calls->queue = new std::shared_ptr<ReplyQueue>(std::move(queue));
+  calls->held = new std::map<uint64_t, std::shared_ptr<HeldCall>>();
   return reinterpret_cast<PyObject*>(calls);
 }
 
@@ -510,6 +531,12 @@ void CallsDealloc(CallsObject* self) {
   if (self->queue != nullptr && CallsEmbedded(self)->OwnedHere()) {
     (*self->queue)->Close();
     delete self->queue;
+    // The buffers of calls that ended go; those of a call still running
+    // (its reply never taken) stay held for good, as it may still write.
+    for (auto& [call_id, held] : *self->held) {
+      if (held->ended.load()) ReleaseBuffers(*held);
+    }
+    delete self->held;
   }
   Py_XDECREF(self->worker);
   Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
@@ -552,6 +579,12 @@ void RunFrame(LocalApiService* api, v1::LocalCallFrame frame,
   });
 }
 
+// The deadline `timeout_us` from now.
+absl::Time DeadlineIn(uint64_t timeout_us) {
+  return absl::Now() + absl::Microseconds(static_cast<int64_t>(
+                           std::min<uint64_t>(timeout_us, INT64_MAX)));
+}
+
 // Runs call `call_id`, `request` with `timeout_us`, on `memory` on this
 // thread (LocalApiService::RunInPlace) and waits for its end; the GIL must
 // be released. Returns whether it succeeded; else `*failure` is its reply.
@@ -562,10 +595,7 @@ bool RunHere(LocalApiService* api, uint64_t call_id,
   if (timeout_us == 0) {
     status = absl::InvalidArgumentError("a call with timeout_us 0 cannot run");
   } else {
-    const absl::Time deadline =
-        absl::Now() + absl::Microseconds(static_cast<int64_t>(
-                          std::min<uint64_t>(timeout_us, INT64_MAX)));
-    status = api->RunInPlace(request, deadline, memory).status();
+    status = api->RunInPlace(request, DeadlineIn(timeout_us), memory).status();
   }
   if (status.ok()) return true;
   v1::LocalCallReply answer = LocalCallReplyFor(call_id, status);
@@ -672,47 +702,130 @@ PyObject* CallsSend(CallsObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// The arguments of run_into() and start_into(): (call_id, timeout_us,
+// prefix, sequence, data, out).
+struct IntoArgs {
+  unsigned long long call_id = 0;
+  unsigned long long timeout_us = 0;
+  PyObject* prefix = nullptr;  // bytes
+  unsigned long long sequence = 0;
+  PyObject* data = nullptr;
+  PyObject* out = nullptr;
+};
+
+// Reads the arguments of method `name`. Returns false with TypeError,
+// ValueError (call_id 0) or OverflowError.
+bool ParseIntoArgs(const char* name, PyObject* const* args, Py_ssize_t nargs,
+                   IntoArgs* into) {
+  if (nargs != 6) {
+    PyErr_Format(PyExc_TypeError, "%s() takes 6 arguments", name);
+    return false;
+  }
+  into->call_id = PyLong_AsUnsignedLongLong(args[0]);
+  into->timeout_us = PyLong_AsUnsignedLongLong(args[1]);
+  into->sequence = PyLong_AsUnsignedLongLong(args[3]);
+  if (PyErr_Occurred()) return false;
+  if (!PyBytes_Check(args[2])) {
+    PyErr_Format(PyExc_TypeError, "%s: prefix must be bytes", name);
+    return false;
+  }
+  if (into->call_id == 0) {
+    PyErr_Format(PyExc_ValueError, "%s: call_id 0", name);
+    return false;
+  }
+  into->prefix = args[2];
+  into->data = args[4];
+  into->out = args[5];
+  return true;
+}
+
+// Takes the buffers of `into`: its data C-contiguous, its out writable too.
+// Returns false, holding neither, with the buffers' error.
+bool GetIntoBuffers(const IntoArgs& into, Py_buffer* data, Py_buffer* out) {
+  if (PyObject_GetBuffer(into.data, data, PyBUF_C_CONTIGUOUS) < 0) {
+    return false;
+  }
+  if (PyObject_GetBuffer(into.out, out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) <
+      0) {
+    PyBuffer_Release(data);
+    return false;
+  }
+  return true;
+}
+
+// The caller's memory a call reads `data` from and writes `out` into.
+CallerMemory MemoryOf(const Py_buffer& data, const Py_buffer& out) {
+  return CallerMemory{absl::string_view(static_cast<const char*>(data.buf),
+                                        static_cast<size_t>(data.len)),
+                      absl::Span<char>(static_cast<char*>(out.buf),
+                                       static_cast<size_t>(out.len))};
+}
+
 // run_into(): the request `prefix` with `sequence`, run on this thread on
 // the buffers `data` and `out` themselves.
 PyObject* CallsRunInto(CallsObject* self, PyObject* const* args,
                        Py_ssize_t nargs) {
-  if (nargs != 6) {
-    PyErr_SetString(PyExc_TypeError, "run_into() takes 6 arguments");
-    return nullptr;
-  }
-  const unsigned long long call_id = PyLong_AsUnsignedLongLong(args[0]);
-  const unsigned long long timeout_us = PyLong_AsUnsignedLongLong(args[1]);
-  const unsigned long long sequence = PyLong_AsUnsignedLongLong(args[3]);
-  if (PyErr_Occurred()) return nullptr;
-  if (!PyBytes_Check(args[2])) {
-    PyErr_SetString(PyExc_TypeError, "run_into: prefix must be bytes");
-    return nullptr;
-  }
-  if (call_id == 0) {
-    PyErr_SetString(PyExc_ValueError, "run_into: call_id 0");
+  IntoArgs into;
+  if (!ParseIntoArgs("run_into", args, nargs, &into)) return nullptr;
+  std::shared_ptr<ReplyQueue> queue = OpenQueue(self);
+  if (queue == nullptr) return nullptr;
+  Py_buffer data, out;
+  if (!GetIntoBuffers(into, &data, &out)) return nullptr;
+  PyObject* ran = RunOnCalls(reinterpret_cast<PyObject*>(self), into.call_id,
+                             into.timeout_us, into.prefix, into.sequence,
+                             MemoryOf(data, out));
+  PyBuffer_Release(&out);
+  PyBuffer_Release(&data);
+  return ran;
+}
+
+// start_into(): as run_into(), but the call runs on the worker's threads
+// and its reply is queued; the buffers stay held until it was taken.
+PyObject* CallsStartInto(CallsObject* self, PyObject* const* args,
+                         Py_ssize_t nargs) {
+  IntoArgs into;
+  if (!ParseIntoArgs("start_into", args, nargs, &into)) return nullptr;
+  if (self->held->count(into.call_id) != 0) {
+    PyErr_SetString(PyExc_ValueError, "start_into: call_id still running");
     return nullptr;
   }
   std::shared_ptr<ReplyQueue> queue = OpenQueue(self);
   if (queue == nullptr) return nullptr;
-  Py_buffer data, out;
-  if (PyObject_GetBuffer(args[4], &data, PyBUF_C_CONTIGUOUS) < 0) {
+  v1::LocalCollectiveRequest request;
+  if (!request.ParseFromArray(
+          PyBytes_AS_STRING(into.prefix),
+          static_cast<int>(PyBytes_GET_SIZE(into.prefix)))) {
+    PyErr_SetString(PyExc_ValueError,
+                    "start_into: prefix is not a LocalCollectiveRequest");
     return nullptr;
   }
-  if (PyObject_GetBuffer(args[5], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) <
-      0) {
-    PyBuffer_Release(&data);
-    return nullptr;
+  request.set_sequence(into.sequence);
+  auto held = std::make_shared<HeldCall>();
+  if (!GetIntoBuffers(into, &held->data, &held->out)) return nullptr;
+  const uint64_t call_id = into.call_id;
+  (*self->held)[call_id] = held;
+  const CallerMemory memory = MemoryOf(held->data, held->out);
+  LocalApiService* api = CallsEmbedded(self)->api.get();
+  // Queues the call's reply once it ended, its buffers then free to go.
+  auto end = [queue, held, call_id](absl::StatusOr<RunResult> result) {
+    v1::LocalCallReply answer = LocalCallReplyFor(call_id, result.status());
+    if (result.ok()) {
+      answer.mutable_response()->set_sequence(result->sequence);
+      ToPlanProto(*result, answer.mutable_response()->mutable_plan());
+    }
+    QueuedReply reply = QueueableReply(answer);
+    held->ended.store(true);
+    queue->Push(std::move(reply));
+  };
+  const unsigned long long timeout_us = into.timeout_us;
+  Py_BEGIN_ALLOW_THREADS;
+  if (timeout_us == 0) {
+    end(absl::InvalidArgumentError("a call with timeout_us 0 cannot run"));
+  } else {
+    api->StartInPlace(request, DeadlineIn(timeout_us), memory, std::move(end));
   }
-  const CallerMemory memory{
-      absl::string_view(static_cast<const char*>(data.buf),
-                        static_cast<size_t>(data.len)),
-      absl::Span<char>(static_cast<char*>(out.buf),
-                       static_cast<size_t>(out.len))};
-  PyObject* ran = RunOnCalls(reinterpret_cast<PyObject*>(self), call_id,
-                             timeout_us, args[2], sequence, memory);
-  PyBuffer_Release(&out);
-  PyBuffer_Release(&data);
-  return ran;
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
 }
 
 PyObject* ReplyTuple(const QueuedReply& reply) {
@@ -731,8 +844,16 @@ PyObject* ReplyTuple(const QueuedReply& reply) {
 // (0: none), which goes to `*mine`. Returns -1 on a Python error, 0 when
 // on_reply said stop, else 1. Replies after a stop are dropped, as a
 // socket's connection would close then.
-int Dispatch(std::deque<QueuedReply>& taken, uint64_t wanted,
+int Dispatch(CallsObject* self, std::deque<QueuedReply>& taken, uint64_t wanted,
              PyObject* on_reply, PyObject** mine) {
+  // The buffers of calls that replied go first, whatever happens next.
+  for (const QueuedReply& reply : taken) {
+    auto it = self->held->find(reply.call_id);
+    if (it != self->held->end() && it->second->ended.load()) {
+      ReleaseBuffers(*it->second);
+      self->held->erase(it);
+    }
+  }
   int outcome = 1;
   for (QueuedReply& reply : taken) {
     if (outcome != 1) break;
@@ -774,7 +895,7 @@ PyObject* CallsWait(CallsObject* self, PyObject* args) {
     if (!open) Py_RETURN_FALSE;
     if (taken.empty()) Py_RETURN_NONE;  // the deadline passed
     PyObject* mine = nullptr;
-    const int dispatched = Dispatch(taken, wanted, on_reply, &mine);
+    const int dispatched = Dispatch(self, taken, wanted, on_reply, &mine);
     if (dispatched < 0) {
       Py_XDECREF(mine);
       return nullptr;
@@ -791,7 +912,7 @@ PyObject* CallsDrain(CallsObject* self, PyObject* on_reply) {
   std::deque<QueuedReply> taken;
   if (!queue->Take(absl::InfinitePast(), &taken)) Py_RETURN_FALSE;
   PyObject* mine = nullptr;
-  const int dispatched = Dispatch(taken, 0, on_reply, &mine);
+  const int dispatched = Dispatch(self, taken, 0, on_reply, &mine);
   if (dispatched < 0) return nullptr;
   return PyBool_FromLong(dispatched);
 }
@@ -802,6 +923,18 @@ PyMethodDef kCallsMethods[] = {
      "LocalCollectiveRequest whose bytes are `parts` (at most 8 buffers) "
      "as call `call_id`. Raises OSError once the channel or its worker "
      "closed, ValueError for parts that do not parse."},
+    {"start_into",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(CallsStartInto)),
+     METH_FASTCALL,
+     "start_into(call_id, timeout_us, prefix, sequence, data, out) -> None\n\n"
+     "As run_into(), without waiting: the call runs on the worker's "
+     "threads, reading `data` and writing `out` in place, and its reply "
+     "comes as a send_call() call's does (wait(), drain()). The buffers "
+     "stay held until that reply was taken; the caller leaves `out` alone "
+     "until then. Raises OSError once the channel or its worker closed, "
+     "ValueError for a call_id in use or a prefix that does not parse, and "
+     "as the buffers do."},
     {"run_into",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(CallsRunInto)),
      METH_FASTCALL,
