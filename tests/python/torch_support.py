@@ -94,12 +94,14 @@ class RankContext:
 
 class RankProcesses:
     """world_size rank processes of one chorus process group, rank i
-    joining through the worker at addresses[i]. Use as a context manager
-    or call close().
+    joining through the worker at addresses[i] ($CHORUS_WORKER), or, where
+    that is None, embedding the worker runtime for `coordinator`
+    ($CHORUS_COORDINATOR). Use as a context manager or call close().
     """
 
-    def __init__(self, addresses: Sequence[str], group: Optional[str],
-                 timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(self, addresses: Sequence[Optional[str]],
+                 group: Optional[str], timeout: float = CALL_TIMEOUT,
+                 coordinator: Optional[str] = None) -> None:
         """Starts the ranks and returns once every one has initialized its
         process group (with `timeout` seconds as torch's timeout), as the
         Chorus group `group` ($CHORUS_GROUP; None leaves it unset).
@@ -119,13 +121,18 @@ class RankProcesses:
         self._output: List[List[str]] = []
         try:
             for rank, address in enumerate(addresses):
-                env = dict(os.environ, PYTHONPATH=path, CHORUS_WORKER=address,
+                env = dict(os.environ, PYTHONPATH=path,
                            RANK=str(rank), WORLD_SIZE=str(self.world_size),
                            CHORUS_TEST_STORE=f"127.0.0.1:{self._store.port}",
                            CHORUS_TEST_TIMEOUT=str(timeout))
                 for name in ("CHORUS_RANK", "CHORUS_WORLD_SIZE",
-                             "CHORUS_GROUP"):
+                             "CHORUS_GROUP", "CHORUS_WORKER",
+                             "CHORUS_COORDINATOR"):
                     env.pop(name, None)
+                if address is not None:
+                    env["CHORUS_WORKER"] = address
+                elif coordinator is not None:
+                    env["CHORUS_COORDINATOR"] = coordinator
                 if group is not None:
                     env["CHORUS_GROUP"] = group
                 process = subprocess.Popen(

@@ -9,7 +9,9 @@ Importing it registers the backend; then
 
 joins the Chorus group $CHORUS_GROUP through the worker daemon at
 $CHORUS_WORKER (default: the worker's Unix socket on this host; with
-$CHORUS_TLS_DIR over mutual TLS), and DistributedDataParallel,
+$CHORUS_TLS_DIR over mutual TLS), or with the worker runtime in the rank's
+own process for the coordinator at $CHORUS_COORDINATOR, and
+DistributedDataParallel,
 dist.all_reduce and the other collectives run on it. torch's own
 rendezvous (env://: MASTER_ADDR and MASTER_PORT, as torchrun sets them)
 still provides the store torch needs for the barrier in init_process_group

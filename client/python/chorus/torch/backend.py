@@ -66,6 +66,13 @@ class Options:
         worker: the worker daemon's local API, "unix:/path" or "host:port";
             default $CHORUS_WORKER, else the worker's default socket on this
             host (chorus.default_socket_path()).
+        coordinator: instead of a worker daemon, the coordinator's
+            "host:port": the rank runs the worker runtime in its own process
+            (chorus.join(coordinator=...): no hop to a daemon, and every
+            collective reads and writes the tensors in place); default
+            $CHORUS_COORDINATOR where no worker is given. Setting both
+            CHORUS_WORKER and CHORUS_COORDINATOR, or both fields, is
+            InvalidArgument.
         group: the Chorus group's name for the default process group
             (subgroups append "/<torch group id>"); default $CHORUS_GROUP,
             else a fresh name rank 0 picks and shares through torch's store.
@@ -76,6 +83,7 @@ class Options:
     """
 
     worker: Optional[str] = None
+    coordinator: Optional[str] = None
     group: Optional[str] = None
     device: str = "cpu"
     tls_dir: Optional[str] = None
@@ -596,6 +604,28 @@ def _group_name(options: Options, store: Any, rank: int, group_id: str,
     return store.get(_NAME_KEY).decode()
 
 
+def _coordinator(options: Options) -> Optional[str]:
+    """The coordinator a rank embeds the worker runtime for: Options'
+    coordinator, else $CHORUS_COORDINATOR where no worker is configured;
+    None to go through a worker daemon. Raises InvalidArgument where both
+    a worker and a coordinator are configured.
+    """
+    if options.coordinator is not None:
+        if options.worker is not None:
+            raise InvalidArgument(
+                "chorus.torch.Options: give worker or coordinator, not both")
+        return options.coordinator
+    if options.worker is not None:
+        return None
+    coordinator = os.environ.get("CHORUS_COORDINATOR") or None
+    if coordinator is not None and os.environ.get("CHORUS_WORKER"):
+        raise InvalidArgument(
+            "both CHORUS_WORKER and CHORUS_COORDINATOR are set: a rank "
+            "goes through a worker daemon or embeds the worker runtime, "
+            "not both; unset one")
+    return coordinator
+
+
 def create_process_group(backend_options: Any,
                          pg_options: Optional[Options] = None
                          ) -> ProcessGroupChorus:
@@ -627,8 +657,10 @@ def create_process_group(backend_options: Any,
     name = _group_name(options, backend_options.store, rank,
                        str(backend_options.group_id), is_default, timeout)
     communicator = chorus.join(name, backend_options.group_size, rank,
-                               worker=options.worker, device=options.device,
-                               timeout=seconds, tls_dir=options.tls_dir)
+                               worker=options.worker,
+                               coordinator=_coordinator(options),
+                               device=options.device, timeout=seconds,
+                               tls_dir=options.tls_dir)
     return ProcessGroupChorus(communicator)
 
 
