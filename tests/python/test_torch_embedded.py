@@ -69,5 +69,10 @@ def test_options_worker_and_coordinator_invalid_argument(
         _coordinator(Options())
     # A field given wins over the environment.
     assert _coordinator(Options(worker="unix:/elsewhere")) is None
+    assert _coordinator(Options(coordinator="127.0.0.1:2")) == "127.0.0.1:2"
     monkeypatch.delenv("CHORUS_WORKER")
     assert _coordinator(Options()) == "127.0.0.1:1"
+    monkeypatch.delenv("CHORUS_COORDINATOR")
+    assert _coordinator(Options()) is None
+    # Fields keep their places: the second is still the group.
+    assert Options("unix:/w", "train").group == "train"

@@ -410,9 +410,10 @@ class CallSocket:
                     self._unattended -= 1
                 self._broken = f"sending failed: {e}"
                 broken = True
-            except BaseException:
+            except Exception:
                 # Refused before it started (e.g. a buffer start_into
-                # cannot take): nothing was sent.
+                # cannot take): nothing was sent. (A KeyboardInterrupt
+                # may come after the call started: it stays pending.)
                 self._pending.pop(call_id, None)
                 if not blocking:
                     self._unattended -= 1

@@ -755,7 +755,10 @@ class Communicator:
 
     Common keyword arguments:
         async_op: return a Work future at once instead of waiting; calls in
-            flight are matched in the order they were issued.
+            flight are matched in the order they were issued. Through an
+            embedded worker the call reads the input and writes `out` in
+            place while it runs: leave the input unchanged and `out` unread
+            until the Work ended.
         timeout: seconds the call may take, including the wait for the other
             ranks (default: the join's timeout).
         algorithm: force a plan: "auto" (default), "inline", "ring",
@@ -1450,10 +1453,14 @@ class Communicator:
                 # Sent in number order, under the lock, as _run()'s calls.
                 rpc = self._calls.call((), timeout,
                                        into=(prefix, sequence, data, place))
-            except BaseException:
+            except BaseException as e:
                 self._in_flight -= 1
                 if self._closed:
                     self._lock.notify_all()
+                if isinstance(e, Exception) and \
+                        self._next_sequence == sequence + 1:
+                    # Refused before it started: the number is free.
+                    self._next_sequence = sequence
                 raise
         if rpc is None:  # the channel broke: nothing sent
             self._settle(call, work, _Unsent(self._calls), None, target)

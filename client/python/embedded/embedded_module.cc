@@ -547,7 +547,18 @@ PyObject* CallsFileno(CallsObject* self, PyObject*) {
 }
 
 PyObject* CallsClose(CallsObject* self, PyObject*) {
-  if (CallsEmbedded(self)->OwnedHere()) (*self->queue)->Close();
+  if (!CallsEmbedded(self)->OwnedHere()) Py_RETURN_NONE;
+  (*self->queue)->Close();
+  // Replies are dropped from now on: the buffers of calls that ended go
+  // now, the others when the channel goes.
+  for (auto it = self->held->begin(); it != self->held->end();) {
+    if (it->second->ended.load()) {
+      ReleaseBuffers(*it->second);
+      it = self->held->erase(it);
+    } else {
+      ++it;
+    }
+  }
   Py_RETURN_NONE;
 }
 

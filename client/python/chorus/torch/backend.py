@@ -66,13 +66,6 @@ class Options:
         worker: the worker daemon's local API, "unix:/path" or "host:port";
             default $CHORUS_WORKER, else the worker's default socket on this
             host (chorus.default_socket_path()).
-        coordinator: instead of a worker daemon, the coordinator's
-            "host:port": the rank runs the worker runtime in its own process
-            (chorus.join(coordinator=...): no hop to a daemon, and every
-            collective reads and writes the tensors in place); default
-            $CHORUS_COORDINATOR where no worker is given. Setting both
-            CHORUS_WORKER and CHORUS_COORDINATOR, or both fields, is
-            InvalidArgument.
         group: the Chorus group's name for the default process group
             (subgroups append "/<torch group id>"); default $CHORUS_GROUP,
             else a fresh name rank 0 picks and shares through torch's store.
@@ -80,13 +73,20 @@ class Options:
         tls_dir: for a host:port worker started with --tls_dir, the
             directory of this rank's client certificate (ca.pem, cert.pem,
             key.pem); default $CHORUS_TLS_DIR. See chorus.join.
+        coordinator: instead of a worker daemon, the coordinator's
+            "host:port": the rank runs the worker runtime in its own process
+            (chorus.join(coordinator=...): no hop to a daemon, and every
+            collective reads and writes the tensors in place); default
+            $CHORUS_COORDINATOR where no worker is given. Setting both
+            CHORUS_WORKER and CHORUS_COORDINATOR, or both fields, is
+            InvalidArgument.
     """
 
     worker: Optional[str] = None
-    coordinator: Optional[str] = None
     group: Optional[str] = None
     device: str = "cpu"
     tls_dir: Optional[str] = None
+    coordinator: Optional[str] = None
 
 
 def _reduce_op(op: Any, kind: str) -> str:
@@ -654,11 +654,12 @@ def create_process_group(backend_options: Any,
     seconds = timeout.total_seconds()
     rank = backend_options.group_rank
     is_default = len(backend_options.global_ranks_in_group) == 0
+    coordinator = _coordinator(options)  # refused before the store is used
     name = _group_name(options, backend_options.store, rank,
                        str(backend_options.group_id), is_default, timeout)
     communicator = chorus.join(name, backend_options.group_size, rank,
                                worker=options.worker,
-                               coordinator=_coordinator(options),
+                               coordinator=coordinator,
                                device=options.device, timeout=seconds,
                                tls_dir=options.tls_dir)
     return ProcessGroupChorus(communicator)
