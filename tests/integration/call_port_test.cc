@@ -254,14 +254,21 @@ TEST_F(CallPortTest, Request_RefusedByCore_AnsweredAndConnectionKept) {
   EXPECT_THAT(reply->message(), HasSubstr("no-such-group"));
 }
 
-TEST_F(CallPortTest, Client_Verdict_ReturnedAsStatus) {
-  CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
-  ASSERT_TRUE(client.Ready(absl::Now() + kWait).ok());
+// Barrier #1 of a group the coordinator does not know: answered at once
+// with NOT_FOUND.
+v1::CollectiveRequest BarrierOfNoGroup() {
   v1::CollectiveRequest request;
   request.set_group("no-such-group");
   request.set_epoch(1);
   request.set_sequence(1);
   request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  return request;
+}
+
+TEST_F(CallPortTest, Client_Verdict_ReturnedAsStatus) {
+  CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
+  ASSERT_TRUE(client.Ready(absl::Now() + kWait).ok());
+  v1::CollectiveRequest request = BarrierOfNoGroup();
   absl::StatusOr<v1::CollectiveResponse> r =
       client.Call(request, absl::Now() + kWait);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
@@ -286,11 +293,7 @@ struct AsyncResult {
 
 TEST_F(CallPortTest, CallAsync_Verdict_CallbackGetsStatus) {
   CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
-  v1::CollectiveRequest request;
-  request.set_group("no-such-group");
-  request.set_epoch(1);
-  request.set_sequence(1);
-  request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  v1::CollectiveRequest request = BarrierOfNoGroup();
   AsyncResult first;
   client.CallAsync(request, absl::Now() + kWait, first.Callback());
   ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
@@ -448,11 +451,7 @@ int64_t SleepsOfThread(absl::string_view name) {
 
 TEST_F(CallPortTest, Call_AfterAnAsyncCall_ReadsItsOwnReply) {
   CallPortClient client([this] { return absl::StrCat("127.0.0.1:", port_); });
-  v1::CollectiveRequest request;
-  request.set_group("no-such-group");
-  request.set_epoch(1);
-  request.set_sequence(1);
-  request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  v1::CollectiveRequest request = BarrierOfNoGroup();
   AsyncResult first;
   client.CallAsync(request, absl::Now() + kWait, first.Callback());
   ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
