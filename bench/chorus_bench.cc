@@ -53,7 +53,7 @@
 #include "server/common/transport_security.h"
 #include "server/reduce/dtype.h"
 #include "server/reduce/half.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/local_worker.h"
 
 #ifndef CHORUS_BENCH_COORDINATOR_BIN
 #define CHORUS_BENCH_COORDINATOR_BIN ""
@@ -446,19 +446,21 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   options.call_port = absl::GetFlag(FLAGS_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
   ApplyCollectMetricsFlag();
-  absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
-      WorkerRuntime::Start(options);
-  if (!runtime.ok()) return runtime.status();
+  LocalWorkerOptions worker_options;
+  worker_options.runtime = std::move(options);
+  absl::StatusOr<std::unique_ptr<LocalWorker>> worker =
+      LocalWorker::Start(std::move(worker_options));
+  if (!worker.ok()) return worker.status();
   absl::Status status;
   {
     JoinOptions join;
     join.timeout = c.timeout;
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        Communicator::JoinEmbedded(runtime->get(), group, c.world, rank, join);
+        Communicator::JoinEmbedded(worker->get(), group, c.world, rank, join);
     if (!comm.ok()) return comm.status();
     status = RunSweepForDType(**comm, c);
   }
-  (*runtime)->Shutdown();
+  (*worker)->Shutdown();
   return status;
 }
 

@@ -29,8 +29,8 @@
 #include "server/common/security_flags.h"
 #include "server/common/tcp_socket.h"
 #include "server/common/transport_security.h"
-#include "server/worker/local_socket.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/call_socket.h"
+#include "server/worker/local/local_worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
@@ -308,7 +308,7 @@ int RunCollective(chorus::CollectiveKind kind,
   chorus::JoinOptions join;
   join.device = *device;
   join.timeout = CallTimeout();
-  std::unique_ptr<chorus::WorkerRuntime> runtime;
+  std::unique_ptr<chorus::LocalWorker> own_worker;
   absl::StatusOr<std::unique_ptr<chorus::Communicator>> communicator;
   if (std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
     if (worker == "local") {
@@ -342,11 +342,13 @@ int RunCollective(chorus::CollectiveKind kind,
                              chorus::JoinOptions::CpuDevice());
     }
     options.register_timeout = CallTimeout();
-    absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> started =
-        chorus::WorkerRuntime::Start(options);
+    chorus::LocalWorkerOptions worker_options;
+    worker_options.runtime = std::move(options);
+    absl::StatusOr<std::unique_ptr<chorus::LocalWorker>> started =
+        chorus::LocalWorker::Start(std::move(worker_options));
     if (!started.ok()) return Fail(started.status());
-    runtime = *std::move(started);
-    communicator = chorus::Communicator::JoinEmbedded(runtime.get(), group,
+    own_worker = *std::move(started);
+    communicator = chorus::Communicator::JoinEmbedded(own_worker.get(), group,
                                                       world, rank, join);
   }
   if (!communicator.ok()) return Fail(communicator.status());

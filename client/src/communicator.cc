@@ -19,7 +19,8 @@
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/in_process_door.h"
+#include "server/worker/local/local_worker.h"
 
 namespace chorus {
 namespace {
@@ -114,15 +115,18 @@ absl::StatusOr<CallResult> ToCallResult(absl::StatusOr<RunResult> ran) {
   return result;
 }
 
-// Runs collectives on a WorkerRuntime in this process.
+// Runs collectives through the in-process door of a worker in this process.
 class EmbeddedCommunicator final : public Communicator {
  public:
-  EmbeddedCommunicator(WorkerRuntime* runtime, Membership membership)
+  EmbeddedCommunicator(InProcessDoor* door, Membership membership)
       : Communicator(membership.group, membership.world_size, membership.rank,
                      membership.epoch),
-        runtime_(runtime),
+        door_(door),
         membership_(std::move(membership)) {}
-  ~EmbeddedCommunicator() override { WaitForAsyncCalls(); }
+  ~EmbeddedCommunicator() override {
+    WaitForAsyncCalls();
+    door_->Leave(membership_);
+  }
 
  protected:
   absl::StatusOr<CallResult> RunSequenced(uint64_t sequence,
@@ -130,26 +134,40 @@ class EmbeddedCommunicator final : public Communicator {
                                           absl::string_view input,
                                           std::string* output,
                                           const CallOptions& options) override {
-    return ToCallResult(runtime_->Run(membership_, sequence, spec, input,
+    return Ended(sequence, door_->Run(membership_, sequence, spec, input,
                                       output, ToRunOptions(options)));
   }
 
-  absl::Status CheckDeviceMemory(const CollectiveSpec& spec,
-                                 const Device& device, const void* input,
-                                 const void* output) const override {
-    return runtime_->CheckDeviceMemory(membership_, spec, device, input,
-                                       output);
+  // The door checks device memory before the call takes its number.
+  absl::Status CheckDeviceMemory(const CollectiveSpec&, const Device&,
+                                 const void*, const void*) const override {
+    return absl::OkStatus();
   }
 
   absl::StatusOr<CallResult> RunSequencedOnDevice(
       uint64_t sequence, const CollectiveSpec& spec, const void* input,
       void* output, const CallOptions& options) override {
-    return ToCallResult(runtime_->RunOnDevice(
-        membership_, sequence, spec, input, output, ToRunOptions(options)));
+    return Ended(sequence,
+                 door_->RunOnDevice(membership_, sequence, spec, input, output,
+                                    ToRunOptions(options)));
   }
 
  private:
-  WorkerRuntime* const runtime_;  // not owned
+  // The result of call `sequence`, whose number is given back when the call
+  // was refused before it took it: in this process every failure after the
+  // number carries an ErrorDetail with number_used set.
+  absl::StatusOr<CallResult> Ended(uint64_t sequence,
+                                   absl::StatusOr<RunResult> ran) {
+    if (!ran.ok()) {
+      const std::optional<StatusFacts> facts = StatusFactsOf(ran.status());
+      if (!facts.has_value() || !facts->number_used) {
+        GiveBackSequence(sequence);
+      }
+    }
+    return ToCallResult(std::move(ran));
+  }
+
+  InProcessDoor* const door_;  // not owned
   const Membership membership_;
 };
 
@@ -182,13 +200,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
-    WorkerRuntime* runtime, const std::string& group, int world_size, int rank,
+    LocalWorker* worker, const std::string& group, int world_size, int rank,
     const JoinOptions& options) {
+  InProcessDoor* door = worker->door();
   absl::StatusOr<Membership> membership =
-      runtime->Join(group, world_size, rank, options.device, options.timeout);
+      door->Join(group, world_size, rank, options.device, options.timeout);
   if (!membership.ok()) return membership.status();
   return std::unique_ptr<Communicator>(
-      new EmbeddedCommunicator(runtime, *std::move(membership)));
+      new EmbeddedCommunicator(door, *std::move(membership)));
 }
 
 Communicator::~Communicator() = default;

@@ -22,10 +22,8 @@
 #include "server/common/net.h"
 #include "server/common/security_flags.h"
 #include "server/common/tcp_socket.h"
-#include "server/worker/local_api_service.h"
-#include "server/worker/local_call_socket.h"
-#include "server/worker/local_socket.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/call_socket.h"
+#include "server/worker/local/local_worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
           "Address of chorus-coordinator, host:port.");
@@ -159,22 +157,15 @@ absl::Status ConfigureSecurity(chorus::RuntimeOptions* options) {
                                       chorus::InsecureFlag());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  chorus::InitDaemon(
-      argc, argv,
-      "Registers this host's devices with a Chorus "
-      "coordinator, keeps its lease, serves its peers and the local API "
-      "applications issue collectives through.\n"
-      "Usage: chorus-worker --coordinator=HOST:PORT [--devices=cpu,cuda:0] "
-      "[--name=NAME] [--listen=HOST:PORT] [--port_file=PATH]");
-
-  chorus::RuntimeOptions options;
+// The worker's options from its flags. Returns what ConfigureSecurity and
+// the device list's parser return.
+absl::StatusOr<chorus::LocalWorkerOptions> OptionsFromFlags() {
+  chorus::LocalWorkerOptions worker;
+  chorus::RuntimeOptions& options = worker.runtime;
   if (const std::string spec = absl::GetFlag(FLAGS_devices); !spec.empty()) {
     absl::StatusOr<std::vector<chorus::Device>> parsed =
         chorus::ParseDeviceList(spec);
-    if (!parsed.ok()) return Fail(parsed.status(), "bad --devices");
+    if (!parsed.ok()) return parsed.status();
     options.devices = *std::move(parsed);
   }
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -191,22 +182,51 @@ int main(int argc, char** argv) {
     options.unix_socket_path = chorus::DefaultLocalSocketPath();
   }
   if (absl::Status secured = ConfigureSecurity(&options); !secured.ok()) {
-    return Fail(secured, "cannot start");
+    return secured;
   }
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
-  chorus::LocalApiService local_api(absl::GetFlag(FLAGS_max_tensor_bytes),
-                                    absl::GetFlag(FLAGS_max_shared_bytes));
-  options.extra_services = {&local_api};
-  options.extra_service_names = {chorus::v1::WorkerLocal::service_full_name()};
+  worker.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+  worker.max_shared_bytes = absl::GetFlag(FLAGS_max_shared_bytes);
+  worker.call_socket = absl::GetFlag(FLAGS_local_call_socket);
+  return worker;
+}
 
-  absl::StatusOr<std::unique_ptr<chorus::WorkerRuntime>> created =
-      chorus::WorkerRuntime::Create(options);
+// Logs where the worker serves and with which devices.
+void LogServing(const chorus::LocalWorkerOptions& options,
+                chorus::WorkerRuntime& runtime) {
+  const std::string& socket = options.runtime.unix_socket_path;
+  LOG(INFO) << "chorus-worker serving on " << runtime.address()
+            << (socket.empty() ? std::string()
+                               : absl::StrCat(" and unix:", socket))
+            << (chorus::TlsEnabled() ? " with mutual TLS" : "")
+            << " with devices "
+            << absl::StrJoin(runtime.devices(), ",",
+                             [](std::string* out, const chorus::Device& d) {
+                               out->append(chorus::CanonicalName(d));
+                             });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  chorus::InitDaemon(
+      argc, argv,
+      "Registers this host's devices with a Chorus "
+      "coordinator, keeps its lease, serves its peers and the local API "
+      "applications issue collectives through.\n"
+      "Usage: chorus-worker --coordinator=HOST:PORT [--devices=cpu,cuda:0] "
+      "[--name=NAME] [--listen=HOST:PORT] [--port_file=PATH]");
+  absl::StatusOr<chorus::LocalWorkerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status(), "cannot start");
+  absl::StatusOr<std::unique_ptr<chorus::LocalWorker>> created =
+      chorus::LocalWorker::Create(*options);
   if (!created.ok()) {
     return Fail(created.status(), chorus::IsDeviceRefusal(created.status())
                                       ? "device refused"
                                       : "cannot start");
   }
-  chorus::WorkerRuntime& runtime = **created;
+  chorus::LocalWorker& worker = **created;
+  chorus::WorkerRuntime& runtime = worker.runtime();
   absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
       chorus::StartMetricsFromFlags({});
   if (!metrics.ok()) return Fail(metrics.status(), "cannot start");
@@ -218,47 +238,17 @@ int main(int argc, char** argv) {
     runtime.RequestStop();
   }).detach();
 
-  LOG(INFO) << "chorus-worker serving on " << runtime.address()
-            << (options.unix_socket_path.empty()
-                    ? std::string()
-                    : absl::StrCat(" and unix:", options.unix_socket_path))
-            << (chorus::TlsEnabled() ? " with mutual TLS" : "")
-            << " with devices "
-            << absl::StrJoin(runtime.devices(), ",",
-                             [](std::string* out, const chorus::Device& d) {
-                               out->append(chorus::CanonicalName(d));
-                             });
-  absl::Status registered = runtime.Register();
+  LogServing(*options, runtime);
+  absl::Status registered = worker.Register();
   if (absl::IsCancelled(registered)) return 0;
   if (!registered.ok()) return Fail(registered, "registration refused");
-  std::unique_ptr<chorus::LocalCallSocket> call_socket;
-  if (!options.unix_socket_path.empty() &&
-      absl::GetFlag(FLAGS_local_call_socket)) {
-    absl::StatusOr<std::unique_ptr<chorus::LocalCallSocket>> started =
-        chorus::LocalCallSocket::Start(
-            chorus::CallSocketPath(options.unix_socket_path), &local_api,
-            chorus::kDefaultMaxMessageBytes);
-    if (started.ok()) {
-      call_socket = *std::move(started);
-      local_api.SetCallSocket(call_socket->path());
-      LOG(INFO) << "collective frames on unix:" << call_socket->path();
-    } else {
-      // Clients fall back to gRPC calls: slower for small calls, no less.
-      LOG(WARNING) << "no call socket: " << started.status();
-    }
-  }
-  local_api.Bind(&runtime);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     absl::Status written = chorus::WritePortFile(path, runtime.port());
     if (!written.ok()) return Fail(written, "cannot write --port_file");
   }
 
   runtime.WaitForStopRequest();
-  // Holds that end now end with the daemon, not with their clients.
-  local_api.BeginShutdown();
-  if (call_socket != nullptr) call_socket->Shutdown();
-  runtime.Shutdown();
-  local_api.Drain();
+  worker.Shutdown();
   metrics->reset();
   LOG(INFO) << "chorus-worker stopped";
   return 0;

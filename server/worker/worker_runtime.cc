@@ -24,7 +24,6 @@
 #include "server/worker/dataplane/exchange_pool.h"
 #include "server/worker/dataplane/peer_transport.h"
 #include "server/worker/dataplane/tcp_peer_pool.h"
-#include "server/worker/local_socket.h"
 
 namespace chorus {
 namespace {
@@ -230,16 +229,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   server_options.health_names = options.extra_service_names;
   server_options.health_names.push_back(v1::Peer::service_full_name());
   server_options.unix_socket_path = options.unix_socket_path;
-  if (!options.unix_socket_path.empty()) {
-    absl::Status prepared = PrepareLocalSocket(options.unix_socket_path);
-    if (!prepared.ok()) return prepared;
-  }
   absl::StatusOr<StartedServer> server = StartServer(server_options);
   if (!server.ok()) return server.status();
-  if (!options.unix_socket_path.empty()) {
-    absl::Status restricted = RestrictLocalSocket(options.unix_socket_path);
-    if (!restricted.ok()) return restricted;
-  }
   runtime->server_ = std::move(server->server);
   runtime->port_ = server->port;
   std::string why = "--advertise_address";
@@ -333,9 +324,6 @@ void WorkerRuntime::Shutdown() {
   // use by them visible before the inbox goes.
   if (peer_service_ != nullptr) peer_service_->WaitForStreams();
   if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
-  if (!options_.unix_socket_path.empty()) {
-    unlink(options_.unix_socket_path.c_str());
-  }
 }
 
 struct WorkerRuntime::PendingJoin {

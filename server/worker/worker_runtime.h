@@ -42,6 +42,8 @@
 #include "server/worker/dataplane/tcp_listener.h"
 #include "server/worker/device_discovery.h"
 #include "server/worker/gpu/device_buffers.h"
+#include "server/worker/local/call_runtime.h"
+#include "server/worker/membership.h"
 #include "server/worker/task_runner.h"
 
 namespace grpc {
@@ -91,45 +93,12 @@ struct RuntimeOptions {
   std::vector<grpc::Service*> extra_services;
   // Their full names, which the health service reports SERVING.
   std::vector<std::string> extra_service_names;
-  // When set, the server also listens on this Unix domain socket (see
-  // local_socket.h), private to this user; removed at shutdown.
+  // When set, the server also listens on this Unix domain socket (its owner
+  // readies it and keeps it private: local/local_worker.h).
   std::string unix_socket_path;
 };
 
-// One rank's membership in a formed group.
-struct Membership {
-  std::string group;
-  uint64_t epoch = 0;
-  int rank = 0;
-  int world_size = 0;
-  Device device;
-  // Peer address, device and worker name of every rank.
-  std::vector<std::string> addresses;
-  std::vector<Device> devices;
-  std::vector<std::string> worker_names;
-  uint64_t inline_max_bytes = 0;
-};
-
-struct RunOptions {
-  Algorithm algorithm = Algorithm::kUnspecified;
-  absl::Duration timeout = absl::Minutes(1);
-  // The device the rank's buffers live on; the member's device when unset.
-  std::optional<Device> device;
-  // Host memory for Run()'s output (not owned), at least OutputBytes() long:
-  // when set, the output lands there (the same_host plan writes it there
-  // directly) and Run() leaves its `output` string empty.
-  absl::Span<char> output_place;
-};
-
-struct RunResult {
-  uint64_t sequence = 0;
-  // The algorithm the call ran: the coordinator's plan, or kRing when a
-  // same_host plan fell back to the ring on every rank.
-  Algorithm algorithm = Algorithm::kUnspecified;
-  uint64_t chunk_bytes = 0;
-};
-
-class WorkerRuntime {
+class WorkerRuntime final : public CallRuntime {
  public:
   // Starts serving and registers. Returns UNIMPLEMENTED (the device refusal
   // message) for a device this worker cannot serve, INVALID_ARGUMENT for a
@@ -166,7 +135,7 @@ class WorkerRuntime {
   // while the group assembles, so any number of joins may be pending.
   void JoinAsync(const std::string& group, int world_size, int rank,
                  const Device& device, absl::Duration timeout,
-                 std::function<void(absl::StatusOr<Membership>)> done);
+                 std::function<void(absl::StatusOr<Membership>)> done) override;
 
   // Reports that `membership`'s rank is gone (its client process went
   // away, `why`) so that the coordinator aborts the group epoch at once.
@@ -175,7 +144,7 @@ class WorkerRuntime {
   // coordinator's NOT_FOUND / FAILED_PRECONDITION for a group or epoch it
   // no longer has.
   absl::Status ReportRankGone(const Membership& membership,
-                              const absl::Status& why);
+                              const absl::Status& why) override;
 
   // Runs the `sequence`-th collective of `membership` (numbered from 1 in
   // the order the rank issues them) on `input`, writing this rank's output.
@@ -186,7 +155,7 @@ class WorkerRuntime {
   absl::StatusOr<RunResult> Run(const Membership& membership, uint64_t sequence,
                                 const CollectiveSpec& spec,
                                 absl::string_view input, std::string* output,
-                                const RunOptions& options);
+                                const RunOptions& options) override;
 
   // Run() without blocking: returns at once and runs `done` once with Run()'s
   // result (same codes). `input`, `output` and the options' output_place
@@ -198,11 +167,11 @@ class WorkerRuntime {
   void RunAsync(const Membership& membership, uint64_t sequence,
                 const CollectiveSpec& spec, absl::string_view input,
                 std::string* output, const RunOptions& options,
-                std::function<void(absl::StatusOr<RunResult>)> done);
+                std::function<void(absl::StatusOr<RunResult>)> done) override;
 
   // Whether RunAsync() sends a call without first waiting to connect to the
   // coordinator's call port (it is connected, or not used).
-  bool SendsWithoutWaiting();
+  bool SendsWithoutWaiting() override;
 
   // Returns OK when RunOnDevice() can run `spec` of `membership` on
   // `input` and `output` in memory of `device`: INVALID_ARGUMENT for a
@@ -213,7 +182,7 @@ class WorkerRuntime {
   absl::Status CheckDeviceMemory(const Membership& membership,
                                  const CollectiveSpec& spec,
                                  const Device& device, const void* input,
-                                 const void* output) const;
+                                 const void* output) const override;
 
   // Like Run(), on buffers in the memory of the call's device (the
   // options' device, else the member's), which must be a Cuda(n) device
@@ -230,7 +199,7 @@ class WorkerRuntime {
                                         uint64_t sequence,
                                         const CollectiveSpec& spec,
                                         const void* input, void* output,
-                                        const RunOptions& options);
+                                        const RunOptions& options) override;
 
   // Deregisters and stops serving; idempotent.
   void Shutdown();
@@ -241,7 +210,7 @@ class WorkerRuntime {
 
   const std::string& address() const { return address_; }
   // The name this worker registered under.
-  const std::string& name() const { return name_; }
+  const std::string& name() const override { return name_; }
   int port() const { return port_; }
   uint64_t worker_id() const { return session_->worker_id(); }
   const std::vector<Device>& devices() const { return devices_; }

@@ -533,8 +533,8 @@ TEST(JoinRefusalTest, Join_OneRankOnVulkan_OthersFailedPreconditionAtOnce) {
                  options.device = MakeDevice(DeviceKind::kVulkan, 0);
                }
                const absl::Time start = absl::Now();
-               statuses[r] = Communicator::JoinEmbedded(cluster->runtime(r),
-                                                        "g", kWorld, r, options)
+               statuses[r] = Communicator::JoinEmbedded(cluster->worker(r), "g",
+                                                        kWorld, r, options)
                                  .status();
                elapsed[r] = absl::Now() - start;
              },

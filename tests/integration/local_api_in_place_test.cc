@@ -1,12 +1,11 @@
 // Collectives of a caller in the worker's own process on its own memory
-// (LocalApiService::RunInPlace and StartInPlace with CallerMemory, what a
-// rank that embeds the runtime uses): a WorkerRuntime with its local API in
-// this test process, registered with a real chorus-coordinator, joined
-// through the local API's Unix socket. The output lands in the caller's
-// buffer, the reply carries no data, a retry of the number is refused, a
-// call started without waiting ends once, and a request with data, an
-// output too small or a tensor over --max_tensor_bytes is refused without
-// using the number.
+// (the in-process door's RunInPlace and StartInPlace with CallerMemory, what
+// a rank that embeds the runtime uses): a LocalWorker in this test process,
+// registered with a real chorus-coordinator, joined through the local API's
+// Unix socket. The output lands in the caller's buffer, the reply carries no
+// data, a retry of the number is refused, a call started without waiting ends
+// once, and a request with data, an output too small or a tensor over
+// --max_tensor_bytes is refused without using the number.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -29,9 +28,8 @@
 #include "chorus/v1/worker.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/common/net.h"
-#include "server/worker/local_api_service.h"
-#include "server/worker/local_call_socket.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/call_frames.h"
+#include "server/worker/local/local_worker.h"
 #include "tests/testing/daemons.h"
 
 namespace chorus::test {
@@ -47,21 +45,17 @@ class LocalApiInPlaceTest : public ::testing::Test {
     absl::StatusOr<Daemon> coordinator = StartCoordinator();
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
-    api_ = std::make_unique<LocalApiService>(max_tensor_bytes);
-    RuntimeOptions options;
-    options.coordinator = coordinator_.address;
-    options.name = "in-place-w";
-    options.unix_socket_path = NewScratchPath("local", ".sock");
-    options.extra_services = {api_.get()};
-    options.extra_service_names = {v1::WorkerLocal::service_full_name()};
-    absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
-        WorkerRuntime::Create(options);
-    ASSERT_TRUE(runtime.ok()) << runtime.status();
-    runtime_ = *std::move(runtime);
-    ASSERT_TRUE(runtime_->Register().ok());
-    api_->Bind(runtime_.get());
+    LocalWorkerOptions options;
+    options.max_tensor_bytes = max_tensor_bytes;
+    options.runtime.coordinator = coordinator_.address;
+    options.runtime.name = "in-place-w";
+    options.runtime.unix_socket_path = NewScratchPath("local", ".sock");
+    absl::StatusOr<std::unique_ptr<LocalWorker>> worker =
+        LocalWorker::Start(options);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    worker_ = *std::move(worker);
     auto stub = v1::WorkerLocal::NewStub(
-        grpc::CreateChannel("unix:" + options.unix_socket_path,
+        grpc::CreateChannel("unix:" + options.runtime.unix_socket_path,
                             grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(kTimeout));
@@ -76,10 +70,7 @@ class LocalApiInPlaceTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (runtime_ == nullptr) return;
-    api_->BeginShutdown();
-    runtime_->Shutdown();
-    api_->Drain();
+    if (worker_ != nullptr) worker_->Shutdown();
   }
 
   // Call #sequence: all_reduce, u32[count], sum, with no data.
@@ -104,7 +95,7 @@ class LocalApiInPlaceTest : public ::testing::Test {
                          const CallerMemory* memory) {
     if (memory != nullptr) {
       absl::StatusOr<RunResult> ran =
-          api_->RunInPlace(call, absl::Now() + kTimeout, *memory);
+          worker_->door()->RunInPlace(call, absl::Now() + kTimeout, *memory);
       v1::LocalCallReply reply = LocalCallReplyFor(++call_id_, ran.status());
       if (ran.ok()) reply.mutable_response()->set_sequence(ran->sequence);
       return reply;
@@ -115,11 +106,11 @@ class LocalApiInPlaceTest : public ::testing::Test {
     *frame.mutable_call() = std::move(call);
     absl::Mutex mu;
     std::optional<v1::LocalCallReply> reply;
-    RunLocalCallFrame(api_.get(), std::move(frame),
-                      [&](v1::LocalCallReply& answer) {
-                        absl::MutexLock lock(&mu);
-                        reply = answer;
-                      });
+    worker_->door()->RunFrame(std::move(frame),
+                              [&](v1::LocalCallReply& answer) {
+                                absl::MutexLock lock(&mu);
+                                reply = answer;
+                              });
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(
         +[](std::optional<v1::LocalCallReply>* r) { return r->has_value(); },
@@ -129,8 +120,7 @@ class LocalApiInPlaceTest : public ::testing::Test {
 
   const std::string group_ = "in-place";
   Daemon coordinator_;
-  std::unique_ptr<LocalApiService> api_;
-  std::unique_ptr<WorkerRuntime> runtime_;
+  std::unique_ptr<LocalWorker> worker_;
   uint64_t epoch_ = 0;
   uint64_t call_id_ = 0;
 };
@@ -231,7 +221,7 @@ struct Ended {
   absl::StatusOr<RunResult> result ABSL_GUARDED_BY(mu) =
       absl::UnknownError("not ended");
 
-  LocalApiService::InPlaceDone Done() {
+  InPlaceDone Done() {
     return [this](absl::StatusOr<RunResult> ran) {
       absl::MutexLock lock(&mu);
       ++runs;
@@ -258,13 +248,13 @@ TEST_F(LocalApiInPlaceTest, StartInPlace_Sum_EndsOnceWithOutputInPlace) {
   Ended refused;
   const CallerMemory small{BytesOf(values),
                            absl::Span<char>(PlaceOf(result)).subspan(0, 8)};
-  api_->StartInPlace(SumOfU32(1, values.size()), absl::Now() + kTimeout, small,
-                     refused.Done());
+  worker_->door()->StartInPlace(SumOfU32(1, values.size()),
+                                absl::Now() + kTimeout, small, refused.Done());
   EXPECT_EQ(refused.Wait().status().code(), absl::StatusCode::kInvalidArgument);
 
   Ended ended;
-  api_->StartInPlace(SumOfU32(1, values.size()), absl::Now() + kTimeout, memory,
-                     ended.Done());
+  worker_->door()->StartInPlace(SumOfU32(1, values.size()),
+                                absl::Now() + kTimeout, memory, ended.Done());
   absl::StatusOr<RunResult> ran = ended.Wait();
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_EQ(ran->sequence, 1u);

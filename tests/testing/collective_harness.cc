@@ -34,14 +34,16 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     // also shows that ranks with equal results always agree on the hash.
     options.check_results = true;
     options.register_timeout = kStartTimeout;
-    absl::StatusOr<std::unique_ptr<WorkerRuntime>> runtime =
-        WorkerRuntime::Start(std::move(options));
-    if (!runtime.ok()) {
-      return absl::Status(runtime.status().code(),
+    LocalWorkerOptions worker;
+    worker.runtime = std::move(options);
+    absl::StatusOr<std::unique_ptr<LocalWorker>> started =
+        LocalWorker::Start(std::move(worker));
+    if (!started.ok()) {
+      return absl::Status(started.status().code(),
                           absl::StrCat("starting embedded worker ", i, ": ",
-                                       runtime.status().message()));
+                                       started.status().message()));
     }
-    cluster->runtimes_.push_back(*std::move(runtime));
+    cluster->workers_.push_back(*std::move(started));
   }
   return cluster;
 }
@@ -51,7 +53,7 @@ EmbeddedCluster::~EmbeddedCluster() {
   // server waits (up to its grace period) for the streams its still-running
   // peers hold open to it, so shutting them down one by one would wait that
   // long per runtime.
-  RunOnRanks(workers(), [&](int i) { runtimes_[i]->Shutdown(); });
+  RunOnRanks(workers(), [&](int i) { workers_[i]->Shutdown(); });
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>>
@@ -66,7 +68,7 @@ EmbeddedCluster::JoinGroup(const std::string& group,
     JoinOptions options;
     options.timeout = kCallTimeout;
     joined[rank] = Communicator::JoinEmbedded(
-        runtimes_[worker_of_rank[rank]].get(), group, world, rank, options);
+        workers_[worker_of_rank[rank]].get(), group, world, rank, options);
   });
   std::vector<std::unique_ptr<Communicator>> out;
   for (int rank = 0; rank < world; ++rank) {

@@ -25,6 +25,7 @@
 #include "chorus/communicator.h"
 #include "gtest/gtest.h"
 #include "server/common/collective.h"
+#include "server/worker/local/local_worker.h"
 #include "server/worker/worker_runtime.h"
 #include "tests/testing/collective_reference.h"
 #include "tests/testing/daemons.h"
@@ -68,8 +69,9 @@ class EmbeddedCluster {
   const std::string& coordinator_address() const {
     return coordinator_.address;
   }
-  int workers() const { return static_cast<int>(runtimes_.size()); }
-  WorkerRuntime* runtime(int i) const { return runtimes_[i].get(); }
+  int workers() const { return static_cast<int>(workers_.size()); }
+  LocalWorker* worker(int i) const { return workers_[i].get(); }
+  WorkerRuntime* runtime(int i) const { return &workers_[i]->runtime(); }
 
   // Joins `group` with world size worker_of_rank.size(): rank r joins from
   // its own thread through runtime(worker_of_rank[r]). Returns the
@@ -85,7 +87,7 @@ class EmbeddedCluster {
   EmbeddedCluster() = default;
 
   Daemon coordinator_;
-  std::vector<std::unique_ptr<WorkerRuntime>> runtimes_;
+  std::vector<std::unique_ptr<LocalWorker>> workers_;
 };
 
 // Returns the communicators' raw pointers, by rank.

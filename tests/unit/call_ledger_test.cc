@@ -1,4 +1,4 @@
-#include "server/worker/call_ledger.h"
+#include "server/worker/local/call_ledger.h"
 
 #include <optional>
 #include <string>

@@ -1,5 +1,5 @@
 // The public C++ headers stand alone: this file is compiled with only
-// client/include (and the system's Abseil) on its include path, so an
+// include/ (and the system's Abseil) on its include path, so an
 // include of a server/ header or a generated proto from a public header
 // fails the build.
 #include <cstdint>

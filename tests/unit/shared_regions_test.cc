@@ -1,4 +1,4 @@
-#include "server/worker/shared_regions.h"
+#include "server/worker/local/shared_regions.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

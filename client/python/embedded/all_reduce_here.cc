@@ -30,7 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/python/embedded/embedded_calls.h"
-#include "server/worker/local_api_service.h"
+#include "server/worker/local/local_calls.h"
 
 namespace chorus {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "server/worker/local_api_service.h"
+#include "server/worker/local/local_calls.h"
 
 namespace chorus {
 
@@ -27,7 +27,7 @@ bool CallsOpen(PyObject* calls);
 // Runs, on a channel CallsOpen() found open, the LocalCollectiveRequest
 // whose bytes are `prefix` (a bytes object:
 // no sequence, no data) as number `sequence`, call `call_id`, within
-// `timeout_us`, on `memory` (LocalApiService::RunInPlace) through the
+// `timeout_us`, on `memory` (InProcessDoor::RunInPlace) through the
 // worker of Calls channel `calls`, on this thread with the GIL released.
 // Returns a new reference: True once the call succeeded, else its reply
 // tuple (as Calls.run_into returns one); null with ValueError for a prefix

@@ -2,13 +2,14 @@
 // ranks that cannot afford the hop to a worker daemon (DESIGN.md: "a program
 // that cannot afford the extra hop to a daemon embeds the runtime").
 //
-// Worker(...) starts a WorkerRuntime with its local API (LocalApiService) on
-// a Unix socket of the caller's choosing, registers it with the coordinator
-// and binds the local API to it: to a client it is a worker daemon that
+// Worker(...) starts a LocalWorker (a worker runtime with its local calls)
+// serving its local API on a Unix socket of the caller's choosing, and
+// registers it with the coordinator: to a client it is a worker daemon that
 // lives in this process. Joins and every other local API call go over that
 // socket as they would to a daemon. Collectives take a shorter way:
 // Worker.calls() returns a Calls channel that hands LocalCallFrames straight
-// to the local API (RunLocalCallFrame, as the daemon's call socket does),
+// to the worker's in-process door (InProcessDoor::RunFrame, which runs them
+// as the daemon's call socket does),
 // with no socket in between; its replies wait in a queue until a Python
 // thread takes them. So every check, code and error detail is the daemon's.
 //
@@ -16,7 +17,7 @@
 // chorus._call_socket drives (its Connection: send_call, wait, drain, fileno,
 // shutdown, close): fileno() is an eventfd that is readable while replies
 // wait, for select(). run_into() is for a blocking call: the caller's own
-// thread runs it (LocalApiService::RunInPlace, which reads the
+// thread runs it (InProcessDoor::RunInPlace, which reads the
 // coordinator's reply itself) on the caller's buffers (CallerMemory: the
 // runtime reads the input and writes the output there) and gets its
 // outcome back directly.
@@ -62,9 +63,8 @@
 #include "server/common/certificate_check.h"
 #include "server/common/device.h"
 #include "server/common/transport_security.h"
-#include "server/worker/local_api_service.h"
-#include "server/worker/local_call_socket.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/in_process_door.h"
+#include "server/worker/local/local_worker.h"
 
 namespace chorus {
 
@@ -167,8 +167,7 @@ struct Embedded {
   // of its threads: there the objects are left alone (closing would wait
   // for threads that do not exist, and the socket is the parent's).
   const uint64_t owner = forks_below.load(std::memory_order_relaxed);
-  std::unique_ptr<LocalApiService> api;
-  std::unique_ptr<WorkerRuntime> runtime;
+  std::unique_ptr<LocalWorker> worker;
   absl::Mutex mu;
   std::vector<std::weak_ptr<ReplyQueue>> queues ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
@@ -185,9 +184,7 @@ struct Embedded {
       closed = true;
       queues_now.swap(queues);
     }
-    api->BeginShutdown();
-    runtime->Shutdown();
-    api->Drain();
+    worker->Shutdown();
     WorkerGone();
     for (const std::weak_ptr<ReplyQueue>& weak : queues_now) {
       if (std::shared_ptr<ReplyQueue> queue = weak.lock()) queue->Close();
@@ -319,24 +316,18 @@ PyObject* WorkerNew(PyTypeObject* type, PyObject*, PyObject*) {
   return reinterpret_cast<PyObject*>(self);
 }
 
-// Starts the runtime of `options` with its local API into `embedded` and
-// registers it. Returns WorkerRuntime::Create's and Register's errors.
+// Starts a worker of `options` into `embedded` and registers it. Returns
+// LocalWorker::Start's errors.
 absl::Status StartEmbedded(RuntimeOptions* options, uint64_t max_tensor_bytes,
                            uint64_t max_shared_bytes, Embedded* embedded) {
-  embedded->api =
-      std::make_unique<LocalApiService>(max_tensor_bytes, max_shared_bytes);
-  options->extra_services = {embedded->api.get()};
-  options->extra_service_names = {v1::WorkerLocal::service_full_name()};
-  absl::StatusOr<std::unique_ptr<WorkerRuntime>> created =
-      WorkerRuntime::Create(*options);
-  if (!created.ok()) return created.status();
-  embedded->runtime = *std::move(created);
-  absl::Status status = embedded->runtime->Register();
-  if (!status.ok()) {
-    embedded->runtime->Shutdown();
-    return status;
-  }
-  embedded->api->Bind(embedded->runtime.get());
+  LocalWorkerOptions worker;
+  worker.runtime = *options;
+  worker.max_tensor_bytes = max_tensor_bytes;
+  worker.max_shared_bytes = max_shared_bytes;
+  absl::StatusOr<std::unique_ptr<LocalWorker>> started =
+      LocalWorker::Start(std::move(worker));
+  if (!started.ok()) return started.status();
+  embedded->worker = *std::move(started);
   return absl::OkStatus();
 }
 
@@ -431,13 +422,13 @@ Embedded* Started(WorkerObject* self) {
 PyObject* WorkerAddress(WorkerObject* self, void*) {
   Embedded* embedded = Started(self);
   if (embedded == nullptr) return nullptr;
-  return PyUnicode_FromString(embedded->runtime->address().c_str());
+  return PyUnicode_FromString(embedded->worker->runtime().address().c_str());
 }
 
 PyObject* WorkerName(WorkerObject* self, void*) {
   Embedded* embedded = Started(self);
   if (embedded == nullptr) return nullptr;
-  return PyUnicode_FromString(embedded->runtime->name().c_str());
+  return PyUnicode_FromString(embedded->worker->runtime().name().c_str());
 }
 
 PyObject* WorkerCalls(WorkerObject* self, PyObject*);
@@ -580,9 +571,9 @@ QueuedReply QueueableReply(v1::LocalCallReply& answer) {
 
 // Runs `frame` into the channel's worker; the GIL must be released. Its
 // reply goes to the queue.
-void RunFrame(LocalApiService* api, v1::LocalCallFrame frame,
+void RunFrame(InProcessDoor* door, v1::LocalCallFrame frame,
               const std::shared_ptr<ReplyQueue>& queue) {
-  RunLocalCallFrame(api, std::move(frame), [queue](v1::LocalCallReply& answer) {
+  door->RunFrame(std::move(frame), [queue](v1::LocalCallReply& answer) {
     QueuedReply reply = QueueableReply(answer);
     // A copy: the ledger keeps the data for retries.
     reply.data = answer.response().data();
@@ -599,14 +590,14 @@ absl::Time DeadlineIn(uint64_t timeout_us) {
 // Runs call `call_id`, `request` with `timeout_us`, on `memory` on this
 // thread (LocalApiService::RunInPlace) and waits for its end; the GIL must
 // be released. Returns whether it succeeded; else `*failure` is its reply.
-bool RunHere(LocalApiService* api, uint64_t call_id,
+bool RunHere(InProcessDoor* door, uint64_t call_id,
              const v1::LocalCollectiveRequest& request, uint64_t timeout_us,
              const CallerMemory& memory, QueuedReply* failure) {
   absl::Status status;
   if (timeout_us == 0) {
     status = absl::InvalidArgumentError("a call with timeout_us 0 cannot run");
   } else {
-    status = api->RunInPlace(request, DeadlineIn(timeout_us), memory).status();
+    status = door->RunInPlace(request, DeadlineIn(timeout_us), memory).status();
   }
   if (status.ok()) return true;
   v1::LocalCallReply answer = LocalCallReplyFor(call_id, status);
@@ -638,8 +629,8 @@ bool CallsOpen(PyObject* calls) {
 PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
                      PyObject* prefix, uint64_t sequence,
                      const CallerMemory& memory) {
-  LocalApiService* api =
-      CallsEmbedded(reinterpret_cast<CallsObject*>(calls))->api.get();
+  InProcessDoor* door =
+      CallsEmbedded(reinterpret_cast<CallsObject*>(calls))->worker->door();
   const char* bytes = PyBytes_AS_STRING(prefix);
   const Py_ssize_t size = PyBytes_GET_SIZE(prefix);
   bool parsed = false;
@@ -650,7 +641,7 @@ PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
   parsed = request.ParseFromArray(bytes, static_cast<int>(size));
   if (parsed) {
     request.set_sequence(sequence);
-    succeeded = RunHere(api, call_id, request, timeout_us, memory, &failure);
+    succeeded = RunHere(door, call_id, request, timeout_us, memory, &failure);
   }
   Py_END_ALLOW_THREADS;
   if (!parsed) {
@@ -694,7 +685,7 @@ PyObject* CallsSend(CallsObject* self, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "send_call: call_id 0");
     return nullptr;
   }
-  LocalApiService* api = CallsEmbedded(self)->api.get();
+  InProcessDoor* door = CallsEmbedded(self)->worker->door();
   bool parsed = false;
   Py_BEGIN_ALLOW_THREADS;
   v1::LocalCallFrame frame;
@@ -702,7 +693,7 @@ PyObject* CallsSend(CallsObject* self, PyObject* args) {
   if (parsed) {
     frame.set_call_id(call_id);
     frame.set_timeout_us(timeout_us);
-    RunFrame(api, std::move(frame), queue);
+    RunFrame(door, std::move(frame), queue);
   }
   Py_END_ALLOW_THREADS;
   if (!parsed) {
@@ -816,7 +807,7 @@ PyObject* CallsStartInto(CallsObject* self, PyObject* const* args,
   const uint64_t call_id = into.call_id;
   (*self->held)[call_id] = held;
   const CallerMemory memory = MemoryOf(held->data, held->out);
-  LocalApiService* api = CallsEmbedded(self)->api.get();
+  InProcessDoor* door = CallsEmbedded(self)->worker->door();
   // Queues the call's reply once it ended, its buffers then free to go.
   auto end = [queue, held, call_id](absl::StatusOr<RunResult> result) {
     v1::LocalCallReply answer = LocalCallReplyFor(call_id, result.status());
@@ -833,7 +824,7 @@ PyObject* CallsStartInto(CallsObject* self, PyObject* const* args,
   if (timeout_us == 0) {
     end(absl::InvalidArgumentError("a call with timeout_us 0 cannot run"));
   } else {
-    api->StartInPlace(request, DeadlineIn(timeout_us), memory, std::move(end));
+    door->StartInPlace(request, DeadlineIn(timeout_us), memory, std::move(end));
   }
   Py_END_ALLOW_THREADS;
   Py_RETURN_NONE;

@@ -3,8 +3,8 @@
 // it asked for, the plan, the commits of a data-plane plan and the verdict.
 //
 // Plain values; thread-compatible.
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_TRACE_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_TRACE_H_
+#ifndef CHORUS_INCLUDE_CHORUS_TRACE_H_
+#define CHORUS_INCLUDE_CHORUS_TRACE_H_
 
 #include <cstdint>
 #include <string>
@@ -57,4 +57,4 @@ inline const char* TraceStateName(TraceEntry::State state) {
 
 }  // namespace chorus
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_TRACE_H_
+#endif  // CHORUS_INCLUDE_CHORUS_TRACE_H_

@@ -5,8 +5,8 @@
 // disagreed, a deadline passed, or a watcher that fell behind missed events.
 //
 // Plain values; thread-compatible.
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_EVENT_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_EVENT_H_
+#ifndef CHORUS_INCLUDE_CHORUS_EVENT_H_
+#define CHORUS_INCLUDE_CHORUS_EVENT_H_
 
 #include <cstdint>
 #include <string>
@@ -102,4 +102,4 @@ inline const char* EventKindName(Event::Kind kind) {
 
 }  // namespace chorus
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_EVENT_H_
+#endif  // CHORUS_INCLUDE_CHORUS_EVENT_H_

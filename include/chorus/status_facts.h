@@ -5,8 +5,8 @@
 // payload; StatusFactsOf() reads it back.
 //
 // Plain values and a pure function; thread-safe.
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_STATUS_FACTS_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_STATUS_FACTS_H_
+#ifndef CHORUS_INCLUDE_CHORUS_STATUS_FACTS_H_
+#define CHORUS_INCLUDE_CHORUS_STATUS_FACTS_H_
 
 #include <cstdint>
 #include <map>
@@ -47,4 +47,4 @@ std::optional<StatusFacts> StatusFactsOf(const absl::Status& status);
 
 }  // namespace chorus
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_STATUS_FACTS_H_
+#endif  // CHORUS_INCLUDE_CHORUS_STATUS_FACTS_H_

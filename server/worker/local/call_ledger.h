@@ -13,8 +13,8 @@
 //
 // Lifecycle: constructed with the local API; Close() ends every wait.
 // Thread safety: all methods are thread-safe.
-#ifndef CHORUS_SERVER_WORKER_CALL_LEDGER_H_
-#define CHORUS_SERVER_WORKER_CALL_LEDGER_H_
+#ifndef CHORUS_SERVER_WORKER_LOCAL_CALL_LEDGER_H_
+#define CHORUS_SERVER_WORKER_LOCAL_CALL_LEDGER_H_
 
 #include <cstdint>
 #include <map>
@@ -148,4 +148,4 @@ class CallLedger {
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_WORKER_CALL_LEDGER_H_
+#endif  // CHORUS_SERVER_WORKER_LOCAL_CALL_LEDGER_H_

@@ -1,22 +1,23 @@
-// ChunkedCallReactor: one WorkerLocal.CollectiveChunked stream. It reads the
-// header and checks it (LocalApiService::PrepareCall and CheckSizes) before
-// it takes any data, collects the input's pieces without holding a thread
-// while it waits for them, runs the call once the client half-closed with
-// the whole input (LocalApiService::StartCall, on a task thread), then
+// ChunkedCallReactor: one WorkerLocal.CollectiveChunked stream, part of the
+// gRPC door (LocalApiService). It reads the header and has the core check it
+// (LocalCalls::PrepareStreamed) before it takes any data, collects the
+// input's pieces without holding a thread while it waits for them, runs the
+// call once the client half-closed with the whole input
+// (LocalCalls::RunPrepared), then
 // writes the result's header and the output in pieces of at most
 // kMaxPieceBytes; once done, it hands the output to the ledger for retries. Any
 // refusal before the run ends the stream with its status; the call then took no
 // sequence number.
 //
 // Lifecycle: made by LocalApiService::CollectiveChunked for each stream;
-// gRPC owns it and it deletes itself in OnDone(). The service must outlive
-// it. Thread safety: gRPC's callbacks and the run's completion (on a task
-// thread) come one at a time, in the order of the phases, but on different
-// threads; each decides what to do next under mu_ and starts the next
-// operation (a read, the run, a write, Finish) after releasing it, since
-// gRPC may run a callback on the thread that starts an operation.
-#ifndef CHORUS_SERVER_WORKER_CHUNKED_CALL_REACTOR_H_
-#define CHORUS_SERVER_WORKER_CHUNKED_CALL_REACTOR_H_
+// gRPC owns it and it deletes itself in OnDone(). The core must outlive it.
+// Thread safety: gRPC's callbacks and the run's completion (on a task thread)
+// come one at a time, in the order of the phases, but on different threads;
+// each decides what to do next under mu_ and starts the next operation (a read,
+// the run, a write, Finish) after releasing it, since gRPC may run a callback
+// on the thread that starts an operation.
+#ifndef CHORUS_SERVER_WORKER_LOCAL_CHUNKED_CALL_REACTOR_H_
+#define CHORUS_SERVER_WORKER_LOCAL_CHUNKED_CALL_REACTOR_H_
 
 #include <grpcpp/support/server_callback.h>
 
@@ -28,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/worker.grpc.pb.h"
-#include "server/worker/local_api_service.h"
+#include "server/worker/local/local_calls.h"
 
 namespace chorus {
 
@@ -37,8 +38,7 @@ class ChunkedCallReactor final
                                      v1::LocalChunkedResponse> {
  public:
   // Starts reading the stream of `context` (neither owned).
-  ChunkedCallReactor(LocalApiService* service,
-                     grpc::CallbackServerContext* context);
+  ChunkedCallReactor(LocalCalls* calls, grpc::CallbackServerContext* context);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -58,7 +58,7 @@ class ChunkedCallReactor final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The client half-closed: OK when the whole input is there.
   absl::Status InputComplete() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Hands the call to the service's task runner.
+  // Hands the call to the core.
   void StartRun();
   // Called on the task thread with the call's result.
   void Ran(absl::StatusOr<RunResult> result, KeepOutput keep);
@@ -69,7 +69,7 @@ class ChunkedCallReactor final
   // already was (Finish() must then not be called again).
   bool MarkFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  LocalApiService* const service_;
+  LocalCalls* const calls_;
   grpc::CallbackServerContext* const context_;
   // Owned by gRPC while a read or a write is in flight.
   v1::LocalChunkedRequest request_;
@@ -90,4 +90,4 @@ class ChunkedCallReactor final
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_WORKER_CHUNKED_CALL_REACTOR_H_
+#endif  // CHORUS_SERVER_WORKER_LOCAL_CHUNKED_CALL_REACTOR_H_

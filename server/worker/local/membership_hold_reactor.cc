@@ -1,17 +1,15 @@
-#include "server/worker/membership_hold_reactor.h"
+#include "server/worker/local/membership_hold_reactor.h"
 
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "server/common/grpc_status.h"
-#include "server/worker/local_api_service.h"
 
 namespace chorus {
 
-MembershipHoldReactor::MembershipHoldReactor(LocalApiService* service,
+MembershipHoldReactor::MembershipHoldReactor(LocalCalls* calls,
                                              std::string peer)
-    : service_(service), peer_(std::move(peer)) {
+    : calls_(calls), peer_(std::move(peer)) {
   StartRead(&hold_);
 }
 
@@ -24,19 +22,13 @@ void MembershipHoldReactor::OnReadDone(bool ok) {
           "the hold ended before naming a membership")));
       return;
     }
-    service_->ReportRankGone(
-        membership_,
-        absl::UnavailableError(absl::StrCat(
-            "its client process went away (its hold on the local API of "
-            "worker ",
-            service_->WorkerName(), " from ", peer_, " ended)")));
-    service_->Forget(membership_);
+    calls_->EndHold(membership_, /*released=*/false, peer_);
     Finish(grpc::Status::OK);
     return;
   }
   if (!held_) {
     absl::StatusOr<Membership> membership =
-        service_->FindMembership(hold_.group(), hold_.epoch(), hold_.rank());
+        calls_->FindMembership(hold_.group(), hold_.epoch(), hold_.rank());
     if (!membership.ok()) {
       Finish(ToGrpcStatus(membership.status()));
       return;
@@ -45,7 +37,7 @@ void MembershipHoldReactor::OnReadDone(bool ok) {
     held_ = true;
   }
   if (hold_.release()) {
-    service_->Forget(membership_);
+    calls_->EndHold(membership_, /*released=*/true, peer_);
     Finish(grpc::Status::OK);
     return;
   }

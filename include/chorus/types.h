@@ -4,8 +4,8 @@
 // with a static_cast. This header needs nothing but the standard library.
 //
 // Plain values; thread-compatible.
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_TYPES_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_TYPES_H_
+#ifndef CHORUS_INCLUDE_CHORUS_TYPES_H_
+#define CHORUS_INCLUDE_CHORUS_TYPES_H_
 
 #include <cstdint>
 #include <string>
@@ -109,4 +109,4 @@ struct CollectiveSpec {
 
 }  // namespace chorus
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_TYPES_H_
+#endif  // CHORUS_INCLUDE_CHORUS_TYPES_H_

@@ -1,4 +1,4 @@
-#include "server/worker/local_socket.h"
+#include "server/worker/local/call_socket.h"
 
 #include <errno.h>
 #include <sys/socket.h>
@@ -8,8 +8,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "chorus/v1/worker.pb.h"
+#include "server/common/tcp_socket.h"
+#include "server/worker/local/call_frames.h"
 
 namespace chorus {
 namespace {
@@ -32,6 +36,27 @@ absl::Status MakeDirectories(const std::string& dir) {
         absl::StrCat("cannot make directory ", dir, ": ", strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+std::string ErrorPayload(const absl::Status& status) {
+  return LocalCallReplyFor(0, status).SerializeAsString();
+}
+
+// Handles one frame of a connection. Returns false to close it.
+bool HandleFrame(LocalCalls* calls, std::string payload,
+                 FrameServer::Replier reply) {
+  v1::LocalCallFrame frame;
+  if (!frame.ParseFromString(payload) || frame.call_id() == 0) {
+    reply.Send(ErrorPayload(absl::InvalidArgumentError(
+        "a call socket frame that is not a LocalCallFrame with a nonzero "
+        "call_id")));
+    return false;
+  }
+  RunLocalCallFrame(calls, std::move(frame),
+                    [reply](v1::LocalCallReply& answer) {
+                      reply.Send(answer.SerializeAsString());
+                    });
+  return true;
 }
 
 }  // namespace
@@ -85,6 +110,43 @@ absl::Status RestrictLocalSocket(const std::string& path) {
                                                path, ": ", strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+std::string CallSocketPath(const std::string& local_socket) {
+  return absl::StrCat(local_socket, ".calls");
+}
+
+absl::StatusOr<std::unique_ptr<LocalCallSocket>> LocalCallSocket::Start(
+    const std::string& path, LocalCalls* calls, uint64_t max_frame_bytes) {
+  absl::Status prepared = PrepareLocalSocket(path);
+  if (!prepared.ok()) return prepared;
+  absl::StatusOr<Listener> listener = ListenUnix(path);
+  if (!listener.ok()) return listener.status();
+  FrameServer::Options options;
+  options.name = "call socket";
+  options.hello = std::string(kLocalCallHello);
+  options.max_frame_bytes = max_frame_bytes;
+  options.error_payload = ErrorPayload;
+  absl::StatusOr<std::unique_ptr<FrameServer>> frames = FrameServer::Start(
+      listener->fd, std::move(options),
+      [calls](std::string payload, FrameServer::Replier reply,
+              const Identity* /*peer: a Unix socket has none*/) {
+        return HandleFrame(calls, std::move(payload), std::move(reply));
+      });
+  if (!frames.ok()) {
+    unlink(path.c_str());
+    return frames.status();
+  }
+  return std::unique_ptr<LocalCallSocket>(
+      new LocalCallSocket(path, *std::move(frames)));
+}
+
+LocalCallSocket::~LocalCallSocket() { Shutdown(); }
+
+void LocalCallSocket::Shutdown() {
+  if (shut_down_.exchange(true)) return;
+  frames_->Shutdown();
+  unlink(path_.c_str());
 }
 
 }  // namespace chorus

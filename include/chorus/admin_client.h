@@ -5,8 +5,8 @@
 // Lifecycle: Connect() returns a client bound to one coordinator address; the
 // connection is made lazily and re-made after failures.
 // Thread safety: every method is thread-safe.
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_ADMIN_CLIENT_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_ADMIN_CLIENT_H_
+#ifndef CHORUS_INCLUDE_CHORUS_ADMIN_CLIENT_H_
+#define CHORUS_INCLUDE_CHORUS_ADMIN_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
@@ -122,4 +122,4 @@ class AdminClient {
 
 }  // namespace chorus
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_ADMIN_CLIENT_H_
+#endif  // CHORUS_INCLUDE_CHORUS_ADMIN_CLIENT_H_

@@ -1,7 +1,8 @@
 // Communicator: one rank of a Chorus group, as an application sees it. Join
-// a group (through a worker daemon's local API, or through a WorkerRuntime
-// embedded in this process), then run collectives on host buffers, blocking
-// or asynchronously. Both paths share the same code below this API.
+// a group (through a worker daemon's local API, or through a worker
+// embedded in this process, server/worker/local/local_worker.h), then run
+// collectives on host buffers, blocking or asynchronously. Both paths share the
+// same code below this API.
 //
 // Collectives are numbered in the order this rank issues them (Run() or
 // RunAsync()); the n-th call of each rank is matched with the n-th of the
@@ -11,8 +12,8 @@
 // waits for its asynchronous calls.
 // Thread safety: all methods are thread-safe; calls issued from several
 // threads are numbered in the order they enter Run()/RunAsync().
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_H_
+#ifndef CHORUS_INCLUDE_CHORUS_COMMUNICATOR_H_
+#define CHORUS_INCLUDE_CHORUS_COMMUNICATOR_H_
 
 #include <cstdint>
 #include <future>
@@ -30,7 +31,7 @@
 
 namespace chorus {
 
-class WorkerRuntime;
+class LocalWorker;
 
 struct JoinOptions {
   // The device this rank reduces on.
@@ -94,11 +95,12 @@ class Communicator {
       const std::string& worker_address, const std::string& group,
       int world_size, int rank, const JoinOptions& options = {});
 
-  // Same, with `runtime` (not owned; must outlive the communicator) as this
-  // process's worker.
+  // Same, with `worker` (not owned; must outlive the communicator) as this
+  // process's worker: calls run on this process's memory, through the
+  // worker's in-process door, with the checks of a daemon's local API.
   static absl::StatusOr<std::unique_ptr<Communicator>> JoinEmbedded(
-      WorkerRuntime* runtime, const std::string& group, int world_size,
-      int rank, const JoinOptions& options = {});
+      LocalWorker* worker, const std::string& group, int world_size, int rank,
+      const JoinOptions& options = {});
 
   // Waits for this communicator's asynchronous calls to end. Subclasses
   // call WaitForAsyncCalls() first in their destructors.
@@ -208,4 +210,4 @@ constexpr DType DTypeOf();
 
 #include "chorus/communicator_inl.h"
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_H_
+#endif  // CHORUS_INCLUDE_CHORUS_COMMUNICATOR_H_

@@ -1,38 +1,37 @@
 // MembershipHoldReactor: the server side of WorkerLocal.HoldMembership. It
 // reads the hold naming a membership, checks it with the service, then
 // waits (a pending read, no thread) until the client releases it or the
-// stream ends. A stream that ends without a release means the client
-// process is gone: the service reports the rank (LocalApiService::
-// ReportRankGone), unless the daemon is shutting down.
+// stream ends, and tells the core (LocalCalls::EndHold): a stream that ends
+// without a release means the client process is gone, and the core reports
+// the rank, unless the worker is shutting down.
 //
 // Lifecycle: made with new by LocalApiService::HoldMembership; deletes
 // itself when gRPC is done with it. Thread safety: gRPC runs its reactions
 // one at a time.
-#ifndef CHORUS_SERVER_WORKER_MEMBERSHIP_HOLD_REACTOR_H_
-#define CHORUS_SERVER_WORKER_MEMBERSHIP_HOLD_REACTOR_H_
+#ifndef CHORUS_SERVER_WORKER_LOCAL_MEMBERSHIP_HOLD_REACTOR_H_
+#define CHORUS_SERVER_WORKER_LOCAL_MEMBERSHIP_HOLD_REACTOR_H_
 
 #include <grpcpp/support/server_callback.h>
 
 #include <string>
 
 #include "chorus/v1/worker.grpc.pb.h"
-#include "server/worker/worker_runtime.h"
+#include "server/worker/local/local_calls.h"
+#include "server/worker/membership.h"
 
 namespace chorus {
-
-class LocalApiService;
 
 class MembershipHoldReactor final
     : public grpc::ServerReadReactor<v1::MembershipHold> {
  public:
   // `peer` names the client for the report (its gRPC peer string).
-  MembershipHoldReactor(LocalApiService* service, std::string peer);
+  MembershipHoldReactor(LocalCalls* calls, std::string peer);
 
   void OnReadDone(bool ok) override;
   void OnDone() override { delete this; }
 
  private:
-  LocalApiService* const service_;  // not owned
+  LocalCalls* const calls_;  // not owned
   const std::string peer_;
   v1::MembershipHold hold_;
   bool held_ = false;
@@ -41,4 +40,4 @@ class MembershipHoldReactor final
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_WORKER_MEMBERSHIP_HOLD_REACTOR_H_
+#endif  // CHORUS_SERVER_WORKER_LOCAL_MEMBERSHIP_HOLD_REACTOR_H_

@@ -1,4 +1,4 @@
-#include "server/worker/chunked_call_reactor.h"
+#include "server/worker/local/chunked_call_reactor.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,12 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/common/grpc_status.h"
+#include "server/worker/local/grpc_deadline.h"
 
 namespace chorus {
 
-ChunkedCallReactor::ChunkedCallReactor(LocalApiService* service,
+ChunkedCallReactor::ChunkedCallReactor(LocalCalls* calls,
                                        grpc::CallbackServerContext* context)
-    : service_(service), context_(context) {
+    : calls_(calls), context_(context) {
   StartRead(&request_);
 }
 
@@ -58,21 +59,9 @@ void ChunkedCallReactor::OnReadDone(bool ok) {
 
 absl::Status ChunkedCallReactor::TakeHeader(
     const v1::LocalChunkedHeader& header) {
-  if (!header.call().data().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CollectiveChunked: the header's call carries ",
-        header.call().data().size(),
-        " bytes of data; send the input in data pieces after the header"));
-  }
-  if (header.call().has_shared_input() || header.call().has_shared_output()) {
-    return absl::InvalidArgumentError(
-        "CollectiveChunked streams the data: shared_input and shared_output "
-        "are for Collective");
-  }
-  absl::StatusOr<LocalCall> call = service_->PrepareCall(header.call());
+  absl::StatusOr<LocalCall> call =
+      calls_->PrepareStreamed(header.call(), header.input_bytes());
   if (!call.ok()) return call.status();
-  absl::Status sizes = service_->CheckSizes(*call, header.input_bytes());
-  if (!sizes.ok()) return sizes;
   call_ = *std::move(call);
   input_bytes_ = header.input_bytes();
   input_.reserve(input_bytes_);
@@ -120,8 +109,8 @@ void ChunkedCallReactor::StartRun() {
     input = input_;
     output = &output_;
   }
-  service_->StartCall(
-      std::move(call), *context_, input, output,
+  calls_->RunPrepared(
+      std::move(call), CallDeadline(*context_), input, output,
       [this](absl::StatusOr<RunResult> result, KeepOutput keep) {
         Ran(std::move(result), std::move(keep));
       });

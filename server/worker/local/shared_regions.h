@@ -10,8 +10,8 @@
 // shared_ptr, so it is unmapped only once the last of them ended.
 // Thread safety: SharedRegion's accessors are thread-safe (its bytes are
 // the callers' to order); all SharedRegions methods are thread-safe.
-#ifndef CHORUS_SERVER_WORKER_SHARED_REGIONS_H_
-#define CHORUS_SERVER_WORKER_SHARED_REGIONS_H_
+#ifndef CHORUS_SERVER_WORKER_LOCAL_SHARED_REGIONS_H_
+#define CHORUS_SERVER_WORKER_LOCAL_SHARED_REGIONS_H_
 
 #include <cstdint>
 #include <map>
@@ -114,4 +114,4 @@ class SharedRegions {
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_WORKER_SHARED_REGIONS_H_
+#endif  // CHORUS_SERVER_WORKER_LOCAL_SHARED_REGIONS_H_

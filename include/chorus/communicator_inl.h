@@ -1,6 +1,6 @@
 // Template definitions for communicator.h; include that header instead.
-#ifndef CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_INL_H_
-#define CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_INL_H_
+#ifndef CHORUS_INCLUDE_CHORUS_COMMUNICATOR_INL_H_
+#define CHORUS_INCLUDE_CHORUS_COMMUNICATOR_INL_H_
 
 #include <cstring>
 #include <type_traits>
@@ -44,4 +44,4 @@ absl::Status Communicator::AllReduce(const std::vector<T>& input,
 
 }  // namespace chorus
 
-#endif  // CHORUS_CLIENT_INCLUDE_CHORUS_COMMUNICATOR_INL_H_
+#endif  // CHORUS_INCLUDE_CHORUS_COMMUNICATOR_INL_H_

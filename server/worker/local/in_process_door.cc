@@ -1,0 +1,95 @@
+#include "server/worker/local/in_process_door.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "server/common/collective_spec_proto.h"
+#include "server/common/device_proto.h"
+
+namespace chorus {
+namespace {
+
+// The request of call `sequence` of `membership`, with no data.
+v1::LocalCollectiveRequest RequestOf(const Membership& membership,
+                                     uint64_t sequence,
+                                     const CollectiveSpec& spec,
+                                     const RunOptions& options) {
+  v1::LocalCollectiveRequest request;
+  request.set_group(membership.group);
+  request.set_rank(membership.rank);
+  request.set_epoch(membership.epoch);
+  request.set_sequence(sequence);
+  *request.mutable_spec() = SpecToProto(spec);
+  request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
+  if (options.device.has_value()) {
+    *request.mutable_device() = DeviceToProto(*options.device);
+  }
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<Membership> InProcessDoor::Join(const std::string& group,
+                                               int world_size, int rank,
+                                               const Device& device,
+                                               absl::Duration timeout) {
+  absl::Notification joined;
+  std::optional<absl::StatusOr<JoinedRank>> result;
+  calls_->Join(group, world_size, rank, device, timeout,
+               [&](absl::StatusOr<JoinedRank> rank) {
+                 result = std::move(rank);
+                 joined.Notify();
+               });
+  joined.WaitForNotification();
+  if (!result->ok()) return result->status();
+  return std::move((*result)->membership);
+}
+
+void InProcessDoor::Leave(const Membership& membership) {
+  calls_->Forget(membership);
+}
+
+absl::StatusOr<RunResult> InProcessDoor::Run(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    absl::string_view input, std::string* output, const RunOptions& options) {
+  return calls_->RunHere(RequestOf(membership, sequence, spec, options),
+                         absl::Now() + options.timeout, input, output);
+}
+
+absl::StatusOr<RunResult> InProcessDoor::RunOnDevice(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const void* input, void* output, const RunOptions& options) {
+  return calls_->RunOnDevice(RequestOf(membership, sequence, spec, options),
+                             absl::Now() + options.timeout, input, output);
+}
+
+void InProcessDoor::RunFrame(v1::LocalCallFrame frame, LocalReplySink send) {
+  RunLocalCallFrame(calls_, std::move(frame), std::move(send));
+}
+
+absl::StatusOr<RunResult> InProcessDoor::RunInPlace(
+    const v1::LocalCollectiveRequest& request, absl::Time deadline,
+    const CallerMemory& memory) {
+  BurstMemory* burst = calls_->burst_memory();
+  burst->Began();
+  absl::StatusOr<RunResult> ran = calls_->RunInPlace(request, deadline, memory);
+  burst->Ended();
+  return ran;
+}
+
+void InProcessDoor::StartInPlace(const v1::LocalCollectiveRequest& request,
+                                 absl::Time deadline,
+                                 const CallerMemory& memory, InPlaceDone done) {
+  BurstMemory* burst = calls_->burst_memory();
+  burst->Began();
+  calls_->StartInPlace(
+      request, deadline, memory,
+      [burst, done = std::move(done)](absl::StatusOr<RunResult> result) {
+        done(std::move(result));
+        burst->Ended();
+      });
+}
+
+}  // namespace chorus

@@ -1,0 +1,53 @@
+// The values a worker's runtime and its local calls pass between them: a
+// rank's membership in a formed group, how one collective runs, and what it
+// ran with. Plain values; thread-compatible.
+#ifndef CHORUS_SERVER_WORKER_MEMBERSHIP_H_
+#define CHORUS_SERVER_WORKER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "chorus/types.h"
+
+namespace chorus {
+
+// One rank's membership in a formed group.
+struct Membership {
+  std::string group;
+  uint64_t epoch = 0;
+  int rank = 0;
+  int world_size = 0;
+  Device device;
+  // Peer address, device and worker name of every rank.
+  std::vector<std::string> addresses;
+  std::vector<Device> devices;
+  std::vector<std::string> worker_names;
+  uint64_t inline_max_bytes = 0;
+};
+
+struct RunOptions {
+  Algorithm algorithm = Algorithm::kUnspecified;
+  absl::Duration timeout = absl::Minutes(1);
+  // The device the rank's buffers live on; the member's device when unset.
+  std::optional<Device> device;
+  // Host memory for Run()'s output (not owned), at least OutputBytes() long:
+  // when set, the output lands there (the same_host plan writes it there
+  // directly) and Run() leaves its `output` string empty.
+  absl::Span<char> output_place;
+};
+
+struct RunResult {
+  uint64_t sequence = 0;
+  // The algorithm the call ran: the coordinator's plan, or kRing when a
+  // same_host plan fell back to the ring on every rank.
+  Algorithm algorithm = Algorithm::kUnspecified;
+  uint64_t chunk_bytes = 0;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_SERVER_WORKER_MEMBERSHIP_H_
