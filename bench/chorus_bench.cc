@@ -116,9 +116,6 @@ ABSL_FLAG(std::string, format, "table",
 ABSL_FLAG(bool, keep_logs, false,
           "Keep the coordinator's and ranks' logs (kept anyway on failure).");
 // Internal: how the parent starts the ranks.
-ABSL_FLAG(std::string, data_plane, "tcp",
-          "How ranks send collective data to each other: tcp (wire frames "
-          "on raw TCP connections) or grpc (chunks on gRPC streams).");
 ABSL_FLAG(bool, call_port, true,
           "Ranks send collective calls to the coordinator's call port (plain "
           "TCP frames); false: one unary gRPC call each.");
@@ -183,11 +180,6 @@ absl::StatusOr<Config> ConfigFromFlags() {
       ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
   if (!algorithm.ok()) return algorithm.status();
   c.algorithm = *algorithm;
-  const std::string data_plane = absl::GetFlag(FLAGS_data_plane);
-  if (data_plane != "tcp" && data_plane != "grpc") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--data_plane must be tcp or grpc, not \"", data_plane, "\""));
-  }
   c.local_ranks = absl::GetFlag(FLAGS_ranks);
   c.world = absl::GetFlag(FLAGS_world);
   if (c.world == 0) c.world = c.local_ranks;
@@ -442,7 +434,6 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   }
   options.devices = {JoinOptions::CpuDevice()};
   options.register_timeout = c.timeout;
-  options.tcp_data_plane = absl::GetFlag(FLAGS_data_plane) != "grpc";
   options.call_port = absl::GetFlag(FLAGS_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
   ApplyCollectMetricsFlag();
@@ -538,7 +529,6 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--op=", absl::GetFlag(FLAGS_op)),
       absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
-      absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane)),
       absl::StrCat("--tls_certs=", absl::GetFlag(FLAGS_tls_certs)),
       absl::StrCat("--call_port=",
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),

@@ -10,8 +10,7 @@
 #      every ABSL_GUARDED_BY at compile time;
 #   3. the unit and integration tests under TSan (scripts/tsan.sh), with
 #      Debian's Abseil rebuilt with TSan (scripts/tsan_abseil.sh, cached
-#      under ~/.cache/chorus) so that TSan sees absl::Mutex, and without the
-#      tests of the gRPC data plane (scripts/tsan.sh says why);
+#      under ~/.cache/chorus) so that TSan sees absl::Mutex;
 #   4. each fuzzer for CHORUS_FUZZ_SECONDS (default 60) from its seed corpus.
 # CHORUS_QUICK=1 runs stage 1 only.
 set -euo pipefail

@@ -62,11 +62,6 @@ ABSL_FLAG(int32_t, data_port, 0,
           "Port of the TCP data plane (on the listen host) that peers send "
           "collective data to; 0 picks a free port. It is registered with the "
           "coordinator, and peers learn it from their group joins.");
-ABSL_FLAG(bool, tcp_data_plane, true,
-          "Send collective data to peers over raw TCP; false sends it "
-          "through gRPC streams on the listen port instead (slower; for "
-          "networks that only let that port through). With TLS both are "
-          "encrypted.");
 ABSL_FLAG(bool, use_call_port, true,
           "Send collective calls, commits and failure reports to the "
           "coordinator's call port (frames on one TCP connection, lower "
@@ -173,7 +168,6 @@ absl::StatusOr<chorus::LocalWorkerOptions> OptionsFromFlags() {
   options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   options.name = absl::GetFlag(FLAGS_name);
   options.data_port = absl::GetFlag(FLAGS_data_port);
-  options.tcp_data_plane = absl::GetFlag(FLAGS_tcp_data_plane);
   options.call_port = absl::GetFlag(FLAGS_use_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);

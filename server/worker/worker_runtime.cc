@@ -21,7 +21,6 @@
 #include "server/common/tcp_socket.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/coordinator_status.h"
-#include "server/worker/dataplane/exchange_pool.h"
 #include "server/worker/dataplane/peer_transport.h"
 #include "server/worker/dataplane/tcp_peer_pool.h"
 
@@ -208,20 +207,15 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!tcp_listener.ok()) return tcp_listener.status();
   runtime->tcp_listener_ = *std::move(tcp_listener);
   const int tcp_port = runtime->tcp_listener_->port();
-  if (options.tcp_data_plane) {
-    // A data connection that stops carrying data fails within the lease:
-    // by then the coordinator has its verdict on the peer anyway.
-    WorkerRuntime* self = runtime.get();
-    runtime->sender_ = std::make_unique<TcpPeerPool>([self] {
-      return self->session_ != nullptr ? self->session_->lease()
-                                       : absl::ZeroDuration();
-    });
-  } else {
-    runtime->sender_ = std::make_unique<ExchangePool>();
-  }
+  // A data connection that stops carrying data fails within the lease: by
+  // then the coordinator has its verdict on the peer anyway.
+  WorkerRuntime* self = runtime.get();
+  runtime->sender_ = std::make_unique<TcpPeerPool>([self] {
+    return self->session_ != nullptr ? self->session_->lease()
+                                     : absl::ZeroDuration();
+  });
   runtime->device_buffers_ = std::make_unique<DeviceBuffers>();
-  runtime->peer_service_ = std::make_unique<PeerService>(
-      &runtime->inbox_, &runtime->peers_, tcp_port);
+  runtime->peer_service_ = std::make_unique<PeerService>(tcp_port);
   ServerOptions server_options;
   server_options.listen_address = options.listen;
   server_options.services = options.extra_services;
@@ -273,7 +267,6 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   session.cuda_support = discovered.support.cuda_built;
   session.rpc_timeout = options.rpc_timeout;
   session.register_timeout = options.register_timeout;
-  WorkerRuntime* self = runtime.get();
   Inbox* inbox = &runtime->inbox_;
   session.on_group_aborted = [self](const std::string& group, uint64_t epoch,
                                     const absl::Status& status) {
@@ -320,9 +313,6 @@ void WorkerRuntime::Shutdown() {
   }
   if (sender_ != nullptr) sender_->Shutdown();
   if (server_ != nullptr) server_->Shutdown(DeadlineAfter(absl::Seconds(2)));
-  // The server's shutdown ended every stream; this makes the inbox's last
-  // use by them visible before the inbox goes.
-  if (peer_service_ != nullptr) peer_service_->WaitForStreams();
   if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
 }
 

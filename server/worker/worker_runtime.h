@@ -65,12 +65,6 @@ struct RuntimeOptions {
   // to the coordinator (this machine's hostname when the coordinator is on
   // a loopback address). The choice is logged at startup.
   std::string advertise_address;
-  // The data plane: chunks to peers go over raw TCP (wire frames, no
-  // protobuf copies; TcpPeerPool) when true, through gRPC Exchange streams
-  // when false (ExchangePool: for networks that let only the gRPC port
-  // through). Either way the worker accepts both. With TLS on
-  // (transport_security.h) both are encrypted and authenticated.
-  bool tcp_data_plane = true;
   // Port of the TCP data-plane listener on the listen host; 0 picks one.
   int data_port = 0;
   // Stable worker name; default: the advertised address.

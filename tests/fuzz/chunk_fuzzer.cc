@@ -1,6 +1,6 @@
 // chunk_fuzzer: the receiving end of the data plane. Input: records as
 // fuzz_format.h describes, each a serialized chorus.v1.Chunk and what to do
-// with it. Chunks are delivered to an Inbox as PeerService's ExchangeReactor
+// with it. Chunks are delivered to an Inbox as the TCP data plane's reader
 // does: the MessageKey from the chunk's fields, one inbox stream per peer
 // stream, no reading from a stream while the inbox holds it back, and a
 // chunk that does not parse ending its stream (the peer then opens a new
@@ -64,7 +64,7 @@ MessageKey MessageKeyOf(const Key& key) {
   return out;
 }
 
-// The key as ExchangeReactor::OnReadDone builds it.
+// The key of a chunk, as the TCP data plane reads it from a frame header.
 MessageKey KeyFromChunk(const v1::Chunk& chunk) {
   MessageKey key;
   key.group = chunk.group();
@@ -229,7 +229,7 @@ class Harness {
   void DeliverAndCheck(int slot, v1::Chunk& chunk) {
     const Inbox::StreamId id = slots_[slot];
     Stream& stream = streams_.at(id);
-    // ExchangeReactor does not read while the inbox holds its stream back.
+    // The data plane does not read while the inbox holds its stream back.
     if (stream.resume != nullptr) return;
     const MessageKey key = KeyFromChunk(chunk);
     std::string data = std::move(*chunk.mutable_data());

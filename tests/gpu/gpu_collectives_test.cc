@@ -99,7 +99,7 @@ class GpuCollectivesTest : public ::testing::Test {
     // Each runtime registers the CPU and GPU 0, as a worker daemon on a GPU
     // machine does by default.
     auto cluster =
-        EmbeddedCluster::Start(4, {}, EmbeddedCluster::DataPlane::kTcp,
+        EmbeddedCluster::Start(4, {}, EmbeddedCluster::CallRoute::kCallPort,
                                {JoinOptions::CpuDevice(), Gpu0()});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);

@@ -16,8 +16,9 @@
 // and op and chunked sizes over the in-process transport
 // (tests/unit/ring_test.cc and its neighbours), so here they run at two
 // world sizes only (2, and 5, which recursive doubling folds), and once
-// more at world 3 with every worker sending through gRPC streams instead of
-// TCP, and with half of them doing so.
+// more at world 3 with every worker sending its calls to the coordinator as
+// unary gRPC calls instead of on the call port, and with half of them doing
+// so.
 
 #include <string>
 #include <tuple>
@@ -30,11 +31,11 @@ namespace chorus::test {
 namespace {
 
 using Param = std::tuple<int, Algorithm>;
-using DataPlane = EmbeddedCluster::DataPlane;
+using CallRoute = EmbeddedCluster::CallRoute;
 
-void RunEveryKindAndCount(int world, Algorithm plan, DataPlane data_plane) {
+void RunEveryKindAndCount(int world, Algorithm plan, CallRoute calls) {
   absl::StatusOr<std::unique_ptr<EmbeddedCluster>> cluster =
-      EmbeddedCluster::Start(world, {}, data_plane);
+      EmbeddedCluster::Start(world, {}, calls);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto group = (*cluster)->JoinGroup("worlds", world);
   ASSERT_TRUE(group.ok()) << group.status();
@@ -94,21 +95,21 @@ class WorldSizeTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(WorldSizeTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
   const auto [world, plan] = GetParam();
-  RunEveryKindAndCount(world, plan, DataPlane::kTcp);
+  RunEveryKindAndCount(world, plan, CallRoute::kCallPort);
 }
 
-class GrpcDataPlaneTest : public ::testing::TestWithParam<Param> {};
+class GrpcCallsTest : public ::testing::TestWithParam<Param> {};
 
-TEST_P(GrpcDataPlaneTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
+TEST_P(GrpcCallsTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
   const auto [world, plan] = GetParam();
-  RunEveryKindAndCount(world, plan, DataPlane::kGrpc);
+  RunEveryKindAndCount(world, plan, CallRoute::kGrpc);
 }
 
-class MixedDataPlaneTest : public ::testing::TestWithParam<Param> {};
+class MixedCallsTest : public ::testing::TestWithParam<Param> {};
 
-TEST_P(MixedDataPlaneTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
+TEST_P(MixedCallsTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
   const auto [world, plan] = GetParam();
-  RunEveryKindAndCount(world, plan, DataPlane::kMixed);
+  RunEveryKindAndCount(world, plan, CallRoute::kMixed);
 }
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
@@ -134,14 +135,14 @@ INSTANTIATE_TEST_SUITE_P(
     ParamName);
 
 INSTANTIATE_TEST_SUITE_P(
-    Worlds, GrpcDataPlaneTest,
+    Worlds, GrpcCallsTest,
     ::testing::Combine(::testing::Values(3),
                        ::testing::Values(Algorithm::kRing,
                                          Algorithm::kRecursiveDoubling)),
     ParamName);
 
 INSTANTIATE_TEST_SUITE_P(
-    Worlds, MixedDataPlaneTest,
+    Worlds, MixedCallsTest,
     ::testing::Combine(::testing::Values(3),
                        ::testing::Values(Algorithm::kRing,
                                          Algorithm::kRecursiveDoubling)),

@@ -1,7 +1,6 @@
-// The data plane's two transports over real sockets on 127.0.0.1: a
-// receiving worker's TcpListener and PeerService (in a gRPC server) feed an
-// Inbox; a TcpPeerPool sends to it over TCP wire frames, an ExchangePool
-// over gRPC streams. Also
+// The data plane over real sockets on 127.0.0.1: a receiving worker's
+// TcpListener feeds an Inbox (its PeerService, in a gRPC server, tells where
+// the listener is); a TcpPeerPool sends to it over TCP wire frames. Also
 // what the receiver does with connections that end without a goodbye, that
 // send malformed frames, or whose data it cannot take yet.
 #include <grpcpp/server.h>
@@ -19,7 +18,6 @@
 #include "gtest/gtest.h"
 #include "server/common/net.h"
 #include "server/common/tcp_socket.h"
-#include "server/worker/dataplane/exchange_pool.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_service.h"
 #include "server/worker/dataplane/tcp_listener.h"
@@ -61,8 +59,7 @@ class Receiver {
         TcpListener::Start("127.0.0.1", 0, &inbox_);
     EXPECT_TRUE(listener.ok()) << listener.status();
     listener_ = *std::move(listener);
-    service_ =
-        std::make_unique<PeerService>(&inbox_, &peers_, listener_->port());
+    service_ = std::make_unique<PeerService>(listener_->port());
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.services = {service_.get()};
@@ -74,7 +71,6 @@ class Receiver {
 
   ~Receiver() {
     server_->Shutdown(DeadlineAfter(absl::Seconds(1)));
-    service_->WaitForStreams();
     listener_->Shutdown();
   }
 
@@ -84,7 +80,6 @@ class Receiver {
 
  private:
   Inbox inbox_;
-  PeerDirectory peers_;
   std::unique_ptr<TcpListener> listener_;
   std::unique_ptr<PeerService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -107,18 +102,9 @@ std::string Frame(const MessageKey& key, absl::string_view payload) {
   return *EncodeFrameHeader(key, payload.size()) + std::string(payload);
 }
 
-// The sender under test: TCP (true) or gRPC Exchange streams (false).
-std::unique_ptr<PeerSender> MakeSender(bool tcp) {
-  if (tcp) return std::make_unique<TcpPeerPool>();
-  return std::make_unique<ExchangePool>();
-}
-
-class DataPlaneTest : public ::testing::TestWithParam<bool> {};
-
-TEST_P(DataPlaneTest, Send_MessagesOfEverySize_ArriveIntactUnderTheirKeys) {
+TEST(TcpDataPlaneTest, Send_MessagesOfEverySize_ArriveIntactUnderTheirKeys) {
   Receiver receiver;
-  std::unique_ptr<PeerSender> sender = MakeSender(GetParam());
-  PeerSender& pool = *sender;
+  TcpPeerPool pool;
   const size_t sizes[] = {0, 1, 48, 65536, 8 << 20};
   for (uint32_t tag = 0; tag < 5; ++tag) {
     ASSERT_TRUE(pool.Send(receiver.address(), Key(tag),
@@ -134,11 +120,10 @@ TEST_P(DataPlaneTest, Send_MessagesOfEverySize_ArriveIntactUnderTheirKeys) {
   }
 }
 
-TEST_P(DataPlaneTest, PoolShutdown_SaysGoodbye_GroupNotMarkedLost) {
+TEST(TcpDataPlaneTest, PoolShutdown_SaysGoodbye_GroupNotMarkedLost) {
   Receiver receiver;
   {
-    std::unique_ptr<PeerSender> sender = MakeSender(GetParam());
-    PeerSender& pool = *sender;
+    TcpPeerPool pool;
     ASSERT_TRUE(
         pool.Send(receiver.address(), Key(0), "x", absl::Now() + kWait).ok());
     pool.Shutdown();
@@ -151,11 +136,6 @@ TEST_P(DataPlaneTest, PoolShutdown_SaysGoodbye_GroupNotMarkedLost) {
                 .code(),
             absl::StatusCode::kDeadlineExceeded);
 }
-
-INSTANTIATE_TEST_SUITE_P(Transports, DataPlaneTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Tcp" : "Grpc";
-                         });
 
 TEST(TcpDataPlaneTest, ConnectionDropped_WithoutGoodbye_WaitersLearnAtOnce) {
   Receiver receiver;

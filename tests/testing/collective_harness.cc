@@ -14,7 +14,7 @@ namespace chorus::test {
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     int workers, const std::vector<std::string>& coordinator_flags,
-    DataPlane data_plane, const std::vector<Device>& devices) {
+    CallRoute calls, const std::vector<Device>& devices) {
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   absl::StatusOr<Daemon> coordinator = StartCoordinator(coordinator_flags);
   if (!coordinator.ok()) return coordinator.status();
@@ -25,11 +25,8 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     options.listen = "127.0.0.1:0";
     options.name = absl::StrCat("embedded-", i);
     options.devices = devices;
-    options.tcp_data_plane = data_plane == DataPlane::kTcp ||
-                             (data_plane == DataPlane::kMixed && i % 2 == 0);
-    // The non-TCP variants also send their collective calls the other way
-    // (on the gRPC collective stream instead of the call port).
-    options.call_port = options.tcp_data_plane;
+    options.call_port = calls == CallRoute::kCallPort ||
+                        (calls == CallRoute::kMixed && i % 2 == 0);
     // Every collective's result is checked at its commit, so the matrix
     // also shows that ranks with equal results always agree on the hash.
     options.check_results = true;

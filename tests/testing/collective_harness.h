@@ -49,10 +49,9 @@ inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 512 << 10;
 // data plane on 127.0.0.1:0, with RuntimeOptions::check_results on.
 class EmbeddedCluster {
  public:
-  // Which transport each runtime sends data-plane chunks with (every
-  // runtime receives both). A runtime sending through gRPC also sends its
-  // collective calls on the gRPC collective stream, not the call port.
-  enum class DataPlane { kTcp, kGrpc, kMixed /* even workers tcp */ };
+  // How each runtime sends its collective calls, commits and failure
+  // reports to the coordinator: on its call port, or as unary gRPC calls.
+  enum class CallRoute { kCallPort, kGrpc, kMixed /* even workers: port */ };
 
   // Starts the coordinator (with `coordinator_flags` added, e.g.
   // "--chunk_bytes=1000") and the runtimes, each registering `devices`
@@ -61,7 +60,7 @@ class EmbeddedCluster {
   // this machine lacks).
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
       int workers, const std::vector<std::string>& coordinator_flags = {},
-      DataPlane data_plane = DataPlane::kTcp,
+      CallRoute calls = CallRoute::kCallPort,
       const std::vector<Device>& devices = {JoinOptions::CpuDevice()});
 
   ~EmbeddedCluster();

@@ -1,10 +1,7 @@
 // PeerSender: the sending end of the data plane between workers. It takes a
 // message for the worker at a peer address and puts it on that worker's
-// inbox (through its TcpListener or its PeerService), keeping a connection
-// per peer for every collective. Implementations: TcpPeerPool (raw TCP wire
-// frames, the default) and ExchangePool (gRPC Exchange streams, for networks
-// that let only the worker's gRPC port through). A worker picks one; every
-// worker receives through both.
+// inbox (through its TcpListener), keeping a connection per peer for every
+// collective. Implemented by TcpPeerPool (raw TCP wire frames).
 //
 // Lifecycle: one per worker runtime. Shutdown() (or the destructor) ends
 // sends in progress and closes every connection.
@@ -57,15 +54,13 @@ class PeerSender {
   // Ends the sends in progress of messages of `group` at `epoch` (the
   // coordinator aborted it): they return ABORTED, rather than waiting for a
   // peer that may be gone until the kernel or their deadline gives up, and
-  // so do later sends of that group epoch. Where the medium cannot end one
-  // send alone (ExchangePool), does nothing.
+  // so do later sends of that group epoch.
   virtual void AbortGroup(const std::string& group, uint64_t epoch) {}
 
   // Records that the worker at `address` is now `identity` (a group joined
   // with it says so). Connections opened to another identity there (a
   // restarted process, or a worker the coordinator evicted and took back)
-  // are closed rather than reused, and new ones use its data port. Where
-  // the medium has no such notion (ExchangePool), does nothing.
+  // are closed rather than reused, and new ones use its data port.
   virtual void LearnPeer(const std::string& address,
                          const PeerRegistration& identity) {}
 

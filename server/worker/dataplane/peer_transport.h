@@ -1,6 +1,6 @@
 // PeerTransport: the Transport of one collective call on a worker. Messages
 // to a rank on another worker go through the worker's PeerSender (TCP wire
-// frames, or gRPC Exchange streams); messages to a rank this same worker
+// frames); messages to a rank this same worker
 // serves skip the network and go straight to its inbox. Every message is
 // received from the worker's Inbox, keyed by (group, epoch, sequence, from,
 // to, tag), where tag numbers the messages of an ordered pair of ranks in

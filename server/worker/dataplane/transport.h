@@ -6,7 +6,7 @@
 // of a Send() or Recv(), naming its rank.
 //
 // Implementations: PeerTransport (peer_transport.h), for ranks on other
-// workers (over TCP, or gRPC Exchange streams) and on this one; and
+// workers (over TCP) and on this one; and
 // InProcessTransport (in_process_transport.h), for every rank of a group in
 // one process, which the algorithms' unit tests use. A virtual call per
 // message costs nothing next to a chunk; implementations must not copy the
