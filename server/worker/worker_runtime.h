@@ -52,6 +52,8 @@ class Service;
 
 namespace chorus {
 
+struct AlgorithmArgs;
+
 struct RuntimeOptions {
   // Coordinator address, "host:port".
   std::string coordinator;
@@ -245,6 +247,12 @@ class WorkerRuntime final : public CallRuntime {
   struct PendingJoin;
   // A RunAsync() from its request until its callback returned.
   struct PendingRun;
+  // The parts of Create(): the data plane (its TCP listener and sender),
+  // the gRPC server, and the session with the coordinator. Return Create()'s
+  // codes.
+  absl::Status StartDataPlane(const RuntimeOptions& options);
+  absl::Status StartServing(const RuntimeOptions& options);
+  void StartSession(const RuntimeOptions& options, bool cuda_built);
   // Sends `join`'s JoinGroup (again, on a retry), or ends it with
   // UNAVAILABLE once joins are closed.
   void SendJoin(PendingJoin* join);
@@ -310,6 +318,24 @@ class WorkerRuntime final : public CallRuntime {
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline,
                           v1::CommitRequest* commit);
+  // What a planned call works on besides the caller's buffers.
+  struct StagedInput;
+  // Readies the input of a planned call (`host_input` when it is on the
+  // host) for `algorithm`: a GPU buffer for a rank that reduces on its GPU,
+  // or a host copy of a device input; the device's errors otherwise.
+  absl::Status StageInput(const CollectiveSpec& spec, Algorithm algorithm,
+                          const Device& device, const CallBuffers& buffers,
+                          absl::string_view host_input, StagedInput* staged);
+  // Runs the planned algorithm; sets *algorithm to the one that ran.
+  // INTERNAL for a plan this worker does not run.
+  static absl::Status RunAlgorithm(const AlgorithmArgs& args,
+                                   Algorithm* algorithm);
+  // Moves a device call's output (in the GPU buffer or on the host) to its
+  // place in device memory, or the GPU buffer's result to the host.
+  absl::Status DeliverOutput(const CollectiveSpec& spec, const Device& device,
+                             const CallBuffers& buffers,
+                             const StagedInput& staged,
+                             std::string* host_output);
   // The RunResult of the coordinator's plan in `response`.
   static RunResult PlanOf(uint64_t sequence,
                           const v1::CollectiveResponse& response);

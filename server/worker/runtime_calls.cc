@@ -1,0 +1,382 @@
+// WorkerRuntime: running collectives (Run, RunAsync, RunOnDevice): the
+// call to the coordinator, its inline result or its plan, and the end of
+// the call.
+#include <grpcpp/client_context.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/common/collective_metrics.h"
+#include "server/common/collective_spec_proto.h"
+#include "server/common/device_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/common/status_detail.h"
+#include "server/worker/coordinator_status.h"
+#include "server/worker/worker_runtime.h"
+
+namespace chorus {
+namespace {
+
+// "collective #<sequence> of group <group>", for messages.
+std::string CallName(const Membership& membership, uint64_t sequence) {
+  return absl::StrCat("collective #", sequence, " of group ", membership.group);
+}
+
+// Counts a call that started at `start` in the collective metrics
+// (collective_metrics.h) and returns its result.
+absl::StatusOr<RunResult> Counted(const CollectiveSpec& spec, absl::Time start,
+                                  absl::StatusOr<RunResult> result) {
+  RecordCollective(spec,
+                   result.ok() ? result->algorithm : Algorithm::kUnspecified,
+                   result.status().code(), absl::Now() - start);
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<RunResult> WorkerRuntime::Run(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    absl::string_view input, std::string* output, const RunOptions& options) {
+  const absl::Time start = absl::Now();
+  return Counted(spec, start,
+                 RunCall(membership, sequence, spec,
+                         HostBuffers(input, output, options), options));
+}
+
+WorkerRuntime::CallBuffers WorkerRuntime::HostBuffers(
+    absl::string_view input, std::string* output, const RunOptions& options) {
+  CallBuffers buffers;
+  buffers.host_input = input;
+  buffers.host_output = output;
+  if (!options.output_place.empty()) {
+    buffers.host_output_place = options.output_place.data();
+  }
+  return buffers;
+}
+
+bool WorkerRuntime::SendsWithoutWaiting() {
+  // Without a call port the call goes as an asynchronous gRPC call.
+  return call_port_ == nullptr || session_->call_port() <= 0 ||
+         call_port_->Connected();
+}
+
+absl::Status WorkerRuntime::CheckDeviceMemory(const Membership& membership,
+                                              const CollectiveSpec& spec,
+                                              const Device& device,
+                                              const void* input,
+                                              const void* output) const {
+  if (device.kind != DeviceKind::kCuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device buffers are for Cuda(n) devices, not ",
+                     CanonicalName(device), "; pass host bytes to Run()"));
+  }
+  const bool registered =
+      std::any_of(devices_.begin(), devices_.end(),
+                  [&](const Device& d) { return SameDevice(d, device); });
+  if (!registered) {
+    return UnsupportedDeviceError(device, "this worker did not register it");
+  }
+  absl::Status valid = ValidateSpec(spec, membership.world_size);
+  if (!valid.ok()) return valid;
+  const uint64_t in_bytes = DeviceInputBytes(membership, spec, input);
+  const uint64_t out_bytes =
+      OutputBytes(spec, membership.world_size, membership.rank);
+  valid = device_buffers_->CheckPointer(device.index, input, in_bytes,
+                                        "input pointer");
+  if (valid.ok()) {
+    valid = device_buffers_->CheckPointer(device.index, output, out_bytes,
+                                          "output pointer");
+  }
+  return valid;
+}
+
+uint64_t WorkerRuntime::DeviceInputBytes(const Membership& membership,
+                                         const CollectiveSpec& spec,
+                                         const void* input) {
+  return input == nullptr && InputMayBeEmpty(spec, membership.rank)
+             ? 0
+             : InputBytes(spec, membership.world_size, membership.rank);
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const void* input, void* output, const RunOptions& options) {
+  const Device device = options.device.value_or(membership.device);
+  absl::Status valid =
+      CheckDeviceMemory(membership, spec, device, input, output);
+  if (!valid.ok()) return valid;
+  CallBuffers buffers;
+  buffers.device_input = input;
+  buffers.device_output = output;
+  buffers.on_device = true;
+  // RunCall() checks sizes against the host input; a device input is
+  // InputBytes long by construction, so a view of that length (never read)
+  // stands for it.
+  buffers.host_input =
+      absl::string_view(static_cast<const char*>(input),
+                        DeviceInputBytes(membership, spec, input));
+  const absl::Time start = absl::Now();
+  return Counted(spec, start,
+                 RunCall(membership, sequence, spec, buffers, options));
+}
+
+absl::Status WorkerRuntime::PrepareCall(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const RunOptions& options, PreparedCall* call) {
+  const int world = membership.world_size;
+  absl::Status valid =
+      ValidateCall(spec, world, membership.rank, buffers.host_input.size(),
+                   options.algorithm);
+  if (!valid.ok()) return valid;
+  // The rank answers by `deadline`; the coordinator ends its waits a margin
+  // before that (CoreDeadline), and so do the rank's waits on its peers.
+  call->start = absl::Now();
+  call->deadline = call->start + options.timeout;
+  call->device = options.device.value_or(membership.device);
+  const bool carries = CarriesInlineData(spec, world, options.algorithm,
+                                         membership.inline_max_bytes);
+  // A device input that rides with the call comes to the host first.
+  call->host_input = buffers.host_input;
+  if (buffers.on_device && carries) {
+    absl::Status copied = device_buffers_->CopyFromDevice(
+        call->device.index, buffers.device_input, buffers.host_input.size(),
+        &call->staged_input);
+    // The call took its sequence number: the group must hear of it.
+    if (!copied.ok()) {
+      return ReportFailure(membership, sequence, copied, call->deadline);
+    }
+    call->host_input = call->staged_input;
+  }
+
+  v1::CollectiveRequest& request = call->request;
+  request.set_group(membership.group);
+  request.set_epoch(membership.epoch);
+  request.set_rank(membership.rank);
+  request.set_sequence(sequence);
+  *request.mutable_spec() = SpecToProto(spec);
+  request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
+  if (options.device.has_value()) {
+    *request.mutable_device() = DeviceToProto(*options.device);
+  }
+  if (carries) {
+    request.set_has_inline_data(true);
+    request.set_inline_data(call->host_input.data(), call->host_input.size());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
+                                                 uint64_t sequence,
+                                                 const CollectiveSpec& spec,
+                                                 const CallBuffers& buffers,
+                                                 const RunOptions& options) {
+  PreparedCall call;
+  absl::Status prepared =
+      PrepareCall(membership, sequence, spec, buffers, options, &call);
+  if (!prepared.ok()) return prepared;
+  v1::CollectiveResponse response;
+  if (CallPortReady(call.deadline)) {
+    absl::StatusOr<v1::CollectiveResponse> answered =
+        call_port_->Call(std::move(call.request), call.deadline);
+    if (!answered.ok()) return answered.status();
+    response = *std::move(answered);
+  } else {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(call.deadline));
+    absl::Status status = FromCoordinator(
+        coordinator_->Collective(&context, call.request, &response),
+        options_.coordinator, CallName(membership, sequence), call.start);
+    if (!status.ok()) return status;
+  }
+  return FinishCall(membership, sequence, spec, buffers, call, response);
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const PreparedCall& call,
+    v1::CollectiveResponse& response) {
+  RunResult result = PlanOf(sequence, response);
+  std::string staged_output;
+  std::string* host_output =
+      buffers.on_device ? &staged_output : buffers.host_output;
+  absl::Status status;
+  if (result.algorithm == Algorithm::kInline) {
+    *host_output = std::move(*response.mutable_inline_result());
+    // The others have their results already; only this rank's copy fails.
+    if (buffers.on_device && !host_output->empty()) {
+      status = device_buffers_->CopyToDevice(call.device.index, *host_output,
+                                             buffers.device_output);
+    }
+  } else {
+    v1::CommitRequest commit;
+    status =
+        RunPlanned(membership, sequence, spec, &result, call.device, buffers,
+                   call.host_input, host_output, call.deadline, &commit);
+    if (status.ok()) status = Commit(commit, call.deadline);
+  }
+  return EndCall(status, buffers, host_output, result);
+}
+
+RunResult WorkerRuntime::PlanOf(uint64_t sequence,
+                                const v1::CollectiveResponse& response) {
+  RunResult result;
+  result.sequence = sequence;
+  result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
+  result.chunk_bytes = response.plan().chunk_bytes();
+  return result;
+}
+
+void WorkerRuntime::PlaceOutput(const CallBuffers& buffers,
+                                std::string* host_output) {
+  if (buffers.host_output_place != nullptr && !host_output->empty()) {
+    // The plan wrote the string (only same_host writes the place itself).
+    std::memcpy(buffers.host_output_place, host_output->data(),
+                host_output->size());
+    host_output->clear();
+  }
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::EndCall(const absl::Status& status,
+                                                 const CallBuffers& buffers,
+                                                 std::string* host_output,
+                                                 const RunResult& result) {
+  if (!status.ok()) {
+    host_output->clear();
+    return status;
+  }
+  PlaceOutput(buffers, host_output);
+  return result;
+}
+
+struct WorkerRuntime::PendingRun {
+  Membership membership;
+  uint64_t sequence = 0;
+  CollectiveSpec spec;
+  CallBuffers buffers;
+  PreparedCall call;
+  // The gRPC call, when the call port is not used; guarded by the
+  // runtime's runs_mu_ (CloseRuns() cancels it).
+  std::unique_ptr<grpc::ClientContext> context;
+  v1::CollectiveResponse response;
+  std::function<void(absl::StatusOr<RunResult>)> done;
+};
+
+void WorkerRuntime::RunAsync(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    absl::string_view input, std::string* output, const RunOptions& options,
+    std::function<void(absl::StatusOr<RunResult>)> done) {
+  auto run = std::make_unique<PendingRun>();
+  run->membership = membership;
+  run->sequence = sequence;
+  run->spec = spec;
+  run->buffers = HostBuffers(input, output, options);
+  run->done = std::move(done);
+  const absl::Time start = absl::Now();
+  absl::Status prepared = PrepareCall(run->membership, sequence, spec,
+                                      run->buffers, options, &run->call);
+  if (!prepared.ok()) {
+    run->done(Counted(spec, start, prepared));
+    return;
+  }
+  const absl::Time deadline = run->call.deadline;
+  const bool call_port = CallPortReady(deadline);
+  {
+    absl::MutexLock lock(&runs_mu_);
+    if (runs_closed_) {
+      prepared = absl::UnavailableError("this worker is shutting down");
+    } else {
+      if (!call_port) {
+        run->context = std::make_unique<grpc::ClientContext>();
+        run->context->set_deadline(absl::ToChronoTime(deadline));
+      }
+      runs_.insert(run.get());
+    }
+  }
+  if (!prepared.ok()) {
+    run->done(Counted(spec, start, prepared));
+    return;
+  }
+  PendingRun* raw = run.release();
+  if (call_port) {
+    call_port_->CallAsync(
+        std::move(raw->call.request), deadline,
+        [this, raw](absl::StatusOr<v1::CollectiveResponse> answered) {
+          if (answered.ok()) raw->response = *std::move(answered);
+          OnRunAnswered(raw, answered.status());
+        });
+    return;
+  }
+  coordinator_->async()->Collective(
+      raw->context.get(), &raw->call.request, &raw->response,
+      [this, raw](grpc::Status answer) {
+        OnRunAnswered(raw,
+                      FromCoordinator(answer, options_.coordinator,
+                                      CallName(raw->membership, raw->sequence),
+                                      raw->call.start));
+      });
+}
+
+void WorkerRuntime::OnRunAnswered(PendingRun* run, absl::Status answer) {
+  {
+    absl::MutexLock lock(&runs_mu_);
+    runs_.erase(run);
+    // CloseRuns() cancelled it.
+    if (runs_closed_ && absl::IsCancelled(answer)) {
+      answer = absl::UnavailableError(
+          absl::StrCat("this worker is shutting down; ",
+                       CallName(run->membership, run->sequence), " ended"));
+    }
+  }
+  if (!answer.ok()) {
+    EndRun(run, answer);
+    return;
+  }
+  if (run->response.plan().algorithm() == v1::ALGORITHM_INLINE) {
+    EndRun(run, FinishCall(run->membership, run->sequence, run->spec,
+                           run->buffers, run->call, run->response));
+    return;
+  }
+  planned_runs_.Spawn([this, run] { RunPlannedAsync(run); });
+}
+
+void WorkerRuntime::RunPlannedAsync(PendingRun* run) {
+  RunResult result = PlanOf(run->sequence, run->response);
+  std::string* host_output = run->buffers.host_output;
+  const absl::Time deadline = run->call.deadline;
+  v1::CommitRequest commit;
+  absl::Status status = RunPlanned(
+      run->membership, run->sequence, run->spec, &result, run->call.device,
+      run->buffers, run->call.host_input, host_output, deadline, &commit);
+  if (status.ok() && CallPortReady(deadline)) {
+    // The verdict ends the run on the call port's completion thread: the
+    // rank's answer needs no hand-off back to this one.
+    call_port_->CommitAsync(
+        commit, deadline, [this, run, result](absl::Status verdict) {
+          EndRun(run, EndCall(verdict, run->buffers, run->buffers.host_output,
+                              result));
+        });
+    return;
+  }
+  if (status.ok()) status = Commit(commit, deadline);
+  EndRun(run, EndCall(status, run->buffers, host_output, result));
+}
+
+void WorkerRuntime::EndRun(PendingRun* run, absl::StatusOr<RunResult> result) {
+  run->done(Counted(run->spec, run->call.start, std::move(result)));
+  delete run;
+}
+
+void WorkerRuntime::CloseRuns() {
+  absl::MutexLock lock(&runs_mu_);
+  runs_closed_ = true;
+  for (PendingRun* run : runs_) {
+    if (run->context != nullptr) run->context->TryCancel();
+  }
+  runs_mu_.Await(absl::Condition(
+      +[](absl::flat_hash_set<PendingRun*>* runs) { return runs->empty(); },
+      &runs_));
+}
+
+}  // namespace chorus

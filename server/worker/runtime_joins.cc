@@ -1,0 +1,172 @@
+// WorkerRuntime: joining groups (Join, JoinAsync) through the coordinator.
+#include <grpcpp/client_context.h>
+
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "server/common/device_proto.h"
+#include "server/common/grpc_status.h"
+#include "server/worker/coordinator_status.h"
+#include "server/worker/worker_runtime.h"
+
+namespace chorus {
+
+struct WorkerRuntime::PendingJoin {
+  v1::JoinGroupRequest request;
+  v1::JoinGroupResponse response;
+  // Guarded by the runtime's joins_mu_ (CloseJoins() cancels it).
+  std::unique_ptr<grpc::ClientContext> context;
+  Device device;
+  absl::Time start;
+  absl::Time deadline;
+  int attempt = 0;
+  std::function<void(absl::StatusOr<Membership>)> done;
+};
+
+absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
+                                               int world_size, int rank,
+                                               const Device& device,
+                                               absl::Duration timeout) {
+  absl::Notification joined;
+  absl::StatusOr<Membership> result;
+  JoinAsync(group, world_size, rank, device, timeout,
+            [&](absl::StatusOr<Membership> membership) {
+              result = std::move(membership);
+              joined.Notify();
+            });
+  joined.WaitForNotification();
+  return result;
+}
+
+void WorkerRuntime::JoinAsync(
+    const std::string& group, int world_size, int rank, const Device& device,
+    absl::Duration timeout,
+    std::function<void(absl::StatusOr<Membership>)> done) {
+  auto* join = new PendingJoin;
+  v1::JoinGroupRequest& request = join->request;
+  request.set_group(group);
+  request.set_world_size(world_size);
+  request.set_rank(rank);
+  request.set_worker_id(session_->worker_id());
+  *request.mutable_device() = DeviceToProto(device);
+  absl::BitGen gen;
+  request.set_request_id(absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen)),
+                                      absl::Hex(absl::Uniform<uint64_t>(gen))));
+  join->device = device;
+  join->start = absl::Now();
+  join->deadline = join->start + timeout;
+  join->done = std::move(done);
+  {
+    absl::MutexLock lock(&joins_mu_);
+    joins_.insert(join);
+  }
+  SendJoin(join);
+}
+
+void WorkerRuntime::SendJoin(PendingJoin* join) {
+  grpc::ClientContext* context = nullptr;
+  {
+    absl::MutexLock lock(&joins_mu_);
+    if (!joins_closed_) {
+      join->context = std::make_unique<grpc::ClientContext>();
+      context = join->context.get();
+      // The retry waits a little for the connection to come back.
+      context->set_wait_for_ready(join->attempt > 0);
+      context->set_deadline(absl::ToChronoTime(
+          join->attempt == 0
+              ? join->deadline
+              : std::min(join->deadline, absl::Now() + options_.rpc_timeout)));
+    }
+  }
+  if (context == nullptr) {
+    EndJoin(join, absl::UnavailableError("this worker is shutting down"));
+    return;
+  }
+  coordinator_->async()->JoinGroup(
+      context, &join->request, &join->response,
+      [this, join](grpc::Status answer) { OnJoinAnswered(join, answer); });
+}
+
+void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
+                                   const grpc::Status& answer) {
+  const v1::JoinGroupRequest& request = join->request;
+  absl::Status status =
+      FromCoordinator(answer, options_.coordinator,
+                      absl::StrCat("the join of group ", request.group(),
+                                   " as rank ", request.rank()),
+                      join->start);
+  if (absl::IsUnavailable(status) && join->attempt == 0) {
+    ++join->attempt;
+    SendJoin(join);
+    return;
+  }
+  if (status.ok()) {
+    EndJoin(join, MembershipFromJoin(*join));
+    return;
+  }
+  {
+    absl::MutexLock lock(&joins_mu_);
+    // CloseJoins() cancelled it.
+    if (joins_closed_ && absl::IsCancelled(status)) {
+      status = absl::UnavailableError(
+          absl::StrCat("this worker is shutting down; the join of group ",
+                       request.group(), " as rank ", request.rank(), " ended"));
+    }
+  }
+  EndJoin(join, status);
+}
+
+absl::StatusOr<Membership> WorkerRuntime::MembershipFromJoin(
+    const PendingJoin& join) {
+  const v1::JoinGroupRequest& request = join.request;
+  const v1::JoinGroupResponse& response = join.response;
+  Membership membership;
+  membership.group = request.group();
+  membership.epoch = response.epoch();
+  membership.rank = request.rank();
+  membership.world_size = request.world_size();
+  membership.device = join.device;
+  membership.inline_max_bytes = response.inline_max_bytes();
+  for (const v1::GroupMember& member : response.members()) {
+    membership.addresses.push_back(member.address());
+    membership.devices.push_back(DeviceFromProto(member.device()));
+    membership.worker_names.push_back(member.worker_name());
+    if (member.address() != address_) {
+      PeerRegistration identity;
+      identity.worker_id = member.worker_id();
+      identity.incarnation = member.incarnation();
+      identity.data_port = member.data_port();
+      sender_->LearnPeer(member.address(), identity);
+    }
+  }
+  if (static_cast<int>(membership.addresses.size()) != membership.world_size) {
+    return absl::InternalError("the coordinator returned a partial group");
+  }
+  peers_.Learn(membership.group, membership.epoch, membership.worker_names);
+  return membership;
+}
+
+void WorkerRuntime::EndJoin(PendingJoin* join,
+                            absl::StatusOr<Membership> result) {
+  join->done(std::move(result));
+  {
+    absl::MutexLock lock(&joins_mu_);
+    joins_.erase(join);
+  }
+  delete join;
+}
+
+void WorkerRuntime::CloseJoins() {
+  absl::MutexLock lock(&joins_mu_);
+  joins_closed_ = true;
+  for (PendingJoin* join : joins_) {
+    if (join->context != nullptr) join->context->TryCancel();
+  }
+  joins_mu_.Await(absl::Condition(
+      +[](absl::flat_hash_set<PendingJoin*>* joins) { return joins->empty(); },
+      &joins_));
+}
+
+}  // namespace chorus
