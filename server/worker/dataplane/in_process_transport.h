@@ -4,6 +4,10 @@
 // statuses as between workers: the hub keeps its messages in an Inbox (as a
 // worker does), so a wait ends at the deadline, at an abort, or when a peer
 // is lost, with the Inbox's and PeerTransport's texts.
+// Exists because: the algorithms are unit-tested at every world size, dtype
+// and op in one process (tests/unit/ring_test.cc and its neighbours), which
+// no socket transport allows on a 2-core machine; nothing in production
+// uses it.
 //
 // Delivery is immediate and unbounded (no flow control): a Send() never
 // blocks. A test loses a rank with LosePeer(), as a worker whose data-plane

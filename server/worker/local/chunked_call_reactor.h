@@ -3,11 +3,15 @@
 // (LocalCalls::PrepareStreamed) before it takes any data, collects the
 // input's pieces without holding a thread while it waits for them, runs the
 // call once the client half-closed with the whole input
-// (LocalCalls::RunPrepared), then
-// writes the result's header and the output in pieces of at most
-// kMaxPieceBytes; once done, it hands the output to the ledger for retries. Any
-// refusal before the run ends the stream with its status; the call then took no
-// sequence number.
+// (LocalCalls::RunPrepared), then writes the result's header and the output
+// in pieces of at most kMaxPieceBytes; once done, it hands the output to the
+// ledger for retries. Any refusal before the run ends the stream with its
+// status; the call then took no sequence number.
+//
+// Exists because: a client that shares no memory with the worker (on another
+// host, with a client certificate, or a worker with --max_shared_bytes=0)
+// cannot send a tensor over the 64 MiB gRPC message limit in one
+// Collective call.
 //
 // Lifecycle: made by LocalApiService::CollectiveChunked for each stream;
 // gRPC owns it and it deletes itself in OnDone(). The core must outlive it.
