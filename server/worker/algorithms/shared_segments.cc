@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -30,9 +31,10 @@ SharedSegments& SharedSegments::Get() {
   return *segments;
 }
 
-void SharedSegments::FreeSegment(const Segment& segment) {
-  munmap(segment.base, kHeaderBytes + segment.capacity);
-  close(segment.fd);
+SharedSegments::Own SharedSegments::LeaseOf(const Segment& segment) {
+  return Own{segment.id, segment.memory->fd(),
+             segment.memory->data() + kHeaderBytes,
+             segment.memory->bytes() - kHeaderBytes};
 }
 
 void SharedSegments::UnmapMapping(const Mapping& mapping) {
@@ -43,63 +45,44 @@ absl::StatusOr<SharedSegments::Own> SharedSegments::Acquire(uint64_t bytes) {
   {
     absl::MutexLock lock(&mu_);
     auto fits = std::find_if(free_.begin(), free_.end(), [&](const Segment& s) {
-      return s.capacity >= bytes;
+      return s.memory->bytes() - kHeaderBytes >= bytes;
     });
     if (fits != free_.end()) {
-      Segment segment = *fits;
+      leased_.push_back(std::move(*fits));
       free_.erase(fits);
-      leased_.push_back(segment);
-      return Own{segment.id, segment.fd, segment.base + kHeaderBytes,
-                 segment.capacity};
+      return LeaseOf(leased_.back());
     }
   }
-  Segment segment;
-  segment.capacity = std::max<uint64_t>(
+  const uint64_t capacity = std::max<uint64_t>(
       kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
-  segment.fd = memfd_create("chorus-same-host", MFD_CLOEXEC);
-  if (segment.fd < 0) {
+  absl::StatusOr<std::unique_ptr<MemfdRegion>> memory =
+      MemfdRegion::Create("chorus-same-host", kHeaderBytes + capacity);
+  if (!memory.ok()) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot create a shared segment: ", Errno()));
+        absl::StrCat("cannot make a shared segment of ", capacity,
+                     " bytes: ", memory.status().message()));
   }
-  if (ftruncate(segment.fd, kHeaderBytes + segment.capacity) != 0) {
-    const std::string why = Errno();
-    close(segment.fd);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot size a shared segment of ", segment.capacity, " bytes: ", why));
-  }
-  void* base = mmap(nullptr, kHeaderBytes + segment.capacity,
-                    PROT_READ | PROT_WRITE, MAP_SHARED, segment.fd, 0);
-  if (base == MAP_FAILED) {
-    const std::string why = Errno();
-    close(segment.fd);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map a shared segment: ", why));
-  }
-  segment.base = static_cast<char*>(base);
+  Segment segment;
+  segment.memory = *std::move(memory);
   absl::BitGen gen;
   segment.id = absl::Uniform<uint64_t>(gen) | 1;
-  std::memcpy(segment.base, &segment.id, sizeof(segment.id));
+  std::memcpy(segment.memory->data(), &segment.id, sizeof(segment.id));
   absl::MutexLock lock(&mu_);
-  leased_.push_back(segment);
-  return Own{segment.id, segment.fd, segment.base + kHeaderBytes,
-             segment.capacity};
+  leased_.push_back(std::move(segment));
+  return LeaseOf(leased_.back());
 }
 
 void SharedSegments::Release(const Own& own) {
-  Segment dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = std::find_if(leased_.begin(), leased_.end(),
-                           [&](const Segment& s) { return s.id == own.id; });
-    if (it == leased_.end()) return;
-    const Segment segment = *it;
-    leased_.erase(it);
-    free_.insert(free_.begin(), segment);
-    if (free_.size() <= kFreeSegments) return;
-    dropped = free_.back();
-    free_.pop_back();
-  }
-  FreeSegment(dropped);
+  Segment dropped;  // unmapped and closed outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = std::find_if(leased_.begin(), leased_.end(),
+                         [&](const Segment& s) { return s.id == own.id; });
+  if (it == leased_.end()) return;
+  free_.insert(free_.begin(), std::move(*it));
+  leased_.erase(it);
+  if (free_.size() <= kFreeSegments) return;
+  dropped = std::move(free_.back());
+  free_.pop_back();
 }
 
 absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,

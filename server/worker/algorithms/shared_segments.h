@@ -1,11 +1,11 @@
 // Shared memory between the ranks of one host for the same_host plan.
 //
-// A rank copies its input into a segment of its own (a memfd, mapped
-// shared) and tells its peers the segment's pid, descriptor and id; a peer
-// maps it read-only through /proc/<pid>/fd/<fd> (the same permission
-// process_vm_readv needs) and then reads it with plain loads. Each segment
-// starts with a 64-byte header holding its id, which a peer checks after
-// mapping, so a reused descriptor number or a process in another pid
+// A rank copies its input into a segment of its own (a sealed memfd,
+// server/common/memfd_region.h) and tells its peers the segment's pid,
+// descriptor and id; a peer maps it read-only through /proc/<pid>/fd/<fd> (the
+// same permission process_vm_readv needs) and then reads it with plain loads.
+// Each segment starts with a 64-byte header holding its id, which a peer checks
+// after mapping, so a reused descriptor number or a process in another pid
 // namespace is never mistaken for the segment it was told about.
 //
 // Segments and peer mappings are kept for reuse across calls: the first
@@ -20,11 +20,13 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/common/memfd_region.h"
 
 namespace chorus {
 
@@ -46,8 +48,8 @@ class SharedSegments {
 
   static SharedSegments& Get();
 
-  // Leases a segment of at least `bytes`. Returns RESOURCE_EXHAUSTED or
-  // INTERNAL when memory cannot be had.
+  // Leases a segment of at least `bytes`. Returns it, or RESOURCE_EXHAUSTED
+  // when memory cannot be had.
   absl::StatusOr<Own> Acquire(uint64_t bytes);
   void Release(const Own& segment);
 
@@ -61,9 +63,7 @@ class SharedSegments {
  private:
   struct Segment {
     uint64_t id = 0;
-    int fd = -1;
-    char* base = nullptr;  // header and data
-    uint64_t capacity = 0;
+    std::unique_ptr<MemfdRegion> memory;  // header and data
   };
   struct Mapping {
     uint64_t pid = 0;
@@ -73,7 +73,7 @@ class SharedSegments {
     int users = 0;
   };
 
-  static void FreeSegment(const Segment& segment);
+  static Own LeaseOf(const Segment& segment);
   static void UnmapMapping(const Mapping& mapping);
 
   absl::Mutex mu_;

@@ -1,12 +1,10 @@
 #include "server/worker/local/shared_regions.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/random.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -33,55 +31,39 @@ absl::StatusOr<std::string> RandomName() {
                                      random, sizeof(random))));
 }
 
-absl::Status Refused(const char* what, uint64_t bytes) {
-  return absl::ResourceExhaustedError(
-      absl::StrCat("cannot make a shared region of ", bytes, " bytes: ", what,
-                   " failed: ", std::strerror(errno)));
-}
-
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<SharedRegion>> SharedRegion::Create(
     uint64_t id, uint64_t bytes) {
   absl::StatusOr<std::string> name = RandomName();
   if (!name.ok()) return name.status();
-  const int fd = memfd_create(name->c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return Refused("memfd_create", bytes);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    const absl::Status refused = Refused("sizing and sealing the memfd", bytes);
-    close(fd);
-    return refused;
+  absl::StatusOr<std::unique_ptr<MemfdRegion>> memory =
+      MemfdRegion::Create(*name, bytes);
+  if (!memory.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot make a shared region of ", bytes,
+                     " bytes: ", memory.status().message()));
   }
-  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (data == MAP_FAILED) {
-    const absl::Status refused = Refused("mmap", bytes);
-    close(fd);
-    return refused;
-  }
-  return std::shared_ptr<SharedRegion>(new SharedRegion(
-      id, bytes, fd, *std::move(name), static_cast<char*>(data)));
+  return std::shared_ptr<SharedRegion>(
+      new SharedRegion(id, *std::move(memory)));
 }
 
-SharedRegion::SharedRegion(uint64_t id, uint64_t bytes, int fd,
-                           std::string name, char* data)
-    : id_(id), bytes_(bytes), fd_(fd), name_(std::move(name)), data_(data) {}
+SharedRegion::SharedRegion(uint64_t id, std::unique_ptr<MemfdRegion> memory)
+    : id_(id), memory_(std::move(memory)) {}
 
-SharedRegion::~SharedRegion() {
-  munmap(data_, bytes_);
-  close(fd_);
-}
+SharedRegion::~SharedRegion() = default;
 
 absl::StatusOr<absl::Span<char>> SharedRegion::Range(uint64_t offset,
                                                      uint64_t bytes,
                                                      const char* what) const {
-  if (offset > bytes_ || bytes > bytes_ - offset) {
+  std::optional<absl::Span<char>> range = memory_->Range(offset, bytes);
+  if (!range.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " (", bytes, " bytes at offset ", offset,
                      ") goes past the end of shared region ", id_, " of ",
-                     bytes_, " bytes"));
+                     memory_->bytes(), " bytes"));
   }
-  return absl::Span<char>(data_ + offset, bytes);
+  return *range;
 }
 
 std::string SharedRegion::TakeScratch() {

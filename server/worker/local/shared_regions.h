@@ -1,6 +1,7 @@
 // Shared memory between a worker daemon and the applications on its host
-// (WorkerLocal.OpenSharedRegion): a SharedRegion is one sealed memfd the
-// daemon maps and an application maps too, by opening /proc/<pid>/fd/<fd>,
+// (WorkerLocal.OpenSharedRegion): a SharedRegion is one sealed memfd
+// (server/common/memfd_region.h) the daemon maps and an application maps
+// too, by opening /proc/<pid>/fd/<fd>,
 // so that a collective reads its input and writes its output in place
 // instead of carrying them in gRPC messages. SharedRegions holds the regions
 // of every joined rank, bounded in total bytes.
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "server/common/memfd_region.h"
 
 namespace chorus {
 
@@ -43,10 +45,10 @@ class SharedRegion {
   SharedRegion& operator=(const SharedRegion&) = delete;
 
   uint64_t id() const { return id_; }
-  uint64_t bytes() const { return bytes_; }
-  int fd() const { return fd_; }
+  uint64_t bytes() const { return memory_->bytes(); }
+  int fd() const { return memory_->fd(); }
   // The memfd's name ("chorus-" and 32 random hex digits).
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return memory_->name(); }
 
   // Returns `bytes` of the region from `offset`, or INVALID_ARGUMENT
   // (naming `what`, e.g. "shared_input") when they go past its end.
@@ -60,14 +62,10 @@ class SharedRegion {
   void GiveScratch(std::string scratch);
 
  private:
-  SharedRegion(uint64_t id, uint64_t bytes, int fd, std::string name,
-               char* data);
+  SharedRegion(uint64_t id, std::unique_ptr<MemfdRegion> memory);
 
   const uint64_t id_;
-  const uint64_t bytes_;
-  const int fd_;
-  const std::string name_;
-  char* const data_;
+  const std::unique_ptr<MemfdRegion> memory_;
   absl::Mutex mu_;
   std::string scratch_ ABSL_GUARDED_BY(mu_);
 };
