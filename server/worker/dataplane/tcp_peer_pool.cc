@@ -29,6 +29,12 @@ constexpr absl::Duration kConnectTimeout = absl::Seconds(2);
 // How long a goodbye frame may take to leave when closing.
 constexpr absl::Duration kGoodbyeTimeout = absl::Milliseconds(200);
 
+// ABORTED: a send to `address` ended because `group` was aborted.
+absl::Status SendAborted(const std::string& address, const std::string& group) {
+  return absl::AbortedError(absl::StrCat(
+      "data-plane send to ", address, " ended: group ", group, " was aborted"));
+}
+
 }  // namespace
 
 TcpPeerPool::TcpPeerPool(std::function<absl::Duration()> dead_peer_timeout)
@@ -270,9 +276,7 @@ absl::Status TcpPeerPool::Send(const std::string& address,
     if (absl::IsAborted(written)) return written;
     if (!written.ok() && cut) {
       CloseLocked(*peer, /*goodbye=*/false);
-      return absl::AbortedError(absl::StrCat("data-plane send to ", address,
-                                             " ended: group ", key.group,
-                                             " was aborted"));
+      return SendAborted(address, key.group);
     }
     if (written.ok()) {
       if (new_collective) {
@@ -308,9 +312,7 @@ absl::Status TcpPeerPool::Send(const std::string& address,
     // The connection broke (the peer restarted?); try a fresh one once,
     // unless the group was aborted meanwhile.
     if (AbortedLocked(*peer, key)) {
-      return absl::AbortedError(absl::StrCat("data-plane send to ", address,
-                                             " ended: group ", key.group,
-                                             " was aborted"));
+      return SendAborted(address, key.group);
     }
   }
   return absl::UnavailableError(
