@@ -145,6 +145,47 @@ absl::Status ConfigureSecurity() {
                                       chorus::InsecureFlag());
 }
 
+// Checks the flags the core and the workers' data plane rely on and turns
+// on TLS as they ask. Returns INVALID_ARGUMENT or FAILED_PRECONDITION saying
+// what to change.
+absl::Status CheckFlags() {
+  if (absl::GetFlag(FLAGS_lease_timeout) <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--lease_timeout must be positive");
+  }
+  // Workers refuse data-plane messages over 64 MiB (the gRPC message limit
+  // and the TCP data plane's frame limit).
+  const uint64_t chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  if (chunk_bytes == 0 || chunk_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--chunk_bytes must be between 1 and 64 MiB, not ", chunk_bytes));
+  }
+  return ConfigureSecurity();
+}
+
+// Serves the status page (and Prometheus metrics) on --metrics_listen, if
+// given. Returns StartMetricsFromFlags' errors.
+absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> StartStatusPage(
+    const chorus::Coordinator& core) {
+  return chorus::StartMetricsFromFlags(
+      {chorus::HttpPage{"/", "text/html; charset=utf-8",
+                        [&core](const std::map<std::string, std::string>&) {
+                          return chorus::RenderStatusPage(core, {});
+                        }}});
+}
+
+// Stops serving on a termination signal: calls waiting in the core end
+// with UNAVAILABLE, then the call port's connections close (their workers
+// see UNAVAILABLE), then the gRPC server, which gives calls in flight
+// --shutdown_grace.
+void ShutDown(chorus::Coordinator& core, chorus::CallPort* call_port,
+              grpc::Server& server) {
+  core.Shutdown(absl::UnavailableError(
+      "the coordinator is shutting down; join the group again once it is "
+      "back"));
+  if (call_port != nullptr) call_port->Shutdown();
+  server.Shutdown(chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,22 +199,8 @@ int main(int argc, char** argv) {
   // coordinator's CPU with 1,024 ranks). The unit tests keep checking the
   // coordinator's own locks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const absl::Duration lease = absl::GetFlag(FLAGS_lease_timeout);
-  if (lease <= absl::ZeroDuration()) {
-    LOG(ERROR) << "--lease_timeout must be positive";
-    return 2;
-  }
-  // Workers refuse data-plane messages over 64 MiB (the gRPC message limit
-  // and the TCP data plane's frame limit).
-  const uint64_t chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
-  if (chunk_bytes == 0 || chunk_bytes > (64u << 20)) {
-    LOG(ERROR) << "--chunk_bytes must be between 1 and 64 MiB, not "
-               << chunk_bytes;
-    return 2;
-  }
-
-  if (absl::Status secured = ConfigureSecurity(); !secured.ok()) {
-    LOG(ERROR) << secured;
+  if (absl::Status checked = CheckFlags(); !checked.ok()) {
+    LOG(ERROR) << checked;
     return 2;
   }
 
@@ -206,11 +233,7 @@ int main(int argc, char** argv) {
   chorus::ExportCoordinatorGauges(&core, call_port->get(),
                                   core_options.stall_report_after);
   absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
-      chorus::StartMetricsFromFlags(
-          {chorus::HttpPage{"/", "text/html; charset=utf-8",
-                            [&core](const std::map<std::string, std::string>&) {
-                              return chorus::RenderStatusPage(core, {});
-                            }}});
+      StartStatusPage(core);
   if (!metrics.ok()) {
     LOG(ERROR) << metrics.status().ToString(
         absl::StatusToStringMode::kWithNoExtraData);
@@ -218,7 +241,8 @@ int main(int argc, char** argv) {
   }
   core.StartTimers();
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
-            << " (port " << server->port << "), lease " << lease
+            << " (port " << server->port << "), lease "
+            << core_options.lease_timeout
             << (*call_port != nullptr
                     ? absl::StrCat(", call port ", (*call_port)->port())
                     : std::string(", no call port"))
@@ -233,13 +257,7 @@ int main(int argc, char** argv) {
 
   const int signal = chorus::WaitForTerminationSignal();
   LOG(INFO) << "signal " << signal << ": shutting down";
-  core.Shutdown(absl::UnavailableError(
-      "the coordinator is shutting down; join the group again once it is "
-      "back"));
-  // Connections to the call port close; their workers see UNAVAILABLE.
-  if (*call_port != nullptr) (*call_port)->Shutdown();
-  server->server->Shutdown(
-      chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
+  ShutDown(core, call_port->get(), *server->server);
   metrics->reset();
   LOG(INFO) << "chorus-coordinator stopped";
   return 0;
