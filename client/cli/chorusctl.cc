@@ -269,6 +269,94 @@ absl::StatusOr<uint64_t> BlockCount(const chorus::CollectiveSpec& spec,
   }
 }
 
+// The collective of `kind` on `values` (this rank's input) as --dtype, --op,
+// --root and --count describe it. Returns INVALID_ARGUMENT for a flag that
+// does not parse or a count the values cannot give.
+absl::StatusOr<chorus::CollectiveSpec> SpecFromFlags(
+    chorus::CollectiveKind kind, int world, int rank, size_t values) {
+  chorus::CollectiveSpec spec;
+  spec.kind = kind;
+  spec.root = absl::GetFlag(FLAGS_root);
+  if (kind == chorus::CollectiveKind::kBarrier) return spec;
+  absl::StatusOr<chorus::DType> dtype =
+      chorus::ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  spec.dtype = *dtype;
+  if (chorus::KindReduces(kind)) {
+    absl::StatusOr<chorus::ReduceOp> op =
+        chorus::ParseReduceOp(absl::GetFlag(FLAGS_op));
+    if (!op.ok()) return op.status();
+    spec.op = *op;
+  }
+  absl::StatusOr<uint64_t> count = BlockCount(spec, world, rank, values);
+  if (!count.ok()) return count.status();
+  spec.count = *count;
+  return spec;
+}
+
+// Starts chorusctl's own worker for `rank` of `group` with its data on
+// `device`, serving its peers on --listen and registered with
+// --coordinator. Returns INVALID_ARGUMENT or FAILED_PRECONDITION for a
+// --listen that is not allowed, or LocalWorker::Start's errors.
+absl::StatusOr<std::unique_ptr<chorus::LocalWorker>> StartOwnWorker(
+    const std::string& group, int rank, const chorus::Device& device) {
+  chorus::RuntimeOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.listen = absl::GetFlag(FLAGS_listen);
+  if (options.listen.empty()) {
+    options.listen = chorus::TlsEnabled() || chorus::InsecureFlag()
+                         ? "0.0.0.0:0"
+                         : "127.0.0.1:0";
+  }
+  absl::StatusOr<chorus::HostPort> listen =
+      chorus::SplitHostPort(options.listen);
+  if (!listen.ok()) return listen.status();
+  absl::Status listen_allowed = chorus::CheckPlaintextListen(
+      "--listen", listen->host, chorus::InsecureFlag());
+  if (!listen_allowed.ok()) return listen_allowed;
+  options.name = absl::StrCat("chorusctl-", getpid(), "-", group, "-", rank);
+  if (chorus::TlsEnabled() &&
+      chorus::OwnIdentity().role == chorus::Role::kWorker) {
+    options.name = chorus::OwnIdentity().name;
+  }
+  options.devices = {device};
+  if (device.kind != chorus::DeviceKind::kCpu) {
+    options.devices.insert(options.devices.begin(),
+                           chorus::JoinOptions::CpuDevice());
+  }
+  options.register_timeout = CallTimeout();
+  chorus::LocalWorkerOptions worker_options;
+  worker_options.runtime = std::move(options);
+  return chorus::LocalWorker::Start(std::move(worker_options));
+}
+
+// Joins `group` as `rank` of `world` with its data on `device`: through
+// the daemon --worker names, or else through a worker of chorusctl's own,
+// started into `*own_worker` (which must outlive the communicator). Returns
+// the communicator, or the errors of the join or of StartOwnWorker().
+absl::StatusOr<std::unique_ptr<chorus::Communicator>> JoinFromFlags(
+    const std::string& group, int world, int rank, const chorus::Device& device,
+    std::unique_ptr<chorus::LocalWorker>* own_worker) {
+  chorus::JoinOptions join;
+  join.device = device;
+  join.timeout = CallTimeout();
+  if (std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
+    if (worker == "local") {
+      worker = absl::StrCat("unix:", chorus::DefaultLocalSocketPath());
+    }
+    return chorus::Communicator::JoinThroughDaemon(worker, group, world, rank,
+                                                   join);
+  }
+  absl::StatusOr<std::unique_ptr<chorus::LocalWorker>> started =
+      StartOwnWorker(group, rank, device);
+  if (!started.ok()) return started.status();
+  *own_worker = *std::move(started);
+  return chorus::Communicator::JoinEmbedded(own_worker->get(), group, world,
+                                            rank, join);
+}
+
+// Joins as the flags say, runs the collective of `kind` on `values` and
+// prints this rank's output. Returns the exit code.
 int RunCollective(chorus::CollectiveKind kind,
                   const std::vector<std::string>& values) {
   const std::string group = absl::GetFlag(FLAGS_group);
@@ -276,27 +364,10 @@ int RunCollective(chorus::CollectiveKind kind,
   const int rank = absl::GetFlag(FLAGS_rank);
   if (group.empty())
     return Fail(absl::InvalidArgumentError("--group is needed"));
-
-  chorus::CollectiveSpec spec;
-  spec.kind = kind;
-  spec.root = absl::GetFlag(FLAGS_root);
-  if (kind != chorus::CollectiveKind::kBarrier) {
-    absl::StatusOr<chorus::DType> dtype =
-        chorus::ParseDType(absl::GetFlag(FLAGS_dtype));
-    if (!dtype.ok()) return Fail(dtype.status());
-    spec.dtype = *dtype;
-    if (chorus::KindReduces(kind)) {
-      absl::StatusOr<chorus::ReduceOp> op =
-          chorus::ParseReduceOp(absl::GetFlag(FLAGS_op));
-      if (!op.ok()) return Fail(op.status());
-      spec.op = *op;
-    }
-    absl::StatusOr<uint64_t> count =
-        BlockCount(spec, world, rank, values.size());
-    if (!count.ok()) return Fail(count.status());
-    spec.count = *count;
-  }
-  absl::StatusOr<std::string> input = chorus::EncodeValues(spec.dtype, values);
+  absl::StatusOr<chorus::CollectiveSpec> spec =
+      SpecFromFlags(kind, world, rank, values.size());
+  if (!spec.ok()) return Fail(spec.status());
+  absl::StatusOr<std::string> input = chorus::EncodeValues(spec->dtype, values);
   if (!input.ok()) return Fail(input.status());
   absl::StatusOr<chorus::Algorithm> algorithm =
       chorus::ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
@@ -305,52 +376,9 @@ int RunCollective(chorus::CollectiveKind kind,
       chorus::ParseDeviceSpec(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(device.status());
 
-  chorus::JoinOptions join;
-  join.device = *device;
-  join.timeout = CallTimeout();
   std::unique_ptr<chorus::LocalWorker> own_worker;
-  absl::StatusOr<std::unique_ptr<chorus::Communicator>> communicator;
-  if (std::string worker = absl::GetFlag(FLAGS_worker); !worker.empty()) {
-    if (worker == "local") {
-      worker = absl::StrCat("unix:", chorus::DefaultLocalSocketPath());
-    }
-    communicator = chorus::Communicator::JoinThroughDaemon(worker, group, world,
-                                                           rank, join);
-  } else {
-    chorus::RuntimeOptions options;
-    options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    options.listen = absl::GetFlag(FLAGS_listen);
-    if (options.listen.empty()) {
-      options.listen = chorus::TlsEnabled() || chorus::InsecureFlag()
-                           ? "0.0.0.0:0"
-                           : "127.0.0.1:0";
-    }
-    absl::StatusOr<chorus::HostPort> listen =
-        chorus::SplitHostPort(options.listen);
-    if (!listen.ok()) return Fail(listen.status());
-    absl::Status listen_allowed = chorus::CheckPlaintextListen(
-        "--listen", listen->host, chorus::InsecureFlag());
-    if (!listen_allowed.ok()) return Fail(listen_allowed);
-    options.name = absl::StrCat("chorusctl-", getpid(), "-", group, "-", rank);
-    if (chorus::TlsEnabled() &&
-        chorus::OwnIdentity().role == chorus::Role::kWorker) {
-      options.name = chorus::OwnIdentity().name;
-    }
-    options.devices = {*device};
-    if (device->kind != chorus::DeviceKind::kCpu) {
-      options.devices.insert(options.devices.begin(),
-                             chorus::JoinOptions::CpuDevice());
-    }
-    options.register_timeout = CallTimeout();
-    chorus::LocalWorkerOptions worker_options;
-    worker_options.runtime = std::move(options);
-    absl::StatusOr<std::unique_ptr<chorus::LocalWorker>> started =
-        chorus::LocalWorker::Start(std::move(worker_options));
-    if (!started.ok()) return Fail(started.status());
-    own_worker = *std::move(started);
-    communicator = chorus::Communicator::JoinEmbedded(own_worker.get(), group,
-                                                      world, rank, join);
-  }
+  absl::StatusOr<std::unique_ptr<chorus::Communicator>> communicator =
+      JoinFromFlags(group, world, rank, *device, &own_worker);
   if (!communicator.ok()) return Fail(communicator.status());
 
   chorus::CallOptions call;
@@ -358,13 +386,13 @@ int RunCollective(chorus::CollectiveKind kind,
   call.timeout = CallTimeout();
   std::string output;
   absl::StatusOr<chorus::CallResult> result =
-      (*communicator)->Run(spec, *input, &output, call);
+      (*communicator)->Run(*spec, *input, &output, call);
   if (!result.ok()) return Fail(result.status());
-  std::cerr << "chorusctl: " << chorus::DescribeSpec(spec) << " #"
+  std::cerr << "chorusctl: " << chorus::DescribeSpec(*spec) << " #"
             << result->sequence << " of group " << group << " epoch "
             << (*communicator)->epoch() << " ran "
             << chorus::AlgorithmName(result->algorithm) << std::endl;
-  std::cout << absl::StrJoin(chorus::DecodeValues(spec.dtype, output), " ")
+  std::cout << absl::StrJoin(chorus::DecodeValues(spec->dtype, output), " ")
             << std::endl;
   return 0;
 }
