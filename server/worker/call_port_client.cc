@@ -16,7 +16,7 @@
 #include "server/common/status_detail.h"
 #include "server/common/tcp_socket.h"
 #include "server/common/tls_session.h"
-#include "server/common/transport_security.h"
+#include "server/worker/call_port_dial.h"
 #include "server/worker/coordinator_status.h"
 
 namespace chorus {
@@ -33,39 +33,6 @@ constexpr absl::Duration kIdleReadHorizon = absl::Seconds(10);
 std::string CommitName(const v1::CommitRequest& request) {
   return absl::StrCat("the commit of collective #", request.sequence(),
                       " of group ", request.group());
-}
-
-// Runs the client side of the TLS handshake on the connected socket `fd`
-// until `deadline` (or `cancel_fd`). Returns the session, whose peer is the
-// coordinator; UNAVAILABLE when the handshake fails or the connection
-// closes, DEADLINE_EXCEEDED, CANCELLED.
-absl::StatusOr<std::shared_ptr<TlsSession>> ClientHandshake(int fd,
-                                                            absl::Time deadline,
-                                                            int cancel_fd) {
-  absl::StatusOr<std::unique_ptr<TlsSession>> session =
-      TlsSession::Connect(Role::kCoordinator);
-  if (!session.ok()) return session.status();
-  // The port sends nothing before the client's hello, so no application
-  // bytes arrive during the handshake.
-  std::string plain;
-  std::string to_send;
-  absl::Status step = (*session)->Open("", &plain, &to_send);
-  while (true) {
-    if (!to_send.empty()) {
-      const absl::string_view bytes = to_send;
-      absl::Status sent = WriteAll(fd, &bytes, 1, deadline, cancel_fd);
-      if (!sent.ok() && step.ok()) step = sent;
-      to_send.clear();
-    }
-    if (!step.ok()) return step;
-    if ((*session)->established())
-      return std::shared_ptr<TlsSession>(*std::move(session));
-    char buffer[16 << 10];
-    absl::StatusOr<size_t> got =
-        ReadSome(fd, buffer, sizeof(buffer), deadline, cancel_fd);
-    if (!got.ok()) return got.status();
-    step = (*session)->Open(absl::string_view(buffer, *got), &plain, &to_send);
-  }
 }
 
 }  // namespace
@@ -147,67 +114,32 @@ absl::Status CallPortClient::Connect(absl::Time deadline, int* fd,
                        " was unreachable moments ago"));
     }
   }
-  absl::StatusOr<HostPort> target = SplitHostPort(address);
-  if (!target.ok()) return target.status();
-  // A coordinator that does not answer should not hold a caller (or
-  // Shutdown(), which waits for callers) for a whole call's deadline.
-  const absl::Time connect_by =
-      std::min(deadline, absl::Now() + absl::Seconds(5));
-  absl::StatusOr<int> connected =
-      ConnectTcp(target->host, target->port, connect_by);
-  if (!connected.ok()) {
-    return Unreachable(
-        address, absl::StrCat("cannot reach the coordinator's call port "
-                              "at ",
-                              address, ": ", connected.status().message()));
+  absl::StatusOr<CallPortConnection> dialed =
+      DialCallPort(address, deadline, cancel_fd_);
+  if (absl::IsFailedPrecondition(dialed.status())) {
+    return Unreachable(address, std::string(dialed.status().message()));
   }
-  std::shared_ptr<TlsSession> tls;
-  if (TlsEnabled()) {
-    absl::StatusOr<std::shared_ptr<TlsSession>> session =
-        ClientHandshake(*connected, connect_by, cancel_fd_);
-    if (!session.ok()) {
-      CloseSocket(*connected);
-      LOG(WARNING) << "the coordinator's call port at " << address
-                   << " refused TLS: " << session.status().message()
-                   << "; calls go over gRPC";
-      return Unreachable(
-          address,
-          absl::StrCat("TLS with the coordinator's call port at ", address,
-                       " failed: ", session.status().message()));
-    }
-    tls = *std::move(session);
-  }
-  std::string hello(kCallHello);
-  if (tls != nullptr) {
-    std::string sealed;
-    if (absl::Status status = tls->Seal(hello, &sealed); !status.ok()) {
-      CloseSocket(*connected);
-      return status;
-    }
-    hello = std::move(sealed);
-  }
-  const absl::string_view greeting = hello;
-  if (absl::Status sent =
-          WriteAll(*connected, &greeting, 1, deadline, cancel_fd_);
-      !sent.ok()) {
-    CloseSocket(*connected);
-    return absl::UnavailableError(absl::StrCat(
-        "cannot greet the coordinator's call port: ", sent.message()));
-  }
+  if (!dialed.ok()) return dialed.status();
+  return UseConnection(address, *std::move(dialed), fd, generation);
+}
+
+absl::Status CallPortClient::UseConnection(const std::string& address,
+                                           CallPortConnection connection,
+                                           int* fd, uint64_t* generation) {
   // No writer holds write_mu_ now, so retired sockets are unused unless a
   // reader is still in one.
   absl::MutexLock writing(&write_mu_);
   absl::MutexLock lock(&mu_);
   if (shut_down_) {
-    CloseSocket(*connected);
+    CloseSocket(connection.fd);
     return absl::UnavailableError("this worker is shutting down");
   }
   if (!reader_) {
     for (int old : retired_) CloseSocket(old);
     retired_.clear();
   }
-  fd_ = *connected;
-  tls_ = std::move(tls);
+  fd_ = connection.fd;
+  tls_ = std::move(connection.tls);
   connected_address_ = address;
   ++generation_;
   frames_.Reset();

@@ -17,8 +17,9 @@
 //
 // With TLS on in the process (transport_security.h) the connection is
 // mutual TLS with the process's certificates, and the call port must
-// present the coordinator's; a handshake that fails counts as a port that
-// cannot be reached (Ready() says so, and the worker calls over gRPC).
+// present the coordinator's (call_port_dial.h); a handshake that fails
+// counts as a port that cannot be reached (Ready() says so, and the worker
+// calls over gRPC).
 //
 // CallAsync() and CommitAsync() send a call without waiting for it: the
 // client's one completion thread ("chorus-callport", started with the first
@@ -56,6 +57,7 @@
 #include "chorus/v1/coordinator.pb.h"
 #include "server/common/call_frame.h"
 #include "server/common/tls_session.h"
+#include "server/worker/call_port_dial.h"
 
 namespace chorus {
 
@@ -172,6 +174,12 @@ class CallPortClient {
   // Returns the open connection's socket and generation, connecting first
   // when there is none.
   absl::Status Connect(absl::Time deadline, int* fd, uint64_t* generation)
+      ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
+  // Makes `connection`, just dialed to `address`, the open one and returns
+  // its socket and generation; UNAVAILABLE (closing it) when shutting down.
+  absl::Status UseConnection(const std::string& address,
+                             CallPortConnection connection, int* fd,
+                             uint64_t* generation)
       ABSL_LOCKS_EXCLUDED(mu_, write_mu_);
   // Marks `address` unreachable for a while and returns FAILED_PRECONDITION
   // saying `why`.
