@@ -1,7 +1,11 @@
-// The Calls channel of chorus._embedded (embedded_module.cc), as the other
-// parts of the extension use it: the type, whether a channel can run calls,
-// and running one call on the caller's memory on the caller's thread.
+// The Calls channel of chorus._embedded (embedded_calls.cc), as the other
+// parts of the extension use it: the type, making a channel, whether a
+// channel can run calls, and running one call on the caller's memory on the
+// caller's thread.
 //
+// Lifecycle: a channel is made by Worker.calls() (NewCalls) and holds its
+// Worker; it ends with close() or its deallocation, or when its worker
+// closes.
 // Thread safety: call every function with the GIL held; RunOnCalls()
 // releases it while the call runs.
 #ifndef CHORUS_CLIENT_PYTHON_EMBEDDED_EMBEDDED_CALLS_H_
@@ -16,8 +20,19 @@
 
 namespace chorus {
 
+class EmbeddedWorker;
+
 // chorus._embedded.Calls, made by Worker.calls().
 extern PyTypeObject kCallsType;
+
+// Readies the Calls type and adds it to `module`. Returns false with a
+// Python error when it cannot.
+bool AddCallsType(PyObject* module);
+
+// Returns a new Calls channel into `embedded`, the runtime of Worker
+// `worker` (which the channel holds a reference to); null with OSError when
+// no eventfd can be had or the worker closed (EPIPE).
+PyObject* NewCalls(PyObject* worker, EmbeddedWorker* embedded);
 
 // Whether Calls channel `calls` can run calls now: it is open, and its
 // worker runs in this process (not in the parent of this fork). Leaves no
