@@ -130,7 +130,7 @@ absl::Time DeadlineIn(uint64_t timeout_us) {
 }
 
 // Runs call `call_id`, `request` with `timeout_us`, on `memory` on this
-// thread (LocalApiService::RunInPlace) and waits for its end; the GIL must
+// thread (InProcessDoor::RunInPlace) and waits for its end; the GIL must
 // be released. Returns whether it succeeded; else `*failure` is its reply.
 bool RunHere(InProcessDoor* door, uint64_t call_id,
              const v1::LocalCollectiveRequest& request, uint64_t timeout_us,
