@@ -3,6 +3,8 @@
 // reports — on one TCP connection shared by every call of the worker and
 // told apart by call id: a call is one frame written by the calling thread
 // and one frame read back.
+// Exists because: as call_port.h says (8 B all_reduce about 3-5x faster than
+// as gRPC calls); the worker's gRPC calls stay for a port it cannot reach.
 //
 // No thread of its own: a waiting caller reads the connection itself and
 // hands other callers' replies to them, so a lone call (the common case)
