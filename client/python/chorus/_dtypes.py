@@ -4,22 +4,21 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from chorus.v1 import types_pb2
+from chorus import _names
 
-# Chorus name -> (proto enum value, numpy dtype holding its elements). bf16
-# has no numpy dtype: its elements travel as their 16-bit patterns (uint16).
-_TABLE: Dict[str, Tuple[int, np.dtype]] = {
-    "f16": (types_pb2.DTYPE_F16, np.dtype("<f2")),
-    "bf16": (types_pb2.DTYPE_BF16, np.dtype("<u2")),
-    "f32": (types_pb2.DTYPE_F32, np.dtype("<f4")),
-    "f64": (types_pb2.DTYPE_F64, np.dtype("<f8")),
-    "i8": (types_pb2.DTYPE_I8, np.dtype("i1")),
-    "u8": (types_pb2.DTYPE_U8, np.dtype("u1")),
-    "i32": (types_pb2.DTYPE_I32, np.dtype("<i4")),
-    "i64": (types_pb2.DTYPE_I64, np.dtype("<i8")),
-    "u32": (types_pb2.DTYPE_U32, np.dtype("<u4")),
-    "u64": (types_pb2.DTYPE_U64, np.dtype("<u8")),
+# Chorus name -> numpy dtype holding its elements. bf16 has no numpy dtype:
+# its elements travel as their 16-bit patterns (uint16).
+_NUMPY: Dict[str, np.dtype] = {
+    "f16": np.dtype("<f2"), "bf16": np.dtype("<u2"),
+    "f32": np.dtype("<f4"), "f64": np.dtype("<f8"),
+    "i8": np.dtype("i1"), "u8": np.dtype("u1"),
+    "i32": np.dtype("<i4"), "i64": np.dtype("<i8"),
+    "u32": np.dtype("<u4"), "u64": np.dtype("<u8"),
 }
+# Chorus name -> (proto enum value, numpy dtype), for the protos' dtypes
+# (types.proto's DType, read from its descriptor).
+_TABLE: Dict[str, Tuple[int, np.dtype]] = {
+    name: (number, _NUMPY[name]) for name, number in _names.DTYPES.items()}
 
 DTYPES: Tuple[str, ...] = tuple(_TABLE)
 """The names of the ten element types Chorus reduces and moves."""
