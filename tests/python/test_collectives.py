@@ -188,7 +188,7 @@ def test_buffers_and_dlpack_tensors(trio: Any) -> None:
 
 
 def test_dlpack_input_is_not_copied() -> None:
-    from chorus import communicator
+    from chorus import _arrays
 
     source = np.arange(6, dtype=np.float32)
 
@@ -199,10 +199,10 @@ def test_dlpack_input_is_not_copied() -> None:
         def __dlpack_device__(self) -> Any:
             return source.__dlpack_device__()
 
-    view, name = communicator._as_array(Tensor(), None, "x")
+    view, name = _arrays.as_array(Tensor(), None, "x")
     assert name == "f32" and np.shares_memory(view, source)
     raw = bytearray(8)
-    view, name = communicator._as_array(raw, "i32", "x")
+    view, name = _arrays.as_array(raw, "i32", "x")
     assert name == "i32" and view.shape == (2,)
     view[0] = 7
     assert raw[0] == 7

@@ -139,14 +139,14 @@ def test_embedded_blocking_all_reduce_shapes_outs_and_refusals(
 def test_embedded_all_reduce_lock_held_waits_then_runs_in_order(
         worker: chorus.EmbeddedWorker) -> None:
     # A blocking all_reduce of numpy arrays is one call into the extension,
-    # which takes its number only while the communicator's lock is free;
-    # with the lock held elsewhere it goes the Python way and waits for it.
+    # which takes its number from the communicator's numbering (take());
+    # while another thread holds the numbering's lock, it waits for it.
     with _joined([worker]) as comms:
         comm = comms[0]
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
         before = comm.next_sequence
         got: List[Any] = []
-        with comm._mutex:
+        with comm._numbering.lock:
             caller = threading.Thread(
                 target=lambda: got.append(comm.all_reduce(x, timeout=30.0)))
             caller.start()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from chorus import _frames
-from chorus._call_socket import varint
+from chorus._wire import varint
 from chorus.v1 import types_pb2, worker_pb2
 
 LENGTH = struct.Struct("<I")

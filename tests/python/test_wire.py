@@ -291,7 +291,7 @@ def test_a_deadline_without_a_verdict_names_the_call(stand_in: Any) -> None:
     (1, 0, 0), (7, 4096, 297988), ((1 << 63) + 5, (1 << 40) + 1, 1 << 33)])
 def test_shared_buffer_fields_parse_as_the_protos_say(
         region: int, offset: int, size: int) -> None:
-    from chorus import communicator
+    from chorus import _wire
     prefix = worker_pb2.LocalCollectiveRequest(
         group="g", rank=1, epoch=EPOCH,
         spec=types_pb2.CollectiveSpec(
@@ -299,11 +299,10 @@ def test_shared_buffer_fields_parse_as_the_protos_say(
     ).SerializeToString()
     wire = b"".join((
         prefix,
-        communicator._shared_buffer(communicator._SHARED_INPUT_TAG, region,
-                                    offset, size),
-        communicator._shared_buffer(communicator._SHARED_OUTPUT_TAG,
-                                    region + 1, offset + 2, size + 3),
-        communicator._SEQUENCE_TAG, communicator._varint(9)))
+        _wire.shared_buffer(_wire.SHARED_INPUT_TAG, region, offset, size),
+        _wire.shared_buffer(_wire.SHARED_OUTPUT_TAG, region + 1, offset + 2,
+                            size + 3),
+        _wire.SEQUENCE_TAG, _wire.varint(9)))
     request = worker_pb2.LocalCollectiveRequest.FromString(wire)
     assert (request.shared_input.region, request.shared_input.offset,
             request.shared_input.bytes) == (region, offset, size)

@@ -26,115 +26,32 @@ blocking call is run by its own thread on the caller's buffers
 flight.
 """
 
-import functools
 import heapq
 import itertools
 import os
 import select
-import socket
 import threading
 import time
-from typing import (Any, Callable, Dict, List, NamedTuple, Optional,
-                    Protocol, Tuple, Union)
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Tuple,
+                    Union)
 
 import grpc
 
-from chorus import _frames, _status_details
+from chorus._connection import (HELLO, CallSocketError, Connection, Plan,
+                                Reply, Response, UnixConnection, outcome_of)
 
 __all__ = ["BlockingCall", "CallSocket", "CallSocketError", "Connection",
            "HELLO", "PendingCall", "Plan", "Response", "UnixConnection",
-           "varint"]
+           "outcome_of"]
 
-HELLO: bytes = b"CHORUS-LOCAL/1\n"
+# How long close() waits for the reader thread.
+_CLOSE_WAIT = 2.0
 
-# How long connecting may take: the socket is local, so at once or never.
-_CONNECT_TIMEOUT = 2.0
 # How long past its deadline a call started on the caller's buffers
 # (start_into) waits for the worker's verdict before this end gives up on
 # it: the embedded worker always answers by the deadline, and until it has,
 # the call may still write its output.
 _IN_PLACE_GRACE = 10.0
-
-# A reply as chorus._frames reads it: (call_id, code, message,
-# status_details, data, algorithm, chunk_bytes).
-_Reply = Tuple[int, int, str, bytes, bytes, int, int]
-
-
-_ONE_BYTE = tuple(bytes([value]) for value in range(0x80))
-
-
-def varint(value: int) -> bytes:
-    """`value` as a protobuf varint."""
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class CallSocketError(grpc.RpcError):
-    """A call on the call socket that did not succeed, shaped as a failed
-    gRPC call: code(), details() and trailing_metadata() (holding the
-    google.rpc.Status with its ErrorDetail, as gRPC sends it).
-    """
-
-    def __init__(self, code: grpc.StatusCode, message: str,
-                 status_details: bytes = b"") -> None:
-        """Makes the error of a call that ended with `code` and `message`."""
-        super().__init__(message)
-        self._code = code
-        self._message = message
-        self._status_details = status_details
-
-    def code(self) -> grpc.StatusCode:
-        """The call's status code."""
-        return self._code
-
-    def details(self) -> str:
-        """The call's status message."""
-        return self._message
-
-    def trailing_metadata(self) -> Tuple[Tuple[str, bytes], ...]:
-        """The status details as gRPC's trailing metadata would carry
-        them.
-        """
-        if not self._status_details:
-            return ()
-        return ((_status_details.DETAILS_KEY, self._status_details),)
-
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-class Plan(NamedTuple):
-    """The plan a call ran, as LocalCollectiveResponse.plan has it."""
-
-    algorithm: int
-    chunk_bytes: int
-
-
-class Response(NamedTuple):
-    """What a call that succeeded returns: LocalCollectiveResponse's data
-    and plan.
-    """
-
-    data: bytes
-    plan: Plan
-
-
-def _outcome_of(reply: _Reply) -> Tuple[Optional[Response],
-                                        Optional[CallSocketError]]:
-    """(the response, None) of a reply that says OK, else (None, its
-    error).
-    """
-    _, code, message, details, data, algorithm, chunk_bytes = reply
-    if code == 0:
-        return Response(data, Plan(algorithm, chunk_bytes)), None
-    return None, CallSocketError(_CODES.get(code, grpc.StatusCode.UNKNOWN),
-                                 message, details)
 
 
 class PendingCall:
@@ -220,75 +137,6 @@ class BlockingCall:
         self._done = True
 
 
-class Connection(Protocol):
-    """What CallSocket drives: a channel that takes LocalCallFrames and
-    gives back replies as chorus._frames reads them. One whose caller can
-    run a call itself (an embedded worker's) also has
-    run_into(call_id, timeout_us, prefix, sequence, data, out) -> True |
-    reply, which runs it on the buffers themselves and returns once the
-    call ended (see CallSocket.run_in_place).
-    """
-
-    def fileno(self) -> int:
-        """A descriptor readable when replies wait (or the channel
-        ended).
-        """
-
-    def send_call(self, call_id: int, timeout_us: int,
-                  parts: Tuple[Any, ...]) -> None:
-        """Sends one call; OSError when the channel broke."""
-
-    def wait(self, call_id: int, seconds: float,
-             on_reply: Callable[[_Reply], bool]) -> Union[_Reply, None, bool]:
-        """Reads until `call_id`'s reply (returned), the deadline (None) or
-        the end (False); other replies go to on_reply.
-        """
-
-    def drain(self, on_reply: Callable[[_Reply], bool]) -> bool:
-        """Passes the replies waiting to on_reply; False at the end."""
-
-    def shutdown(self) -> None:
-        """Ends the channel: a thread waiting in wait() returns."""
-
-    def close(self) -> None:
-        """Releases the channel, once no thread uses it."""
-
-
-class UnixConnection:
-    """A connection to a worker daemon's call socket (a Connection)."""
-
-    def __init__(self, path: str) -> None:
-        """Connects to the call socket at `path` and says hello. Raises
-        OSError when it cannot.
-        """
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._sock.settimeout(_CONNECT_TIMEOUT)
-            self._sock.connect(path)
-            self._sock.settimeout(None)
-            self._sock.sendall(HELLO)
-        except BaseException:
-            self._sock.close()
-            raise
-        fd = self._sock.fileno()
-        reader = _frames.Reader(fd)
-        self.send_call = functools.partial(_frames.send_call, fd)
-        self.wait = reader.wait
-        self.drain = reader.drain
-        self.fileno = self._sock.fileno
-
-    def shutdown(self) -> None:
-        """Shuts the socket down both ways."""
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        """Closes the socket."""
-        self._sock.close()
-
-
 class CallSocket:
     """A connection to a worker daemon's call socket, or to the channel of
     an embedded worker (any Connection).
@@ -341,9 +189,12 @@ class CallSocket:
         # A full pipe already wakes the reader: writers never wait on it.
         os.set_blocking(self._wake_write, False)
         self._pipe_open = True
-        # Call ids; next() of it is atomic.
-        self._ids = itertools.count(1)
-        self._broken: Optional[str] = None
+        # Public: the ids of its calls; next() of it is atomic, so any
+        # thread (or the embedded worker's extension) takes one for a call.
+        self.call_ids: Iterator[int] = itertools.count(1)
+        # Public: why the connection broke (a call found it broken); None
+        # while calls may be sent. Read by any thread, set under the lock.
+        self.broken: Optional[str] = None
         self._closing = False
         self._reader = threading.Thread(
             target=self._read, daemon=True, name="chorus-call-socket")
@@ -354,7 +205,7 @@ class CallSocket:
         """Whether calls may still be sent (the connection did not break,
         as far as this end knows).
         """
-        return self._broken is None
+        return self.broken is None
 
     def call(self, request: Tuple[Any, ...], timeout: float,
              blocking: bool = False,
@@ -379,16 +230,16 @@ class CallSocket:
         if into is not None:
             deadline += _IN_PLACE_GRACE
         with self._lock:
-            call_id = next(self._ids)
+            call_id = next(self.call_ids)
             pending: Union[PendingCall, BlockingCall]
             if blocking:
                 pending = BlockingCall(self, call_id, deadline)
-                if self._broken is not None:
+                if self.broken is not None:
                     pending._end(error=self.unavailable())
                     return pending
             else:
                 pending = PendingCall()
-                if self._broken is not None:
+                if self.broken is not None:
                     pending._finish(error=self.unavailable())
                     return pending
                 self._unattended += 1
@@ -408,7 +259,7 @@ class CallSocket:
                 self._pending.pop(call_id, None)
                 if not blocking:
                     self._unattended -= 1
-                self._broken = f"sending failed: {e}"
+                self.broken = f"sending failed: {e}"
                 broken = True
             except Exception:
                 # Refused before it started (e.g. a buffer start_into
@@ -424,7 +275,7 @@ class CallSocket:
             # The daemon closed the socket. A write to a closed Unix socket
             # fails whole, so nothing of the call went out; a frame cut
             # short by another error leaves the connection unusable alike.
-            self._fail(self._broken or "sending failed")
+            self._fail(self.broken or "sending failed")
             return None
         if wake:
             self._wake()
@@ -440,10 +291,10 @@ class CallSocket:
         """Whether run_in_place() can run calls (the connection is an
         embedded worker's and did not break).
         """
-        return self._run_into is not None and self._broken is None
+        return self._run_into is not None and self.broken is None
 
     def run_in_place(self, prefix: bytes, sequence: int, data: Any, out: Any,
-                     timeout: float) -> Union[bool, _Reply, None]:
+                     timeout: float) -> Union[bool, Reply, None]:
         """Runs a blocking call on this thread, outside every lock, with
         none of the bookkeeping of call(): the request whose bytes are
         `prefix` (a LocalCollectiveRequest with no sequence and no data)
@@ -454,10 +305,10 @@ class CallSocket:
         its reply (as chorus._frames reads it) when it failed, or None when
         nothing was sent: the connection cannot run calls here, or broke.
         """
-        if self._run_into is None or self._broken is not None:
+        if self._run_into is None or self.broken is not None:
             return None
         try:
-            return self._run_into(next(self._ids),
+            return self._run_into(next(self.call_ids),
                                   max(1, int(timeout * 1e6)), prefix,
                                   sequence, data, out)
         except OSError as e:
@@ -472,7 +323,7 @@ class CallSocket:
             self._closing = True
         self._conn.shutdown()
         self._wake()
-        self._reader.join(timeout=_CONNECT_TIMEOUT)
+        self._reader.join(timeout=_CLOSE_WAIT)
         if not self._reader.is_alive():
             self._fail("it was closed")
             with self._lock:
@@ -496,7 +347,7 @@ class CallSocket:
         """The error of a call that found the connection broken."""
         return CallSocketError(
             grpc.StatusCode.UNAVAILABLE,
-            f"{self._name} closed ({self._broken})")
+            f"{self._name} closed ({self.broken})")
 
     def _end_late(self, waiting: BlockingCall) -> None:
         """Ends a blocking call whose deadline passed with
@@ -520,7 +371,7 @@ class CallSocket:
                 if left <= 0:
                     self._end_late(waiting)
                     return
-                if not self._reading and self._broken is None:
+                if not self._reading and self.broken is None:
                     self._reading = True
                     break
                 self._sleepers += 1
@@ -542,7 +393,7 @@ class CallSocket:
                     if reply is False:
                         self._fail("the daemon closed it")
                     elif reply is not None:
-                        outcome = _outcome_of(reply)
+                        outcome = outcome_of(reply)
         finally:
             with self._lock:
                 self._reading = False
@@ -572,7 +423,7 @@ class CallSocket:
             self._fail(f"{type(e).__name__}: {e}")
         return False
 
-    def _complete(self, reply: _Reply) -> bool:
+    def _complete(self, reply: Reply) -> bool:
         """Ends the call `reply` answers (none when it ended at its deadline
         already). Returns False when the reply ends the connection instead.
         """
@@ -580,7 +431,7 @@ class CallSocket:
         if call_id == 0:
             self._fail(reply[2])
             return False
-        response, error = _outcome_of(reply)
+        response, error = outcome_of(reply)
         with self._lock:
             pending = self._pending.pop(call_id, None)
             if type(pending) is BlockingCall:
@@ -600,8 +451,8 @@ class CallSocket:
         """
         waiting: List[PendingCall] = []
         with self._lock:
-            if self._broken is None:
-                self._broken = why
+            if self.broken is None:
+                self.broken = why
             for pending in self._pending.values():
                 if type(pending) is BlockingCall:
                     pending._end(error=self.unavailable())
@@ -647,7 +498,7 @@ class CallSocket:
         while True:
             upcoming = self._expire(time.monotonic())
             with self._lock:
-                if self._closing or self._broken is not None:
+                if self._closing or self.broken is not None:
                     return
                 read = self._unattended > 0 and not self._reading
                 if read:

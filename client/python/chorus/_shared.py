@@ -21,15 +21,16 @@ import mmap
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import grpc
 import numpy as np
 
+from chorus import _wire
 from chorus.errors import from_rpc_error
 from chorus.v1 import worker_pb2
 
-__all__ = ["Region", "SharedMemory", "SHARED_THRESHOLD_BYTES"]
+__all__ = ["Place", "Region", "SharedMemory", "SHARED_THRESHOLD_BYTES"]
 
 SHARED_THRESHOLD_BYTES: int = 64 * 1024
 """A collective whose input and output add up to at least this many bytes
@@ -84,6 +85,19 @@ def _map(answer: Any) -> Region:
     finally:
         os.close(fd)
     return Region(answer.region, answer.bytes, mapping)
+
+
+class Place(NamedTuple):
+    """Where one call's input and output lie in shared memory."""
+
+    lease: Optional[Region]
+    """The pool region lent to the call, or None (both in shared arrays)."""
+    out_offset: int
+    """Where the output starts in the lent region."""
+    in_target: bool
+    """Whether the output lands in the caller's `out` itself."""
+    fields: bytes
+    """The request's shared_input and shared_output fields, serialized."""
 
 
 class SharedMemory:
@@ -250,6 +264,47 @@ class SharedMemory:
                     mapping() is not None:
                 return region, start - address
         return None
+
+    def place(self, data: Optional[np.ndarray],
+              target: Optional[np.ndarray], output_bytes: int
+              ) -> Optional[Place]:
+        """Finds a call's place in shared memory: its input and `target`
+        in place where they are arrays from array(), else in a pool region
+        it borrows (copying `data` in). Returns None when the call goes in
+        messages (shared memory is off, or no region can be had). The
+        caller gives a lent region back (give_back() or discard()).
+        """
+        input_bytes = 0 if data is None else data.nbytes
+        at_input = self.locate(data) if input_bytes else None
+        at_output = None
+        if target is not None and output_bytes:
+            at_output = self.locate(target)
+        in_target = at_output is not None
+        in_pool = input_bytes if at_input is None else 0
+        out_offset = self.output_offset(in_pool)
+        need = out_offset + (output_bytes if at_output is None else 0)
+        lease = None
+        if need:
+            lease = self.borrow(need)
+            if lease is None:
+                return None
+        if at_input is None:
+            if lease is None:  # no input, output in a shared array
+                at_input = at_output
+            else:
+                at_input = (lease.region, 0)
+                if input_bytes:
+                    lease.view[:input_bytes] = \
+                        data.reshape(-1).view(np.uint8)
+        if at_output is None:
+            at_output = (lease.region, out_offset) if lease is not None \
+                else at_input
+        fields = b"".join((
+            _wire.shared_buffer(_wire.SHARED_INPUT_TAG, *at_input,
+                                input_bytes),
+            _wire.shared_buffer(_wire.SHARED_OUTPUT_TAG, *at_output,
+                                output_bytes)))
+        return Place(lease, out_offset, in_target, fields)
 
     @staticmethod
     def output_offset(input_bytes: int) -> int:

@@ -176,17 +176,19 @@ class EmbeddedWorker:
         return self._worker.calls()
 
     @staticmethod
-    def all_reduce_here(channel: Any, comm: Any, socket: Any,
+    def all_reduce_here(channel: Any, numbering: Any, socket: Any,
                         prepare: Callable[[Any, Any], Tuple[bytes, Any]],
                         not_here: Any, timeout: float) -> Any:
-        """The blocking all_reduce of numpy arrays that `comm` makes through
-        `channel` (from calls(); `socket` its CallSocket) in one call into
-        the extension (chorus._embedded.AllReduceHere, which says what it
-        takes and returns): prepare(x, op) gives (the request's bytes but
-        its number and data, the call) of one it has not seen, and
-        `timeout` is comm's default.
+        """The blocking all_reduce of numpy arrays that a communicator makes
+        through `channel` (from calls(); `socket` its CallSocket) in one
+        call into the extension (chorus._embedded.AllReduceHere, which says
+        what it takes and returns): it takes its numbers from `numbering`
+        (the communicator's chorus._numbering.Numbering, through take() and
+        done()), prepare(x, op) gives (the request's bytes but its number
+        and data, the call) of one it has not seen, and `timeout` is the
+        communicator's default.
         """
-        return _embedded.AllReduceHere(channel, comm, socket, prepare,
+        return _embedded.AllReduceHere(channel, numbering, socket, prepare,
                                        np.empty_like, np.ndarray, not_here,
                                        timeout)
 

@@ -1,19 +1,21 @@
 // chorus._embedded.AllReduceHere (all_reduce_here.h).
 //
-// AllReduceHere(calls, comm, socket, prepare, empty_like, ndarray, not_here,
-// timeout): a Communicator's blocking all_reduce of numpy arrays through
-// its embedded worker in one call from Python, doing in C what
-// Communicator._run_in_place() does in Python for any call (the same
-// checks, numbers and outcome), so that a small call spends little time
-// in the interpreter. It shares the communicator's numbering: it takes
-// and gives back numbers under comm._mutex (comm._next_sequence,
-// comm._in_flight, comm._closed; comm._lock is told when a closing
-// communicator's last call left), and only when that lock is free at once;
-// otherwise, and for any call it does not take, it returns `not_here`
-// having done nothing, and the Python path runs the call.
+// AllReduceHere(calls, numbering, socket, prepare, empty_like, ndarray,
+// not_here, timeout): a Communicator's blocking all_reduce of numpy arrays
+// through its embedded worker in one call from Python, doing in C what the
+// Python route RunInto (chorus/_routes/in_process.py) does for any call
+// (the same checks, numbers and outcome), so that a small call spends
+// little time in the interpreter. It takes its numbers through the public
+// methods of the communicator's Numbering (chorus/_numbering.py): take()
+// once the call passed its checks (it raises InvalidArgument once the
+// communicator is closed), done() once the call ended; and it reads its
+// CallSocket's public `broken` and `call_ids`. For any call it does not
+// take it returns `not_here` having done nothing, and the Python routes run
+// the call.
 //
-// Lifecycle: made by the Communicator of an embedded rank, which holds it;
-// it holds the Communicator and its channel, a cycle the collector breaks.
+// Lifecycle: made by the AllReduceHere route of an embedded rank, which
+// holds it; it holds that route (through `prepare`), a cycle the collector
+// breaks.
 // Thread safety: called with the GIL held, from any thread; it releases
 // the GIL while a call runs, and several calls may run at once.
 #include "client/python/embedded/all_reduce_here.h"
@@ -38,8 +40,10 @@ namespace {
 struct AllReduceHereObject {
   PyObject ob_base;      // what PyObject_HEAD declares
   PyObject* calls;       // the Calls channel
-  PyObject* comm;        // the Communicator
-  PyObject* socket;      // its CallSocket (_broken, _ids)
+  PyObject* take;        // numbering.take
+  PyObject* done;        // numbering.done
+  PyObject* socket;      // the CallSocket (its `broken`)
+  PyObject* call_ids;    // socket.call_ids
   PyObject* prepare;     // prepare(x, op) -> (prefix, call)
   PyObject* empty_like;  // numpy.empty_like
   PyObject* ndarray;     // numpy.ndarray
@@ -53,34 +57,14 @@ struct AllReduceHereObject {
 // The attribute names it reads, interned once.
 struct HereNames {
   PyObject* dtype;
-  PyObject* mutex;
-  PyObject* lock;
-  PyObject* closed;
-  PyObject* next_sequence;
-  PyObject* in_flight;
   PyObject* broken;
-  PyObject* ids;
-  PyObject* acquire;
-  PyObject* release;
-  PyObject* notify_all;
-  PyObject* left_flight;
 };
 HereNames kHereNames;
 
 bool InternHereNames() {
   const std::pair<PyObject**, const char*> names[] = {
       {&kHereNames.dtype, "dtype"},
-      {&kHereNames.mutex, "_mutex"},
-      {&kHereNames.lock, "_lock"},
-      {&kHereNames.closed, "_closed"},
-      {&kHereNames.next_sequence, "_next_sequence"},
-      {&kHereNames.in_flight, "_in_flight"},
-      {&kHereNames.broken, "_broken"},
-      {&kHereNames.ids, "_ids"},
-      {&kHereNames.acquire, "acquire"},
-      {&kHereNames.release, "release"},
-      {&kHereNames.notify_all, "notify_all"},
-      {&kHereNames.left_flight, "_left_flight"},
+      {&kHereNames.broken, "broken"},
   };
   for (const auto& [slot, text] : names) {
     *slot = PyUnicode_InternFromString(text);
@@ -105,8 +89,9 @@ void ForgetPrefixes(AllReduceHereObject* self) {
 
 int AllReduceHereTraverse(AllReduceHereObject* self, visitproc visit,
                           void* arg) {
-  for (PyObject* held : {self->calls, self->comm, self->socket, self->prepare,
-                         self->empty_like, self->ndarray, self->not_here}) {
+  for (PyObject* held :
+       {self->calls, self->take, self->done, self->socket, self->call_ids,
+        self->prepare, self->empty_like, self->ndarray, self->not_here}) {
     Py_VISIT(held);
   }
   if (self->prefixes != nullptr) {
@@ -118,8 +103,10 @@ int AllReduceHereTraverse(AllReduceHereObject* self, visitproc visit,
 int AllReduceHereClear(AllReduceHereObject* self) {
   if (self->prefixes != nullptr) ForgetPrefixes(self);
   Py_CLEAR(self->calls);
-  Py_CLEAR(self->comm);
+  Py_CLEAR(self->take);
+  Py_CLEAR(self->done);
   Py_CLEAR(self->socket);
+  Py_CLEAR(self->call_ids);
   Py_CLEAR(self->prepare);
   Py_CLEAR(self->empty_like);
   Py_CLEAR(self->ndarray);
@@ -128,22 +115,40 @@ int AllReduceHereClear(AllReduceHereObject* self) {
 }
 
 PyObject* AllReduceHereNew(PyTypeObject* type, PyObject* args, PyObject*) {
-  PyObject *calls, *comm, *socket, *prepare, *empty_like, *ndarray, *not_here;
+  PyObject *calls, *numbering, *socket, *prepare, *empty_like, *ndarray,
+      *not_here;
   double timeout;
   if (!PyArg_ParseTuple(args, "O!OOOOOOd:AllReduceHere", &kCallsType, &calls,
-                        &comm, &socket, &prepare, &empty_like, &ndarray,
+                        &numbering, &socket, &prepare, &empty_like, &ndarray,
                         &not_here, &timeout)) {
     return nullptr;
   }
-  auto* self = reinterpret_cast<AllReduceHereObject*>(type->tp_alloc(type, 0));
-  if (self == nullptr) return nullptr;
-  for (PyObject* held :
-       {calls, comm, socket, prepare, empty_like, ndarray, not_here}) {
+  // Looked up once: the bound methods and the iterator are the same for
+  // every call.
+  PyObject* take = PyObject_GetAttrString(numbering, "take");
+  PyObject* done = take == nullptr
+                       ? nullptr
+                       : PyObject_GetAttrString(numbering, "done");
+  PyObject* call_ids =
+      done == nullptr ? nullptr : PyObject_GetAttrString(socket, "call_ids");
+  auto* self = call_ids == nullptr ? nullptr
+                                   : reinterpret_cast<AllReduceHereObject*>(
+                                         type->tp_alloc(type, 0));
+  if (self == nullptr) {
+    Py_XDECREF(take);
+    Py_XDECREF(done);
+    Py_XDECREF(call_ids);
+    return nullptr;
+  }
+  for (PyObject* held : {calls, socket, prepare, empty_like, ndarray,
+                         not_here}) {
     Py_INCREF(held);
   }
   self->calls = calls;
-  self->comm = comm;
+  self->take = take;  // the references GetAttr returned
+  self->done = done;
   self->socket = socket;
+  self->call_ids = call_ids;
   self->prepare = prepare;
   self->empty_like = empty_like;
   self->ndarray = ndarray;
@@ -160,129 +165,21 @@ void AllReduceHereDealloc(AllReduceHereObject* self) {
   Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
 }
 
-// Holds a Python lock taken without waiting; empty when it was not free.
-class TriedLock {
- public:
-  explicit TriedLock(PyObject* lock) {
-    PyObject* got =
-        PyObject_CallMethodOneArg(lock, kHereNames.acquire, Py_False);
-    if (got == Py_True) lock_ = lock;
-    Py_XDECREF(got);
-    PyErr_Clear();
-  }
-  // Releases the lock, keeping the Python error pending, if any (a
-  // failed release adds none: a lock this thread took releases).
-  ~TriedLock() {
-    if (lock_ == nullptr) return;
-    PyObject* error_type;
-    PyObject* error;
-    PyObject* trace;
-    PyErr_Fetch(&error_type, &error, &trace);
-    PyObject* released = PyObject_CallMethodNoArgs(lock_, kHereNames.release);
-    Py_XDECREF(released);
-    PyErr_Clear();
-    PyErr_Restore(error_type, error, trace);
-  }
-  TriedLock(const TriedLock&) = delete;
-  TriedLock& operator=(const TriedLock&) = delete;
-  bool held() const { return lock_ != nullptr; }
-
- private:
-  PyObject* lock_ = nullptr;
-};
-
-// object.<name> as a C integer; -1 with no error when it is not one.
-long long IntAttr(PyObject* object, PyObject* name) {
-  PyObject* value = PyObject_GetAttr(object, name);
-  if (value == nullptr) {
-    PyErr_Clear();
-    return -1;
-  }
-  const long long n = PyLong_AsLongLong(value);
-  Py_DECREF(value);
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    return -1;
-  }
-  return n;
-}
-
-bool SetIntAttr(PyObject* object, PyObject* name, long long n) {
-  PyObject* value = PyLong_FromLongLong(n);
-  if (value == nullptr) return false;
-  const int set = PyObject_SetAttr(object, name, value);
-  Py_DECREF(value);
-  return set == 0;
-}
-
-// Takes the communicator's next number, as _run_in_place() does. Returns
-// it, or 0 (with no error) when the lock was not free at once, the
-// communicator is closed, or its state is not what it should be.
+// Takes the next number, through numbering.take(). Returns it, or 0 with
+// take()'s error (InvalidArgument once the communicator is closed).
 uint64_t TakeNumber(AllReduceHereObject* self) {
-  PyObject* mutex = PyObject_GetAttr(self->comm, kHereNames.mutex);
-  if (mutex == nullptr) {
-    PyErr_Clear();
-    return 0;
-  }
-  uint64_t sequence = 0;
-  {
-    TriedLock lock(mutex);
-    if (lock.held()) {
-      PyObject* closed = PyObject_GetAttr(self->comm, kHereNames.closed);
-      const long long next = IntAttr(self->comm, kHereNames.next_sequence);
-      const long long in_flight = IntAttr(self->comm, kHereNames.in_flight);
-      if (closed == Py_False && next > 0 && in_flight >= 0 &&
-          SetIntAttr(self->comm, kHereNames.next_sequence, next + 1)) {
-        if (SetIntAttr(self->comm, kHereNames.in_flight, in_flight + 1)) {
-          sequence = static_cast<uint64_t>(next);
-        } else {
-          SetIntAttr(self->comm, kHereNames.next_sequence, next);
-        }
-      }
-      Py_XDECREF(closed);
-      PyErr_Clear();
-    }
-  }
-  Py_DECREF(mutex);
+  PyObject* number = PyObject_CallNoArgs(self->take);
+  if (number == nullptr) return 0;
+  const unsigned long long sequence = PyLong_AsUnsignedLongLong(number);
+  Py_DECREF(number);
+  if (PyErr_Occurred()) return 0;
   return sequence;
 }
 
-// Counts a call as out of flight, as _left_flight() does (calling that
-// when the lock is not free at once). Returns false with a Python error.
+// Counts a call as out of flight, through numbering.done(). Returns false
+// with a Python error.
 bool LeftFlight(AllReduceHereObject* self) {
-  bool counted = false;
-  bool told = true;
-  PyObject* mutex = PyObject_GetAttr(self->comm, kHereNames.mutex);
-  if (mutex != nullptr) {
-    {
-      TriedLock lock(mutex);
-      const long long in_flight =
-          lock.held() ? IntAttr(self->comm, kHereNames.in_flight) : -1;
-      if (in_flight > 0 &&
-          SetIntAttr(self->comm, kHereNames.in_flight, in_flight - 1)) {
-        counted = true;
-        PyObject* closed = PyObject_GetAttr(self->comm, kHereNames.closed);
-        if (closed == nullptr) {
-          told = false;
-        } else if (closed == Py_True) {
-          // close() waits on comm._lock, a Condition of this lock.
-          PyObject* done = PyObject_GetAttr(self->comm, kHereNames.lock);
-          PyObject* woken = done == nullptr ? nullptr
-                                            : PyObject_CallMethodNoArgs(
-                                                  done, kHereNames.notify_all);
-          told = woken != nullptr;
-          Py_XDECREF(woken);
-          Py_XDECREF(done);
-        }
-        Py_XDECREF(closed);
-      }
-    }
-    Py_DECREF(mutex);
-  }
-  if (counted) return told;
-  PyErr_Clear();
-  PyObject* left =
-      PyObject_CallMethodNoArgs(self->comm, kHereNames.left_flight);
+  PyObject* left = PyObject_CallNoArgs(self->done);
   Py_XDECREF(left);
   return left != nullptr;
 }
@@ -425,22 +322,21 @@ PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
   const bool usable = broken == Py_None && CallsOpen(self->calls);
   Py_XDECREF(broken);
   // The call's id, as CallSocket.run_in_place() takes one.
-  PyObject* ids =
-      usable ? PyObject_GetAttr(self->socket, kHereNames.ids) : nullptr;
-  PyObject* id_object = ids == nullptr ? nullptr : PyIter_Next(ids);
-  Py_XDECREF(ids);
+  PyObject* id_object = usable ? PyIter_Next(self->call_ids) : nullptr;
   const unsigned long long call_id =
       id_object == nullptr ? 0 : PyLong_AsUnsignedLongLong(id_object);
   Py_XDECREF(id_object);
   PyErr_Clear();
-  const uint64_t sequence =
-      call_id == 0 || call_id == static_cast<unsigned long long>(-1)
-          ? 0
-          : TakeNumber(self);
-  if (sequence == 0) {
+  if (call_id == 0 || call_id == static_cast<unsigned long long>(-1)) {
     Py_DECREF(result);
     Py_DECREF(prepared);
     return not_here();
+  }
+  const uint64_t sequence = TakeNumber(self);
+  if (sequence == 0) {  // closed: take()'s InvalidArgument
+    Py_DECREF(result);
+    Py_DECREF(prepared);
+    return nullptr;
   }
   const CallerMemory memory{
       absl::string_view(static_cast<const char*>(data.view.buf),
@@ -487,13 +383,14 @@ bool AddAllReduceHere(PyObject* module) {
       reinterpret_cast<traverseproc>(AllReduceHereTraverse);
   kAllReduceHereType.tp_clear = reinterpret_cast<inquiry>(AllReduceHereClear);
   kAllReduceHereType.tp_doc =
-      "AllReduceHere(calls, comm, socket, prepare, empty_like, ndarray, "
+      "AllReduceHere(calls, numbering, socket, prepare, empty_like, ndarray, "
       "not_here, timeout): a Communicator's blocking all_reduce of numpy "
       "arrays through the embedded worker of `calls`, called as (x, op, out, "
-      "timeout). Returns the output array once the call succeeded; (call, "
-      "sequence, reply) when it failed, for the communicator to settle; "
-      "not_here, having done nothing, for a call it does not take. Raises "
-      "as prepare(x, op) does.";
+      "timeout), numbered by numbering.take() and done(). Returns the output "
+      "array once the call succeeded; (call, sequence, reply) when it "
+      "failed, for the communicator to settle; not_here, having done "
+      "nothing, for a call it does not take. Raises as prepare(x, op) and "
+      "numbering.take() do.";
   kAllReduceHereType.tp_new = AllReduceHereNew;
   kAllReduceHereType.tp_call = reinterpret_cast<ternaryfunc>(AllReduceHereCall);
   if (!InternHereNames() || PyType_Ready(&kAllReduceHereType) < 0) {

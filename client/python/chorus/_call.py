@@ -1,0 +1,143 @@
+"""One collective call as a communicator runs it: what it sends, what it
+expects back, and how (blocking or not, deadline, forced plan and device).
+
+A Communicator's public method checks its arguments and makes a Call;
+check() finishes it (its deadline, its request's prefix, its output array),
+raising InvalidArgument before the call takes a number. One call is made
+unchecked: a blocking all_reduce with default options (Call.all_reduce()),
+which an embedded rank hands to its extension as it is (the route
+AllReduceHere checks it in C); every other route checks it first.
+
+Thread safety: a Call belongs to the thread that made it, until its route
+hands it to whichever thread settles it.
+"""
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from chorus import _arrays, _dtypes
+from chorus._arrays import Buffer
+from chorus._wire import Prefixes
+
+__all__ = ["Call", "check"]
+
+
+class Call:
+    """What one collective sends and expects back, and how it runs.
+
+    Attributes:
+        kind, dtype, count, op, root: the call's spec (dtype a Chorus name;
+            None for a barrier).
+        data: this rank's input as a C-contiguous array, or None.
+        out_shape: the shape of this rank's output; None when it gets none.
+        out_dtype: the numpy dtype of the output's elements.
+        out: the caller's `out`, as given.
+        target: `out` as a writable array of the output (after check()).
+        async_op, timeout, algorithm, device: as the caller gave them;
+            timeout in seconds once checked.
+        prefix: the request's serialized fields but its number and data
+            (after check()).
+        unchecked: True for Call.all_reduce() until check() read its input.
+        raw: that input, as the caller gave it (then None).
+        place: where a call through shared memory has its input and output
+            (a chorus._shared.Place), once choose() found one.
+    """
+
+    __slots__ = ("kind", "dtype", "count", "op", "root", "data", "out_shape",
+                 "out_dtype", "out", "target", "async_op", "timeout",
+                 "algorithm", "device", "prefix", "unchecked", "raw", "place")
+
+    def __init__(self, kind: str, dtype: Optional[str], count: int,
+                 op: Any = "", root: int = 0,
+                 data: Optional[np.ndarray] = None,
+                 out_shape: Optional[Tuple[int, ...]] = None) -> None:
+        """A call whose input the public method checked already; its
+        options are the defaults until set.
+        """
+        self.kind = kind
+        self.dtype = dtype
+        self.count = count
+        self.op = op
+        self.root = root
+        self.data = data
+        self.out_shape = out_shape
+        self.out_dtype = None if dtype is None else _dtypes.numpy_dtype(dtype)
+        self.out: Optional[Buffer] = None
+        self.target: Optional[np.ndarray] = None
+        self.async_op = False
+        self.timeout: Any = None
+        self.algorithm: Any = None
+        self.device: Any = None
+        self.prefix = b""
+        self.unchecked = False
+        self.raw: Any = None
+        self.place: Any = None
+
+    @classmethod
+    def all_reduce(cls, x: Buffer, op: Any, dtype: Any) -> "Call":
+        """An all_reduce of `x`, which check() reads (as `dtype`); its
+        options are the defaults until set.
+        """
+        call = cls.__new__(cls)
+        call.kind = "all_reduce"
+        call.dtype = dtype  # as given, until check()
+        call.count = 0
+        call.op = op
+        call.root = 0
+        call.data = None
+        call.out_shape = None
+        call.out_dtype = None
+        call.out = None
+        call.target = None
+        call.async_op = False
+        call.timeout = None
+        call.algorithm = None
+        call.device = None
+        call.prefix = b""
+        call.unchecked = True
+        call.raw = x
+        call.place = None
+        return call
+
+    @property
+    def plain(self) -> bool:
+        """Whether this is a blocking all_reduce with default options not
+        checked yet: one that an embedded rank's AllReduceHere may take.
+        """
+        return (self.unchecked and not self.async_op and
+                self.dtype is None and self.algorithm is None and
+                self.device is None)
+
+    @property
+    def data_bytes(self) -> int:
+        """The bytes of this rank's input."""
+        return 0 if self.data is None else self.data.nbytes
+
+    def output_bytes(self) -> int:
+        """The bytes of this rank's output."""
+        if self.out_shape is None or self.out_dtype is None:
+            return 0
+        return math.prod(self.out_shape) * self.out_dtype.itemsize
+
+
+def check(call: Call, prefixes: Prefixes, default_timeout: float) -> None:
+    """Finishes `call` before it takes a number: reads Call.all_reduce()'s
+    input, checks its timeout (default_timeout for None), makes its
+    request's prefix and reads its `out`. Raises InvalidArgument for what
+    the call cannot carry.
+    """
+    if call.unchecked:
+        data, name = _arrays.as_array(call.raw, call.dtype, "x")
+        call.unchecked, call.raw = False, None
+        call.dtype, call.count, call.data = name, data.size, data
+        call.out_shape = data.shape
+        call.out_dtype = _dtypes.numpy_dtype(name)
+    call.timeout = _arrays.check_timeout(call.timeout, default_timeout)
+    call.prefix = prefixes.prefix(call.kind, call.dtype, call.count, call.op,
+                                  call.root, call.algorithm, call.device)
+    if call.out_shape is not None and call.out is not None:
+        call.target = _arrays.as_output(
+            call.out, call.dtype, call.output_bytes() //
+            call.out_dtype.itemsize)

@@ -1,0 +1,291 @@
+"""Joining a Chorus group: chorus.join() finds the worker (a daemon's local
+API, or an embedded worker runtime), checks every argument before anything
+is sent, dials the worker and waits in its JoinGroup until every rank
+joined, then hands the Communicator its channel and what the join returned.
+
+Thread safety: join() may be called from any thread; each call makes its
+own channel.
+"""
+
+import os
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from chorus import _arrays, _connect, _names
+from chorus import embedded as _embedded_worker
+from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
+                                 Communicator)
+from chorus.embedded import EmbeddedWorker
+from chorus.errors import InvalidArgument, Unavailable, from_rpc_error
+from chorus.v1 import worker_pb2, worker_pb2_grpc
+
+__all__ = ["join"]
+
+# How long join() waits for the channel to connect before it asks anyway.
+_CONNECT_WAIT = 5.0
+
+
+def _env_int(names: Sequence[str], given: Optional[int],
+             what: str) -> int:
+    """`given` as an int, else the first of the environment variables
+    `names` that is set; InvalidArgument when there is none or it is not an
+    integer.
+    """
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)):
+            raise InvalidArgument(f"{what} must be an int, got {given!r}")
+        return int(given)
+    for name in names:
+        text = os.environ.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            return int(text)
+        except ValueError:
+            raise InvalidArgument(
+                f"{name}={text!r} is not an integer ({what})") from None
+    raise InvalidArgument(
+        f"no {what}: pass {what}= or set {' or '.join(names)}")
+
+
+
+def join(group: Optional[str] = None, world_size: Optional[int] = None,
+         rank: Optional[int] = None, *,
+         worker: Union[str, EmbeddedWorker, None] = None,
+         coordinator: Optional[str] = None,
+         device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
+         max_message_bytes: int = MAX_MESSAGE_BYTES,
+         tls_dir: Optional[_connect.PathLike] = None,
+         shared_memory: bool = True,
+         call_socket: bool = True) -> "Communicator":
+    """Joins `group` as `rank` of `world_size` ranks through the worker daemon
+    at `worker` and returns the Communicator once every rank joined.
+
+    Args:
+        group: the group's name; default $CHORUS_GROUP.
+        world_size: number of ranks; default $CHORUS_WORLD_SIZE, then
+            $WORLD_SIZE (as torchrun sets it).
+        rank: this rank, 0 .. world_size - 1; default $CHORUS_RANK, then
+            $RANK.
+        worker: the daemon's local API: "unix:/path" (its --local_socket)
+            or "host:port" (its --listen address, which answers loopback
+            callers, or with TLS a client or admin certificate); default
+            $CHORUS_WORKER, else "unix:" + default_socket_path(), the
+            socket a worker started without --local_socket serves
+            ($XDG_RUNTIME_DIR/chorus/worker.sock, or
+            /tmp/chorus-<uid>/worker.sock without XDG_RUNTIME_DIR).
+            An EmbeddedWorker (chorus.embedded) makes this rank go through
+            the worker runtime in this process instead of a daemon.
+        coordinator: instead of a worker, the coordinator's "host:port":
+            the rank goes through this process's own worker runtime
+            (chorus.embedded.shared_worker(coordinator), started on first
+            use), with no daemon in between: a small collective costs less
+            CPU and time (bench/README.md). Needs the embedded worker (see
+            chorus.embedded). That shared worker is plaintext, and tls_dir=
+            is refused with it: for TLS, pass
+            worker=chorus.EmbeddedWorker(coordinator, tls_dir=...).
+        device: the device this rank reduces on: "cpu", "cuda:0", ...
+        timeout: seconds the join may wait for the other ranks; also the
+            default deadline of every collective of the communicator.
+        max_message_bytes: the largest gRPC message the daemon takes and
+            sends (MAX_MESSAGE_BYTES unless the daemon was built otherwise);
+            calls whose messages would be larger stream their tensors.
+        tls_dir: for a host:port worker started with --tls_dir, a directory
+            with ca.pem (the cluster's CA), cert.pem and key.pem (this
+            client's certificate, chorus://client/NAME or
+            chorus://admin/NAME, and key), as scripts/dev_certs.sh makes in
+            DIR/client-NAME: the channel then uses mutual TLS; default
+            $CHORUS_TLS_DIR; "" means plaintext. A unix: worker is always
+            reached in plaintext and tls_dir is not read.
+        shared_memory: let collectives of SHARED_THRESHOLD_BYTES or more
+            read and write their tensors in memory shared with the daemon
+            (WorkerLocal.OpenSharedRegion) rather than in messages. It works
+            when the daemon runs on this host as this user (or this process
+            as root); elsewhere calls go in messages, as with False.
+        call_socket: send collectives on the daemon's call socket (plain
+            frames on a Unix socket, which JoinGroup names) rather than as
+            gRPC calls: the same calls and errors for much less time per
+            small call. It works where the daemon offers one, `worker` is
+            on this host (a unix: socket or a loopback address) and this
+            process can open it (this user); otherwise, or with False,
+            collectives are gRPC calls. Tensors too large for one
+            message go through shared memory or streams either way.
+
+    Raises:
+        FailedPrecondition: coordinator= where this installation has no
+            embedded worker.
+        InvalidArgument: a missing or malformed argument (nothing is sent),
+            a TLS file that is missing, unreadable or not PEM, or an
+            argument the coordinator refuses (rank taken, world size
+            differs).
+        PermissionDenied: the daemon refuses this caller: over TCP without
+            TLS it answers only loopback, with TLS only client and admin
+            certificates.
+        DeadlineExceeded: not every rank joined in time; `missing_ranks`
+            names the others.
+        Unimplemented: the device cannot take part in distributed
+            operations.
+        Unavailable: the daemon cannot be reached (no socket at a unix:
+            path, nothing listening, a TLS handshake that failed) or is not
+            registered yet.
+    """
+    group, world_size, rank = _ranks(group, world_size, rank)
+    embedded, worker, default_worker, tls_path, tls_source = _where(
+        worker, coordinator, tls_dir)
+    timeout = _arrays.check_timeout(timeout, DEFAULT_TIMEOUT)
+    if (isinstance(max_message_bytes, bool) or
+            not isinstance(max_message_bytes, int) or max_message_bytes < 1):
+        raise InvalidArgument(
+            f"max_message_bytes must be a positive int, got "
+            f"{max_message_bytes!r}")
+    device_proto = _names.parse_device(device)
+    credentials = None
+    if tls_path is not None:  # the files are checked before anything is sent
+        credentials = _connect.tls_credentials(tls_path, tls_source)
+    if coordinator is not None:
+        embedded = _embedded_worker.shared_worker(coordinator)
+    if embedded is not None:
+        worker = embedded.target
+    else:
+        _connect.check_socket(worker, default_worker)
+    request = worker_pb2.LocalJoinRequest(
+        group=group, world_size=world_size, rank=rank, device=device_proto)
+    channel, response = _join_group(worker, credentials, tls_path,
+                                    tls_source, timeout, max_message_bytes,
+                                    request)
+    return Communicator(
+        _channel=channel, _worker=worker, _group=group,
+        _world_size=world_size, _rank=rank, _epoch=response.epoch,
+        _device=_names.canonical_name(device_proto),
+        _member_devices=list(response.member_devices), _timeout=timeout,
+        _max_message_bytes=max_message_bytes,
+        _shared_memory=bool(shared_memory),
+        # A worker on another host names a path of its host: one here may
+        # be another worker's.
+        _call_socket=(response.call_socket
+                      if call_socket and _connect.is_this_host(worker)
+                      else ""),
+        _embedded=embedded if call_socket else None)
+
+
+def _ranks(group: Optional[str], world_size: Optional[int],
+           rank: Optional[int]) -> Tuple[str, int, int]:
+    """(group, world_size, rank) as given or from the environment;
+    InvalidArgument where one is missing or out of range.
+    """
+    if group is None:
+        group = os.environ.get("CHORUS_GROUP") or None
+    if not isinstance(group, str) or not group:
+        raise InvalidArgument("no group: pass group= or set CHORUS_GROUP")
+    world_size = _env_int(("CHORUS_WORLD_SIZE", "WORLD_SIZE"), world_size,
+                          "world_size")
+    rank = _env_int(("CHORUS_RANK", "RANK"), rank, "rank")
+    if world_size < 1:
+        raise InvalidArgument(
+            f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise InvalidArgument(
+            f"rank {rank} is out of range for world size {world_size}")
+    return group, world_size, rank
+
+
+def _where(worker: Union[str, EmbeddedWorker, None],
+           coordinator: Optional[str], tls_dir: Optional[_connect.PathLike]
+           ) -> Tuple[Optional[EmbeddedWorker], str, bool, Optional[str],
+                      str]:
+    """(the EmbeddedWorker given, the worker's target, whether it is the
+    default socket, the TLS directory or None, how it was given) of join()'s
+    arguments; InvalidArgument for ones that do not go together. The target
+    of an embedded worker is "" until join() knows the worker.
+    """
+    embedded: Optional[EmbeddedWorker] = None
+    if coordinator is not None:
+        if worker is not None:
+            raise InvalidArgument("pass worker= or coordinator=, not both")
+        if not isinstance(coordinator, str) or not coordinator:
+            raise InvalidArgument(
+                f"coordinator must be 'host:port', got {coordinator!r}")
+    elif isinstance(worker, EmbeddedWorker):
+        if worker.closed:
+            raise InvalidArgument(f"{worker!r} is closed")
+        embedded = worker
+    if (embedded is not None or coordinator is not None) and tls_dir:
+        raise InvalidArgument(
+            "tls_dir= is for a worker daemon's TCP port (a client's "
+            "certificate); an embedded worker takes a worker's: pass "
+            "worker=chorus.EmbeddedWorker(coordinator, tls_dir=...)")
+    if embedded is not None or coordinator is not None:
+        worker, default_worker = "", False  # set once the checks passed
+        tls_path, tls_source = None, ""
+    else:
+        worker, default_worker = _connect.resolve_worker(worker)
+        tls_path, tls_source = _connect.resolve_tls_dir(tls_dir)
+    if _connect.is_unix_target(worker):
+        tls_path = None
+    return embedded, worker, default_worker, tls_path, tls_source
+
+
+def _join_group(worker: str, credentials: Optional[grpc.ChannelCredentials],
+                tls_path: Optional[str], tls_source: str, timeout: float,
+                max_message_bytes: int,
+                request: worker_pb2.LocalJoinRequest
+                ) -> Tuple[grpc.Channel, Any]:
+    """Dials `worker` and joins through its JoinGroup; returns (the
+    channel, the LocalJoinResponse). Raises the join's chorus.Error (an
+    Unavailable one with a hint where the channel never connected).
+    """
+    channel = _connect.make_channel(worker, credentials, options=[
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ])
+    try:
+        # A fresh channel's first attempt can fail on a busy host; give it a
+        # moment, then ask anyway so that an absent daemon fails the join.
+        connected = True
+        try:
+            grpc.channel_ready_future(channel).result(
+                timeout=min(timeout, _CONNECT_WAIT))
+        except grpc.FutureTimeoutError:
+            connected = False
+        if connected and credentials is not None:
+            # The channel took the certificate's CA and host; its role is
+            # checked here (no join goes to a server that is no worker).
+            _connect.check_worker_certificate(
+                worker, tls_path, tls_source, min(timeout, _CONNECT_WAIT))
+        stub = worker_pb2_grpc.WorkerLocalStub(channel)
+        try:
+            response = stub.JoinGroup(request, timeout=timeout)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+            if isinstance(error, Unavailable):
+                hint = ""
+                if not connected:
+                    hint = _connection_hint(worker, tls_source)
+                raise Unavailable(
+                    f"worker daemon at {worker}: {error.message}{hint}",
+                    error.code, error.details) from None
+            raise error from None
+    except BaseException:
+        channel.close()
+        raise
+    return channel, response
+
+
+def _connection_hint(worker: str, tls_source: str) -> str:
+    """What to check when a channel to `worker` never connected."""
+    if _connect.is_unix_target(worker):
+        return (" (is the worker running, and serving this socket for this "
+                "user? it is mode 0600)")
+    if tls_source:
+        return (f" (with TLS from {tls_source}: the worker must run with "
+                "--tls_dir, its certificate must come from the same CA and "
+                "name the host dialed, and it must accept this client's "
+                "certificate)")
+    return (" (a worker started with --tls_dir needs tls_dir= or "
+            "CHORUS_TLS_DIR)")
+

@@ -1,0 +1,109 @@
+"""The numbers of one communicator's collectives, and its calls in flight.
+
+The n-th call of every rank of a group epoch is matched with the n-th call of
+the others, so a rank numbers its calls 1, 2, 3, ... without gaps. Numbering
+is the one owner of those numbers: every way a call travels takes its
+number here (the embedded worker's extension through the same methods), and
+a call the worker refused before it took its number gives it back. It also
+counts the calls in flight, which close() waits for.
+
+    number = numbering.take()          # a call that is sent after
+    with numbering.issue() as number:  # a call sent in number order
+        send(number)
+    ...
+    numbering.done()                   # once the call ended
+
+Thread safety: every method may be called from any thread. Calls issued
+concurrently are numbered in the order they take the lock.
+"""
+
+import contextlib
+import threading
+from typing import Iterator, Optional
+
+from chorus.errors import InvalidArgument
+
+__all__ = ["Numbering"]
+
+
+class Numbering:
+    """The call numbers of one communicator (one rank of one group epoch),
+    from 1, and the count of its calls in flight.
+    """
+
+    def __init__(self) -> None:
+        """Numbers from 1, no call in flight."""
+        # Public: held while a number is taken and, in issue(), while the
+        # call is sent; whoever holds it holds every call back.
+        self.lock: threading.Lock = threading.Lock()
+        self._drained = threading.Condition(self.lock)
+        self._next = 1
+        self._in_flight = 0
+        self._closed = False
+
+    @property
+    def next(self) -> int:
+        """The number the next call will take."""
+        with self.lock:
+            return self._next
+
+    def take(self) -> int:
+        """Takes the next number for a call and counts it in flight until
+        done(). Raises InvalidArgument once closed.
+        """
+        with self.lock:
+            return self._take_locked()
+
+    @contextlib.contextmanager
+    def issue(self) -> Iterator[int]:
+        """Takes the next number, as take(), and holds the lock while the
+        block sends the call, so that calls go out in number order. When the
+        block raises, the call is counted out of flight, and for an
+        Exception (the call was refused before it went out) its number is
+        given back when no later call took one.
+        """
+        with self.lock:
+            number = self._take_locked()
+            try:
+                yield number
+            except BaseException as e:
+                self._done_locked()
+                if isinstance(e, Exception) and self._next == number + 1:
+                    self._next = number
+                raise
+
+    def give_back(self, number: int) -> None:
+        """Makes `number` the next one again, when no later call took one:
+        for a call the worker refused before it took its number (it is
+        still counted in flight until done()).
+        """
+        with self.lock:
+            if self._next == number + 1:
+                self._next = number
+
+    def done(self) -> None:
+        """Counts a call as no longer in flight."""
+        with self.lock:
+            self._done_locked()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Refuses every later number (take() raises InvalidArgument), then
+        waits for the calls in flight to end, `timeout` seconds at most.
+        Idempotent.
+        """
+        with self.lock:
+            self._closed = True
+            self._drained.wait_for(lambda: self._in_flight == 0, timeout)
+
+    def _take_locked(self) -> int:
+        if self._closed:
+            raise InvalidArgument("this communicator is closed")
+        number = self._next
+        self._next = number + 1
+        self._in_flight += 1
+        return number
+
+    def _done_locked(self) -> None:
+        self._in_flight -= 1
+        if self._closed and self._in_flight == 0:
+            self._drained.notify_all()
