@@ -184,19 +184,23 @@ def test_each_code_has_its_class(stand_in: Any,
         comm.all_reduce(np.ones(1, np.float32))
 
 
-def test_message_text_is_parsed(stand_in: Any) -> None:
+def test_a_status_without_details_has_only_its_code_and_message(
+        stand_in: Any) -> None:
     servicer, comm = stand_in
-    servicer.answer = _fail(
-        grpc.StatusCode.ABORTED,
-        'group g (epoch 12) aborted: ranks 0, 2-3 on worker "w 1" (id 3) '
-        "lost: no heartbeat within the lease (5s); join the group again")
+    message = ('group g (epoch 12) aborted: ranks 0, 2-3 on worker "w 1" '
+               "(id 3) lost: no heartbeat within the lease (5s); join the "
+               "group again")
+    servicer.answer = _fail(grpc.StatusCode.ABORTED, message)
     with pytest.raises(chorus.Aborted) as caught:
         comm.barrier()
     e = caught.value
-    assert (e.group, e.epoch, e.lost_worker, e.lost_worker_id) == (
-        "g", 12, "w 1", 3)
-    assert e.lost_ranks == [0, 2, 3] and e.lost_rank == 0
-    assert e.missing_ranks is None and e.details == []
+    assert e.message == message and e.details == []
+    # The message text is not parsed: the facts come from an ErrorDetail.
+    assert (e.epoch, e.lost_worker, e.lost_worker_id, e.lost_ranks,
+            e.lost_rank, e.missing_ranks, e.reason) == (
+                None, None, None, None, None, None, None)
+    # A failed collective names its own group and number at least.
+    assert e.group == "wire" and e.sequence == comm.next_sequence - 1
 
 
 def test_details_win_over_the_message(stand_in: Any) -> None:
@@ -234,19 +238,35 @@ def test_details_of_a_known_message_type(stand_in: Any) -> None:
     assert caught.value.group == "gx" and caught.value.epoch == 42
 
 
-def test_malformed_details_fall_back_to_the_message(stand_in: Any) -> None:
+def test_malformed_details_are_ignored(stand_in: Any) -> None:
     servicer, comm = stand_in
-    servicer.answer = _fail(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "collective #4 of group g does not match across ranks: ranks 0, 1: "
-        "all_reduce f32[3] sum; rank 2: all_reduce f32[2] sum",
-        b"\xff\xff not a status")
+    message = ("collective #4 of group g does not match across ranks: "
+               "ranks 0, 1: all_reduce f32[3] sum; rank 2: all_reduce "
+               "f32[2] sum")
+    servicer.answer = _fail(grpc.StatusCode.INVALID_ARGUMENT, message,
+                            b"\xff\xff not a status")
     with pytest.raises(chorus.InvalidArgument) as caught:
         comm.barrier()
-    assert caught.value.ranks == {0: "all_reduce f32[3] sum",
-                                  1: "all_reduce f32[3] sum",
-                                  2: "all_reduce f32[2] sum"}
-    assert caught.value.sequence == 4
+    assert caught.value.message == message and caught.value.details == []
+    assert caught.value.ranks is None and caught.value.reason is None
+    assert caught.value.sequence == comm.next_sequence  # given back
+
+
+def test_a_workers_stale_epoch_refusal_names_its_epoch_and_group() -> None:
+    # The one status read from its text: a worker's refusal of a call in an
+    # epoch it left behind carries no ErrorDetail yet (chorus.errors says
+    # which server paths).
+    for message in (
+            "stale epoch 3 for group g/1; this worker joined it at epoch 4",
+            "stale epoch 3 for group g/1; this worker has seen epoch 4"):
+        error = chorus.errors.from_rpc_error(
+            chorus._call_socket.CallSocketError(
+                grpc.StatusCode.FAILED_PRECONDITION, message))
+        assert type(error) is chorus.FailedPrecondition
+        assert (error.epoch, error.group) == (3, "g/1")
+    other = chorus.errors.from_rpc_error(chorus._call_socket.CallSocketError(
+        grpc.StatusCode.ABORTED, "stale epoch 3 for group g; this worker "))
+    assert (other.epoch, other.group) == (None, None)
 
 
 def test_a_short_reply_is_an_internal_error(stand_in: Any) -> None:
@@ -260,12 +280,22 @@ def test_a_short_reply_is_an_internal_error(stand_in: Any) -> None:
 
 def test_errors_survive_pickling() -> None:
     import pickle
+    from chorus.v1 import status_pb2
+    message = ("ranks 1, 2 of group g did not reach barrier #3 within the "
+               "deadline")
+    detail = status_pb2.ErrorDetail(reason="RANKS_MISSING", group="g",
+                                    sequence=3, missing_ranks=[1, 2])
+    decoded = _status_details.decode([(
+        _status_details.DETAILS_KEY,
+        _status_details.encode(grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                               message, [detail]))])
+    assert decoded is not None
     error = chorus.DeadlineExceeded(
-        "ranks 1, 2 of group g did not reach barrier #3 within the deadline",
-        grpc.StatusCode.DEADLINE_EXCEEDED)
+        message, grpc.StatusCode.DEADLINE_EXCEEDED, decoded[2])
     copy = pickle.loads(pickle.dumps(error))
     assert type(copy) is chorus.DeadlineExceeded
     assert copy.missing_ranks == [1, 2] and copy.sequence == 3
+    assert copy.reason == "RANKS_MISSING" and copy.group == "g"
 
 
 def test_a_deadline_without_a_verdict_names_the_call(stand_in: Any) -> None:

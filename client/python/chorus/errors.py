@@ -3,8 +3,13 @@ structure of the status (missing ranks, the lost worker, the per-rank account
 of a mismatch) as attributes.
 
 The attributes come from the google.rpc.Status details a server attaches
-(trailing metadata "grpc-status-details-bin") where it does, and are parsed
-from the message text otherwise; details win where both say something.
+(trailing metadata "grpc-status-details-bin"): the chorus.v1.ErrorDetail
+every Chorus server attaches where it has something structured to say
+(proto/chorus/v1/status.proto), or a google.rpc.ErrorInfo or another detail
+message with the same fields. The message text is the status's whole story
+for people and is never parsed, but for one narrow fallback (see
+_stale_epoch) for the server paths that attach no detail yet. A status
+without details has a code and a message and no other attribute.
 """
 
 import re
@@ -53,6 +58,8 @@ class Error(Exception):
             (e.g. "MISMATCH", "RANKS_MISSING", "WORKER_LOST"; the list is in
             proto/chorus/v1/status.proto) or a google.rpc.ErrorInfo; None
             when the server attached neither.
+        Every attribute but code, message and details is None (number_used
+        False) where the status's details do not say it.
         details: every google.rpc.Status detail, as (type name, fields dict
             or raw bytes) pairs; empty when the server attached none.
     """
@@ -78,9 +85,10 @@ class Error(Exception):
         self.device: Optional[str] = None
         self.number_used: bool = False
         self.reason: Optional[str] = None
-        for name, value in _parse_message(message).items():
-            setattr(self, name, value)
-        for name, value in _from_details(self.details).items():
+        found = _from_details(self.details)
+        if not found:
+            found = _stale_epoch(self.code, message)
+        for name, value in found.items():
             setattr(self, name, value)
 
     def __str__(self) -> str:
@@ -215,10 +223,8 @@ def from_rpc_error(error: grpc.RpcError) -> Error:
     return error_for_code(code)(message, code, details)
 
 
-# --- message parsing -------------------------------------------------------
+# --- ranks -------------------------------------------------------------------
 # The servers write ranks as FormatRanks does: "rank 3", "ranks 0, 2-4".
-
-_RANKS = r"ranks? (\d+(?:-\d+)?(?:, \d+(?:-\d+)?)*)"
 
 
 def parse_ranks(text: str) -> List[int]:
@@ -236,80 +242,28 @@ def parse_ranks(text: str) -> List[int]:
     return ranks
 
 
-def _account(text: str) -> Dict[int, str]:
-    """Parses "rank 0: A; ranks 1, 2: B" into {0: A, 1: B, 2: B}."""
-    account: Dict[int, str] = {}
-    for entry in re.split(r"; (?=ranks? \d)", text):
-        found = re.match(_RANKS + r": (.*)$", entry, re.S)
-        if found:
-            for rank in parse_ranks(found.group(1)):
-                account[rank] = found.group(2)
-    return account
+# --- the one fallback ---------------------------------------------------------
+# A rank's call in an epoch its worker has left behind is refused before it
+# takes its number, with FAILED_PRECONDITION and no ErrorDetail, by
+# server/worker/local_api_service.cc, LocalApiService::PrepareCall ("stale
+# epoch 3 for group g; this worker joined it at epoch 4") and
+# server/worker/call_ledger.cc, CallLedger::Use ("stale epoch 3 for group g;
+# this worker has seen epoch 4"). The coordinator's own stale-epoch statuses
+# carry a STALE_EPOCH detail. Until those two worker paths attach one, their
+# epoch and group are read from exactly that message; delete this with them.
+_STALE = re.compile(r"stale epoch (\d+) for group (\S+?); this worker ")
 
 
-_MISSING = re.compile(
-    _RANKS + r" of group (.+?) did not (?:reach (\w+) #(\d+)|join|"
-    r"finish #(\d+)) within the deadline")
-_LOST = re.compile(
-    r"group (.+?) \(epoch (\d+)\) aborted: " + _RANKS +
-    r" on worker \"(.*?)\" \(id (\d+)\) lost")
-_WORKER_LOST = re.compile(r"worker \"(.*?)\" \(id (\d+)\) lost")
-_ABORTED = re.compile(r"group (.+?) \(epoch (\d+)\) aborted")
-_FAILED = re.compile(r"aborted: rank (\d+) failed collective #(\d+)")
-_MISMATCH = re.compile(
-    r"collective #(\d+) of group (.+?) does not match across ranks: (.*)$",
-    re.S)
-_REFUSED = re.compile(r"(\w+) #(\d+) of group (.+?) cannot run: (.*)$", re.S)
-_DEVICE = re.compile(
-    r"Distributed operations are not supported for device "
-    r"([A-Za-z0-9_]+(?:\(\d+\))?)")
-_STALE = re.compile(r"stale epoch (\d+) for group (\S+?)[,;]? ")
-
-
-def _parse_message(message: str) -> Dict[str, Any]:
-    """Returns the attributes the message text carries today."""
-    found: Dict[str, Any] = {}
-    m = _MISSING.search(message)
-    if m:
-        found["missing_ranks"] = parse_ranks(m.group(1))
-        found["group"] = m.group(2)
-        sequence = m.group(4) or m.group(5)
-        if sequence:
-            found["sequence"] = int(sequence)
-    m = _LOST.search(message)
-    if m:
-        found["group"], found["epoch"] = m.group(1), int(m.group(2))
-        found["lost_ranks"] = parse_ranks(m.group(3))
-        found["lost_rank"] = found["lost_ranks"][0]
-        found["lost_worker"] = m.group(4)
-        found["lost_worker_id"] = int(m.group(5))
-    else:
-        m = _WORKER_LOST.search(message)
-        if m:
-            found["lost_worker"] = m.group(1)
-            found["lost_worker_id"] = int(m.group(2))
-        m = _ABORTED.search(message)
-        if m:
-            found["group"], found["epoch"] = m.group(1), int(m.group(2))
-        m = _FAILED.search(message)
-        if m:
-            found["ranks"] = {int(m.group(1)): message[m.end():].lstrip(": ")}
-            found["sequence"] = int(m.group(2))
-    m = _MISMATCH.search(message)
-    if m:
-        found["sequence"], found["group"] = int(m.group(1)), m.group(2)
-        found["ranks"] = _account(m.group(3))
-    m = _REFUSED.search(message)
-    if m:
-        found["sequence"], found["group"] = int(m.group(2)), m.group(3)
-        found["ranks"] = _account(m.group(4))
-    m = _DEVICE.search(message)
-    if m:
-        found["device"] = m.group(1)
-    m = _STALE.search(message)
-    if m and "epoch" not in found:
-        found["epoch"], found["group"] = int(m.group(1)), m.group(2)
-    return found
+def _stale_epoch(code: grpc.StatusCode, message: str) -> Dict[str, Any]:
+    """The epoch and group of a worker's stale-epoch refusal (the two paths
+    above), which carries no ErrorDetail; nothing for any other status.
+    """
+    if code != grpc.StatusCode.FAILED_PRECONDITION:
+        return {}
+    found = _STALE.match(message)
+    if found is None:
+        return {}
+    return {"epoch": int(found.group(1)), "group": found.group(2)}
 
 
 # --- details ---------------------------------------------------------------
