@@ -39,6 +39,9 @@ class Call:
             timeout in seconds once checked.
         prefix: the request's serialized fields but its number and data
             (after check()).
+        plain: whether this is a blocking Call.all_reduce() with default
+            options not checked yet: one that an embedded rank's
+            AllReduceHere may take as it is.
         unchecked: True for Call.all_reduce() until check() read its input.
         raw: that input, as the caller gave it (then None).
         place: where a call through shared memory has its input and output
@@ -47,14 +50,18 @@ class Call:
 
     __slots__ = ("kind", "dtype", "count", "op", "root", "data", "out_shape",
                  "out_dtype", "out", "target", "async_op", "timeout",
-                 "algorithm", "device", "prefix", "unchecked", "raw", "place")
+                 "algorithm", "device", "prefix", "plain", "unchecked", "raw",
+                 "place")
 
     def __init__(self, kind: str, dtype: Optional[str], count: int,
                  op: Any = "", root: int = 0,
                  data: Optional[np.ndarray] = None,
-                 out_shape: Optional[Tuple[int, ...]] = None) -> None:
-        """A call whose input the public method checked already; its
-        options are the defaults until set.
+                 out_shape: Optional[Tuple[int, ...]] = None,
+                 out: Optional[Buffer] = None, async_op: bool = False,
+                 timeout: Optional[float] = None, algorithm: Any = None,
+                 device: Any = None) -> None:
+        """A call whose input the public method checked already, with the
+        caller's `out` and options.
         """
         self.kind = kind
         self.dtype = dtype
@@ -64,51 +71,42 @@ class Call:
         self.data = data
         self.out_shape = out_shape
         self.out_dtype = None if dtype is None else _dtypes.numpy_dtype(dtype)
-        self.out: Optional[Buffer] = None
+        self.out = out
         self.target: Optional[np.ndarray] = None
-        self.async_op = False
-        self.timeout: Any = None
-        self.algorithm: Any = None
-        self.device: Any = None
+        self.async_op = async_op
+        self.timeout: Any = timeout
+        self.algorithm = algorithm
+        self.device = device
         self.prefix = b""
+        self.plain = False
         self.unchecked = False
         self.raw: Any = None
         self.place: Any = None
 
     @classmethod
-    def all_reduce(cls, x: Buffer, op: Any, dtype: Any) -> "Call":
-        """An all_reduce of `x`, which check() reads (as `dtype`); its
-        options are the defaults until set.
+    def all_reduce(cls, x: Buffer, op: Any, out: Optional[Buffer],
+                   dtype: Any, async_op: bool, timeout: Optional[float],
+                   algorithm: Any, device: Any) -> "Call":
+        """An all_reduce of `x`, which check() reads (as `dtype`), with the
+        caller's `out` and options.
         """
+        # The spec's fields and the output wait for check(); a small
+        # blocking call through an embedded worker may never need them.
         call = cls.__new__(cls)
         call.kind = "all_reduce"
         call.dtype = dtype  # as given, until check()
-        call.count = 0
         call.op = op
         call.root = 0
-        call.data = None
-        call.out_shape = None
-        call.out_dtype = None
-        call.out = None
-        call.target = None
-        call.async_op = False
-        call.timeout = None
-        call.algorithm = None
-        call.device = None
-        call.prefix = b""
+        call.out = out
+        call.async_op = async_op
+        call.timeout = timeout
+        call.algorithm = algorithm
+        call.device = device
+        call.plain = (not async_op and dtype is None and algorithm is None
+                      and device is None)
         call.unchecked = True
         call.raw = x
-        call.place = None
         return call
-
-    @property
-    def plain(self) -> bool:
-        """Whether this is a blocking all_reduce with default options not
-        checked yet: one that an embedded rank's AllReduceHere may take.
-        """
-        return (self.unchecked and not self.async_op and
-                self.dtype is None and self.algorithm is None and
-                self.device is None)
 
     @property
     def data_bytes(self) -> int:
@@ -130,7 +128,8 @@ def check(call: Call, prefixes: Prefixes, default_timeout: float) -> None:
     """
     if call.unchecked:
         data, name = _arrays.as_array(call.raw, call.dtype, "x")
-        call.unchecked, call.raw = False, None
+        call.plain = call.unchecked = False
+        call.raw = call.target = call.place = None
         call.dtype, call.count, call.data = name, data.size, data
         call.out_shape = data.shape
         call.out_dtype = _dtypes.numpy_dtype(name)

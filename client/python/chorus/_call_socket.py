@@ -220,10 +220,10 @@ class CallSocket:
         (the worker's own verdict comes first). A `blocking` call returns a
         BlockingCall, whose result() the caller waits on (it reads the
         socket itself and ends the call at its deadline); any other a
-        PendingCall, which the reader thread ends then. A connection that broke fails it with
-        UNAVAILABLE. Returns None when nothing was sent because the
-        connection was found broken on sending (the call may go another
-        way).
+        PendingCall, which the reader thread ends then. A connection that
+        broke fails it with UNAVAILABLE. Returns None when nothing was sent
+        because the connection was found broken on sending (the call may go
+        another way).
         """
         wake = False
         deadline = time.monotonic() + timeout

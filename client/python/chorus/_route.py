@@ -1,5 +1,6 @@
 """What every route of a communicator shares: the Link it travels on, and
-Route, the base class whose run() each way overrides (chorus._routes has the table).
+Route, the base class whose run() each way overrides (chorus._routes has
+the table).
 
 Thread safety: a Link and its routes run calls from any thread at once.
 """

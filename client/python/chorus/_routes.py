@@ -1,12 +1,14 @@
 """The ways a collective travels from a rank to its worker: one Route class
 per way, and choose(), the one table that picks a call's route.
 
-A Route (chorus._route) overrides one method, run(call): it takes the call's number, sends
-the call its way, and settles it (the output, or the chorus.Error), as a
-torch ProcessGroup backend overrides its collectives. The base way is a
-unary WorkerLocal.Collective call, which any gRPC client makes; every other
-way says in its docstring why it exists ("Exists because: ...", naming a
-section of bench/README.md or a deployment).
+A Route (chorus._route) overrides one method, run(call): it takes the
+call's number, sends the call its way, and settles it (the output, or the
+chorus.Error), as a torch ProcessGroup backend overrides its collectives.
+The routes live in chorus._daemon_routes (a worker daemon's sockets) and
+chorus._embedded_routes (a worker runtime in this process). The base way is
+a unary WorkerLocal.Collective call, which any gRPC client makes; every
+other way says in its docstring why it exists ("Exists because: ...",
+naming a section of bench/README.md or a deployment).
 
 choose() reads, in this order (the first row that fits wins):
 
@@ -89,10 +91,10 @@ def choose(call: Call, routes: Routes) -> Route:
     shared memory for a place (call.place), which may lend a region that
     the route then gives back.
     """
-    link = routes.link
     here = routes.here
     if here is not None and call.plain:
         return here
+    link = routes.link
     check(call, link.prefixes, link.timeout)
     calls = link.calls
     if calls is not None and calls.runs_here:

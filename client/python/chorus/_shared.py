@@ -107,11 +107,13 @@ class SharedMemory:
                  rank: int, enabled: bool) -> None:
         self._open = channel.unary_unary(
             _OPEN_METHOD,
-            request_serializer=worker_pb2.SharedRegionRequest.SerializeToString,
+            request_serializer=(
+                worker_pb2.SharedRegionRequest.SerializeToString),
             response_deserializer=worker_pb2.SharedRegion.FromString)
         self._release = channel.unary_unary(
             _RELEASE_METHOD,
-            request_serializer=worker_pb2.SharedRegionRelease.SerializeToString,
+            request_serializer=(
+                worker_pb2.SharedRegionRelease.SerializeToString),
             response_deserializer=worker_pb2.SharedRegionReleased.FromString)
         self._group = group
         self._epoch = epoch

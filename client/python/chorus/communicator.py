@@ -312,8 +312,8 @@ class Communicator:
         x. count = x.size; every rank passes the same shape and dtype.
         """
         # x is read as the call's route needs it (chorus._call.check).
-        return self._run(Call.all_reduce(x, op, dtype), out, async_op,
-                         timeout, algorithm, device)
+        return self._run(Call.all_reduce(x, op, out, dtype, async_op, timeout,
+                                         algorithm, device))
 
 
     def reduce(self, x: Buffer, root: int = 0, op: str = "sum", *,
@@ -328,8 +328,10 @@ class Communicator:
         arr, name = _arrays.as_array(x, dtype, "x")
         root = self._check_root(root)
         call = Call("reduce", name, arr.size, op=op, root=root, data=arr,
-                     out_shape=arr.shape if self._rank == root else None)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    out_shape=arr.shape if self._rank == root else None,
+                    out=out, async_op=async_op, timeout=timeout,
+                    algorithm=algorithm, device=device)
+        return self._run(call)
 
     def broadcast(self, x: Optional[Buffer] = None, root: int = 0, *,
                   shape: Optional[Union[int, Sequence[int]]] = None,
@@ -354,9 +356,10 @@ class Communicator:
             arr = None
         count = math.prod(block)
         call = Call("broadcast", name, count, root=root,
-                     data=arr if self._rank == root else None,
-                     out_shape=block)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    data=arr if self._rank == root else None,
+                    out_shape=block, out=out, async_op=async_op,
+                    timeout=timeout, algorithm=algorithm, device=device)
+        return self._run(call)
 
     def all_gather(self, x: Buffer, *, out: Optional[Buffer] = None,
                    dtype: Any = None, async_op: bool = False,
@@ -368,8 +371,10 @@ class Communicator:
         """
         arr, name = _arrays.as_array(x, dtype, "x")
         call = Call("all_gather", name, arr.size, data=arr,
-                     out_shape=(self._world_size,) + arr.shape)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    out_shape=(self._world_size,) + arr.shape, out=out,
+                    async_op=async_op, timeout=timeout, algorithm=algorithm,
+                    device=device)
+        return self._run(call)
 
     def reduce_scatter(self, x: Buffer, op: str = "sum", *,
                        out: Optional[Buffer] = None, dtype: Any = None,
@@ -386,8 +391,10 @@ class Communicator:
         arr, name = _arrays.as_array(x, dtype, "x")
         block = _arrays.split_blocks(arr.shape, self._world_size, "x")
         call = Call("reduce_scatter", name, arr.size // self._world_size,
-                     op=op, data=arr, out_shape=block)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    op=op, data=arr, out_shape=block, out=out,
+                    async_op=async_op, timeout=timeout, algorithm=algorithm,
+                    device=device)
+        return self._run(call)
 
     def gather(self, x: Buffer, root: int = 0, *,
                out: Optional[Buffer] = None, dtype: Any = None,
@@ -403,8 +410,9 @@ class Communicator:
         out_shape = ((self._world_size,) + arr.shape
                      if self._rank == root else None)
         call = Call("gather", name, arr.size, root=root, data=arr,
-                     out_shape=out_shape)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    out_shape=out_shape, out=out, async_op=async_op,
+                    timeout=timeout, algorithm=algorithm, device=device)
+        return self._run(call)
 
     def scatter(self, x: Optional[Buffer] = None, root: int = 0, *,
                 shape: Optional[Union[int, Sequence[int]]] = None,
@@ -431,9 +439,10 @@ class Communicator:
             arr = None
         count = math.prod(block)
         call = Call("scatter", name, count, root=root,
-                     data=arr if self._rank == root else None,
-                     out_shape=block)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    data=arr if self._rank == root else None,
+                    out_shape=block, out=out, async_op=async_op,
+                    timeout=timeout, algorithm=algorithm, device=device)
+        return self._run(call)
 
     def all_to_all(self, x: Buffer, *, out: Optional[Buffer] = None,
                    dtype: Any = None, async_op: bool = False,
@@ -448,15 +457,17 @@ class Communicator:
         arr, name = _arrays.as_array(x, dtype, "x")
         _arrays.split_blocks(arr.shape, self._world_size, "x")
         call = Call("all_to_all", name, arr.size // self._world_size,
-                     data=arr, out_shape=arr.shape)
-        return self._run(call, out, async_op, timeout, algorithm, device)
+                    data=arr, out_shape=arr.shape, out=out,
+                    async_op=async_op, timeout=timeout, algorithm=algorithm,
+                    device=device)
+        return self._run(call)
 
     def barrier(self, *, async_op: bool = False,
                 timeout: Optional[float] = None,
                 algorithm: Optional[str] = None) -> Any:
         """Returns (None) once every rank reached this barrier. count = 0."""
-        call = Call("barrier", None, 0)
-        return self._run(call, None, async_op, timeout, algorithm, None)
+        return self._run(Call("barrier", None, 0, async_op=async_op,
+                              timeout=timeout, algorithm=algorithm))
 
     # --- internals ----------------------------------------------------------
 
@@ -498,18 +509,10 @@ class Communicator:
                     "dtype= (or an out array) to say what it receives")
         return name, block
 
-    def _run(self, call: Call, out: Optional[Buffer], async_op: bool,
-             timeout: Optional[float], algorithm: Optional[str],
-             device: Optional[str]) -> Any:
-        """Runs `call` with the caller's options, the way
-        chorus._routes.choose() says (which checks it first): returns its
-        output, or its Work for async_op.
+    def _run(self, call: Call) -> Any:
+        """Runs `call` the way chorus._routes.choose() says (which checks it
+        first): returns its output, or its Work for async_op.
         """
-        call.out = out
-        call.async_op = async_op
-        call.timeout = timeout
-        call.algorithm = algorithm
-        call.device = device
         return choose(call, self._routes).run(call)
 
 

@@ -133,7 +133,8 @@ class EmbeddedWorker:
                 coordinator, self._socket, listen=listen,
                 advertise_address=advertise_address, name=name,
                 register_timeout=float(register_timeout), tls_dir=tls_dir)
-        except (ValueError, RuntimeError) as e:  # bad arguments; (code, message)
+        # ValueError: bad arguments; RuntimeError: (code, message).
+        except (ValueError, RuntimeError) as e:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise _error_of(e, coordinator) from None
         except BaseException:

@@ -223,7 +223,7 @@ def from_rpc_error(error: grpc.RpcError) -> Error:
     return error_for_code(code)(message, code, details)
 
 
-# --- ranks -------------------------------------------------------------------
+# --- ranks ------------------------------------------------------------------
 # The servers write ranks as FormatRanks does: "rank 3", "ranks 0, 2-4".
 
 
@@ -242,7 +242,7 @@ def parse_ranks(text: str) -> List[int]:
     return ranks
 
 
-# --- the one fallback ---------------------------------------------------------
+# --- the one fallback -------------------------------------------------------
 # A rank's call in an epoch its worker has left behind is refused before it
 # takes its number, with FAILED_PRECONDITION and no ErrorDetail, by
 # server/worker/local_api_service.cc, LocalApiService::PrepareCall ("stale
