@@ -19,7 +19,7 @@ from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
                                  Communicator)
 from chorus.embedded import EmbeddedWorker
 from chorus.errors import InvalidArgument, Unavailable, from_rpc_error
-from chorus.v1 import worker_pb2, worker_pb2_grpc
+from chorus.v1 import types_pb2, worker_pb2, worker_pb2_grpc
 
 __all__ = ["join"]
 
@@ -60,101 +60,64 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
          tls_dir: Optional[_connect.PathLike] = None,
          shared_memory: bool = True,
          call_socket: bool = True) -> "Communicator":
-    """Joins `group` as `rank` of `world_size` ranks through the worker daemon
-    at `worker` and returns the Communicator once every rank joined.
+    """Joins `group` as `rank` of `world_size` ranks through the worker at
+    `worker` and returns the Communicator once every rank joined
+    (client/python/README.md says more of each argument).
 
     Args:
-        group: the group's name; default $CHORUS_GROUP.
-        world_size: number of ranks; default $CHORUS_WORLD_SIZE, then
-            $WORLD_SIZE (as torchrun sets it).
-        rank: this rank, 0 .. world_size - 1; default $CHORUS_RANK, then
-            $RANK.
-        worker: the daemon's local API: "unix:/path" (its --local_socket)
-            or "host:port" (its --listen address, which answers loopback
-            callers, or with TLS a client or admin certificate); default
-            $CHORUS_WORKER, else "unix:" + default_socket_path(), the
-            socket a worker started without --local_socket serves
-            ($XDG_RUNTIME_DIR/chorus/worker.sock, or
-            /tmp/chorus-<uid>/worker.sock without XDG_RUNTIME_DIR).
-            An EmbeddedWorker (chorus.embedded) makes this rank go through
-            the worker runtime in this process instead of a daemon.
+        group, world_size, rank: default $CHORUS_GROUP, $CHORUS_WORLD_SIZE
+            (then $WORLD_SIZE) and $CHORUS_RANK (then $RANK).
+        worker: the daemon's local API, "unix:/path" (its --local_socket)
+            or "host:port" (its --listen address: loopback callers, or with
+            TLS client and admin certificates); default $CHORUS_WORKER, else
+            "unix:" + default_socket_path(). An EmbeddedWorker makes the
+            rank go through the worker runtime in this process instead.
         coordinator: instead of a worker, the coordinator's "host:port":
             the rank goes through this process's own worker runtime
-            (chorus.embedded.shared_worker(coordinator), started on first
-            use), with no daemon in between: a small collective costs less
-            CPU and time (bench/README.md). Needs the embedded worker (see
-            chorus.embedded). That shared worker is plaintext, and tls_dir=
-            is refused with it: for TLS, pass
-            worker=chorus.EmbeddedWorker(coordinator, tls_dir=...).
-        device: the device this rank reduces on: "cpu", "cuda:0", ...
-        timeout: seconds the join may wait for the other ranks; also the
-            default deadline of every collective of the communicator.
-        max_message_bytes: the largest gRPC message the daemon takes and
-            sends (MAX_MESSAGE_BYTES unless the daemon was built otherwise);
-            calls whose messages would be larger stream their tensors.
-        tls_dir: for a host:port worker started with --tls_dir, a directory
-            with ca.pem (the cluster's CA), cert.pem and key.pem (this
-            client's certificate, chorus://client/NAME or
-            chorus://admin/NAME, and key), as scripts/dev_certs.sh makes in
-            DIR/client-NAME: the channel then uses mutual TLS; default
-            $CHORUS_TLS_DIR; "" means plaintext. A unix: worker is always
-            reached in plaintext and tls_dir is not read.
-        shared_memory: let collectives of SHARED_THRESHOLD_BYTES or more
-            read and write their tensors in memory shared with the daemon
-            (WorkerLocal.OpenSharedRegion) rather than in messages. It works
-            when the daemon runs on this host as this user (or this process
-            as root); elsewhere calls go in messages, as with False.
-        call_socket: send collectives on the daemon's call socket (plain
-            frames on a Unix socket, which JoinGroup names) rather than as
-            gRPC calls: the same calls and errors for much less time per
-            small call. It works where the daemon offers one, `worker` is
-            on this host (a unix: socket or a loopback address) and this
-            process can open it (this user); otherwise, or with False,
-            collectives are gRPC calls. Tensors too large for one
-            message go through shared memory or streams either way.
+            (chorus.embedded.shared_worker(), plaintext: for TLS pass
+            worker=chorus.EmbeddedWorker(coordinator, tls_dir=...)).
+        device: where this rank reduces: "cpu", "cuda:0", ...
+        timeout: seconds the join may wait; each call's default deadline.
+        max_message_bytes: the largest gRPC message the daemon takes; calls
+            whose messages would be larger stream their tensors.
+        tls_dir: for a host:port worker started with --tls_dir, the folder
+            of this client's ca.pem, cert.pem and key.pem (mutual TLS);
+            default $CHORUS_TLS_DIR; "" means plaintext; unix: workers are
+            reached in plaintext.
+        shared_memory: let calls of SHARED_THRESHOLD_BYTES or more put their
+            tensors in memory shared with the daemon, where it runs on this
+            host as this user.
+        call_socket: send calls on the daemon's call socket (plain frames)
+            rather than as gRPC calls, where it is on this host and this
+            process can open it.
 
     Raises:
-        FailedPrecondition: coordinator= where this installation has no
-            embedded worker.
-        InvalidArgument: a missing or malformed argument (nothing is sent),
-            a TLS file that is missing, unreadable or not PEM, or an
-            argument the coordinator refuses (rank taken, world size
-            differs).
-        PermissionDenied: the daemon refuses this caller: over TCP without
-            TLS it answers only loopback, with TLS only client and admin
-            certificates.
-        DeadlineExceeded: not every rank joined in time; `missing_ranks`
-            names the others.
-        Unimplemented: the device cannot take part in distributed
-            operations.
-        Unavailable: the daemon cannot be reached (no socket at a unix:
-            path, nothing listening, a TLS handshake that failed) or is not
-            registered yet.
+        FailedPrecondition: coordinator= without the embedded worker.
+        InvalidArgument: a missing or malformed argument or TLS file
+            (nothing is sent), or one the coordinator refuses (rank taken,
+            world size differs).
+        PermissionDenied: the daemon refuses this caller (see worker).
+        DeadlineExceeded: not every rank joined in time (`missing_ranks`).
+        Unimplemented: the device cannot take part (`device` names it).
+        Unavailable: the daemon cannot be reached or is not registered yet.
     """
     group, world_size, rank = _ranks(group, world_size, rank)
     embedded, worker, default_worker, tls_path, tls_source = _where(
         worker, coordinator, tls_dir)
-    timeout = _arrays.check_timeout(timeout, DEFAULT_TIMEOUT)
-    if (isinstance(max_message_bytes, bool) or
-            not isinstance(max_message_bytes, int) or max_message_bytes < 1):
-        raise InvalidArgument(
-            f"max_message_bytes must be a positive int, got "
-            f"{max_message_bytes!r}")
-    device_proto = _names.parse_device(device)
-    credentials = None
-    if tls_path is not None:  # the files are checked before anything is sent
-        credentials = _connect.tls_credentials(tls_path, tls_source)
+    timeout, device_proto = _options(timeout, max_message_bytes, device)
+    # The TLS files are checked before anything is sent.
+    credentials = (None if tls_path is None else
+                   _connect.tls_credentials(tls_path, tls_source))
     if coordinator is not None:
         embedded = _embedded_worker.shared_worker(coordinator)
     if embedded is not None:
         worker = embedded.target
     else:
         _connect.check_socket(worker, default_worker)
-    request = worker_pb2.LocalJoinRequest(
-        group=group, world_size=world_size, rank=rank, device=device_proto)
-    channel, response = _join_group(worker, credentials, tls_path,
-                                    tls_source, timeout, max_message_bytes,
-                                    request)
+    channel, response = _join_group(
+        worker, credentials, tls_path, tls_source, timeout, max_message_bytes,
+        worker_pb2.LocalJoinRequest(group=group, world_size=world_size,
+                                    rank=rank, device=device_proto))
     return Communicator(
         _channel=channel, _worker=worker, _group=group,
         _world_size=world_size, _rank=rank, _epoch=response.epoch,
@@ -168,6 +131,20 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
                       if call_socket and _connect.is_this_host(worker)
                       else ""),
         _embedded=embedded if call_socket else None)
+
+
+def _options(timeout: float, max_message_bytes: int,
+             device: str) -> Tuple[float, types_pb2.Device]:
+    """join()'s timeout (checked) and device (parsed); InvalidArgument for
+    malformed ones or max_message_bytes.
+    """
+    timeout = _arrays.check_timeout(timeout, DEFAULT_TIMEOUT)
+    if (isinstance(max_message_bytes, bool) or
+            not isinstance(max_message_bytes, int) or max_message_bytes < 1):
+        raise InvalidArgument(
+            f"max_message_bytes must be a positive int, got "
+            f"{max_message_bytes!r}")
+    return timeout, _names.parse_device(device)
 
 
 def _ranks(group: Optional[str], world_size: Optional[int],
