@@ -8,6 +8,12 @@
  * here they take a few system calls and no Python objects beyond the reply's
  * fields.
  *
+ * send_call() writes one frame around a request whose bytes the caller
+ * made: chorus/_wire.py, beside this file, is the one Python copy of the
+ * request's encoding (varints, tags, the prefix+sequence+data parts), and
+ * this file writes only the frame's own fields (call id, timeout, the
+ * request's tag and length) and parses the replies: the fast path.
+ *
  * send_call() writes one frame. A Reader owns the receiving end's buffer:
  * wait() reads until the reply to one call arrives (or a deadline passes),
  * handing every other reply it reads to a callback; drain() reads what is
