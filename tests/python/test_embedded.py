@@ -65,6 +65,37 @@ pytestmark_embedded = pytest.mark.skipif(
     not embedded.available(), reason="chorus._embedded is not installed")
 
 
+def test_worker_start_errors_take_their_attributes_from_the_status() -> None:
+    # The extension raises (code, message[, serialized google.rpc.Status]);
+    # the attributes come from the status's ErrorDetail.
+    from chorus import _status_details
+    from chorus.v1 import status_pb2
+    refusal = "Distributed operations are not supported for device Npu(2)"
+    status = _status_details.encode(
+        grpc.StatusCode.UNIMPLEMENTED.value[0], refusal,
+        [status_pb2.ErrorDetail(reason="DEVICE_UNSUPPORTED",
+                                device="Npu(2)")])
+    error = embedded._error_of(
+        RuntimeError(grpc.StatusCode.UNIMPLEMENTED.value[0], refusal, status),
+        "127.0.0.1:1")
+    assert type(error) is chorus.Unimplemented
+    assert error.message == f"embedded worker for coordinator 127.0.0.1:1: " \
+        f"{refusal}"
+    assert (error.reason, error.device) == ("DEVICE_UNSUPPORTED", "Npu(2)")
+    # Without the status (the extension's RaiseStatus today) only the
+    # refused device is read from the refusal's fixed words.
+    bare = embedded._error_of(
+        RuntimeError(grpc.StatusCode.UNIMPLEMENTED.value[0],
+                     refusal + ": no driver"), "127.0.0.1:1")
+    assert (bare.reason, bare.device) == (None, "Npu(2)")
+    other = embedded._error_of(
+        RuntimeError(grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+                     "ranks 1, 2 of group g did not join within the "
+                     "deadline"), "127.0.0.1:1")
+    assert type(other) is chorus.DeadlineExceeded
+    assert other.missing_ranks is None and other.group is None
+
+
 @pytest.fixture(scope="module")
 def worker(cluster: Cluster) -> Iterator[chorus.EmbeddedWorker]:
     """An embedded worker of this process, registered with the cluster."""

@@ -32,18 +32,21 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 import numpy as np
 
-from chorus import _connect
+from chorus import _connect, _status_details
 from chorus.errors import Error, FailedPrecondition, error_for_code
 
 __all__ = ["EmbeddedWorker", "available", "shared_worker"]
 
 _BY_VALUE: Dict[int, grpc.StatusCode] = {
     c.value[0]: c for c in grpc.StatusCode}
+
+# How a refusal of a device begins (server/common/device.h).
+_REFUSAL = "Distributed operations are not supported for device "
 
 try:
     from chorus import _embedded  # type: ignore[attr-defined]
@@ -62,13 +65,31 @@ def available() -> bool:
 
 
 def _error_of(e: Exception, coordinator: str) -> Error:
-    """The chorus.Error for the extension's (code, message) exception."""
+    """The chorus.Error for the extension's (code, message[, status])
+    exception; `status`, when there, is the serialized google.rpc.Status
+    whose details the error's attributes come from.
+    """
     code, message = grpc.StatusCode.UNKNOWN, str(e)
-    if len(e.args) == 2 and isinstance(e.args[0], int):
+    details: List[Tuple[str, Any]] = []
+    if len(e.args) in (2, 3) and isinstance(e.args[0], int):
         code = _BY_VALUE.get(e.args[0], grpc.StatusCode.UNKNOWN)
         message = str(e.args[1])
-    return error_for_code(code)(
-        f"embedded worker for coordinator {coordinator}: {message}", code)
+        if len(e.args) == 3 and isinstance(e.args[2], bytes):
+            decoded = _status_details.decode(
+                [(_status_details.DETAILS_KEY, e.args[2])])
+            details = decoded[2] if decoded is not None else []
+    error = error_for_code(code)(
+        f"embedded worker for coordinator {coordinator}: {message}", code,
+        details)
+    # The extension's Worker() (client/python/embedded/embedded_module.cc,
+    # RaiseStatus) raises (code, message) without the status's ErrorDetail:
+    # until it passes the status too, the device of a registration refused
+    # as DEVICE_UNSUPPORTED is read from the refusal's fixed words
+    # (server/common/device.cc, UnsupportedDeviceError). Delete with it.
+    if (not details and code == grpc.StatusCode.UNIMPLEMENTED and
+            message.startswith(_REFUSAL)):
+        error.device = message[len(_REFUSAL):].split(":", 1)[0]
+    return error
 
 
 class EmbeddedWorker:
