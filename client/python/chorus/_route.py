@@ -30,18 +30,17 @@ class Link:
     numbering, request prefixes and settling.
     """
 
-    def __init__(self, *, group: str, worker: str, timeout: float,
-                 prefixes: Prefixes, numbering: Numbering,
+    def __init__(self, *, timeout: float, prefixes: Prefixes,
+                 numbering: Numbering,
                  settler: Settler, collective: Any, chunked: Any,
                  shared: SharedMemory, calls: Optional[CallSocket],
                  stream_limit: int) -> None:
-        """Made by the Communicator: `collective` and `chunked` are its
-        channel's WorkerLocal.Collective (bytes in) and CollectiveChunked
-        stubs, `calls` its call socket (None: none), `stream_limit` the
-        largest request or reply that goes in one message.
+        """Made by the Communicator: `timeout` is its calls' default
+        deadline, `collective` and `chunked` its channel's
+        WorkerLocal.Collective (bytes in) and CollectiveChunked stubs,
+        `calls` its call socket (None: none), `stream_limit` the largest
+        request or reply that goes in one message.
         """
-        self.group = group
-        self.worker = worker
         self.timeout = timeout
         self.prefixes = prefixes
         self.numbering = numbering

@@ -128,7 +128,7 @@ class Communicator:
         # The request is serialized by the routes, so the stubs take bytes
         # as they are.
         link = Link(
-            group=_group, worker=_worker, timeout=_timeout,
+            timeout=_timeout,
             prefixes=Prefixes(_group, _rank, _epoch),
             numbering=self._numbering,
             settler=Settler(_group, _worker, self._numbering),
