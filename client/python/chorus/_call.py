@@ -39,9 +39,9 @@ class Call:
             timeout in seconds once checked.
         prefix: the request's serialized fields but its number and data
             (after check()).
-        plain: whether this is a blocking Call.all_reduce() with default
-            options not checked yet: one that an embedded rank's
-            AllReduceHere may take as it is.
+        plain: whether an embedded rank's AllReduceHere may take it as it
+            is: a blocking Call.all_reduce() with default options that
+            nothing checked yet (nor AllReduceHere left).
         unchecked: True for Call.all_reduce() until check() read its input.
         raw: that input, as the caller gave it (then None).
         place: where a call through shared memory has its input and output

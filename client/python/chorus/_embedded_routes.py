@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Tuple
 import numpy as np
 
 from chorus import _arrays
-from chorus._call import Call, check
+from chorus._call import Call
 from chorus._outcome import Outcome, Replied, Unsent, Work
 from chorus._route import NOTHING, Link, Route
 
@@ -124,8 +124,8 @@ class AllReduceHere(Route):
     def __init__(self, link: Link, embedded: Any,
                  then: Callable[[Call], Any]) -> None:
         """The extension's entry for `link`'s channel of `embedded` (an
-        EmbeddedWorker); then(call) runs a checked call it leaves, the way
-        choose() says.
+        EmbeddedWorker); then(call) runs a call it leaves, the way choose()
+        says.
         """
         super().__init__(link)
         self._then = then
@@ -136,13 +136,13 @@ class AllReduceHere(Route):
 
     def run(self, call: Call) -> Any:
         """Runs a Call.all_reduce() in the extension, or, when it leaves
-        it, checks it and runs it the way choose() says.
+        it, the way choose() says (which checks it first).
         """
         here = self._here
         done = _NOT_HERE if here is None else here(call.raw, call.op,
                                                    call.out, call.timeout)
         if done is _NOT_HERE:
-            check(call, self.link.prefixes, self.link.timeout)
+            call.plain = False  # the table checks it and picks another way
             return self._then(call)
         if type(done) is tuple:  # failed: (its call, number, reply)
             prepared, number, reply = done
