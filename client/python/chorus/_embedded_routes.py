@@ -115,6 +115,10 @@ class AllReduceHere(Route):
     take (another buffer type, out of another dtype, a channel that broke)
     goes the way choose() says once checked.
 
+    Communicator.all_reduce() hands it such a call before it makes a Call
+    (all_reduce()), which is the table's first row read first: see
+    chorus._routes.
+
     Exists because: with RunInto, it took a world-1 loop of 8 B
     all_reduce from 64.2 to 53.9 us of CPU per call, and 4 embedded ranks
     from 331.6 to 283.8 us per call (bench/README.md, "Python client next
@@ -135,13 +139,23 @@ class AllReduceHere(Route):
             _NOT_HERE, link.timeout)
 
     def run(self, call: Call) -> Any:
-        """Runs a Call.all_reduce() in the extension, or, when it leaves
-        it, the way choose() says (which checks it first).
+        """Runs a plain Call.all_reduce() as all_reduce() does."""
+        return self.all_reduce(call.raw, call.op, call.out, call.timeout,
+                               call)
+
+    def all_reduce(self, x: Any, op: Any, out: Any, timeout: Any,
+                   call: Optional[Call] = None) -> Any:
+        """Runs a blocking all_reduce of `x` with default options in the
+        extension, or, when it leaves it, the way choose() says (which
+        checks it first; `call` is its Call if one was made). Returns the
+        output; raises the call's chorus.Error.
         """
         here = self._here
-        done = _NOT_HERE if here is None else here(call.raw, call.op,
-                                                   call.out, call.timeout)
+        done = _NOT_HERE if here is None else here(x, op, out, timeout)
         if done is _NOT_HERE:
+            if call is None:
+                call = Call.all_reduce(x, op, out, None, False, timeout,
+                                       None, None)
             call.plain = False  # the table checks it and picks another way
             return self._then(call)
         if type(done) is tuple:  # failed: (its call, number, reply)

@@ -51,15 +51,20 @@ class Numbering:
         """Takes the next number for a call and counts it in flight until
         done(). Raises InvalidArgument once closed.
         """
-        # As _take_locked(), written out: a small call makes this call and
-        # done() from C, and each Python frame is a measurable part of it.
-        with self.lock:
+        # As _take_locked(), written out, and the lock taken without `with`:
+        # a small call makes this call and done() from C, and each of these
+        # is a measurable part of it.
+        lock = self.lock
+        lock.acquire()
+        try:
             if self._closed:
                 raise InvalidArgument("this communicator is closed")
             number = self._next
             self._next = number + 1
             self._in_flight += 1
             return number
+        finally:
+            lock.release()
 
     @contextlib.contextmanager
     def issue(self) -> Iterator[int]:
@@ -90,10 +95,14 @@ class Numbering:
 
     def done(self) -> None:
         """Counts a call as no longer in flight."""
-        with self.lock:  # as _done_locked(), written out (see take())
+        lock = self.lock  # as _done_locked(), written out (see take())
+        lock.acquire()
+        try:
             self._in_flight -= 1
             if self._closed and self._in_flight == 0:
                 self._drained.notify_all()
+        finally:
+            lock.release()
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Refuses every later number (take() raises InvalidArgument), then
