@@ -2,7 +2,7 @@
 the call socket, shared regions, and the chunked stream.
 
 Each call takes its number and is sent under the numbering's lock
-(Numbering.issue()), so calls go out in number order, and is settled on the
+(Numbering.issue), so calls go out in number order, and is settled on the
 caller's thread (blocking) or when its answer comes (async_op).
 """
 
@@ -22,9 +22,9 @@ from chorus.v1 import worker_pb2
 
 __all__ = ["Unary", "OnCallSocket", "SharedRegions", "Chunked"]
 
-Sender = Callable[[Any, float, bool], Any]
-"""Link.unary or Link.on_socket: sends a request's parts, returns the
-call's future.
+Sender = Callable[[int, bytes, Optional[np.ndarray], Call], Any]
+"""Link.unary or Link.on_socket: sends call number n of a prefix and data,
+returns the call's future.
 """
 
 
@@ -38,10 +38,8 @@ class Unary(Route):
     def run(self, call: Call) -> Any:
         """Sends `call` as one WorkerLocal.Collective call."""
         link = self.link
-        with link.numbering.issue() as number:
-            rpc = link.unary(
-                _wire.request_parts(call.prefix, number, call.data),
-                call.timeout, not call.async_op)
+        number, rpc = link.numbering.issue(link.unary, call.prefix,
+                                           call.data, call)
         return link.finish(call, number, rpc)
 
 
@@ -63,10 +61,8 @@ class OnCallSocket(Route):
         turns out broken).
         """
         link = self.link
-        with link.numbering.issue() as number:
-            rpc = link.on_socket(
-                _wire.request_parts(call.prefix, number, call.data),
-                call.timeout, not call.async_op)
+        number, rpc = link.numbering.issue(link.on_socket, call.prefix,
+                                           call.data, call)
         return link.finish(call, number, rpc)
 
 
@@ -96,9 +92,7 @@ class SharedRegions(Route):
         place: Place = call.place
         prefix = call.prefix + place.fields  # where the daemon reads, writes
         try:
-            with link.numbering.issue() as number:
-                rpc = self._send(_wire.request_parts(prefix, number),
-                                 call.timeout, not call.async_op)
+            number, rpc = link.numbering.issue(self._send, prefix, None, call)
         except BaseException:
             if place.lease is not None:
                 link.shared.give_back(place.lease)
@@ -164,16 +158,7 @@ class Chunked(Route):
         thread (blocking) or on a thread of its own (async_op).
         """
         link = self.link
-        request = worker_pb2.LocalCollectiveRequest.FromString(call.prefix)
-        with link.numbering.issue() as number:
-            request.sequence = number
-            header = worker_pb2.LocalChunkedRequest(
-                header=worker_pb2.LocalChunkedHeader(
-                    call=request, input_bytes=call.data_bytes))
-            rpc = link.chunked(
-                _wire.chunked_requests(header.SerializeToString(),
-                                       call.data),
-                timeout=call.timeout)
+        number, rpc = link.numbering.issue(_open_stream, call, link)
 
         def receive(done: Any) -> Tuple[Any, Optional[np.ndarray]]:
             return _receive_streamed(done, call, number)
@@ -188,6 +173,20 @@ class Chunked(Route):
                          name=f"chorus-{call.kind}-{number}",
                          args=(call, work, rpc, receive)).start()
         return work
+
+
+def _open_stream(number: int, call: Call, link: Link) -> Any:
+    """Opens the CollectiveChunked stream of call number `number`: its
+    header, then its input in pieces. Returns the stream of responses.
+    """
+    request = worker_pb2.LocalCollectiveRequest.FromString(call.prefix)
+    request.sequence = number
+    header = worker_pb2.LocalChunkedRequest(
+        header=worker_pb2.LocalChunkedHeader(
+            call=request, input_bytes=call.data_bytes))
+    return link.chunked(
+        _wire.chunked_requests(header.SerializeToString(), call.data),
+        timeout=call.timeout)
 
 
 def _receive_streamed(responses: Iterator[Any], call: Call, number: int

@@ -34,6 +34,16 @@ def _result_array(call: Call) -> Optional[np.ndarray]:
     return call.target
 
 
+def _start_into(number: int, calls: Any, call: Call, data: Any,
+                place: Any) -> Any:
+    """Starts call number `number` on the buffers `data` and `place`
+    (CallSocket.call with `into`); returns its future, or None when the
+    channel broke (nothing sent).
+    """
+    return calls.call((), call.timeout,
+                      into=(call.prefix, number, data, place))
+
+
 class RunInto(Route):
     """A blocking call run on the caller's thread by the embedded worker
     (CallSocket.run_in_place, Calls.run_into): the runtime reads the input
@@ -90,10 +100,9 @@ class StartInto(Route):
         result = _result_array(call)
         data = NOTHING if call.data is None else call.data
         place = NOTHING if result is None else result
-        with link.numbering.issue() as number:
-            # Sent in number order, under the lock, as every route's calls.
-            rpc = calls.call((), call.timeout,
-                             into=(call.prefix, number, data, place))
+        # Sent in number order, under the lock, as every route's calls.
+        number, rpc = link.numbering.issue(_start_into, calls, call, data,
+                                           place)
         work = Work(number)
         if rpc is None:  # the channel broke: nothing sent
             link.settler.settle(call, work, Unsent(calls))

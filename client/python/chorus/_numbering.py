@@ -7,23 +7,24 @@ number here (the embedded worker's extension through the same methods), and
 a call the worker refused before it took its number gives it back. It also
 counts the calls in flight, which close() waits for.
 
-    number = numbering.take()          # a call that is sent after
-    with numbering.issue() as number:  # a call sent in number order
-        send(number)
+    number = numbering.take()                   # a call sent after
+    number, sent = numbering.issue(send, call)  # send(number, call) under
+                                                # the lock: in number order
     ...
-    numbering.done()                   # once the call ended
+    numbering.done()                            # once the call ended
 
 Thread safety: every method may be called from any thread. Calls issued
 concurrently are numbered in the order they take the lock.
 """
 
-import contextlib
 import threading
-from typing import Iterator, Optional
+from typing import Any, Callable, Optional, Tuple, TypeVar
 
 from chorus.errors import InvalidArgument
 
 __all__ = ["Numbering"]
+
+T = TypeVar("T")
 
 
 class Numbering:
@@ -51,9 +52,9 @@ class Numbering:
         """Takes the next number for a call and counts it in flight until
         done(). Raises InvalidArgument once closed.
         """
-        # As _take_locked(), written out, and the lock taken without `with`:
-        # a small call makes this call and done() from C, and each of these
-        # is a measurable part of it.
+        # The lock is taken without `with` (and issue() is no context
+        # manager): a small call makes this call and done() from C, and
+        # each of those costs is a measurable part of it.
         lock = self.lock
         lock.acquire()
         try:
@@ -66,23 +67,31 @@ class Numbering:
         finally:
             lock.release()
 
-    @contextlib.contextmanager
-    def issue(self) -> Iterator[int]:
-        """Takes the next number, as take(), and holds the lock while the
-        block sends the call, so that calls go out in number order. When the
-        block raises, the call is counted out of flight, and for an
-        Exception (the call was refused before it went out) its number is
-        given back when no later call took one.
+    def issue(self, send: Callable[..., T], *args: Any) -> Tuple[int, T]:
+        """Takes the next number, as take(), and calls send(number, *args)
+        while it holds the lock, so that calls go out in number order.
+        Returns (the number, what send returned). When send raises, the
+        call is counted out of flight, and for an Exception (the call was
+        refused before it went out) its number is given back when no later
+        call took one.
         """
-        with self.lock:
-            number = self._take_locked()
+        lock = self.lock  # not `with`, nor a context manager: see take()
+        lock.acquire()
+        try:
+            if self._closed:
+                raise InvalidArgument("this communicator is closed")
+            number = self._next
+            self._next = number + 1
+            self._in_flight += 1
             try:
-                yield number
+                return number, send(number, *args)
             except BaseException as e:
                 self._done_locked()
                 if isinstance(e, Exception) and self._next == number + 1:
                     self._next = number
                 raise
+        finally:
+            lock.release()
 
     def give_back(self, number: int) -> None:
         """Makes `number` the next one again, when no later call took one:
@@ -95,7 +104,7 @@ class Numbering:
 
     def done(self) -> None:
         """Counts a call as no longer in flight."""
-        lock = self.lock  # as _done_locked(), written out (see take())
+        lock = self.lock  # _done_locked(), written out (see take())
         lock.acquire()
         try:
             self._in_flight -= 1
@@ -112,14 +121,6 @@ class Numbering:
         with self.lock:
             self._closed = True
             self._drained.wait_for(lambda: self._in_flight == 0, timeout)
-
-    def _take_locked(self) -> int:
-        if self._closed:
-            raise InvalidArgument("this communicator is closed")
-        number = self._next
-        self._next = number + 1
-        self._in_flight += 1
-        return number
 
     def _done_locked(self) -> None:
         self._in_flight -= 1

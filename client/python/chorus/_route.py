@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from chorus import _wire
 from chorus._call import Call
 from chorus._call_socket import CallSocket
 from chorus._numbering import Numbering
@@ -51,28 +52,32 @@ class Link:
         self.calls = calls
         self.stream_limit = stream_limit
 
-    def unary(self, parts: Any, timeout: float, blocking: bool) -> Any:
-        """Sends the request whose bytes are `parts` as one
-        WorkerLocal.Collective call; returns its future, or for a blocking
-        call one made when its result is asked for, on that thread (the
-        worker orders calls by number however they arrive).
+    def unary(self, number: int, prefix: bytes, data: Optional[np.ndarray],
+              call: Call) -> Any:
+        """Sends call number `number` (its request's `prefix`, and `data`
+        as its data field) as one WorkerLocal.Collective call; returns its
+        future, or for a blocking call one made when its result is asked
+        for, on that thread (the worker orders calls by number however they
+        arrive).
         """
-        wire = b"".join(parts)
-        if blocking:
-            return Blocking(self.collective, wire, timeout)
-        return self.collective.future(wire, timeout=timeout)
+        wire = b"".join(_wire.request_parts(prefix, number, data))
+        if not call.async_op:
+            return Blocking(self.collective, wire, call.timeout)
+        return self.collective.future(wire, timeout=call.timeout)
 
-    def on_socket(self, parts: Any, timeout: float, blocking: bool) -> Any:
-        """Sends the request whose bytes are `parts` on the call socket, or,
-        where the socket turns out broken (nothing sent), as a unary call;
-        returns its future.
+    def on_socket(self, number: int, prefix: bytes,
+                  data: Optional[np.ndarray], call: Call) -> Any:
+        """Sends call number `number` as unary() does, on the call socket,
+        or, where the socket turns out broken (nothing sent), as a unary
+        call; returns its future.
         """
         calls = self.calls
         sent = None
         if calls is not None and calls.usable:
-            sent = calls.call(parts, timeout, blocking=blocking)
+            sent = calls.call(_wire.request_parts(prefix, number, data),
+                              call.timeout, blocking=not call.async_op)
         if sent is None:
-            sent = self.unary(parts, timeout, blocking)
+            sent = self.unary(number, prefix, data, call)
         return sent
 
     def finish(self, call: Call, number: int, rpc: Any,
