@@ -46,12 +46,13 @@ class Call:
         raw: that input, as the caller gave it (then None).
         place: where a call through shared memory has its input and output
             (a chorus._shared.Place), once choose() found one.
+        out_bytes: output_bytes(), once check() counted them.
     """
 
     __slots__ = ("kind", "dtype", "count", "op", "root", "data", "out_shape",
                  "out_dtype", "out", "target", "async_op", "timeout",
                  "algorithm", "device", "prefix", "plain", "unchecked", "raw",
-                 "place")
+                 "place", "out_bytes")
 
     def __init__(self, kind: str, dtype: Optional[str], count: int,
                  op: Any = "", root: int = 0,
@@ -133,10 +134,12 @@ def check(call: Call, prefixes: Prefixes, default_timeout: float) -> None:
         call.dtype, call.count, call.data = name, data.size, data
         call.out_shape = data.shape
         call.out_dtype = _dtypes.numpy_dtype(name)
+        call.out_bytes = data.nbytes
+    else:
+        call.out_bytes = call.output_bytes()
     call.timeout = _arrays.check_timeout(call.timeout, default_timeout)
     call.prefix = prefixes.prefix(call.kind, call.dtype, call.count, call.op,
                                   call.root, call.algorithm, call.device)
     if call.out_shape is not None and call.out is not None:
         call.target = _arrays.as_output(
-            call.out, call.dtype, call.output_bytes() //
-            call.out_dtype.itemsize)
+            call.out, call.dtype, call.out_bytes // call.out_dtype.itemsize)

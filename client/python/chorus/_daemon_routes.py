@@ -128,7 +128,7 @@ class SharedRegions(Route):
             target = call.target
             if place.in_target:
                 return response.plan, target
-            size = call.output_bytes()
+            size = call.out_bytes
             assert place.lease is not None
             result = place.lease.view[place.out_offset:
                                       place.out_offset + size]
@@ -194,7 +194,7 @@ def _receive_streamed(responses: Iterator[Any], call: Call, number: int
     """Reads a CollectiveChunked stream to its end and returns (the plan,
     the output), writing the pieces straight into the result.
     """
-    expected = call.output_bytes()
+    expected = call.out_bytes
     header = None
     buffer = np.empty(0, np.uint8)
     received = 0

@@ -186,6 +186,7 @@ class AllReduceHere(Route):
         data, name = _arrays.as_array(x, None, "x")
         prepared = Call("all_reduce", name, data.size, op=op,
                         out_shape=data.shape)
+        prepared.out_bytes = data.nbytes
         prefix = self.link.prefixes.prefix("all_reduce", name, data.size, op,
                                            0, None, None)
         return prefix, prepared

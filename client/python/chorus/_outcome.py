@@ -229,7 +229,7 @@ def output_of(call: Call, data: bytes,
     """
     if call.out_shape is None:
         return None
-    expected = call.output_bytes()
+    expected = call.out_bytes
     if len(data) != expected:
         raise Internal(
             f"{call.kind} #{sequence}: the worker returned {len(data)} "

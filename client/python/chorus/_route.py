@@ -73,7 +73,7 @@ class Link:
         """
         calls = self.calls
         sent = None
-        if calls is not None and calls.usable:
+        if calls is not None and calls.broken is None:  # still usable
             sent = calls.call(_wire.request_parts(prefix, number, data),
                               call.timeout, blocking=not call.async_op)
         if sent is None:

@@ -108,9 +108,9 @@ def choose(call: Call, routes: Routes) -> Route:
     calls = link.calls
     if calls is not None and calls.runs_here:
         return routes.start_into if call.async_op else routes.run_into
-    socket = calls is not None and calls.usable
+    socket = calls is not None and calls.broken is None  # still usable
     data_bytes = call.data_bytes
-    output_bytes = call.output_bytes()
+    output_bytes = call.out_bytes
     if data_bytes + output_bytes >= SHARED_THRESHOLD_BYTES:
         call.place = link.shared.place(call.data, call.target, output_bytes)
         if call.place is not None:
