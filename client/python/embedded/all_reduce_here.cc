@@ -126,22 +126,22 @@ PyObject* AllReduceHereNew(PyTypeObject* type, PyObject* args, PyObject*) {
   // Looked up once: the bound methods and the iterator are the same for
   // every call.
   PyObject* take = PyObject_GetAttrString(numbering, "take");
-  PyObject* done = take == nullptr
-                       ? nullptr
-                       : PyObject_GetAttrString(numbering, "done");
+  PyObject* done =
+      take == nullptr ? nullptr : PyObject_GetAttrString(numbering, "done");
   PyObject* call_ids =
       done == nullptr ? nullptr : PyObject_GetAttrString(socket, "call_ids");
-  auto* self = call_ids == nullptr ? nullptr
-                                   : reinterpret_cast<AllReduceHereObject*>(
-                                         type->tp_alloc(type, 0));
+  auto* self =
+      call_ids == nullptr
+          ? nullptr
+          : reinterpret_cast<AllReduceHereObject*>(type->tp_alloc(type, 0));
   if (self == nullptr) {
     Py_XDECREF(take);
     Py_XDECREF(done);
     Py_XDECREF(call_ids);
     return nullptr;
   }
-  for (PyObject* held : {calls, socket, prepare, empty_like, ndarray,
-                         not_here}) {
+  for (PyObject* held :
+       {calls, socket, prepare, empty_like, ndarray, not_here}) {
     Py_INCREF(held);
   }
   self->calls = calls;
