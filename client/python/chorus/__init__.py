@@ -22,8 +22,8 @@ from chorus.embedded import EmbeddedWorker
 from chorus._dtypes import DTYPES, bf16_to_f32, dtype_name, f32_to_bf16
 from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
                                  SHARED_THRESHOLD_BYTES,
-                                 STREAM_THRESHOLD_BYTES, Communicator, Work)
-from chorus._join import join
+                                 STREAM_THRESHOLD_BYTES, Communicator, Work,
+                                 join)
 from chorus.errors import (Aborted, Cancelled, DataLoss, DeadlineExceeded,
                            Error, FailedPrecondition, Internal,
                            InvalidArgument, NotFound, PermissionDenied,

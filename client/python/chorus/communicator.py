@@ -38,7 +38,7 @@ from chorus.embedded import EmbeddedWorker
 from chorus.errors import InvalidArgument
 from chorus.v1 import worker_pb2
 
-__all__ = ["Communicator", "Work", "Buffer", "DEFAULT_TIMEOUT",
+__all__ = ["join", "Communicator", "Work", "Buffer", "DEFAULT_TIMEOUT",
            "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES",
            "SHARED_THRESHOLD_BYTES"]
 
@@ -540,3 +540,8 @@ def _call_socket_of(path: str, embedded: Optional[EmbeddedWorker]
         except OSError:
             return None  # not this host, or not this user: gRPC calls
     return None
+
+
+# join() makes Communicators; it lives in chorus._join, which imports this
+# module, and is still reached here as before (chorus.communicator.join).
+from chorus._join import join  # noqa: E402  (after Communicator)
