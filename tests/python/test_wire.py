@@ -253,20 +253,22 @@ def test_malformed_details_are_ignored(stand_in: Any) -> None:
 
 
 def test_a_workers_stale_epoch_refusal_names_its_epoch_and_group() -> None:
-    # The one status read from its text: a worker's refusal of a call in an
-    # epoch it left behind carries no ErrorDetail yet (chorus.errors says
-    # which server paths).
-    for message in (
-            "stale epoch 3 for group g/1; this worker joined it at epoch 4",
-            "stale epoch 3 for group g/1; this worker has seen epoch 4"):
-        error = chorus.errors.from_rpc_error(
-            chorus._call_socket.CallSocketError(
-                grpc.StatusCode.FAILED_PRECONDITION, message))
-        assert type(error) is chorus.FailedPrecondition
-        assert (error.epoch, error.group) == (3, "g/1")
-    other = chorus.errors.from_rpc_error(chorus._call_socket.CallSocketError(
-        grpc.StatusCode.ABORTED, "stale epoch 3 for group g; this worker "))
-    assert (other.epoch, other.group) == (None, None)
+    # A worker's refusal of a call in an epoch it left behind carries a
+    # STALE_EPOCH detail; without one the text alone says nothing.
+    from chorus.v1 import status_pb2
+    message = "stale epoch 3 for group g/1; this worker joined it at epoch 4"
+    detail = status_pb2.ErrorDetail(reason="STALE_EPOCH", group="g/1",
+                                    epoch=3)
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    error = chorus.errors.from_rpc_error(chorus._call_socket.CallSocketError(
+        code, message,
+        _status_details.encode(code.value[0], message, [detail])))
+    assert type(error) is chorus.FailedPrecondition
+    assert (error.epoch, error.group) == (3, "g/1")
+    assert error.reason == "STALE_EPOCH"
+    bare = chorus.errors.from_rpc_error(
+        chorus._call_socket.CallSocketError(code, message))
+    assert (bare.epoch, bare.group) == (None, None)
 
 
 def test_a_short_reply_is_an_internal_error(stand_in: Any) -> None:

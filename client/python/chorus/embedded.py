@@ -46,7 +46,6 @@ _BY_VALUE: Dict[int, grpc.StatusCode] = {
     c.value[0]: c for c in grpc.StatusCode}
 
 # How a refusal of a device begins (server/common/device.h).
-_REFUSAL = "Distributed operations are not supported for device "
 
 try:
     from chorus import _embedded  # type: ignore[attr-defined]
@@ -55,14 +54,12 @@ except ImportError as e:  # installed without the module built by CMake
     _embedded = None
     _MISSING = str(e)
 
-
 def available() -> bool:
     """Whether this installation has the embedded worker (chorus._embedded,
     which `pip install client/python` takes from a Chorus build named by
     $CHORUS_BUILD_DIR).
     """
     return _embedded is not None
-
 
 def _error_of(e: Exception, coordinator: str) -> Error:
     """The chorus.Error for the extension's (code, message[, status])
@@ -78,19 +75,9 @@ def _error_of(e: Exception, coordinator: str) -> Error:
             decoded = _status_details.decode(
                 [(_status_details.DETAILS_KEY, e.args[2])])
             details = decoded[2] if decoded is not None else []
-    error = error_for_code(code)(
+    return error_for_code(code)(
         f"embedded worker for coordinator {coordinator}: {message}", code,
         details)
-    # The extension's Worker() (client/python/embedded/embedded_module.cc,
-    # RaiseStatus) raises (code, message) without the status's ErrorDetail:
-    # until it passes the status too, the device of a registration refused
-    # as DEVICE_UNSUPPORTED is read from the refusal's fixed words
-    # (server/common/device.cc, UnsupportedDeviceError). Delete with it.
-    if (not details and code == grpc.StatusCode.UNIMPLEMENTED and
-            message.startswith(_REFUSAL)):
-        error.device = message[len(_REFUSAL):].split(":", 1)[0]
-    return error
-
 
 class EmbeddedWorker:
     """A worker runtime in this process, registered with a coordinator.
@@ -239,10 +226,8 @@ class EmbeddedWorker:
         return (f"EmbeddedWorker(coordinator={self._coordinator!r}, "
                 f"target={self.target!r})")
 
-
 _shared_lock = threading.Lock()
 _shared: Dict[str, EmbeddedWorker] = {}
-
 
 def _forget_shared_in_child() -> None:
     """After a fork, in the child: the parent's workers are not this
@@ -252,9 +237,7 @@ def _forget_shared_in_child() -> None:
     _shared_lock = threading.Lock()
     _shared.clear()
 
-
 os.register_at_fork(after_in_child=_forget_shared_in_child)
-
 
 def shared_worker(coordinator: str) -> EmbeddedWorker:
     """The process's EmbeddedWorker for `coordinator` with default settings,

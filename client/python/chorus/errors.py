@@ -7,9 +7,8 @@ The attributes come from the google.rpc.Status details a server attaches
 every Chorus server attaches where it has something structured to say
 (proto/chorus/v1/status.proto), or a google.rpc.ErrorInfo or another detail
 message with the same fields. The message text is the status's whole story
-for people and is never parsed, but for one narrow fallback (see
-_stale_epoch) for the server paths that attach no detail yet. A status
-without details has a code and a message and no other attribute.
+for people and is never parsed. A status without details has a code and a
+message and no other attribute.
 """
 
 import re
@@ -85,10 +84,7 @@ class Error(Exception):
         self.device: Optional[str] = None
         self.number_used: bool = False
         self.reason: Optional[str] = None
-        found = _from_details(self.details)
-        if not found:
-            found = _stale_epoch(self.code, message)
-        for name, value in found.items():
+        for name, value in _from_details(self.details).items():
             setattr(self, name, value)
 
     def __str__(self) -> str:
@@ -240,30 +236,6 @@ def parse_ranks(text: str) -> List[int]:
         else:
             ranks.append(int(part))
     return ranks
-
-
-# --- the one fallback -------------------------------------------------------
-# A rank's call in an epoch its worker has left behind is refused before it
-# takes its number, with FAILED_PRECONDITION and no ErrorDetail, by
-# server/worker/local_api_service.cc, LocalApiService::PrepareCall ("stale
-# epoch 3 for group g; this worker joined it at epoch 4") and
-# server/worker/call_ledger.cc, CallLedger::Use ("stale epoch 3 for group g;
-# this worker has seen epoch 4"). The coordinator's own stale-epoch statuses
-# carry a STALE_EPOCH detail. Until those two worker paths attach one, their
-# epoch and group are read from exactly that message; delete this with them.
-_STALE = re.compile(r"stale epoch (\d+) for group (\S+?); this worker ")
-
-
-def _stale_epoch(code: grpc.StatusCode, message: str) -> Dict[str, Any]:
-    """The epoch and group of a worker's stale-epoch refusal (the two paths
-    above), which carries no ErrorDetail; nothing for any other status.
-    """
-    if code != grpc.StatusCode.FAILED_PRECONDITION:
-        return {}
-    found = _STALE.match(message)
-    if found is None:
-        return {}
-    return {"epoch": int(found.group(1)), "group": found.group(2)}
 
 
 # --- details ---------------------------------------------------------------

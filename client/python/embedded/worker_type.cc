@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -9,17 +10,21 @@
 #include "absl/time/time.h"
 #include "client/python/embedded/embedded_calls.h"
 #include "client/python/embedded/embedded_worker.h"
+#include "server/common/grpc_status.h"
 #include "server/worker/local/local_worker.h"
 
 namespace chorus {
 namespace {
 
-// Raises RuntimeError((code, message)), which chorus.embedded turns into
-// the chorus.Error of that code.
+// Raises RuntimeError((code, message, details)), which chorus.embedded
+// turns into the chorus.Error of that code; `details` is the serialized
+// google.rpc.Status with the status's ErrorDetail (empty without one).
 PyObject* RaiseStatus(const absl::Status& status) {
+  const std::string details = ToGrpcStatus(status).error_details();
   PyObject* error = Py_BuildValue(
-      "(is#)", static_cast<int>(status.code()), status.message().data(),
-      static_cast<Py_ssize_t>(status.message().size()));
+      "(is#y#)", static_cast<int>(status.code()), status.message().data(),
+      static_cast<Py_ssize_t>(status.message().size()), details.data(),
+      static_cast<Py_ssize_t>(details.size()));
   if (error != nullptr) {
     PyErr_SetObject(PyExc_RuntimeError, error);
     Py_DECREF(error);

@@ -4,6 +4,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 namespace {
@@ -77,9 +78,10 @@ absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
     return absl::UnavailableError("this worker is shutting down");
   }
   if (numbers.epoch != epoch) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("stale epoch ", epoch, " for group ", group,
-                     "; this worker has seen epoch ", numbers.epoch));
+    return WithErrorDetail(absl::FailedPreconditionError(absl::StrCat(
+                               "stale epoch ", epoch, " for group ", group,
+                               "; this worker has seen epoch ", numbers.epoch)),
+                           MakeErrorDetail("STALE_EPOCH", group, epoch, 0));
   }
   if (numbers.forgotten) return LeftError(who());
   if (used()) {

@@ -9,6 +9,7 @@
 #include "server/common/collective_spec_proto.h"
 #include "server/common/device_proto.h"
 #include "server/common/metrics.h"
+#include "server/common/status_detail.h"
 
 namespace chorus {
 namespace {
@@ -202,9 +203,11 @@ absl::StatusOr<LocalCall> LocalCalls::PrepareCall(
                        " as rank ", request.rank(), "; join first"));
     }
     if (it->second->epoch != request.epoch()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stale epoch ", request.epoch(), " for group ", request.group(),
-          "; this worker joined it at epoch ", it->second->epoch));
+      return WithErrorDetail(
+          absl::FailedPreconditionError(absl::StrCat(
+              "stale epoch ", request.epoch(), " for group ", request.group(),
+              "; this worker joined it at epoch ", it->second->epoch)),
+          MakeErrorDetail("STALE_EPOCH", request.group(), request.epoch(), 0));
     }
     call.membership = it->second;
   }
