@@ -82,12 +82,11 @@ def test_worker_start_errors_take_their_attributes_from_the_status() -> None:
     assert error.message == f"embedded worker for coordinator 127.0.0.1:1: " \
         f"{refusal}"
     assert (error.reason, error.device) == ("DEVICE_UNSUPPORTED", "Npu(2)")
-    # Without the status (the extension's RaiseStatus today) only the
-    # refused device is read from the refusal's fixed words.
+    # Without the status the words are not read.
     bare = embedded._error_of(
         RuntimeError(grpc.StatusCode.UNIMPLEMENTED.value[0],
                      refusal + ": no driver"), "127.0.0.1:1")
-    assert (bare.reason, bare.device) == (None, "Npu(2)")
+    assert (bare.reason, bare.device) == (None, None)
     other = embedded._error_of(
         RuntimeError(grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
                      "ranks 1, 2 of group g did not join within the "

@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<LocalWorker>> LocalWorker::Create(
   RuntimeOptions runtime = options.runtime;
   runtime.extra_services.push_back(worker->grpc_door_.get());
   runtime.extra_service_names.push_back(v1::WorkerLocal::service_full_name());
-  const std::string& socket = runtime.unix_socket_path;
+  const std::string socket = runtime.unix_socket_path;
   if (!socket.empty()) {
     absl::Status prepared = PrepareLocalSocket(socket);
     if (!prepared.ok()) return prepared;
