@@ -45,6 +45,11 @@ struct Event {
     kDeadline = 8,
     // This watcher fell behind and missed `dropped` events before the next.
     kEventsDropped = 9,
+    // An elastic group's epoch was revoked: `ranks` left (none when
+    // newcomers were admitted); `text` says what follows.
+    kMembershipChanged = 10,
+    // A newcomer waits to join elastic `group` at its next sync.
+    kJoinerWaiting = 11,
   };
 
   // When it happened.
@@ -96,6 +101,10 @@ inline const char* EventKindName(Event::Kind kind) {
       return "DEADLINE";
     case Event::Kind::kEventsDropped:
       return "EVENTS_DROPPED";
+    case Event::Kind::kMembershipChanged:
+      return "MEMBERSHIP_CHANGED";
+    case Event::Kind::kJoinerWaiting:
+      return "JOINER_WAITING";
   }
   return "UNSPECIFIED";
 }

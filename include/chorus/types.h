@@ -73,6 +73,8 @@ enum class CollectiveKind : int {
   kScatter = 7,
   kAllToAll = 8,
   kBarrier = 9,
+  // Elastic groups: a barrier at which waiting newcomers are admitted.
+  kSync = 10,
 };
 
 // Mirrors chorus.v1.Algorithm.

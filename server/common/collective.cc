@@ -11,8 +11,10 @@ namespace chorus {
 namespace {
 
 constexpr absl::string_view kKindNames[] = {
-    "unspecified",    "all_reduce", "reduce",  "broadcast",  "all_gather",
-    "reduce_scatter", "gather",     "scatter", "all_to_all", "barrier"};
+    "unspecified", "all_reduce",     "reduce", "broadcast",
+    "all_gather",  "reduce_scatter", "gather", "scatter",
+    "all_to_all",  "barrier",        "sync"};
+constexpr int kLastKind = static_cast<int>(CollectiveKind::kSync);
 
 constexpr absl::string_view kAlgorithmNames[] = {
     "auto", "inline", "recursive_doubling", "tree", "ring", "same_host"};
@@ -20,21 +22,21 @@ constexpr int kLastAlgorithm = static_cast<int>(Algorithm::kSameHost);
 
 bool KnownKind(CollectiveKind kind) {
   const int v = static_cast<int>(kind);
-  return v >= 1 && v <= 9;
+  return v >= 1 && v <= kLastKind;
 }
 
 }  // namespace
 
 absl::string_view CollectiveKindName(CollectiveKind kind) {
   const int v = static_cast<int>(kind);
-  if (v < 0 || v > 9) return "unknown";
+  if (v < 0 || v > kLastKind) return "unknown";
   return kKindNames[v];
 }
 
 absl::StatusOr<CollectiveKind> ParseCollectiveKind(absl::string_view name) {
   const std::string want =
       absl::StrReplaceAll(absl::AsciiStrToLower(name), {{"_", ""}, {"-", ""}});
-  for (int v = 1; v <= 9; ++v) {
+  for (int v = 1; v <= kLastKind; ++v) {
     if (absl::StrReplaceAll(kKindNames[v], {{"_", ""}}) == want) {
       return static_cast<CollectiveKind>(v);
     }
@@ -73,6 +75,10 @@ CollectiveSpec WorkSpec(const CollectiveSpec& spec) {
   return work;
 }
 
+bool KindCarriesNoData(CollectiveKind kind) {
+  return kind == CollectiveKind::kBarrier || kind == CollectiveKind::kSync;
+}
+
 bool KindHasRoot(CollectiveKind kind) {
   return kind == CollectiveKind::kReduce ||
          kind == CollectiveKind::kBroadcast ||
@@ -84,10 +90,11 @@ absl::Status ValidateSpec(const CollectiveSpec& spec, int world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown collective kind ", static_cast<int>(spec.kind)));
   }
-  if (spec.kind == CollectiveKind::kBarrier) {
+  if (KindCarriesNoData(spec.kind)) {
     if (spec.count != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("barrier carries no data, got count ", spec.count));
+          absl::StrCat(CollectiveKindName(spec.kind),
+                       " carries no data, got count ", spec.count));
     }
     return absl::OkStatus();
   }
@@ -110,7 +117,7 @@ absl::Status ValidateSpec(const CollectiveSpec& spec, int world_size) {
 
 std::string DescribeSpec(const CollectiveSpec& spec) {
   std::string out(CollectiveKindName(spec.kind));
-  if (spec.kind == CollectiveKind::kBarrier) return out;
+  if (KindCarriesNoData(spec.kind)) return out;
   absl::StrAppend(&out, " ", DTypeName(spec.dtype), "[", spec.count, "]");
   if (KindReduces(spec.kind)) absl::StrAppend(&out, " ", ReduceOpName(spec.op));
   if (KindHasRoot(spec.kind)) absl::StrAppend(&out, " root ", spec.root);
@@ -119,7 +126,7 @@ std::string DescribeSpec(const CollectiveSpec& spec) {
 
 bool SpecsAgree(const CollectiveSpec& a, const CollectiveSpec& b) {
   if (a.kind != b.kind) return false;
-  if (a.kind == CollectiveKind::kBarrier) return true;
+  if (KindCarriesNoData(a.kind)) return true;
   if (a.dtype != b.dtype || a.count != b.count) return false;
   if (KindReduces(a.kind) && a.op != b.op) return false;
   if (KindHasRoot(a.kind) && a.root != b.root) return false;
@@ -180,7 +187,7 @@ uint64_t PayloadBytes(const CollectiveSpec& spec, int world_size) {
 
 bool CarriesInlineData(const CollectiveSpec& spec, int world_size,
                        Algorithm forced, uint64_t inline_max_bytes) {
-  if (spec.kind == CollectiveKind::kBarrier) return false;
+  if (KindCarriesNoData(spec.kind)) return false;
   if (forced == Algorithm::kInline) return true;
   return forced == Algorithm::kUnspecified &&
          PayloadBytes(spec, world_size) <= inline_max_bytes;
@@ -202,7 +209,7 @@ absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec,
     case Algorithm::kRecursiveDoubling:
     case Algorithm::kSameHost:
       if (spec.kind == CollectiveKind::kAllReduce ||
-          spec.kind == CollectiveKind::kBarrier) {
+          KindCarriesNoData(spec.kind)) {
         return absl::OkStatus();
       }
       return absl::InvalidArgumentError(absl::StrCat(

@@ -32,6 +32,8 @@ absl::string_view AlgorithmName(Algorithm algorithm);
 absl::StatusOr<Algorithm> ParseAlgorithm(absl::string_view name);
 
 bool KindReduces(CollectiveKind kind);
+// Barrier and sync: kinds whose calls carry no data (count 0).
+bool KindCarriesNoData(CollectiveKind kind);
 bool KindHasRoot(CollectiveKind kind);
 
 // The spec a data-plane reduction works in: `spec` with its dtype replaced

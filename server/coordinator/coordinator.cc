@@ -236,12 +236,11 @@ void Coordinator::Commit(CommitCall call, CommitCallback done) {
   DeadlineAdded(deadline);
 }
 
-absl::Status Coordinator::ReportFailure(const std::string& group,
-                                        uint64_t epoch, int rank,
-                                        uint64_t sequence,
-                                        const absl::Status& failure) {
-  absl::Status verdict =
-      groups_.ReportFailure(group, epoch, rank, sequence, failure);
+absl::Status Coordinator::ReportFailure(
+    const std::string& group, uint64_t epoch, int rank, uint64_t sequence,
+    const absl::Status& failure, const std::vector<int>& lost, bool leaving) {
+  absl::Status verdict = groups_.ReportFailure(group, epoch, rank, sequence,
+                                               failure, lost, leaving);
   if (absl::IsAborted(verdict))
     LOG(WARNING) << verdict.ToString(
         absl::StatusToStringMode::kWithNoExtraData);

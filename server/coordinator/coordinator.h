@@ -145,9 +145,12 @@ class Coordinator {
   void Commit(CommitCall call, CommitCallback done);
 
   // GroupTable::ReportFailure: the group's abort status (ABORTED), or
-  // NOT_FOUND / FAILED_PRECONDITION for an unknown group or stale epoch.
+  // NOT_FOUND / FAILED_PRECONDITION for an unknown group or stale epoch; an
+  // elastic group goes on without the ranks that are gone.
   absl::Status ReportFailure(const std::string& group, uint64_t epoch, int rank,
-                             uint64_t sequence, const absl::Status& failure);
+                             uint64_t sequence, const absl::Status& failure,
+                             const std::vector<int>& lost = {},
+                             bool leaving = false);
 
   // Authorization of a caller that proved, with its certificate, to be the
   // worker named `caller`: OK when worker `id` registered under that name,

@@ -25,6 +25,13 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
         if (member.worker_id == worker_id) ranks.push_back(member.rank);
       }
       if (ranks.empty()) continue;
+      if (group.view.min_world_size > 0 && group.aborted.ok()) {
+        RevokeLocked(group, ranks, "worker_lost",
+                     absl::StrCat("worker \"", worker_name, "\" (id ",
+                                  worker_id, ") lost: ", why),
+                     Blame{ranks, worker_id, worker_name}, &completions);
+        continue;
+      }
       v1::ErrorDetail detail =
           MakeErrorDetail("WORKER_LOST", name, group.view.epoch, 0);
       detail.set_lost_worker(worker_name);
@@ -39,7 +46,13 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
       AbortGroupLocked(group, status, "worker_lost",
                        Blame{ranks, worker_id, worker_name}, &completions);
     }
-    // Joins the lost worker made can no longer be answered.
+    // Joins the lost worker made can no longer be answered; newcomers it
+    // made leave without a trace.
+    DropElasticJoinsLocked(
+        worker_id,
+        absl::AbortedError(absl::StrCat("worker \"", worker_name, "\" (id ",
+                                        worker_id, ") lost: ", why)),
+        &completions);
     for (auto it = forming_.begin(); it != forming_.end();) {
       Formation& formation = it->second;
       for (std::optional<PendingJoin>& slot : formation.slots) {

@@ -108,10 +108,9 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
   for (auto& complete : completions) complete();
 }
 
-absl::Status GroupTable::ReportFailure(const std::string& group_name,
-                                       uint64_t epoch, int rank,
-                                       uint64_t sequence,
-                                       const absl::Status& failure) {
+absl::Status GroupTable::ReportFailure(
+    const std::string& group_name, uint64_t epoch, int rank, uint64_t sequence,
+    const absl::Status& failure, const std::vector<int>& lost, bool leaving) {
   Completions completions;
   absl::Status verdict;
   {
@@ -123,38 +122,84 @@ absl::Status GroupTable::ReportFailure(const std::string& group_name,
     }
     Group& group = it->second;
     if (group.view.epoch != epoch) {
+      auto revoked = successions_.find({group_name, epoch});
+      if (revoked != successions_.end()) return revoked->second.revoked;
       return WithErrorDetail(
           absl::FailedPreconditionError(
               absl::StrCat("stale epoch ", epoch, " for group ", group_name)),
           MakeErrorDetail("STALE_EPOCH", group_name, epoch, 0));
     }
-    // Sequence 0: no collective failed; the rank itself is gone (its
-    // worker saw its client process go away).
-    const std::string what =
-        sequence == 0 ? std::string(" is gone")
-                      : absl::StrCat(" failed collective #", sequence);
-    const std::string why =
-        failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
-    v1::ErrorDetail detail =
-        MakeErrorDetail(sequence == 0 ? "RANK_GONE" : "RANK_FAILED", group_name,
-                        epoch, sequence);
-    if (sequence == 0) {
-      detail.add_lost_ranks(rank);
+    if (group.view.min_world_size > 0 && group.aborted.ok()) {
+      verdict = ReportElasticLocked(group, rank, sequence, failure, lost,
+                                    leaving, &completions);
     } else {
-      (*detail.mutable_ranks())[rank] = why;
+      verdict =
+          AbortForFailureLocked(group, rank, sequence, failure, &completions);
     }
-    AbortGroupLocked(
-        group,
-        WithErrorDetail(absl::AbortedError(absl::StrCat(
-                            "group ", group_name, " (epoch ", epoch,
-                            ") aborted: rank ", rank, what, ": ", why)),
-                        detail),
-        sequence == 0 ? "rank_gone" : "data_plane_failure",
-        Blame{{rank}, 0, ""}, &completions);
-    verdict = group.aborted;
   }
   for (auto& complete : completions) complete();
   return verdict;
+}
+
+absl::Status GroupTable::AbortForFailureLocked(Group& group, int rank,
+                                               uint64_t sequence,
+                                               const absl::Status& failure,
+                                               Completions* completions) {
+  const std::string& group_name = group.view.name;
+  const uint64_t epoch = group.view.epoch;
+  // Sequence 0: no collective failed; the rank itself is gone (its worker
+  // saw its client process go away).
+  const std::string what = sequence == 0
+                               ? std::string(" is gone")
+                               : absl::StrCat(" failed collective #", sequence);
+  const std::string why =
+      failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
+  v1::ErrorDetail detail = MakeErrorDetail(
+      sequence == 0 ? "RANK_GONE" : "RANK_FAILED", group_name, epoch, sequence);
+  if (sequence == 0) {
+    detail.add_lost_ranks(rank);
+  } else {
+    (*detail.mutable_ranks())[rank] = why;
+  }
+  AbortGroupLocked(
+      group,
+      WithErrorDetail(absl::AbortedError(absl::StrCat(
+                          "group ", group_name, " (epoch ", epoch,
+                          ") aborted: rank ", rank, what, ": ", why)),
+                      detail),
+      sequence == 0 ? "rank_gone" : "data_plane_failure", Blame{{rank}, 0, ""},
+      completions);
+  return group.aborted;
+}
+
+absl::Status GroupTable::ReportElasticLocked(
+    Group& group, int rank, uint64_t sequence, const absl::Status& failure,
+    const std::vector<int>& lost, bool leaving, Completions* completions) {
+  const GroupView view = group.view;
+  if (rank < 0 || rank >= view.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for group ", view.name));
+  }
+  // Who goes: the rank itself when it is gone or leaves, and the ranks the
+  // failure names as gone.
+  std::vector<int> gone;
+  if (leaving || sequence == 0) gone.push_back(rank);
+  for (int r : lost) {
+    if (r >= 0 && r < view.world_size) gone.push_back(r);
+  }
+  const char* reason = leaving         ? "left"
+                       : sequence == 0 ? "rank_gone"
+                                       : "data_plane_failure";
+  const std::string status_text =
+      failure.ToString(absl::StatusToStringMode::kWithNoExtraData);
+  const std::string why =
+      leaving         ? absl::StrCat("rank ", rank, " left the group")
+      : sequence == 0 ? absl::StrCat("rank ", rank, " is gone: ", status_text)
+                      : absl::StrCat("rank ", rank, " failed collective #",
+                                     sequence, ": ", status_text);
+  RevokeLocked(group, std::move(gone), reason, why, Blame{{rank}, 0, ""},
+               completions);
+  return successions_.at({view.name, view.epoch}).revoked;
 }
 
 // Commits: ranks that never commit leave the outcome unknown, so the group is
@@ -186,6 +231,14 @@ void GroupTable::ExpireCommitsLocked(Group& group, absl::Time now,
     event.ranks = missing;
     event.status = status;
     PublishLocked(std::move(event), completions);
+    if (group.view.min_world_size > 0) {
+      // The ranks that never committed leave; the others go on, and every
+      // call of the epoch, this commit included, ends with the revocation.
+      RevokeLocked(group, missing, "commit_deadline",
+                   std::string(status.message()), Blame{missing, 0, ""},
+                   completions);
+      return;
+    }
     for (int rank = 0; rank < group.view.world_size; ++rank) {
       if (!commit.calls[rank]) continue;
       completions->push_back(

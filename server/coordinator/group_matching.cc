@@ -184,7 +184,7 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
   std::vector<std::string> outputs(world);
   // Inline plans run here.
   if (plan.ok() && plan->algorithm == Algorithm::kInline &&
-      first.kind != CollectiveKind::kBarrier) {
+      !KindCarriesNoData(first.kind)) {
     if (absl::Status ran =
             RunInlineMatch(group.view.name, sequence, match, &outputs);
         !ran.ok()) {
@@ -212,17 +212,28 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
     commit.calls.resize(world);
     commit.done.resize(world);
   }
+  // A sync of an elastic group admits the newcomers waiting: every member's
+  // outcome then carries the next epoch, formed below once the outcomes
+  // are queued (the group is replaced by it).
+  const bool admits = plan.ok() && first.kind == CollectiveKind::kSync &&
+                      group.view.min_world_size > 0 && !group.joiners.empty();
+  auto next = std::make_shared<std::shared_ptr<const GroupView>>();
+  const int joiners = static_cast<int>(group.joiners.size());
   for (int rank = 0; rank < world; ++rank) {
     absl::StatusOr<CollectiveOutcome> outcome =
-        plan.ok() ? absl::StatusOr<CollectiveOutcome>(CollectiveOutcome{
-                        sequence, *plan, std::move(outputs[rank])})
-                  : absl::StatusOr<CollectiveOutcome>(plan.status());
+        plan.ok()
+            ? absl::StatusOr<CollectiveOutcome>(CollectiveOutcome{
+                  sequence, *plan, std::move(outputs[rank]), joiners, nullptr})
+            : absl::StatusOr<CollectiveOutcome>(plan.status());
     group.last_outcome[rank] =
         LastCall{std::move(match.calls[rank]->call), outcome};
-    completions->push_back(
-        [done = std::move(match.calls[rank]->done),
-         outcome = std::move(outcome)]() mutable { done(std::move(outcome)); });
+    completions->push_back([done = std::move(match.calls[rank]->done),
+                            outcome = std::move(outcome), next]() mutable {
+      if (outcome.ok() && *next != nullptr) outcome->next = *next;
+      done(std::move(outcome));
+    });
   }
+  if (admits) AdmitJoinersLocked(group, next.get(), completions);
 }
 
 bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,

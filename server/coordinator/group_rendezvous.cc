@@ -55,6 +55,9 @@ absl::Status GroupTable::ValidateJoinLocked(const JoinRequest& request) const {
         absl::StrCat("rank ", request.rank, " is out of range for group ",
                      request.group, " of world size ", request.world_size));
   }
+  if (absl::Status elastic = ValidateElasticLocked(request); !elastic.ok()) {
+    return elastic;
+  }
   auto forming = forming_.find(request.group);
   if (forming != forming_.end()) {
     const Formation& formation = forming->second;
@@ -63,6 +66,15 @@ absl::Status GroupTable::ValidateJoinLocked(const JoinRequest& request) const {
           absl::StrCat("group ", request.group, " is forming with world size ",
                        formation.world_size, "; rank ", request.rank,
                        " asked for ", request.world_size));
+    }
+    if (formation.joined > 0 &&
+        (formation.min_world_size != request.min_world_size ||
+         formation.max_world_size != request.max_world_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group ", request.group, " is forming with min_world_size ",
+          formation.min_world_size, " and max_world_size ",
+          formation.max_world_size, "; rank ", request.rank, " asked for ",
+          request.min_world_size, " and ", request.max_world_size));
     }
     const std::optional<PendingJoin>& slot = formation.slots[request.rank];
     if (slot.has_value()) {
@@ -166,8 +178,47 @@ void GroupTable::RefuseJoinLocked(const JoinRequest& request,
   }
 }
 
+GroupMember GroupTable::MemberOf(const JoinRequest& request,
+                                 const WorkerRecord& worker) {
+  GroupMember member;
+  member.rank = request.rank;
+  member.worker_id = worker.id;
+  member.worker_name = worker.registration.name;
+  member.host = worker.registration.host;
+  member.machine = worker.registration.machine;
+  member.address = worker.registration.address;
+  member.data_port = worker.registration.data_port;
+  member.incarnation = worker.registration.incarnation;
+  member.device = request.device;
+  for (const Device& d : worker.registration.devices) {
+    if (SameDevice(d, request.device)) member.device = d;
+  }
+  return member;
+}
+
+bool GroupTable::SameHost(const std::vector<GroupMember>& members) {
+  // One host: the same machine and network namespace where workers said
+  // (a host name alone where one did not).
+  auto host_key = [](const GroupMember& m) {
+    return m.machine.empty() ? absl::StrCat("name:", m.host)
+                             : absl::StrCat("machine:", m.machine);
+  };
+  return !members.empty() && !members[0].host.empty() &&
+         std::all_of(members.begin(), members.end(), [&](const GroupMember& m) {
+           return host_key(m) == host_key(members[0]);
+         });
+}
+
 void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
                             Completions* completions) {
+  if (request.follow_epoch != 0) {
+    FollowLocked(std::move(request), std::move(done), completions);
+    return;
+  }
+  if (request.newcomer) {
+    NewcomerLocked(std::move(request), std::move(done), completions);
+    return;
+  }
   absl::Status valid = ValidateJoinLocked(request);
   absl::StatusOr<WorkerRecord> worker =
       valid.ok() ? registry_->ResolveMember(request.worker_id, request.device)
@@ -180,24 +231,14 @@ void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
         [done = std::move(done), status = worker.status()] { done(status); });
     return;
   }
-  GroupMember member;
-  member.rank = request.rank;
-  member.worker_id = worker->id;
-  member.worker_name = worker->registration.name;
-  member.host = worker->registration.host;
-  member.machine = worker->registration.machine;
-  member.address = worker->registration.address;
-  member.data_port = worker->registration.data_port;
-  member.incarnation = worker->registration.incarnation;
-  member.device = request.device;
-  for (const Device& d : worker->registration.devices) {
-    if (SameDevice(d, request.device)) member.device = d;
-  }
+  GroupMember member = MemberOf(request, *worker);
   Formation& formation = forming_[request.group];
   if (formation.slots.empty()) {
     formation.world_size = request.world_size;
     formation.slots.resize(request.world_size);
   }
+  formation.min_world_size = request.min_world_size;
+  formation.max_world_size = request.max_world_size;
   // A refused rank that joins on a supported device clears its refusal.
   formation.refused.erase(request.rank);
   formation.gave_up.erase(request.rank);
@@ -226,21 +267,15 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   auto [epoch, inserted] = epochs_.try_emplace(name, options_.first_epoch);
   view.epoch = ++epoch->second;
   view.world_size = formation.world_size;
+  view.min_world_size = formation.min_world_size;
+  view.max_world_size =
+      formation.max_world_size > 0 || formation.min_world_size == 0
+          ? formation.max_world_size
+          : options_.max_world_size;
   for (std::optional<PendingJoin>& slot : formation.slots) {
     view.members.push_back(slot->member);
   }
-  // One host: the same machine and network namespace where workers said
-  // (a host name alone where one did not).
-  auto host_key = [](const GroupMember& m) {
-    return m.machine.empty() ? absl::StrCat("name:", m.host)
-                             : absl::StrCat("machine:", m.machine);
-  };
-  view.same_host =
-      !view.members.empty() && !view.members[0].host.empty() &&
-      std::all_of(view.members.begin(), view.members.end(),
-                  [&](const GroupMember& m) {
-                    return host_key(m) == host_key(view.members[0]);
-                  });
+  view.same_host = SameHost(view.members);
   auto old = groups_.find(name);
   if (old != groups_.end()) {
     const absl::Status reformed = absl::AbortedError(
@@ -254,6 +289,11 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
         completions->push_back(
             [done = std::move(arrived->done), reformed] { done(reformed); });
       }
+    }
+    // Newcomers waiting to join the old epoch get the same answer.
+    for (PendingJoin& joiner : old->second.joiners) {
+      completions->push_back(
+          [done = std::move(joiner.done), reformed] { done(reformed); });
     }
     // Ranks waiting for the others' commits get the same answer.
     for (auto& [sequence, commit] : old->second.commits) {

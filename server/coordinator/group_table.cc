@@ -85,6 +85,9 @@ absl::StatusOr<GroupTable::Group*> GroupTable::FindGroupLocked(
   }
   Group& group = it->second;
   if (epoch != group.view.epoch) {
+    // A late call of a revoked elastic epoch gets the revocation.
+    auto revoked = successions_.find({name, epoch});
+    if (revoked != successions_.end()) return revoked->second.revoked;
     return WithErrorDetail(
         absl::FailedPreconditionError(absl::StrCat(
             "stale epoch ", epoch, " for group ", name, ", which is at epoch ",
@@ -101,6 +104,7 @@ void GroupTable::ExpireDeadlines() {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
     ExpireJoinsLocked(now, &completions);
+    ExpireElasticJoinsLocked(now, &completions);
     for (auto& [name, group] : groups_) {
       ExpireMatchesLocked(group, now, &completions);
       ExpireCommitsLocked(group, now, &completions);
@@ -132,7 +136,7 @@ absl::Time GroupTable::NextDeadline() const {
       }
     }
   }
-  return next;
+  return std::min(next, NextElasticDeadlineLocked());
 }
 
 std::vector<std::string> GroupTable::NewStalls(absl::Duration threshold) {
@@ -186,6 +190,7 @@ std::vector<GroupSummary> GroupTable::List() const {
     summary.view = group.view;
     summary.completed = group.completed;
     summary.aborted = group.aborted;
+    summary.joiners_waiting = static_cast<int>(group.joiners.size());
     summary.matching = group.pending.size();
     summary.committing = group.commits.size();
     if (!group.pending.empty()) {

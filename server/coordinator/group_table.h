@@ -36,6 +36,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -80,6 +81,15 @@ struct GroupView {
   std::vector<GroupMember> members;
   // Every member's worker reported the same (non-empty) host.
   bool same_host = false;
+  // An elastic group (min_world_size > 0) goes on without lost members
+  // while it keeps at least min_world_size, and admits newcomers up to
+  // max_world_size.
+  int min_world_size = 0;
+  int max_world_size = 0;
+  // The rank of the join this view answers, where the join did not name it
+  // (a newcomer, or a rank following its group into the next epoch); -1
+  // otherwise.
+  int rank = -1;
 };
 
 struct JoinRequest {
@@ -92,6 +102,14 @@ struct JoinRequest {
   // Identifies a retried join: a join with the same non-empty id from the
   // same worker replaces the pending one, or gets the group it formed.
   std::string request_id;
+  // Elastic groups (group_elastic.cc): every rank of a forming group names
+  // the same bounds (0: not elastic). A newcomer joins a formed elastic group
+  // without a rank and waits to be admitted; a rank of a revoked epoch
+  // follows its group into the next one (`rank` is its old rank there).
+  int min_world_size = 0;
+  int max_world_size = 0;
+  bool newcomer = false;
+  uint64_t follow_epoch = 0;
 };
 
 struct CollectiveCall {
@@ -115,6 +133,11 @@ struct CollectiveOutcome {
   Plan plan;
   // The rank's output under the inline plan.
   std::string data;
+  // Newcomers waiting to join the (elastic) group when it was decided.
+  int joiners_waiting = 0;
+  // A sync that admitted newcomers: the group's next epoch (the members keep
+  // their ranks; the newcomers follow them).
+  std::shared_ptr<const GroupView> next;
 };
 
 struct CommitCall {
@@ -153,6 +176,8 @@ struct GroupSummary {
   absl::Time pending_since;
   // Set when the group epoch was aborted; every call on it gets this.
   absl::Status aborted;
+  // Elastic groups: newcomers waiting to be admitted at the next sync.
+  int joiners_waiting = 0;
 };
 
 // A group still forming: the ranks that joined and wait for the others.
@@ -227,11 +252,17 @@ class GroupTable {
   void Commit(CommitCall call, CommitCallback done);
 
   // Aborts `group` at `epoch` because rank `rank` saw `failure` on the data
-  // plane during collective `sequence`. Returns the group's abort status
-  // (ABORTED; the first failure reported wins), or NOT_FOUND /
-  // FAILED_PRECONDITION for an unknown group or stale epoch.
+  // plane during collective `sequence` (sequence 0: the rank itself is gone,
+  // or with `leaving` it leaves). Returns the group's abort status (ABORTED;
+  // the first failure reported wins), or NOT_FOUND / FAILED_PRECONDITION for
+  // an unknown group or stale epoch. An elastic group goes on without the
+  // ranks `lost` names (those the failure says are gone), or without `rank`
+  // when it is gone or leaves: its epoch is revoked with ABORTED and a
+  // MEMBERSHIP_CHANGED detail (group_elastic.cc).
   absl::Status ReportFailure(const std::string& group, uint64_t epoch, int rank,
-                             uint64_t sequence, const absl::Status& failure);
+                             uint64_t sequence, const absl::Status& failure,
+                             const std::vector<int>& lost = {},
+                             bool leaving = false);
 
   // Aborts every group with a member on worker `worker_id` (evicted or shut
   // down; `why` says which) and drops its pending joins. Every pending and
@@ -289,6 +320,9 @@ class GroupTable {
   };
   struct Formation {
     int world_size = 0;
+    // Elastic bounds every rank named (0: not elastic).
+    int min_world_size = 0;
+    int max_world_size = 0;
     std::vector<std::optional<PendingJoin>> slots;
     int joined = 0;
     // When `joined` last went from 0 to 1.
@@ -332,6 +366,8 @@ class GroupTable {
   };
   struct Group {
     GroupView view;
+    // Elastic groups: newcomers waiting for a sync to admit them.
+    std::vector<PendingJoin> joiners;
     // The join request id of each rank, to answer retried joins.
     std::vector<std::string> request_ids;
     // The last call of each rank and its outcome, to answer a retry.
@@ -464,6 +500,106 @@ class GroupTable {
   absl::StatusOr<Group*> FindGroupLocked(const std::string& name,
                                          uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportFailure() of a group that is not elastic: aborts it. Returns the
+  // abort status.
+  absl::Status AbortForFailureLocked(Group& group, int rank, uint64_t sequence,
+                                     const absl::Status& failure,
+                                     Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReportFailure() of an elastic group: revokes its epoch without the ranks
+  // that are gone. Returns the revocation, or INVALID_ARGUMENT.
+  absl::Status ReportElasticLocked(Group& group, int rank, uint64_t sequence,
+                                   const absl::Status& failure,
+                                   const std::vector<int>& lost, bool leaving,
+                                   Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The member a join of worker `worker` adds for `request`.
+  static GroupMember MemberOf(const JoinRequest& request,
+                              const WorkerRecord& worker);
+  // Whether `members` are on one machine and network namespace.
+  static bool SameHost(const std::vector<GroupMember>& members);
+
+  // ---- Elastic groups (group_elastic.cc) ----
+  // How a revoked elastic epoch ended and what followed it.
+  struct Succession {
+    // What every call of the revoked epoch gets.
+    absl::Status revoked;
+    // The epoch that followed (0 while the group waits below its minimum)
+    // and, by old rank, each rank's rank there (-1: it left).
+    uint64_t next_epoch = 0;
+    std::vector<int> next_ranks;
+  };
+  // An elastic group below its minimum: the ranks that wait for enough
+  // newcomers to form its next epoch.
+  struct Refill {
+    // The revoked epoch, and its ranks that go on, in order.
+    GroupView previous;
+    std::vector<int> survivors;
+    // Joins of survivors following into the next epoch (request.rank: the
+    // old rank), and of newcomers.
+    std::vector<PendingJoin> followers;
+    std::vector<PendingJoin> joiners;
+    // With no join waiting by then, the group is given up.
+    absl::Time give_up_at;
+  };
+  // Checks an elastic join's bounds: INVALID_ARGUMENT when they are not
+  // 0 < min <= world_size <= max <= the table's maximum.
+  absl::Status ValidateElasticLocked(const JoinRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A newcomer's join, or a rank following its group into the next epoch.
+  void NewcomerLocked(JoinRequest request, JoinCallback done,
+                      Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FollowLocked(JoinRequest request, JoinCallback done,
+                    Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Revokes the epoch of elastic `group`: the ranks in `lost` leave (`why`,
+  // counted under `reason`), every pending and later call of the epoch
+  // gets ABORTED with a MEMBERSHIP_CHANGED detail, and the survivors form
+  // the next epoch at once, or wait for newcomers below the minimum.
+  void RevokeLocked(Group& group, std::vector<int> lost, const char* reason,
+                    const std::string& why, const Blame& blame,
+                    Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a sync of `group` was decided: admits the waiting newcomers (up
+  // to the maximum) into the next epoch, which `next` then holds.
+  void AdmitJoinersLocked(Group& group, std::shared_ptr<const GroupView>* next,
+                          Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forms `name`'s next epoch `epoch` from `previous`'s ranks `survivors`
+  // (in order) and the newcomers `admitted` after them; the newcomers in
+  // `waiting` wait on in it. Answers the admitted newcomers. Returns the new
+  // epoch's view.
+  std::shared_ptr<const GroupView> FormNextEpochLocked(
+      const GroupView& previous, const std::vector<int>& survivors,
+      uint64_t epoch, std::vector<PendingJoin> admitted,
+      std::vector<PendingJoin> waiting, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forms a refill's next epoch once it has its minimum; true when it did.
+  bool TryFormRefillLocked(const std::string& name, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the pending calls and commits of `group` with `status` (the epoch
+  // is over); unlike an abort, records no notice.
+  void EndEpochLocked(Group& group, const absl::Status& status,
+                      Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records how `epoch` of `name` ended, forgetting the oldest records.
+  void RecordSuccessionLocked(const std::string& name, uint64_t epoch,
+                              Succession succession)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The newcomers and followers of a lost worker leave; those past their
+  // deadline get DEADLINE_EXCEEDED.
+  void DropElasticJoinsLocked(uint64_t worker_id, const absl::Status& why,
+                              Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireElasticJoinsLocked(absl::Time now, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The earliest deadline of the elastic joins waiting.
+  absl::Time NextElasticDeadlineLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next epoch number of group `name`.
+  uint64_t NextEpochLocked(const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;        // not owned
   Registry* const registry_;  // not owned
@@ -478,6 +614,14 @@ class GroupTable {
   FlightRecorder recorder_ ABSL_GUARDED_BY(mu_);
   // Last epoch handed out per group name; survives re-formation.
   absl::flat_hash_map<std::string, uint64_t> epochs_ ABSL_GUARDED_BY(mu_);
+  // Revoked elastic epochs, (name, epoch) -> how they ended, and the order
+  // they were recorded in (the oldest are forgotten).
+  std::map<std::pair<std::string, uint64_t>, Succession> successions_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, uint64_t>> succession_order_
+      ABSL_GUARDED_BY(mu_);
+  // Elastic groups below their minimum, by name.
+  std::map<std::string, Refill> refills_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

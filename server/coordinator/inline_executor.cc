@@ -95,6 +95,7 @@ absl::StatusOr<std::vector<std::string>> RunInline(
       }
       break;
     case CollectiveKind::kBarrier:
+    case CollectiveKind::kSync:
     case CollectiveKind::kUnspecified:
       break;
   }

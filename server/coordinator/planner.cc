@@ -46,7 +46,7 @@ absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
 
 absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
                              bool same_host) {
-  if (spec.kind == CollectiveKind::kBarrier) return absl::OkStatus();
+  if (KindCarriesNoData(spec.kind)) return absl::OkStatus();
   absl::Status allowed = CheckForcedAlgorithm(spec, forced);
   if (!allowed.ok()) return allowed;
   if (forced == Algorithm::kSameHost && !same_host) {
@@ -64,7 +64,7 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
   Plan plan;
   plan.chunk_bytes = options.chunk_bytes;
   const uint64_t bytes = PayloadBytes(spec, world_size);
-  if (spec.kind == CollectiveKind::kBarrier) {
+  if (KindCarriesNoData(spec.kind)) {
     // The match itself is the barrier.
     plan.algorithm = Algorithm::kInline;
     return plan;
