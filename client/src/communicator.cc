@@ -203,8 +203,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
     LocalWorker* worker, const std::string& group, int world_size, int rank,
     const JoinOptions& options) {
   InProcessDoor* door = worker->door();
-  absl::StatusOr<Membership> membership =
-      door->Join(group, world_size, rank, options.device, options.timeout);
+  JoinArgs args;
+  args.group = group;
+  args.world_size = world_size;
+  args.rank = rank;
+  args.device = options.device;
+  absl::StatusOr<Membership> membership = door->Join(args, options.timeout);
   if (!membership.ok()) return membership.status();
   return std::unique_ptr<Communicator>(
       new EmbeddedCommunicator(door, *std::move(membership)));

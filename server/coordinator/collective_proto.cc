@@ -57,6 +57,10 @@ JoinRequest JoinFromProto(const v1::JoinGroupRequest& request,
   join.device = DeviceFromProto(request.device());
   join.request_id = request.request_id();
   join.deadline = client_deadline;
+  join.min_world_size = request.min_world_size();
+  join.max_world_size = request.max_world_size();
+  join.newcomer = request.newcomer();
+  join.follow_epoch = request.follow_epoch();
   return join;
 }
 
@@ -88,13 +92,47 @@ CommitCall CommitCallFromProto(const v1::CommitRequest& request,
   return call;
 }
 
+v1::GroupMember MemberToProto(const GroupMember& member) {
+  v1::GroupMember proto;
+  proto.set_rank(member.rank);
+  proto.set_worker_id(member.worker_id);
+  proto.set_worker_name(member.worker_name);
+  proto.set_host(member.host);
+  proto.set_address(member.address);
+  proto.set_data_port(member.data_port);
+  proto.set_incarnation(member.incarnation);
+  *proto.mutable_device() = DeviceToProto(member.device);
+  return proto;
+}
+
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
+                              uint64_t inline_max_bytes,
                               v1::CollectiveResponse* response) {
   response->set_sequence(outcome.sequence);
   response->mutable_plan()->set_algorithm(
       static_cast<v1::Algorithm>(outcome.plan.algorithm));
   response->mutable_plan()->set_chunk_bytes(outcome.plan.chunk_bytes);
   response->set_inline_result(std::move(outcome.data));
+  response->set_joiners_waiting(outcome.joiners_waiting);
+  if (outcome.next != nullptr) {
+    *response->mutable_next() = JoinResponseOf(*outcome.next, inline_max_bytes);
+  }
+}
+
+v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
+                                     uint64_t inline_max_bytes) {
+  v1::JoinGroupResponse response;
+  response.set_group(view.name);
+  response.set_epoch(view.epoch);
+  response.set_inline_max_bytes(inline_max_bytes);
+  response.mutable_members()->Reserve(view.members.size());
+  for (const GroupMember& m : view.members) {
+    *response.add_members() = MemberToProto(m);
+  }
+  if (view.rank >= 0) response.set_rank(view.rank);
+  response.set_min_world_size(view.min_world_size);
+  response.set_max_world_size(view.max_world_size);
+  return response;
 }
 
 v1::TraceEntry TraceEntryToProto(const TraceEntry& entry) {
@@ -157,7 +195,10 @@ absl::Status ReportFailureToCore(Coordinator& core,
                              request.message());
   absl::Status verdict =
       core.ReportFailure(request.group(), request.epoch(), request.rank(),
-                         request.sequence(), failure);
+                         request.sequence(), failure,
+                         std::vector<int>(request.lost_ranks().begin(),
+                                          request.lost_ranks().end()),
+                         request.leaving());
   if (!absl::IsAborted(verdict)) return verdict;
   *response->mutable_abort() =
       AbortToProto(request.group(), request.epoch(), verdict);
@@ -205,19 +246,21 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
       return;
     }
     default:
-      core.Collective(CollectiveCallFromProto(request.call(), client_deadline),
-                      [call_id, reply = std::move(reply)](
-                          absl::StatusOr<CollectiveOutcome> outcome) {
-                        if (!outcome.ok()) {
-                          reply(CallPortStatusReply(call_id, outcome.status()));
-                          return;
-                        }
-                        v1::CallPortReply verdict;
-                        verdict.set_call_id(call_id);
-                        CollectiveOutcomeToProto(*std::move(outcome),
-                                                 verdict.mutable_response());
-                        reply(std::move(verdict));
-                      });
+      core.Collective(
+          CollectiveCallFromProto(request.call(), client_deadline),
+          [call_id, reply = std::move(reply),
+           inline_max = core.group_options().planner.inline_max_bytes](
+              absl::StatusOr<CollectiveOutcome> outcome) {
+            if (!outcome.ok()) {
+              reply(CallPortStatusReply(call_id, outcome.status()));
+              return;
+            }
+            v1::CallPortReply verdict;
+            verdict.set_call_id(call_id);
+            CollectiveOutcomeToProto(*std::move(outcome), inline_max,
+                                     verdict.mutable_response());
+            reply(std::move(verdict));
+          });
   }
 }
 

@@ -38,8 +38,18 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
 CommitCall CommitCallFromProto(const v1::CommitRequest& request,
                                absl::Time client_deadline);
 
-// Fills `response` with `outcome` (its inline data is moved).
+// Returns `member` as the wire message.
+v1::GroupMember MemberToProto(const GroupMember& member);
+
+// Returns the join response describing `view` (its rank set where the view
+// says it), whose ranks send inline data up to `inline_max_bytes`.
+v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
+                                     uint64_t inline_max_bytes);
+
+// Fills `response` with `outcome` (its inline data is moved); a next epoch
+// in it is described with `inline_max_bytes`.
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
+                              uint64_t inline_max_bytes,
                               v1::CollectiveResponse* response);
 
 // Returns the flight recorder's `entry` as the wire message.

@@ -33,19 +33,6 @@ std::string DeviceNames(const std::vector<Device>& devices) {
   });
 }
 
-v1::GroupMember MemberToProto(const GroupMember& member) {
-  v1::GroupMember proto;
-  proto.set_rank(member.rank);
-  proto.set_worker_id(member.worker_id);
-  proto.set_worker_name(member.worker_name);
-  proto.set_host(member.host);
-  proto.set_address(member.address);
-  proto.set_data_port(member.data_port);
-  proto.set_incarnation(member.incarnation);
-  *proto.mutable_device() = DeviceToProto(member.device);
-  return proto;
-}
-
 // The client's deadline of `context`; InfiniteFuture() for none.
 absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
   const auto client = context.deadline();
@@ -305,17 +292,13 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
 }
 
 grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view) {
+  // A view answering one newcomer or follower names its rank: its own.
+  const bool shared = view.rank < 0;
   absl::MutexLock lock(&join_response_mu_);
-  if (join_response_.epoch != view.epoch || join_response_.group != view.name) {
-    v1::JoinGroupResponse response;
-    response.set_group(view.name);
-    response.set_epoch(view.epoch);
-    response.set_inline_max_bytes(
-        core_->group_options().planner.inline_max_bytes);
-    response.mutable_members()->Reserve(view.members.size());
-    for (const GroupMember& m : view.members) {
-      *response.add_members() = MemberToProto(m);
-    }
+  if (!shared || join_response_.epoch != view.epoch ||
+      join_response_.group != view.name) {
+    const v1::JoinGroupResponse response =
+        JoinResponseOf(view, core_->group_options().planner.inline_max_bytes);
     bool own_buffer = false;
     grpc::ByteBuffer bytes;
     if (!grpc::SerializationTraits<v1::JoinGroupResponse>::Serialize(
@@ -323,6 +306,7 @@ grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view) {
              .ok()) {
       return grpc::ByteBuffer();
     }
+    if (!shared) return bytes;
     join_response_ = CachedJoinResponse{view.name, view.epoch, bytes};
   }
   // Copying a ByteBuffer shares its slices.
@@ -373,9 +357,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Collective(
       CollectiveCallFromProto(*request, ClientDeadline(*context)),
-      [reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
+      [this, reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
         if (outcome.ok()) {
-          CollectiveOutcomeToProto(*std::move(outcome), response);
+          CollectiveOutcomeToProto(
+              *std::move(outcome),
+              core_->group_options().planner.inline_max_bytes, response);
         }
         reactor->Finish(ToGrpcStatus(outcome.status()));
       });

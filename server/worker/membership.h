@@ -5,6 +5,7 @@
 #define CHORUS_SERVER_WORKER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,25 @@ struct Membership {
   std::vector<Device> devices;
   std::vector<std::string> worker_names;
   uint64_t inline_max_bytes = 0;
+  // An elastic group's bounds (0 and 0: not elastic).
+  int min_world_size = 0;
+  int max_world_size = 0;
+};
+
+// What a rank asks when it joins a group: to form it as `rank` of
+// `world_size`; as a newcomer to a formed elastic group (no rank); or to
+// follow its group from revoked epoch `follow_epoch`, where it was `rank`,
+// into the next one.
+struct JoinArgs {
+  std::string group;
+  int world_size = 0;
+  int rank = 0;
+  Device device;
+  // Elastic bounds (0 and 0: not elastic).
+  int min_world_size = 0;
+  int max_world_size = 0;
+  bool newcomer = false;
+  uint64_t follow_epoch = 0;
 };
 
 struct RunOptions {
@@ -46,6 +66,10 @@ struct RunResult {
   // same_host plan fell back to the ring on every rank.
   Algorithm algorithm = Algorithm::kUnspecified;
   uint64_t chunk_bytes = 0;
+  // Elastic groups: the newcomers waiting, and the next epoch a sync
+  // admitted them into (this rank keeps its rank there).
+  int joiners_waiting = 0;
+  std::shared_ptr<const Membership> next;
 };
 
 }  // namespace chorus

@@ -198,6 +198,14 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
     const CallBuffers& buffers, const PreparedCall& call,
     v1::CollectiveResponse& response) {
   RunResult result = PlanOf(sequence, response);
+  if (response.has_next()) {
+    // A sync admitted newcomers: this rank goes on in the next epoch.
+    absl::StatusOr<Membership> next = LearnMembership(
+        membership.group, membership.rank, response.next().members_size(),
+        membership.device, response.next());
+    if (!next.ok()) return next.status();
+    result.next = std::make_shared<const Membership>(*std::move(next));
+  }
   std::string staged_output;
   std::string* host_output =
       buffers.on_device ? &staged_output : buffers.host_output;
@@ -225,6 +233,7 @@ RunResult WorkerRuntime::PlanOf(uint64_t sequence,
   result.sequence = sequence;
   result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
   result.chunk_bytes = response.plan().chunk_bytes();
+  result.joiners_waiting = response.joiners_waiting();
   return result;
 }
 

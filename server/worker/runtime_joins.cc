@@ -44,17 +44,32 @@ void WorkerRuntime::JoinAsync(
     const std::string& group, int world_size, int rank, const Device& device,
     absl::Duration timeout,
     std::function<void(absl::StatusOr<Membership>)> done) {
+  JoinArgs args;
+  args.group = group;
+  args.world_size = world_size;
+  args.rank = rank;
+  args.device = device;
+  JoinAsync(args, timeout, std::move(done));
+}
+
+void WorkerRuntime::JoinAsync(
+    const JoinArgs& args, absl::Duration timeout,
+    std::function<void(absl::StatusOr<Membership>)> done) {
   auto* join = new PendingJoin;
   v1::JoinGroupRequest& request = join->request;
-  request.set_group(group);
-  request.set_world_size(world_size);
-  request.set_rank(rank);
+  request.set_group(args.group);
+  request.set_world_size(args.world_size);
+  request.set_rank(args.rank);
   request.set_worker_id(session_->worker_id());
-  *request.mutable_device() = DeviceToProto(device);
+  *request.mutable_device() = DeviceToProto(args.device);
+  request.set_min_world_size(args.min_world_size);
+  request.set_max_world_size(args.max_world_size);
+  request.set_newcomer(args.newcomer);
+  request.set_follow_epoch(args.follow_epoch);
   absl::BitGen gen;
   request.set_request_id(absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen)),
                                       absl::Hex(absl::Uniform<uint64_t>(gen))));
-  join->device = device;
+  join->device = args.device;
   join->start = absl::Now();
   join->deadline = join->start + timeout;
   join->done = std::move(done);
@@ -103,7 +118,11 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
     return;
   }
   if (status.ok()) {
-    EndJoin(join, MembershipFromJoin(*join));
+    // A newcomer or follower learns its rank and the world from the answer.
+    const bool named = !request.newcomer() && request.follow_epoch() == 0;
+    EndJoin(join, LearnMembership(request.group(), request.rank(),
+                                  named ? request.world_size() : 0,
+                                  join->device, join->response));
     return;
   }
   {
@@ -118,17 +137,18 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
   EndJoin(join, status);
 }
 
-absl::StatusOr<Membership> WorkerRuntime::MembershipFromJoin(
-    const PendingJoin& join) {
-  const v1::JoinGroupRequest& request = join.request;
-  const v1::JoinGroupResponse& response = join.response;
+absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
+    const std::string& group, int rank, int expected_world,
+    const Device& device, const v1::JoinGroupResponse& response) {
   Membership membership;
-  membership.group = request.group();
+  membership.group = group;
   membership.epoch = response.epoch();
-  membership.rank = request.rank();
-  membership.world_size = request.world_size();
-  membership.device = join.device;
+  membership.rank = response.has_rank() ? response.rank() : rank;
+  membership.world_size = response.members_size();
+  membership.device = device;
   membership.inline_max_bytes = response.inline_max_bytes();
+  membership.min_world_size = response.min_world_size();
+  membership.max_world_size = response.max_world_size();
   for (const v1::GroupMember& member : response.members()) {
     membership.addresses.push_back(member.address());
     membership.devices.push_back(DeviceFromProto(member.device()));
@@ -141,8 +161,14 @@ absl::StatusOr<Membership> WorkerRuntime::MembershipFromJoin(
       sender_->LearnPeer(member.address(), identity);
     }
   }
-  if (static_cast<int>(membership.addresses.size()) != membership.world_size) {
+  if (response.has_rank() == (expected_world == 0) ||
+      (expected_world != 0 && membership.world_size != expected_world)) {
     return absl::InternalError("the coordinator returned a partial group");
+  }
+  if (membership.rank < 0 || membership.rank >= membership.world_size) {
+    return absl::InternalError(absl::StrCat(
+        "the coordinator returned group ", group, " of ", membership.world_size,
+        " ranks without rank ", membership.rank));
   }
   peers_.Learn(membership.group, membership.epoch, membership.worker_names);
   return membership;

@@ -192,10 +192,11 @@ absl::Status WorkerRuntime::DeliverOutput(const CollectiveSpec& spec,
 }
 
 absl::Status WorkerRuntime::ReportRankGone(const Membership& membership,
-                                           const absl::Status& why) {
+                                           const absl::Status& why,
+                                           bool leaving) {
   // Sequence 0: no collective of it failed; the rank left.
   return ReportFailure(membership, /*sequence=*/0, why,
-                       absl::Now() + options_.rpc_timeout);
+                       absl::Now() + options_.rpc_timeout, leaving);
 }
 
 bool WorkerRuntime::CallPortReady(absl::Time deadline) {
@@ -222,7 +223,7 @@ absl::Status WorkerRuntime::Commit(const v1::CommitRequest& request,
 absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
                                           uint64_t sequence,
                                           const absl::Status& failure,
-                                          absl::Time answer_by) {
+                                          absl::Time answer_by, bool leaving) {
   // The group's abort already reached this worker: that is the verdict.
   if (absl::Status aborted =
           inbox_.AbortStatus(membership.group, membership.epoch);
@@ -236,6 +237,13 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
   request.set_sequence(sequence);
   request.set_code(static_cast<int>(failure.code()));
   request.set_message(std::string(failure.message()));
+  request.set_leaving(leaving);
+  // A broken connection names the peer it lost (PeerGoneError,
+  // UnreachableError): an elastic group goes on without it.
+  if (std::optional<v1::ErrorDetail> detail = ErrorDetailOf(failure);
+      detail.has_value() && detail->reason() == "PEER_LOST") {
+    *request.mutable_lost_ranks() = detail->lost_ranks();
+  }
   // The report is not a wait: the coordinator answers at once, unless it
   // is gone or paused; the rank's answer must not wait longer than its
   // call may.

@@ -131,6 +131,9 @@ class WorkerRuntime final : public CallRuntime {
   // while the group assembles, so any number of joins may be pending.
   void JoinAsync(const std::string& group, int world_size, int rank,
                  const Device& device, absl::Duration timeout,
+                 std::function<void(absl::StatusOr<Membership>)> done);
+  // As above, for any join (elastic bounds, a newcomer, a follower).
+  void JoinAsync(const JoinArgs& args, absl::Duration timeout,
                  std::function<void(absl::StatusOr<Membership>)> done) override;
 
   // Reports that `membership`'s rank is gone (its client process went
@@ -140,7 +143,8 @@ class WorkerRuntime final : public CallRuntime {
   // coordinator's NOT_FOUND / FAILED_PRECONDITION for a group or epoch it
   // no longer has.
   absl::Status ReportRankGone(const Membership& membership,
-                              const absl::Status& why) override;
+                              const absl::Status& why,
+                              bool leaving = false) override;
 
   // Runs the `sequence`-th collective of `membership` (numbered from 1 in
   // the order the rank issues them) on `input`, writing this rank's output.
@@ -261,9 +265,13 @@ class WorkerRuntime final : public CallRuntime {
   void OnJoinAnswered(PendingJoin* join, const grpc::Status& answer);
   // Runs `join`'s callback with `result`, forgets and deletes it.
   void EndJoin(PendingJoin* join, absl::StatusOr<Membership> result);
-  // The membership the coordinator's `response` to `join` describes (and
-  // learns its peers); INTERNAL for a partial group.
-  absl::StatusOr<Membership> MembershipFromJoin(const PendingJoin& join);
+  // The membership of `rank` on `device` that the coordinator's `response`
+  // describes, whose peers it learns. `expected_world` 0: a join that named
+  // no rank, answered with the rank and the world; else the world size the
+  // join named. INTERNAL for a partial group.
+  absl::StatusOr<Membership> LearnMembership(
+      const std::string& group, int rank, int expected_world,
+      const Device& device, const v1::JoinGroupResponse& response);
   // Ends every pending join with UNAVAILABLE, refuses new ones, and waits
   // until each callback has returned.
   void CloseJoins();
@@ -363,9 +371,12 @@ class WorkerRuntime final : public CallRuntime {
   absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
   // Reports a data-plane failure and returns the group's verdict (ABORTED),
   // or `failure` itself when it already is a verdict or cannot be reported
-  // (the report waits until about `answer_by`, the call's deadline).
+  // (the report waits until about `answer_by`, the call's deadline). The
+  // ranks the failure names as gone go with it; `leaving` (sequence 0)
+  // reports a clean leave.
   absl::Status ReportFailure(const Membership& membership, uint64_t sequence,
-                             const absl::Status& failure, absl::Time answer_by);
+                             const absl::Status& failure, absl::Time answer_by,
+                             bool leaving = false);
 
   RuntimeOptions options_;
   std::vector<Device> devices_;

@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -32,24 +33,25 @@ class FakeRuntime final : public CallRuntime {
   const std::string& name() const override { return name_; }
 
   void JoinAsync(
-      const std::string& group, int world_size, int rank, const Device& device,
-      absl::Duration,
+      const JoinArgs& args, absl::Duration,
       std::function<void(absl::StatusOr<Membership>)> done) override {
     Membership m;
-    m.group = group;
-    m.world_size = world_size;
-    m.rank = rank;
-    m.device = device;
-    m.devices.assign(world_size, device);
+    m.group = args.group;
+    m.world_size = args.world_size;
+    m.rank = args.rank;
+    m.device = args.device;
+    m.devices.assign(args.world_size, args.device);
+    m.min_world_size = args.min_world_size;
+    m.max_world_size = args.max_world_size;
     absl::MutexLock lock(&mu_);
     m.epoch = ++epochs_;
     done(m);
   }
 
   absl::Status ReportRankGone(const Membership& membership,
-                              const absl::Status& why) override {
+                              const absl::Status& why, bool leaving) override {
     absl::MutexLock lock(&mu_);
-    gone_.push_back(std::string(why.message()));
+    gone_.push_back(absl::StrCat(leaving ? "leaving: " : "", why.message()));
     return absl::AbortedError("group aborted");
   }
 
@@ -159,18 +161,21 @@ class LocalCallsTest : public ::testing::Test {
     calls_.Drain();
   }
 
-  // Binds the fake and joins "g" as rank 0 of 1.
-  void Join() {
+  // Binds the fake and joins "g" as rank 0 of 1 (elastic with a minimum).
+  void Join(int min_world_size = 0) {
     calls_.Bind(&runtime_);
     calls_.SetCallSocket("/run/calls");
     absl::Notification joined;
-    calls_.Join("g", 1, 0, Device{}, kWait,
-                [&](absl::StatusOr<JoinedRank> rank) {
-                  ASSERT_TRUE(rank.ok()) << rank.status();
-                  EXPECT_EQ(rank->call_socket, "/run/calls");
-                  membership_ = rank->membership;
-                  joined.Notify();
-                });
+    JoinArgs args;
+    args.group = "g";
+    args.world_size = 1;
+    args.min_world_size = min_world_size;
+    calls_.Join(args, kWait, [&](absl::StatusOr<JoinedRank> rank) {
+      ASSERT_TRUE(rank.ok()) << rank.status();
+      EXPECT_EQ(rank->call_socket, "/run/calls");
+      membership_ = rank->membership;
+      joined.Notify();
+    });
     joined.WaitForNotification();
   }
 
@@ -359,6 +364,14 @@ TEST_F(LocalCallsTest, EndHold_ClientGone_ReportsRankAndForgetsIt) {
       << gone[0];
   EXPECT_EQ(calls_.FindMembership("g", membership_.epoch, 0).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(LocalCallsTest, EndHold_ElasticReleased_ReportedLeaving) {
+  Join(/*min_world_size=*/1);
+  calls_.EndHold(membership_, /*released=*/true, "unix:client");
+  std::vector<std::string> gone = runtime_.AwaitGone(1);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0], "leaving: it left the group");
 }
 
 TEST_F(LocalCallsTest, EndHold_Released_ForgetsWithoutReport) {

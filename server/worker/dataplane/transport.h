@@ -52,14 +52,16 @@ class Transport {
 // The status a rank waiting for data gets once the data-plane stream of
 // rank `rank` of `group`, held by worker `worker` ("" when unknown) and
 // coming from `peer`, broke: UNAVAILABLE "rank <rank> of group <group> on
-// worker <worker> is gone: its data-plane stream from <peer> broke".
+// worker <worker> is gone: its data-plane stream from <peer> broke", with a
+// PEER_LOST ErrorDetail naming the rank.
 absl::Status PeerGoneError(absl::string_view group, int rank,
                            absl::string_view worker, absl::string_view peer);
 
 // The status of a failed send to rank `to` of `group`, held by worker
 // `worker` ("" when unknown): `cause` with its code kept when it is
-// DEADLINE_EXCEEDED or INVALID_ARGUMENT (else UNAVAILABLE), its message
-// after "rank <to> of group <group> on worker <worker> unreachable: ".
+// DEADLINE_EXCEEDED or INVALID_ARGUMENT (else UNAVAILABLE, with a PEER_LOST
+// ErrorDetail naming rank `to`), its message after "rank <to> of group
+// <group> on worker <worker> unreachable: ".
 absl::Status UnreachableError(absl::string_view group, int to,
                               absl::string_view worker,
                               const absl::Status& cause);

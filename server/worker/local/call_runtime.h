@@ -29,19 +29,20 @@ class CallRuntime {
   // The name this worker registered under, for messages.
   virtual const std::string& name() const = 0;
 
-  // Joins `group` as `rank` of `world_size` on `device` without blocking:
-  // `done` runs once with the membership, or the coordinator's
-  // INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, DEADLINE_EXCEEDED (naming
-  // the missing ranks) or UNAVAILABLE.
+  // Joins as `args` says without blocking: `done` runs once with the
+  // membership, or the coordinator's INVALID_ARGUMENT, NOT_FOUND,
+  // UNIMPLEMENTED, DEADLINE_EXCEEDED (naming the missing ranks),
+  // FAILED_PRECONDITION or UNAVAILABLE.
   virtual void JoinAsync(
-      const std::string& group, int world_size, int rank, const Device& device,
-      absl::Duration timeout,
+      const JoinArgs& args, absl::Duration timeout,
       std::function<void(absl::StatusOr<Membership>)> done) = 0;
 
-  // Reports that `membership`'s rank is gone (`why`); returns the group's
-  // verdict (ABORTED), or why the coordinator could not be told.
+  // Reports that `membership`'s rank is gone (`why`), or with `leaving`
+  // that it leaves its elastic group; returns the group's verdict
+  // (ABORTED), or why the coordinator could not be told.
   virtual absl::Status ReportRankGone(const Membership& membership,
-                                      const absl::Status& why) = 0;
+                                      const absl::Status& why,
+                                      bool leaving) = 0;
 
   // Runs call `sequence` of `membership` on host memory and returns once it
   // ended: its plan, INVALID_ARGUMENT for a malformed call, or the

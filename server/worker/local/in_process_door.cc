@@ -31,24 +31,21 @@ v1::LocalCollectiveRequest RequestOf(const Membership& membership,
 
 }  // namespace
 
-absl::StatusOr<Membership> InProcessDoor::Join(const std::string& group,
-                                               int world_size, int rank,
-                                               const Device& device,
+absl::StatusOr<Membership> InProcessDoor::Join(const JoinArgs& args,
                                                absl::Duration timeout) {
   absl::Notification joined;
   std::optional<absl::StatusOr<JoinedRank>> result;
-  calls_->Join(group, world_size, rank, device, timeout,
-               [&](absl::StatusOr<JoinedRank> rank) {
-                 result = std::move(rank);
-                 joined.Notify();
-               });
+  calls_->Join(args, timeout, [&](absl::StatusOr<JoinedRank> rank) {
+    result = std::move(rank);
+    joined.Notify();
+  });
   joined.WaitForNotification();
   if (!result->ok()) return result->status();
   return std::move((*result)->membership);
 }
 
 void InProcessDoor::Leave(const Membership& membership) {
-  calls_->Forget(membership);
+  calls_->EndHold(membership, /*released=*/true, "this process");
 }
 
 absl::StatusOr<RunResult> InProcessDoor::Run(

@@ -34,13 +34,12 @@ class InProcessDoor {
  public:
   explicit InProcessDoor(LocalCalls* calls) : calls_(calls) {}
 
-  // Joins `group` as `rank` of `world_size` on `device`; returns once every
-  // rank joined, with LocalCalls::Join's codes.
-  absl::StatusOr<Membership> Join(const std::string& group, int world_size,
-                                  int rank, const Device& device,
-                                  absl::Duration timeout);
+  // Joins as `args` says; returns once the rank is a member, with
+  // LocalCalls::Join's codes.
+  absl::StatusOr<Membership> Join(const JoinArgs& args, absl::Duration timeout);
 
-  // The rank of `membership` leaves: its later calls are refused.
+  // The rank of `membership` leaves: its later calls are refused, and a
+  // rank of an elastic group is reported leaving (the others go on).
   void Leave(const Membership& membership);
 
   // Runs call `sequence` of `membership` on `input` on this thread, writing

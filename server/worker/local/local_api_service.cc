@@ -111,20 +111,21 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }
-  Device device;
-  device.kind = DeviceKind::kCpu;
-  if (request->has_device()) device = DeviceFromProto(request->device());
-  calls_->Join(request->group(), request->world_size(), request->rank(), device,
-               TimeLeft(*context),
+  JoinArgs args;
+  args.group = request->group();
+  args.world_size = request->world_size();
+  args.rank = request->rank();
+  args.device.kind = DeviceKind::kCpu;
+  if (request->has_device()) args.device = DeviceFromProto(request->device());
+  args.min_world_size = request->min_world_size();
+  args.max_world_size = request->max_world_size();
+  args.newcomer = request->newcomer();
+  args.follow_epoch = request->follow_epoch();
+  calls_->Join(args, TimeLeft(*context),
                [reactor, response](absl::StatusOr<JoinedRank> joined) {
                  if (joined.ok()) {
-                   const Membership& m = joined->membership;
-                   response->set_epoch(m.epoch);
-                   response->set_world_size(m.world_size);
-                   for (const Device& d : m.devices) {
-                     response->add_member_devices(CanonicalName(d));
-                   }
-                   response->set_call_socket(joined->call_socket);
+                   ToJoinResponse(joined->membership, joined->call_socket,
+                                  response);
                  }
                  reactor->Finish(ToGrpcStatus(joined.status()));
                });

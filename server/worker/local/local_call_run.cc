@@ -57,11 +57,16 @@ void LocalCalls::Run(const v1::LocalCollectiveRequest& request,
     return;
   }
   StartCall(*std::move(call), deadline, *input, response->mutable_data(),
-            [response, done = std::move(done)](absl::StatusOr<RunResult> result,
-                                               KeepOutput keep) {
+            [this, response, done = std::move(done)](
+                absl::StatusOr<RunResult> result, KeepOutput keep) {
               if (result.ok()) {
                 response->set_sequence(result->sequence);
                 ToPlanProto(*result, response->mutable_plan());
+                response->set_joiners_waiting(result->joiners_waiting);
+                if (result->next != nullptr) {
+                  ToJoinResponse(*result->next, CallSocket(),
+                                 response->mutable_next());
+                }
               }
               done(std::move(result), std::move(keep));
             });
@@ -213,6 +218,8 @@ void LocalCalls::EndCall(RunningCall& running, absl::StatusOr<RunResult> ran) {
   const Membership& m = *call.membership;
   CallOutcome outcome;
   if (ran.ok()) {
+    // A sync admitted newcomers: the rank's next calls carry the new epoch.
+    if (ran->next != nullptr) Remember(*ran->next);
     outcome.algorithm = ran->algorithm;
     outcome.chunk_bytes = ran->chunk_bytes;
     if (call.output_region != nullptr) {

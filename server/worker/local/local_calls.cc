@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/common/collective.h"
 #include "server/common/collective_spec_proto.h"
+#include "server/common/device.h"
 #include "server/common/device_proto.h"
 #include "server/common/metrics.h"
 #include "server/common/status_detail.h"
@@ -33,6 +34,20 @@ CounterFamily* MemoryTrims() {
 void ToPlanProto(const RunResult& result, v1::Plan* plan) {
   plan->set_algorithm(static_cast<v1::Algorithm>(result.algorithm));
   plan->set_chunk_bytes(result.chunk_bytes);
+}
+
+void ToJoinResponse(const Membership& membership,
+                    const std::string& call_socket,
+                    v1::LocalJoinResponse* response) {
+  response->set_epoch(membership.epoch);
+  response->set_world_size(membership.world_size);
+  response->set_rank(membership.rank);
+  for (const Device& d : membership.devices) {
+    response->add_member_devices(CanonicalName(d));
+  }
+  response->set_call_socket(call_socket);
+  response->set_min_world_size(membership.min_world_size);
+  response->set_max_world_size(membership.max_world_size);
 }
 
 LocalCalls::LocalCalls(uint64_t max_tensor_bytes, uint64_t max_shared_bytes)
@@ -86,8 +101,7 @@ std::string LocalCalls::WorkerName() const {
   return bound == nullptr ? std::string() : bound->name();
 }
 
-void LocalCalls::Join(const std::string& group, int world_size, int rank,
-                      const Device& device, absl::Duration timeout,
+void LocalCalls::Join(const JoinArgs& args, absl::Duration timeout,
                       JoinDone done) {
   CallRuntime* runtime = this->runtime();
   if (runtime == nullptr) {
@@ -95,22 +109,37 @@ void LocalCalls::Join(const std::string& group, int world_size, int rank,
     return;
   }
   runtime->JoinAsync(
-      group, world_size, rank, device, timeout,
-      [this, done = std::move(done)](absl::StatusOr<Membership> joined) {
+      args, timeout,
+      [this, old_rank = args.rank, old_epoch = args.follow_epoch,
+       done = std::move(done)](absl::StatusOr<Membership> joined) {
         if (!joined.ok()) {
           done(joined.status());
           return;
         }
         JoinedRank rank;
-        {
-          absl::MutexLock lock(&mu_);
-          memberships_[{joined->group, joined->rank}] =
-              std::make_shared<const Membership>(*joined);
-          rank.call_socket = call_socket_;
+        rank.call_socket = Remember(*joined);
+        if (old_epoch != 0) {
+          Membership old;
+          old.group = joined->group;
+          old.rank = old_rank;
+          old.epoch = old_epoch;
+          Forget(old);
         }
         rank.membership = *std::move(joined);
         done(std::move(rank));
       });
+}
+
+std::string LocalCalls::CallSocket() const {
+  absl::MutexLock lock(&mu_);
+  return call_socket_;
+}
+
+std::string LocalCalls::Remember(const Membership& membership) {
+  absl::MutexLock lock(&mu_);
+  memberships_[{membership.group, membership.rank}] =
+      std::make_shared<const Membership>(membership);
+  return call_socket_;
 }
 
 absl::StatusOr<Membership> LocalCalls::FindMembership(const std::string& group,
@@ -131,17 +160,24 @@ absl::StatusOr<Membership> LocalCalls::FindMembership(const std::string& group,
 
 void LocalCalls::EndHold(const Membership& membership, bool released,
                          absl::string_view peer) {
+  // A rank of an elastic group that leaves on purpose is reported too: its
+  // group goes on without it at once.
+  const bool leaving = released && membership.min_world_size > 0;
   CallRuntime* bound = nullptr;
-  if (!released) {
+  if (!released || leaving) {
     absl::MutexLock lock(&mu_);
     if (!shutting_down_) bound = runtime_;
   }
   if (bound != nullptr) {
-    absl::Status why = absl::UnavailableError(absl::StrCat(
-        "its client process went away (its hold on the local API of worker ",
-        bound->name(), " from ", peer, " ended)"));
-    tasks_.Spawn([bound, membership, why = std::move(why)] {
-      const absl::Status verdict = bound->ReportRankGone(membership, why);
+    absl::Status why =
+        leaving ? absl::CancelledError("it left the group")
+                : absl::UnavailableError(absl::StrCat(
+                      "its client process went away (its hold on the local "
+                      "API of worker ",
+                      bound->name(), " from ", peer, " ended)"));
+    tasks_.Spawn([bound, membership, leaving, why = std::move(why)] {
+      const absl::Status verdict =
+          bound->ReportRankGone(membership, why, leaving);
       LOG(WARNING) << "rank " << membership.rank << " of group "
                    << membership.group << " is gone (" << why
                    << "); the group's verdict: "

@@ -120,6 +120,12 @@ using JoinDone = std::function<void(absl::StatusOr<JoinedRank> joined)>;
 // Writes the plan `result` ran with into `plan`.
 void ToPlanProto(const RunResult& result, v1::Plan* plan);
 
+// Writes `membership` (its rank, world, epoch, devices and bounds) and the
+// worker's `call_socket` into `response`.
+void ToJoinResponse(const Membership& membership,
+                    const std::string& call_socket,
+                    v1::LocalJoinResponse* response);
+
 class LocalCalls {
  public:
   // `max_tensor_bytes` bounds the input and the output of a streamed or
@@ -149,12 +155,12 @@ class LocalCalls {
   // system (burst_memory.h).
   BurstMemory* burst_memory() { return &burst_memory_; }
 
-  // Joins `group` as `rank` of `world_size` on `device` within `timeout`,
-  // holding no thread while the group assembles; `done` runs once, on a
-  // thread that must not block, with the rank (now known to the core) or
-  // CallRuntime::JoinAsync's codes, UNAVAILABLE before Bind().
-  void Join(const std::string& group, int world_size, int rank,
-            const Device& device, absl::Duration timeout, JoinDone done);
+  // Joins as `args` says within `timeout`, holding no thread while the
+  // group assembles; `done` runs once, on a thread that must not block,
+  // with the rank (now known to the core) or CallRuntime::JoinAsync's
+  // codes, UNAVAILABLE before Bind(). A rank that follows its elastic group
+  // into the next epoch leaves its membership of the old one behind.
+  void Join(const JoinArgs& args, absl::Duration timeout, JoinDone done);
 
   // Returns the membership joined as `rank` of `group` at `epoch`;
   // UNAVAILABLE before Bind(), FAILED_PRECONDITION when there is none (or at
@@ -165,7 +171,9 @@ class LocalCalls {
   // A hold on `membership` ended (WorkerLocal.HoldMembership): its rank left
   // on purpose when `released`, else its client process went away (`peer`
   // names it), which is reported to the coordinator (on a task thread) so
-  // that it aborts the group epoch. Either way the rank is forgotten.
+  // that it aborts the group epoch; a rank of an elastic group that left on
+  // purpose is reported leaving, so that the others go on at once. Either
+  // way the rank is forgotten.
   void EndHold(const Membership& membership, bool released,
                absl::string_view peer);
 
@@ -185,7 +193,9 @@ class LocalCalls {
 
   // Runs `request` (WorkerLocal.Collective: its data in the message, or in
   // shared regions) within `deadline`, filling `response` (its data, and
-  // when OK its sequence and plan); `done` runs once with the result and a
+  // when OK its sequence, plan, the newcomers waiting and the next
+  // membership a sync admitted them into); `done` runs once with the result
+  // and a
   // KeepOutput to hand the response's data to once the reply went out, on
   // a thread that must not block, possibly before this returns. `request`
   // and `response` stay valid until then. Codes: UNAVAILABLE before Bind();
@@ -246,6 +256,11 @@ class LocalCalls {
   struct RunningCall;
 
   CallRuntime* runtime() const;
+  // Records `membership` as the rank's current one; returns the call socket
+  // to announce.
+  std::string Remember(const Membership& membership);
+  // The call socket to announce.
+  std::string CallSocket() const;
   // Looks up the membership `request` names and reads its spec and options.
   // Codes: UNAVAILABLE, FAILED_PRECONDITION. Takes no number.
   absl::StatusOr<LocalCall> PrepareCall(
