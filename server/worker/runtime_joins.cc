@@ -161,7 +161,7 @@ absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
       sender_->LearnPeer(member.address(), identity);
     }
   }
-  if (response.has_rank() == (expected_world == 0) ||
+  if (response.has_rank() != (expected_world == 0) ||
       (expected_world != 0 && membership.world_size != expected_world)) {
     return absl::InternalError("the coordinator returned a partial group");
   }

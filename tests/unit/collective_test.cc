@@ -329,7 +329,7 @@ TEST(CheckInputSizeTest, CheckInputSize_WrongSize_InvalidArgumentNamingBoth) {
 }
 
 TEST(CollectiveNamesTest, CollectiveKindName_RoundTripsThroughParse) {
-  for (int v = 1; v <= 9; ++v) {
+  for (int v = 1; v <= 10; ++v) {
     const CollectiveKind kind = static_cast<CollectiveKind>(v);
     absl::StatusOr<CollectiveKind> parsed =
         ParseCollectiveKind(CollectiveKindName(kind));
@@ -337,7 +337,8 @@ TEST(CollectiveNamesTest, CollectiveKindName_RoundTripsThroughParse) {
     EXPECT_EQ(*parsed, kind);
   }
   EXPECT_EQ(CollectiveKindName(CollectiveKind::kAllToAll), "all_to_all");
-  EXPECT_EQ(CollectiveKindName(static_cast<CollectiveKind>(10)), "unknown");
+  EXPECT_EQ(CollectiveKindName(CollectiveKind::kSync), "sync");
+  EXPECT_EQ(CollectiveKindName(static_cast<CollectiveKind>(11)), "unknown");
   EXPECT_EQ(CollectiveKindName(static_cast<CollectiveKind>(-3)), "unknown");
 }
 

@@ -22,11 +22,12 @@ from chorus.embedded import EmbeddedWorker
 from chorus._dtypes import DTYPES, bf16_to_f32, dtype_name, f32_to_bf16
 from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
                                  SHARED_THRESHOLD_BYTES,
-                                 STREAM_THRESHOLD_BYTES, Communicator, Work,
-                                 join)
+                                 STREAM_THRESHOLD_BYTES, Communicator,
+                                 Membership, Work, join)
 from chorus.errors import (Aborted, Cancelled, DataLoss, DeadlineExceeded,
                            Error, FailedPrecondition, Internal,
-                           InvalidArgument, NotFound, PermissionDenied,
+                           InvalidArgument, MembershipChanged, NotFound,
+                           PermissionDenied,
                            ResourceExhausted, Unauthenticated, Unavailable,
                            Unimplemented)
 
@@ -34,12 +35,13 @@ __version__ = "0.1.0"
 """The version of this package."""
 
 __all__ = [
-    "join", "default_socket_path", "Communicator", "Work", "EmbeddedWorker",
+    "join", "default_socket_path", "Communicator", "Membership", "Work",
+    "EmbeddedWorker",
     "DEFAULT_TIMEOUT",
     "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES", "SHARED_THRESHOLD_BYTES",
     "DTYPES", "dtype_name", "bf16_to_f32", "f32_to_bf16",
     "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
     "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",
     "ResourceExhausted", "DataLoss", "PermissionDenied", "Unauthenticated",
-    "Internal", "Cancelled",
+    "Internal", "Cancelled", "MembershipChanged",
 ]

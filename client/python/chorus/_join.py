@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import grpc
 import numpy as np
 
-from chorus import _arrays, _connect, _names
+from chorus import _arrays, _connect, _membership, _names
 from chorus import embedded as _embedded_worker
 from chorus.communicator import (DEFAULT_TIMEOUT, MAX_MESSAGE_BYTES,
                                  Communicator)
@@ -25,6 +25,9 @@ __all__ = ["join"]
 
 # How long join() waits for the channel to connect before it asks anyway.
 _CONNECT_WAIT = 5.0
+
+# join()'s rank when none is given: $CHORUS_RANK, then $RANK.
+_FROM_ENVIRONMENT: Any = object()
 
 
 def _env_int(names: Sequence[str], given: Optional[int],
@@ -52,21 +55,26 @@ def _env_int(names: Sequence[str], given: Optional[int],
 
 
 def join(group: Optional[str] = None, world_size: Optional[int] = None,
-         rank: Optional[int] = None, *,
+         rank: Any = _FROM_ENVIRONMENT, *,
          worker: Union[str, EmbeddedWorker, None] = None,
          coordinator: Optional[str] = None,
          device: str = "cpu", timeout: float = DEFAULT_TIMEOUT,
          max_message_bytes: int = MAX_MESSAGE_BYTES,
          tls_dir: Optional[_connect.PathLike] = None,
          shared_memory: bool = True,
-         call_socket: bool = True) -> "Communicator":
+         call_socket: bool = True,
+         min_world_size: Optional[int] = None,
+         max_world_size: Optional[int] = None) -> "Communicator":
     """Joins `group` as `rank` of `world_size` ranks through the worker at
     `worker` and returns the Communicator once every rank joined
     (client/python/README.md says more of each argument).
 
     Args:
         group, world_size, rank: default $CHORUS_GROUP, $CHORUS_WORLD_SIZE
-            (then $WORLD_SIZE) and $CHORUS_RANK (then $RANK).
+            (then $WORLD_SIZE) and $CHORUS_RANK (then $RANK). rank=None
+            makes the caller a newcomer: it joins a formed elastic group
+            without a rank and waits until a sync() of its members admits
+            it (world_size is not needed then).
         worker: the daemon's local API, "unix:/path" (its --local_socket)
             or "host:port" (its --listen address: loopback callers, or with
             TLS client and admin certificates); default $CHORUS_WORKER, else
@@ -90,21 +98,29 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         call_socket: send calls on the daemon's call socket (plain frames)
             rather than as gRPC calls, where it is on this host and this
             process can open it.
+        min_world_size, max_world_size: make the group elastic (every rank
+            passes the same): it goes on without lost members while it keeps
+            min_world_size ranks (their calls raise MembershipChanged, the
+            step is redone), and admits newcomers at sync() up to
+            max_world_size (None: the coordinator's limit).
 
     Raises:
-        FailedPrecondition: coordinator= without the embedded worker.
+        FailedPrecondition: coordinator= without the embedded worker; a
+            newcomer for a group that is not a formed elastic group.
         InvalidArgument: a missing or malformed argument or TLS file
             (nothing is sent), or one the coordinator refuses (rank taken,
-            world size differs).
+            world size or elastic bounds differ).
         PermissionDenied: the daemon refuses this caller (see worker).
         DeadlineExceeded: not every rank joined in time (`missing_ranks`).
         Unimplemented: the device cannot take part (`device` names it).
         Unavailable: the daemon cannot be reached or is not registered yet.
     """
-    group, world_size, rank = _ranks(group, world_size, rank)
+    request = _request(group, world_size, rank, min_world_size,
+                       max_world_size)
     embedded, worker, default_worker, tls_path, tls_source = _where(
         worker, coordinator, tls_dir)
     timeout, device_proto = _options(timeout, max_message_bytes, device)
+    request.device.CopyFrom(device_proto)
     # The TLS files are checked before anything is sent.
     credentials = (None if tls_path is None else
                    _connect.tls_credentials(tls_path, tls_source))
@@ -114,14 +130,16 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         worker = embedded.target
     else:
         _connect.check_socket(worker, default_worker)
-    channel, response = _join_group(
-        worker, credentials, tls_path, tls_source, timeout, max_message_bytes,
-        worker_pb2.LocalJoinRequest(group=group, world_size=world_size,
-                                    rank=rank, device=device_proto))
+    channel, response = _join_group(worker, credentials, tls_path, tls_source,
+                                    timeout, max_message_bytes, request)
+    # A newcomer learns its rank and the group's size from the answer.
+    newcomer = request.newcomer
     return Communicator(
-        _channel=channel, _worker=worker, _group=group,
-        _world_size=world_size, _rank=rank, _epoch=response.epoch,
-        _device=_names.canonical_name(device_proto),
+        _channel=channel, _worker=worker, _group=request.group,
+        _world_size=response.world_size if newcomer else request.world_size,
+        _rank=response.rank if newcomer else request.rank,
+        _epoch=response.epoch,
+        _device=_names.canonical_name(request.device),
         _member_devices=list(response.member_devices), _timeout=timeout,
         _max_message_bytes=max_message_bytes,
         _shared_memory=bool(shared_memory),
@@ -130,7 +148,27 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _call_socket=(response.call_socket
                       if call_socket and _connect.is_this_host(worker)
                       else ""),
-        _embedded=embedded if call_socket else None)
+        _embedded=embedded if call_socket else None,
+        _device_proto=request.device,
+        _min_world_size=response.min_world_size,
+        _max_world_size=response.max_world_size)
+
+
+def _request(group: Optional[str], world_size: Optional[int],
+             rank: Any, min_world_size: Optional[int],
+             max_world_size: Optional[int]) -> Any:
+    """The LocalJoinRequest of join()'s ranks (_ranks) and elastic bounds;
+    InvalidArgument for malformed ones.
+    """
+    group, world_size, rank = _ranks(group, world_size, rank)
+    try:
+        low = _membership.optional_bound("min_world_size", min_world_size)
+        high = _membership.optional_bound("max_world_size", max_world_size)
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None
+    return worker_pb2.LocalJoinRequest(
+        group=group, world_size=world_size, rank=rank or 0,
+        newcomer=rank is None, min_world_size=low, max_world_size=high)
 
 
 def _options(timeout: float, max_message_bytes: int,
@@ -148,17 +186,21 @@ def _options(timeout: float, max_message_bytes: int,
 
 
 def _ranks(group: Optional[str], world_size: Optional[int],
-           rank: Optional[int]) -> Tuple[str, int, int]:
-    """(group, world_size, rank) as given or from the environment;
-    InvalidArgument where one is missing or out of range.
+           rank: Any) -> Tuple[str, int, Optional[int]]:
+    """(group, world_size, rank) as given or from the environment (rank
+    _FROM_ENVIRONMENT); rank None and world_size 0 for a newcomer, which has
+    no rank; InvalidArgument where one is missing or out of range.
     """
     if group is None:
         group = os.environ.get("CHORUS_GROUP") or None
     if not isinstance(group, str) or not group:
         raise InvalidArgument("no group: pass group= or set CHORUS_GROUP")
+    if rank is None:
+        return group, 0, None  # a newcomer
     world_size = _env_int(("CHORUS_WORLD_SIZE", "WORLD_SIZE"), world_size,
                           "world_size")
-    rank = _env_int(("CHORUS_RANK", "RANK"), rank, "rank")
+    rank = _env_int(("CHORUS_RANK", "RANK"),
+                    None if rank is _FROM_ENVIRONMENT else rank, "rank")
     if world_size < 1:
         raise InvalidArgument(
             f"world_size must be at least 1, got {world_size}")

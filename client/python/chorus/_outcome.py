@@ -23,7 +23,7 @@ from chorus._call import Call
 from chorus._call_socket import CallSocket, outcome_of
 from chorus._numbering import Numbering
 from chorus.errors import (Cancelled, DeadlineExceeded, Error, Internal,
-                           from_rpc_error)
+                           MembershipChanged, from_rpc_error)
 
 __all__ = ["Work", "Outcome", "Blocking", "Replied", "Unsent", "Settler",
            "Receive"]
@@ -152,14 +152,16 @@ class Settler:
     the worker at `worker`, numbered by `numbering`).
     """
 
-    def __init__(self, group: str, worker: str,
-                 numbering: Numbering) -> None:
+    def __init__(self, group: str, worker: str, numbering: Numbering,
+                 saw_change: Optional[Callable[[MembershipChanged], None]]
+                 = None) -> None:
         """Settles calls of `group` through `worker`, numbered by
-        `numbering`.
+        `numbering`; `saw_change` hears of each MembershipChanged.
         """
         self._group = group
         self._worker = worker
         self._numbering = numbering
+        self._saw_change = saw_change
 
     def settle(self, call: Call, work: Union[Work, Outcome], rpc: Any,
                receive: Optional[Receive] = None) -> None:
@@ -218,6 +220,8 @@ class Settler:
             error.group = self._group
         if not error.number_used and error.code in _REFUSALS:
             self._numbering.give_back(sequence)
+        if isinstance(error, MembershipChanged) and self._saw_change:
+            self._saw_change(error)
         return error
 
 
@@ -227,6 +231,8 @@ def output_of(call: Call, data: bytes,
     written into call.target when there is one, else a new array; raises
     Internal when `data` is not the output's size.
     """
+    if call.kind == "sync":
+        return data  # a SyncOutcome (worker.proto)
     if call.out_shape is None:
         return None
     expected = call.out_bytes

@@ -26,6 +26,9 @@ choose() reads, in this order (the first row that fits wins):
     daemon, call socket    any other                            OnCallSocket
     daemon                 any other                            Unary
 
+A sync (an elastic group's step boundary) goes on the call socket, or as a
+unary call, whatever the worker: its outcome is its output, in a reply.
+
 "Embedded, in process": the rank joined through an EmbeddedWorker whose
 channel runs calls on this process's threads (CallSocket.runs_here); once
 that channel broke, its calls go the daemon rows' ways, to the embedded
@@ -106,9 +109,12 @@ def choose(call: Call, routes: Routes) -> Route:
     link = routes.link
     check(call, link.prefixes, link.timeout)
     calls = link.calls
+    socket = calls is not None and calls.broken is None  # still usable
+    if call.kind == "sync":
+        # Its outcome travels as its output, in a reply.
+        return routes.on_call_socket if socket else routes.unary
     if calls is not None and calls.runs_here:
         return routes.start_into if call.async_op else routes.run_into
-    socket = calls is not None and calls.broken is None  # still usable
     data_bytes = call.data_bytes
     output_bytes = call.out_bytes
     if data_bytes + output_bytes >= SHARED_THRESHOLD_BYTES:

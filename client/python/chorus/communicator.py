@@ -34,11 +34,14 @@ from chorus._outcome import Settler, Work
 from chorus._routes import Link, Routes, choose
 from chorus._shared import SHARED_THRESHOLD_BYTES, SharedMemory
 from chorus._wire import Prefixes
+from chorus._elastic import Elastic
+from chorus._membership import Hold, Membership
 from chorus.embedded import EmbeddedWorker
-from chorus.errors import InvalidArgument
-from chorus.v1 import worker_pb2
+from chorus.errors import InvalidArgument, MembershipChanged
+from chorus.v1 import types_pb2, worker_pb2
 
-__all__ = ["join", "Communicator", "Work", "Buffer", "DEFAULT_TIMEOUT",
+__all__ = ["join", "Communicator", "Membership", "Work", "Buffer",
+           "DEFAULT_TIMEOUT",
            "MAX_MESSAGE_BYTES", "STREAM_THRESHOLD_BYTES",
            "SHARED_THRESHOLD_BYTES"]
 
@@ -66,7 +69,7 @@ _HOLD_METHOD = "/chorus.v1.WorkerLocal/HoldMembership"
 _RELEASE_WAIT = 2.0
 
 
-class Communicator:
+class Communicator(Elastic):
     """One rank of a Chorus group, joined through a worker daemon. Made by
     chorus.join(); use it as a context manager or call close().
 
@@ -109,7 +112,10 @@ class Communicator:
                  _member_devices: List[str], _timeout: float,
                  _max_message_bytes: int, _shared_memory: bool = True,
                  _call_socket: str = "",
-                 _embedded: Optional[EmbeddedWorker] = None) -> None:
+                 _embedded: Optional[EmbeddedWorker] = None,
+                 _device_proto: Optional[types_pb2.Device] = None,
+                 _min_world_size: int = 0,
+                 _max_world_size: int = 0) -> None:
         """Made by chorus.join(); not meant to be called directly."""
         self._channel = _channel
         self._worker = _worker
@@ -118,34 +124,54 @@ class Communicator:
         self._rank = _rank
         self._epoch = _epoch
         self._device = _device
+        self._device_proto = _device_proto or types_pb2.Device()
         self._member_devices = _member_devices
         self._timeout = _timeout
         self._max_message_bytes = _max_message_bytes
-        self._numbering = Numbering()
-        self._shared = SharedMemory(_channel, _group, _epoch, _rank,
-                                    _shared_memory)
+        self._shared_memory = _shared_memory
+        self._embedded = _embedded
+        self._min_world_size = _min_world_size
+        self._max_world_size = _max_world_size
+        self._joiners_waiting = 0
         self._calls = _call_socket_of(_call_socket, _embedded)
+        # Moves to a new epoch (and a change an async call saw) happen under
+        # this lock.
+        self._switch = threading.Lock()
+        self._change: Optional[MembershipChanged] = None
+        # Parts of epochs this rank left (numbering, routes, shared memory),
+        # closed with the communicator.
+        self._retired: List[Any] = []
+        self._build()
+        self._hold = Hold(_channel, _group, _epoch, _rank)
+
+    def _build(self) -> None:
+        """Makes the numbering, shared memory and routes of this rank's
+        current epoch.
+        """
+        self._numbering = Numbering()
+        self._shared = SharedMemory(self._channel, self._group, self._epoch,
+                                    self._rank, self._shared_memory)
         # The request is serialized by the routes, so the stubs take bytes
         # as they are.
         link = Link(
-            timeout=_timeout,
-            prefixes=Prefixes(_group, _rank, _epoch),
+            timeout=self._timeout,
+            prefixes=Prefixes(self._group, self._rank, self._epoch),
             numbering=self._numbering,
-            settler=Settler(_group, _worker, self._numbering),
-            collective=_channel.unary_unary(
+            settler=Settler(self._group, self._worker, self._numbering,
+                            self._saw_change),
+            collective=self._channel.unary_unary(
                 _COLLECTIVE_METHOD, request_serializer=None,
                 response_deserializer=(
                     worker_pb2.LocalCollectiveResponse.FromString)),
-            chunked=_channel.stream_stream(
+            chunked=self._channel.stream_stream(
                 _CHUNKED_METHOD, request_serializer=None,
                 response_deserializer=(
                     worker_pb2.LocalChunkedResponse.FromString)),
             shared=self._shared, calls=self._calls,
             # A call whose request or reply is larger streams.
-            stream_limit=min(STREAM_THRESHOLD_BYTES, _max_message_bytes))
-        self._routes = Routes(link, _embedded)
-        self._release = threading.Event()
-        self._hold = self._start_hold()
+            stream_limit=min(STREAM_THRESHOLD_BYTES,
+                             self._max_message_bytes))
+        self._routes = Routes(link, self._embedded)
 
     # --- properties ---------------------------------------------------------
 
@@ -156,18 +182,40 @@ class Communicator:
 
     @property
     def world_size(self) -> int:
-        """The number of ranks in the group."""
+        """The number of ranks in the group (an elastic group's current)."""
+        self._catch_up()
         return self._world_size
 
     @property
     def rank(self) -> int:
-        """This rank, 0 .. world_size - 1."""
+        """This rank, 0 .. world_size - 1 (in an elastic group's current
+        epoch).
+        """
+        self._catch_up()
         return self._rank
 
     @property
     def epoch(self) -> int:
-        """The group's epoch this communicator joined; calls carry it."""
+        """The group's epoch this rank is in; calls carry it."""
+        self._catch_up()
         return self._epoch
+
+    @property
+    def min_world_size(self) -> int:
+        """An elastic group's minimum (0: not elastic)."""
+        return self._min_world_size
+
+    @property
+    def max_world_size(self) -> int:
+        """An elastic group's maximum (0: not elastic)."""
+        return self._max_world_size
+
+    @property
+    def joiners_waiting(self) -> int:
+        """Newcomers waiting to join this elastic group, as the last sync()
+        or membership change said.
+        """
+        return self._joiners_waiting
 
     @property
     def device(self) -> str:
@@ -257,42 +305,26 @@ class Communicator:
     def close(self, timeout: Optional[float] = None) -> None:
         """Waits for the calls in flight (at most `timeout` seconds; their
         own deadlines bound the wait anyway), releases the rank's hold (so
-        the daemon does not report it gone), then closes the connection to
-        the daemon. Later calls raise InvalidArgument. Idempotent.
+        the daemon does not report it gone; a rank of an elastic group
+        leaves it, and the others go on at once), then closes the
+        connection to the daemon. Later calls raise InvalidArgument.
+        Idempotent.
         """
-        self._numbering.close(timeout)
-        self._routes.close()
-        self._shared.close()
+        for numbering, routes, shared in self._retired + [
+                (self._numbering, self._routes, self._shared)]:
+            numbering.close(timeout)
+            routes.close()
+            shared.close()
         if self._calls is not None:
             self._calls.close()
-        self._release.set()
-        try:
-            self._hold.result(timeout=_RELEASE_WAIT)
-        except (grpc.RpcError, grpc.FutureTimeoutError):
-            pass  # an older daemon without holds, or one already gone
+        self._hold.release(_RELEASE_WAIT)
         self._channel.close()
 
-    def _start_hold(self) -> "grpc.Future":
-        """Opens this rank's hold on the daemon (WorkerLocal.HoldMembership):
-        while this process lives the stream stays open; if the process dies
-        it ends without a release, the daemon reports the rank gone, and the
-        other ranks' calls end at once with ABORTED naming it. close()
-        releases it. The stream has no deadline: nothing waits for it.
+    def leave(self, timeout: Optional[float] = None) -> None:
+        """Leaves the group cleanly: close(). The other ranks of an elastic
+        group get MembershipChanged at once and go on without this one.
         """
-        first = worker_pb2.MembershipHold(
-            group=self._group, epoch=self._epoch, rank=self._rank)
-        release = self._release
-
-        def holds() -> Iterator[worker_pb2.MembershipHold]:
-            yield first
-            release.wait()  # on gRPC's (daemon) request thread
-            yield worker_pb2.MembershipHold(release=True)
-
-        hold = self._channel.stream_unary(
-            _HOLD_METHOD,
-            request_serializer=worker_pb2.MembershipHold.SerializeToString,
-            response_deserializer=worker_pb2.MembershipHoldReply.FromString)
-        return hold.future(holds())
+        self.close(timeout)
 
     def __enter__(self) -> "Communicator":
         return self
@@ -517,9 +549,17 @@ class Communicator:
 
     def _run(self, call: Call) -> Any:
         """Runs `call` the way chorus._routes.choose() says (which checks it
-        first): returns its output, or its Work for async_op.
+        first): returns its output, or its Work for async_op. A blocking
+        call whose group's membership changed raises MembershipChanged once
+        the communicator moved to the new epoch.
         """
-        return choose(call, self._routes).run(call)
+        if self._change is not None:
+            self._catch_up()
+        try:
+            return choose(call, self._routes).run(call)
+        except MembershipChanged as e:
+            self._follow(e)
+            raise
 
 
 def _call_socket_of(path: str, embedded: Optional[EmbeddedWorker]

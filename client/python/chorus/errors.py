@@ -22,7 +22,8 @@ __all__ = [
     "Error", "InvalidArgument", "DeadlineExceeded", "Aborted",
     "FailedPrecondition", "Unimplemented", "Unavailable", "NotFound",
     "ResourceExhausted", "DataLoss", "PermissionDenied", "Unauthenticated",
-    "Internal", "Cancelled", "from_rpc_error", "error_for_code",
+    "Internal", "Cancelled", "MembershipChanged", "from_rpc_error",
+    "error_for_code",
 ]
 
 
@@ -53,6 +54,10 @@ class Error(Exception):
             call takes the next one); False when its status says nothing
             of it (a refusal before the number was taken, or a status gRPC
             made itself).
+        next_epoch, next_world_size, next_ranks, joiners_waiting: an
+            elastic group's change (reason MEMBERSHIP_CHANGED): the epoch it
+            goes on at (0: it waits for newcomers), its size, each old
+            rank's rank there (-1: it left), and the newcomers waiting.
         reason: what happened, from the server's chorus.v1.ErrorDetail
             (e.g. "MISMATCH", "RANKS_MISSING", "WORKER_LOST"; the list is in
             proto/chorus/v1/status.proto) or a google.rpc.ErrorInfo; None
@@ -84,6 +89,10 @@ class Error(Exception):
         self.device: Optional[str] = None
         self.number_used: bool = False
         self.reason: Optional[str] = None
+        self.next_epoch: Optional[int] = None
+        self.next_world_size: Optional[int] = None
+        self.next_ranks: Optional[List[int]] = None
+        self.joiners_waiting: Optional[int] = None
         for name, value in _from_details(self.details).items():
             setattr(self, name, value)
 
@@ -99,8 +108,18 @@ class Error(Exception):
 
 def _rebuild(code_name: str, message: str,
              details: List[Tuple[str, Any]]) -> "Error":
-    code = grpc.StatusCode[code_name]
-    return error_for_code(code)(message, code, details)
+    return _error_of(grpc.StatusCode[code_name], message, details)
+
+
+def _error_of(code: grpc.StatusCode, message: str,
+              details: Sequence[Tuple[str, Any]]) -> "Error":
+    """The Error of a status: the class of its code, or MembershipChanged
+    for an ABORTED whose detail says the membership changed.
+    """
+    error = error_for_code(code)(message, code, details)
+    if isinstance(error, Aborted) and error.reason == "MEMBERSHIP_CHANGED":
+        return MembershipChanged(message, code, details)
+    return error
 
 
 class InvalidArgument(Error, ValueError):
@@ -121,6 +140,33 @@ class Aborted(Error):
     `lost_rank`); join again.
     """
     code = grpc.StatusCode.ABORTED
+
+
+class MembershipChanged(Aborted):
+    """ABORTED with reason MEMBERSHIP_CHANGED: the membership of an elastic
+    group (joined with min_world_size) changed, so the call did not run on
+    any rank. By the time it is raised the communicator has moved to the
+    group's new epoch: redo the step and the next call runs there.
+
+    Attributes (besides Error's):
+        epoch: the new epoch.
+        world_size: the group's size there.
+        rank: this rank's rank there.
+        left: the ranks (of the old epoch) that left.
+        joined: the ranks (of the new epoch) that joined.
+        old_epoch: the epoch that ended.
+    """
+
+    def __init__(self, message: str, code: Optional[grpc.StatusCode] = None,
+                 details: Sequence[Tuple[str, Any]] = ()) -> None:
+        super().__init__(message, code, details)
+        self.old_epoch: Optional[int] = self.epoch
+        self.epoch = self.next_epoch
+        self.world_size: Optional[int] = self.next_world_size
+        self.rank: Optional[int] = None
+        self.left: List[int] = list(self.lost_ranks or [])
+        kept = sum(1 for r in (self.next_ranks or []) if r >= 0)
+        self.joined: List[int] = list(range(kept, self.world_size or kept))
 
 
 class FailedPrecondition(Error):
@@ -216,7 +262,7 @@ def from_rpc_error(error: grpc.RpcError) -> Error:
         status_code, status_message, details = decoded
         code = _BY_VALUE.get(status_code, code)
         message = status_message or message
-    return error_for_code(code)(message, code, details)
+    return _error_of(code, message, details)
 
 
 # --- ranks ------------------------------------------------------------------
@@ -242,8 +288,9 @@ def parse_ranks(text: str) -> List[int]:
 # A google.rpc.ErrorInfo's metadata, or any detail message the default pool
 # knows, may carry these keys (ranks as "2, 3", "2-4" or a list).
 
-_INT_KEYS = ("epoch", "sequence", "lost_worker_id", "lost_rank")
-_LIST_KEYS = ("missing_ranks", "lost_ranks")
+_INT_KEYS = ("epoch", "sequence", "lost_worker_id", "lost_rank",
+             "next_epoch", "next_world_size", "joiners_waiting")
+_LIST_KEYS = ("missing_ranks", "lost_ranks", "next_ranks")
 _TEXT_KEYS = ("group", "lost_worker", "device")
 
 

@@ -56,20 +56,30 @@ void LocalCalls::Run(const v1::LocalCollectiveRequest& request,
     done(input.status(), nullptr);
     return;
   }
-  StartCall(*std::move(call), deadline, *input, response->mutable_data(),
-            [this, response, done = std::move(done)](
-                absl::StatusOr<RunResult> result, KeepOutput keep) {
-              if (result.ok()) {
-                response->set_sequence(result->sequence);
-                ToPlanProto(*result, response->mutable_plan());
-                response->set_joiners_waiting(result->joiners_waiting);
-                if (result->next != nullptr) {
-                  ToJoinResponse(*result->next, CallSocket(),
-                                 response->mutable_next());
-                }
-              }
-              done(std::move(result), std::move(keep));
-            });
+  StartCall(
+      *std::move(call), deadline, *input, response->mutable_data(),
+      [this, response, kind = request.spec().kind(), done = std::move(done)](
+          absl::StatusOr<RunResult> result, KeepOutput keep) {
+        if (result.ok()) {
+          response->set_sequence(result->sequence);
+          ToPlanProto(*result, response->mutable_plan());
+          response->set_joiners_waiting(result->joiners_waiting);
+          if (result->next != nullptr) {
+            ToJoinResponse(*result->next, CallSocket(),
+                           response->mutable_next());
+          }
+          if (kind == v1::COLLECTIVE_KIND_SYNC) {
+            // A sync's output is its outcome (worker.proto).
+            v1::SyncOutcome outcome;
+            outcome.set_joiners_waiting(result->joiners_waiting);
+            if (response->has_next()) {
+              *outcome.mutable_next() = response->next();
+            }
+            response->set_data(outcome.SerializeAsString());
+          }
+        }
+        done(std::move(result), std::move(keep));
+      });
 }
 
 void LocalCalls::RunPrepared(LocalCall call, absl::Time deadline,
