@@ -49,8 +49,10 @@ class DaemonCommunicator final : public Communicator {
  public:
   DaemonCommunicator(std::unique_ptr<v1::WorkerLocal::Stub> stub,
                      std::string group, int world_size, int rank,
-                     uint64_t epoch)
+                     uint64_t epoch, const JoinOptions& options)
       : Communicator(std::move(group), world_size, rank, epoch),
+        device_(options.device),
+        timeout_(options.timeout),
         stub_(std::move(stub)),
         hold_(std::make_unique<MembershipHold>(stub_.get(), this->group(),
                                                epoch, rank)) {}
@@ -90,10 +92,40 @@ class DaemonCommunicator final : public Communicator {
     CallResult result;
     result.sequence = response.sequence();
     result.algorithm = static_cast<Algorithm>(response.plan().algorithm());
+    result.joiners_waiting = response.joiners_waiting();
+    if (response.has_next()) result.next = MembershipOf(response.next());
     return result;
   }
 
+  absl::StatusOr<GroupMembership> FollowEpoch(uint64_t epoch,
+                                              int rank) override {
+    v1::LocalJoinRequest request;
+    request.set_group(group());
+    request.set_rank(rank);
+    request.set_follow_epoch(epoch);
+    *request.mutable_device() = DeviceToProto(device_);
+    v1::LocalJoinResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(timeout_));
+    absl::Status status =
+        FromGrpcStatus(stub_->JoinGroup(&context, request, &response));
+    if (!status.ok()) return status;
+    const GroupMembership next = MembershipOf(response);
+    hold_->Move(next.epoch, next.rank);
+    return next;
+  }
+
  private:
+  static GroupMembership MembershipOf(const v1::LocalJoinResponse& response) {
+    GroupMembership membership;
+    membership.epoch = response.epoch();
+    membership.world_size = response.world_size();
+    membership.rank = response.rank();
+    return membership;
+  }
+
+  const Device device_;
+  const absl::Duration timeout_;
   std::unique_ptr<v1::WorkerLocal::Stub> stub_;
   // Holds the rank on the daemon for as long as this process lives.
   std::unique_ptr<MembershipHold> hold_;
@@ -107,14 +139,6 @@ RunOptions ToRunOptions(const CallOptions& options) {
   return run;
 }
 
-absl::StatusOr<CallResult> ToCallResult(absl::StatusOr<RunResult> ran) {
-  if (!ran.ok()) return ran.status();
-  CallResult result;
-  result.sequence = ran->sequence;
-  result.algorithm = ran->algorithm;
-  return result;
-}
-
 // Runs collectives through the in-process door of a worker in this process.
 class EmbeddedCommunicator final : public Communicator {
  public:
@@ -122,10 +146,11 @@ class EmbeddedCommunicator final : public Communicator {
       : Communicator(membership.group, membership.world_size, membership.rank,
                      membership.epoch),
         door_(door),
-        membership_(std::move(membership)) {}
+        membership_(std::make_shared<const Membership>(std::move(membership))) {
+  }
   ~EmbeddedCommunicator() override {
     WaitForAsyncCalls();
-    door_->Leave(membership_);
+    door_->Leave(*current());
   }
 
  protected:
@@ -134,8 +159,8 @@ class EmbeddedCommunicator final : public Communicator {
                                           absl::string_view input,
                                           std::string* output,
                                           const CallOptions& options) override {
-    return Ended(sequence, door_->Run(membership_, sequence, spec, input,
-                                      output, ToRunOptions(options)));
+    return Ended(sequence, door_->Run(*current(), sequence, spec, input, output,
+                                      ToRunOptions(options)));
   }
 
   // The door checks device memory before the call takes its number.
@@ -147,12 +172,43 @@ class EmbeddedCommunicator final : public Communicator {
   absl::StatusOr<CallResult> RunSequencedOnDevice(
       uint64_t sequence, const CollectiveSpec& spec, const void* input,
       void* output, const CallOptions& options) override {
-    return Ended(sequence,
-                 door_->RunOnDevice(membership_, sequence, spec, input, output,
-                                    ToRunOptions(options)));
+    return Ended(sequence, door_->RunOnDevice(*current(), sequence, spec, input,
+                                              output, ToRunOptions(options)));
+  }
+
+  absl::StatusOr<GroupMembership> FollowEpoch(uint64_t epoch,
+                                              int rank) override {
+    JoinArgs args;
+    args.group = group();
+    args.rank = rank;
+    args.follow_epoch = epoch;
+    args.device = current()->device;
+    absl::StatusOr<Membership> next = door_->Join(args, kFollowTimeout);
+    if (!next.ok()) return next.status();
+    return Moved(std::make_shared<const Membership>(*std::move(next)));
   }
 
  private:
+  // How long a rank waits to follow its group into the next epoch (while the
+  // group is below its minimum).
+  static constexpr absl::Duration kFollowTimeout = absl::Minutes(1);
+
+  std::shared_ptr<const Membership> current() const {
+    absl::MutexLock lock(&membership_mu_);
+    return membership_;
+  }
+
+  // Records `next` as the rank's membership; returns it as the caller sees.
+  GroupMembership Moved(std::shared_ptr<const Membership> next) {
+    GroupMembership moved;
+    moved.epoch = next->epoch;
+    moved.world_size = next->world_size;
+    moved.rank = next->rank;
+    absl::MutexLock lock(&membership_mu_);
+    membership_ = std::move(next);
+    return moved;
+  }
+
   // The result of call `sequence`, whose number is given back when the call
   // was refused before it took it: in this process every failure after the
   // number carries an ErrorDetail with number_used set.
@@ -163,12 +219,19 @@ class EmbeddedCommunicator final : public Communicator {
       if (!facts.has_value() || !facts->number_used) {
         GiveBackSequence(sequence);
       }
+      return ran.status();
     }
-    return ToCallResult(std::move(ran));
+    CallResult result;
+    result.sequence = ran->sequence;
+    result.algorithm = ran->algorithm;
+    result.joiners_waiting = ran->joiners_waiting;
+    if (ran->next != nullptr) result.next = Moved(ran->next);
+    return result;
   }
 
   InProcessDoor* const door_;  // not owned
-  const Membership membership_;
+  mutable absl::Mutex membership_mu_;
+  std::shared_ptr<const Membership> membership_ ABSL_GUARDED_BY(membership_mu_);
 };
 
 }  // namespace
@@ -189,6 +252,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
   request.set_world_size(world_size);
   request.set_rank(rank);
   *request.mutable_device() = DeviceToProto(options.device);
+  request.set_min_world_size(options.min_world_size);
+  request.set_max_world_size(options.max_world_size);
   v1::LocalJoinResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(options.timeout));
@@ -196,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
       FromGrpcStatus(stub->JoinGroup(&context, request, &response));
   if (!status.ok()) return status;
   return std::unique_ptr<Communicator>(new DaemonCommunicator(
-      std::move(stub), group, world_size, rank, response.epoch()));
+      std::move(stub), group, world_size, rank, response.epoch(), options));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
@@ -208,6 +273,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
   args.world_size = world_size;
   args.rank = rank;
   args.device = options.device;
+  args.min_world_size = options.min_world_size;
+  args.max_world_size = options.max_world_size;
   absl::StatusOr<Membership> membership = door->Join(args, options.timeout);
   if (!membership.ok()) return membership.status();
   return std::unique_ptr<Communicator>(
@@ -215,6 +282,72 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
 }
 
 Communicator::~Communicator() = default;
+
+int Communicator::rank() const {
+  absl::MutexLock lock(&mu_);
+  return rank_;
+}
+
+int Communicator::world_size() const {
+  absl::MutexLock lock(&mu_);
+  return world_size_;
+}
+
+uint64_t Communicator::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+void Communicator::MoveTo(const GroupMembership& membership) {
+  absl::MutexLock lock(&mu_);
+  epoch_ = membership.epoch;
+  world_size_ = membership.world_size;
+  rank_ = membership.rank;
+  next_sequence_ = 1;
+}
+
+absl::StatusOr<CallResult> Communicator::Settled(
+    absl::StatusOr<CallResult> result) {
+  if (result.ok()) {
+    if (result->next.has_value()) MoveTo(*result->next);
+    return result;
+  }
+  const std::optional<StatusFacts> facts = StatusFactsOf(result.status());
+  if (!facts.has_value() || facts->reason != "MEMBERSHIP_CHANGED") {
+    return result;
+  }
+  int rank;
+  {
+    absl::MutexLock lock(&mu_);
+    // Another call of the revoked epoch moved already.
+    if (epoch_ != facts->epoch) return result;
+    rank = rank_;
+  }
+  absl::StatusOr<GroupMembership> next = FollowEpoch(facts->epoch, rank);
+  if (!next.ok()) return next.status();
+  MoveTo(*next);
+  return result;
+}
+
+absl::StatusOr<GroupMembership> Communicator::Sync(const CallOptions& options) {
+  const int world = world_size();
+  CollectiveSpec spec;
+  spec.kind = CollectiveKind::kSync;
+  std::string unused;
+  absl::StatusOr<CallResult> synced = Run(spec, "", &unused, options);
+  if (!synced.ok()) return synced.status();
+  GroupMembership membership;
+  {
+    absl::MutexLock lock(&mu_);
+    membership.epoch = epoch_;
+    membership.world_size = world_size_;
+    membership.rank = rank_;
+  }
+  for (int rank = world; rank < membership.world_size; ++rank) {
+    membership.joined.push_back(rank);
+  }
+  return membership;
+}
 
 void Communicator::WaitForAsyncCalls() {
   absl::MutexLock lock(&mu_);
@@ -226,7 +359,7 @@ absl::Status Communicator::CheckCall(const CollectiveSpec& spec,
                                      uint64_t input_bytes,
                                      const CallOptions& options) const {
   absl::Status valid =
-      ValidateCall(spec, world_size_, rank_, input_bytes, options.algorithm);
+      ValidateCall(spec, world_size(), rank(), input_bytes, options.algorithm);
   if (valid.ok() && options.device.has_value()) {
     valid = ValidateDevice(*options.device);
   }
@@ -250,7 +383,7 @@ absl::StatusOr<CallResult> Communicator::Run(const CollectiveSpec& spec,
   // Refuse bad input before it takes a sequence number.
   absl::Status valid = CheckCall(spec, input.size(), options);
   if (!valid.ok()) return valid;
-  return RunSequenced(NextSequence(), spec, input, output, options);
+  return Settled(RunSequenced(NextSequence(), spec, input, output, options));
 }
 
 absl::StatusOr<CallResult> Communicator::RunOnDevice(
@@ -275,36 +408,38 @@ absl::StatusOr<CallResult> Communicator::RunOnDevice(
   }
   CallOptions on_device = options;
   on_device.device = device;
-  absl::Status valid = ValidateSpec(spec, world_size_);
+  const int world = world_size();
+  const int rank = this->rank();
+  absl::Status valid = ValidateSpec(spec, world);
   if (!valid.ok()) return valid;
   const uint64_t element = DTypeSize(spec.dtype);
-  const uint64_t in_bytes = InputBytes(spec, world_size_, rank_);
-  const uint64_t out_bytes = OutputBytes(spec, world_size_, rank_);
+  const uint64_t in_bytes = InputBytes(spec, world, rank);
+  const uint64_t out_bytes = OutputBytes(spec, world, rank);
   const uint64_t max_count = std::numeric_limits<uint64_t>::max() / element;
   // As with host buffers, an off-root rank of broadcast or scatter may pass
   // nothing or a full-size input, which the call ignores.
   const bool input_fits =
       input.count <= max_count &&
-      CheckInputSize(spec, world_size_, rank_, input.count * element).ok();
+      CheckInputSize(spec, world, rank, input.count * element).ok();
   if (!input_fits || output.count > max_count ||
       output.count * element != out_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensors of ", input.count, " and ", output.count,
-        " elements for a call that takes ", in_bytes / element,
-        InputMayBeEmpty(spec, rank_) ? " (or a full-size one)" : "",
-        " and gives ", out_bytes / element));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensors of ", input.count, " and ", output.count,
+                     " elements for a call that takes ", in_bytes / element,
+                     InputMayBeEmpty(spec, rank) ? " (or a full-size one)" : "",
+                     " and gives ", out_bytes / element));
   }
   if (device.kind != DeviceKind::kCpu) {
     // An input the call ignores (off-root) passes no pointer.
-    const bool ignored = in_bytes == 0 && InputMayBeEmpty(spec, rank_);
+    const bool ignored = in_bytes == 0 && InputMayBeEmpty(spec, rank);
     valid = CheckCall(spec, ignored ? 0 : input.count * element, on_device);
     const void* in = ignored || input.count == 0 ? nullptr : input.data;
     const void* out = output.count == 0 ? nullptr : output.data;
     if (valid.ok()) valid = CheckDeviceMemory(spec, device, in, out);
     if (!valid.ok()) return valid;
-    return RunSequencedOnDevice(NextSequence(), spec, in,
-                                output.count == 0 ? nullptr : output.data,
-                                on_device);
+    return Settled(RunSequencedOnDevice(
+        NextSequence(), spec, in, output.count == 0 ? nullptr : output.data,
+        on_device));
   }
   std::string result;
   absl::StatusOr<CallResult> ran =
@@ -352,7 +487,7 @@ CollectiveHandle Communicator::RunAsync(const CollectiveSpec& spec,
       std::launch::async,
       [this, sequence, spec, input = std::move(input), output, options] {
         absl::StatusOr<CallResult> result =
-            RunSequenced(sequence, spec, input, output, options);
+            Settled(RunSequenced(sequence, spec, input, output, options));
         absl::MutexLock lock(&mu_);
         --in_flight_;
         return result;

@@ -1,8 +1,9 @@
 // MembershipHold: the client side of WorkerLocal.HoldMembership. While it
 // lives, the daemon knows the rank's process lives; if the process dies,
 // the stream ends without a release and the daemon reports the rank gone,
-// so the other ranks' calls end at once. Release() (or the destructor)
-// tells the daemon the rank leaves on purpose.
+// so the other ranks' calls end at once. Move() names the rank's
+// membership of an elastic group's new epoch on the same stream. Release()
+// (or the destructor) tells the daemon the rank leaves on purpose.
 //
 // Lifecycle: made right after a join through the daemon; Release() waits
 // (at most a short while) for the daemon to take the release, cancelling
@@ -15,6 +16,7 @@
 #include <grpcpp/support/client_callback.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -32,9 +34,12 @@ class MembershipHold final
   MembershipHold(v1::WorkerLocal::Stub* stub, const std::string& group,
                  uint64_t epoch, int rank);
   ~MembershipHold() override { Release(); }
-
   MembershipHold(const MembershipHold&) = delete;
   MembershipHold& operator=(const MembershipHold&) = delete;
+
+  // The rank is now `rank` of its group's epoch `epoch`. Does nothing once
+  // released.
+  void Move(uint64_t epoch, int rank);
 
   // Sends the release and waits until the stream ended (cancelling it
   // after a short while). Idempotent.
@@ -44,14 +49,24 @@ class MembershipHold final
   void OnDone(const grpc::Status& status) override;
 
  private:
+  // Takes the next queued hold into writing_ unless one is being written;
+  // returns whether StartWriting() must then start it.
+  bool TakeNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts writing writing_ (without mu_).
+  void StartWriting();
+
+  const std::string group_;
   grpc::ClientContext context_;
   v1::MembershipHoldReply reply_;
-  v1::MembershipHold first_;
-  v1::MembershipHold release_;
   absl::Mutex mu_;
-  bool first_written_ ABSL_GUARDED_BY(mu_) = false;
-  bool release_wanted_ ABSL_GUARDED_BY(mu_) = false;
-  bool release_started_ ABSL_GUARDED_BY(mu_) = false;
+  // The hold being written, and those waiting their turn.
+  // Written by TakeNextLocked(), read by StartWriting() and gRPC until the
+  // write is done.
+  v1::MembershipHold writing_;
+  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<v1::MembershipHold> queued_ ABSL_GUARDED_BY(mu_);
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
   // Notified by OnDone, gRPC's last use of this object.
   absl::Notification done_;
 };

@@ -21,6 +21,11 @@ std::optional<StatusFacts> StatusFactsOf(const absl::Status& status) {
   facts.ranks.insert(detail->ranks().begin(), detail->ranks().end());
   facts.device = detail->device();
   facts.number_used = detail->number_used();
+  facts.next_epoch = detail->next_epoch();
+  facts.next_world_size = detail->next_world_size();
+  facts.next_ranks.assign(detail->next_ranks().begin(),
+                          detail->next_ranks().end());
+  facts.joiners_waiting = detail->joiners_waiting();
   return facts;
 }
 

@@ -37,6 +37,12 @@ struct JoinOptions {
   // The device this rank reduces on.
   Device device = CpuDevice();
   absl::Duration timeout = absl::Minutes(1);
+  // An elastic group (every rank passes the same): it goes on without lost
+  // members while it keeps min_world_size ranks, and admits newcomers at
+  // Sync() up to max_world_size (0: the coordinator's limit). 0 and 0: not
+  // elastic.
+  int min_world_size = 0;
+  int max_world_size = 0;
 
   static Device CpuDevice() {
     Device d;
@@ -62,10 +68,25 @@ struct DeviceTensor {
   DType dtype = DType::kUnspecified;
 };
 
+// A rank's membership of an elastic group, as Sync() returns it.
+struct GroupMembership {
+  uint64_t epoch = 0;
+  int world_size = 0;
+  int rank = 0;
+  // The ranks that joined since the previous epoch, and those (of the
+  // previous epoch) that left.
+  std::vector<int> joined;
+  std::vector<int> left;
+};
+
 struct CallResult {
   uint64_t sequence = 0;
   // The plan the coordinator chose.
   Algorithm algorithm = Algorithm::kUnspecified;
+  // An elastic group: the newcomers waiting, and the membership a sync
+  // moved this rank to (unset: none).
+  int joiners_waiting = 0;
+  std::optional<GroupMembership> next;
 };
 
 // An asynchronous collective. Wait() blocks until it ended.
@@ -106,9 +127,11 @@ class Communicator {
   // call WaitForAsyncCalls() first in their destructors.
   virtual ~Communicator();
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
-  uint64_t epoch() const { return epoch_; }
+  // This rank, the group's size and its epoch: an elastic group's current
+  // ones.
+  int rank() const;
+  int world_size() const;
+  uint64_t epoch() const;
   const std::string& group() const { return group_; }
 
   // Runs one collective on `input` (sized as CollectiveSpec's comment says)
@@ -155,12 +178,36 @@ class Communicator {
                          ReduceOp op, const CallOptions& options = {});
   absl::Status Barrier(const CallOptions& options = {});
 
+  // An elastic group's step boundary: every member calls it, as any
+  // collective; it admits the newcomers waiting (up to max_world_size),
+  // after the members, and returns the membership this rank goes on with
+  // (the same one when none waited). Returns the errors of Run().
+  //
+  // In an elastic group, a call that fails because a member was lost (or
+  // left, or newcomers came) returns ABORTED whose StatusFacts reason is
+  // MEMBERSHIP_CHANGED (next_epoch, next_world_size, next_ranks say what
+  // changed); by then this communicator has moved to the new epoch, so
+  // rank(), world_size() and epoch() are current and the next call runs
+  // there. A rank the change dropped gets FAILED_PRECONDITION with reason
+  // RANK_EXCLUDED instead.
+  absl::StatusOr<GroupMembership> Sync(const CallOptions& options = {});
+
  protected:
   Communicator(std::string group, int world_size, int rank, uint64_t epoch)
       : group_(std::move(group)),
         world_size_(world_size),
         rank_(rank),
         epoch_(epoch) {}
+
+  // The rank's membership of the group's epoch after `epoch`, where it was
+  // rank `rank` (an elastic group's revoked epoch); implemented per path.
+  // Returns FAILED_PRECONDITION (RANK_EXCLUDED) for a rank that was
+  // dropped.
+  virtual absl::StatusOr<GroupMembership> FollowEpoch(uint64_t epoch,
+                                                      int rank) = 0;
+  // Moves this communicator to `membership`: calls carry its epoch and
+  // rank, numbered from 1 again.
+  void MoveTo(const GroupMembership& membership);
 
   void WaitForAsyncCalls();
 
@@ -193,11 +240,15 @@ class Communicator {
                          const CallOptions& options) const;
   uint64_t NextSequence();
 
+  // A call that ended with `result`: follows an elastic group's change
+  // first. Returns `result`, or the refusal of the move.
+  absl::StatusOr<CallResult> Settled(absl::StatusOr<CallResult> result);
+
   const std::string group_;
-  const int world_size_;
-  const int rank_;
-  const uint64_t epoch_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  int world_size_ ABSL_GUARDED_BY(mu_);
+  int rank_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -39,6 +39,13 @@ struct StatusFacts {
   std::string device;
   // A worker's local API says so when the failed call took its number.
   bool number_used = false;
+  // MEMBERSHIP_CHANGED (an elastic group): the epoch the group goes on at
+  // (0: it waits for newcomers), its size there, each old rank's rank there
+  // (-1: it left), and the newcomers waiting.
+  uint64_t next_epoch = 0;
+  int next_world_size = 0;
+  std::vector<int> next_ranks;
+  int joiners_waiting = 0;
 };
 
 // Returns the facts `status` carries, or nullopt when it carries none (an

@@ -83,7 +83,8 @@ absl::Status FailureCluster::RestartCoordinator() {
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> FailureCluster::Join(
-    const std::string& group, const std::vector<int>& worker_of_rank) {
+    const std::string& group, const std::vector<int>& worker_of_rank,
+    int min_world_size) {
   const int world = static_cast<int>(worker_of_rank.size());
   std::vector<absl::StatusOr<std::unique_ptr<Communicator>>> joined;
   for (int rank = 0; rank < world; ++rank) {
@@ -94,6 +95,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> FailureCluster::Join(
     threads.emplace_back([&, rank] {
       JoinOptions options;
       options.timeout = kFailureCallTimeout;
+      options.min_world_size = min_world_size;
       joined[rank] = Communicator::JoinThroughDaemon(
           workers_[worker_of_rank[rank]].address, group, world, rank, options);
     });

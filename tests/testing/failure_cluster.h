@@ -91,10 +91,12 @@ class FailureCluster {
   absl::Status RestartCoordinator();
 
   // Joins `group` of world size worker_of_rank.size(): rank r joins through
-  // the daemon of worker worker_of_rank[r], each rank from its own thread.
-  // Returns the communicators by rank, or the first failed rank's status.
+  // the daemon of worker worker_of_rank[r], each rank from its own thread
+  // (an elastic group with min_world_size > 0). Returns the communicators
+  // by rank, or the first failed rank's status.
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> Join(
-      const std::string& group, const std::vector<int>& worker_of_rank);
+      const std::string& group, const std::vector<int>& worker_of_rank,
+      int min_world_size = 0);
 
   // Returns the coordinator's view of `group` (ListGroups), NOT_FOUND when
   // it lists no such group, or the call's status.
