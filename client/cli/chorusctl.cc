@@ -173,6 +173,11 @@ int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
     ++shown;
     std::cout << "group " << g.name << ": world " << g.world_size << ", epoch "
               << g.epoch << ", " << g.completed << " collectives done";
+    if (g.min_world_size > 0) {
+      std::cout << "; elastic " << g.min_world_size << ".." << g.max_world_size
+                << ", " << g.joiners_waiting << " newcomer"
+                << (g.joiners_waiting == 1 ? "" : "s") << " waiting";
+    }
     if (g.pending_sequence != 0) {
       std::cout << "; #" << g.pending_sequence << " waiting "
                 << absl::ToInt64Milliseconds(g.pending) << "ms for "

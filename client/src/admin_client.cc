@@ -36,6 +36,9 @@ GroupInfo GroupFromProto(const v1::GroupInfo& proto) {
   info.world_size = proto.world_size();
   info.epoch = proto.epoch();
   info.completed = proto.completed();
+  info.min_world_size = proto.min_world_size();
+  info.max_world_size = proto.max_world_size();
+  info.joiners_waiting = proto.joiners_waiting();
   for (const v1::GroupMember& m : proto.members()) {
     GroupMemberInfo member;
     member.rank = m.rank();

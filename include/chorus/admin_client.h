@@ -62,6 +62,11 @@ struct GroupInfo {
   absl::Duration pending;
   // Why this epoch was aborted; OK when it was not.
   absl::Status aborted;
+  // An elastic group's bounds (0 and 0: not elastic) and the newcomers
+  // waiting to be admitted at its next sync.
+  int min_world_size = 0;
+  int max_world_size = 0;
+  int joiners_waiting = 0;
   // True for a group not formed yet, whose ranks wait in a join: epoch 0,
   // `members` the ranks that joined, `missing_ranks` the others, `pending`
   // how long since the first of them joined.

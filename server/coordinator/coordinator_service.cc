@@ -382,6 +382,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
     info->set_world_size(summary.view.world_size);
     info->set_epoch(summary.view.epoch);
     info->set_completed(summary.completed);
+    info->set_min_world_size(summary.view.min_world_size);
+    info->set_max_world_size(summary.view.max_world_size);
+    info->set_joiners_waiting(summary.joiners_waiting);
     for (const GroupMember& m : summary.view.members) {
       *info->add_members() = MemberToProto(m);
     }

@@ -65,6 +65,20 @@ std::string NextText(const GroupView& old, uint64_t next_epoch,
                       " to join (without a rank) before it goes on");
 }
 
+// Records how long an elastic group went without an epoch after it lost
+// members: from the revocation to the next epoch (0 when the survivors went
+// on at once; longer below the minimum).
+void ObserveChange(absl::Duration waited) {
+  static Histogram* const seconds =
+      DefaultMetrics()
+          .Histograms("chorus_membership_change_seconds",
+                      "Time from the revocation of an elastic group's epoch "
+                      "that lost members to its next epoch.",
+                      {}, {0.001, 0.01, 0.1, 1, 10, 60, 600})
+          ->With({});
+  seconds->ObserveDuration(waited);
+}
+
 }  // namespace
 
 absl::Status GroupTable::ValidateElasticLocked(
@@ -275,6 +289,7 @@ void GroupTable::RevokeLocked(Group& group, std::vector<int> lost,
   if (!refill) {
     FormNextEpochLocked(old, survivors, next_epoch, {}, std::move(joiners),
                         completions);
+    ObserveChange(absl::ZeroDuration());
     return;
   }
   Refill& waiting = refills_[old.name];
@@ -282,7 +297,8 @@ void GroupTable::RevokeLocked(Group& group, std::vector<int> lost,
   waiting.previous = old;
   waiting.survivors = std::move(survivors);
   waiting.joiners = std::move(joiners);
-  waiting.give_up_at = clock_->Now() + kRefillWait;
+  waiting.revoked_at = clock_->Now();
+  waiting.give_up_at = waiting.revoked_at + kRefillWait;
   TryFormRefillLocked(old.name, completions);
 }
 
@@ -357,6 +373,7 @@ bool GroupTable::TryFormRefillLocked(const std::string& name,
   std::shared_ptr<const GroupView> formed =
       FormNextEpochLocked(refill.previous, refill.survivors, epoch,
                           std::move(admitted), std::move(waiting), completions);
+  ObserveChange(clock_->Now() - refill.revoked_at);
   for (PendingJoin& follower : refill.followers) {
     const int old_rank = follower.request.rank;
     auto pos =

@@ -539,7 +539,9 @@ class GroupTable {
     // old rank), and of newcomers.
     std::vector<PendingJoin> followers;
     std::vector<PendingJoin> joiners;
-    // With no join waiting by then, the group is given up.
+    // When the epoch was revoked; with no join waiting by give_up_at, the
+    // group is given up.
+    absl::Time revoked_at;
     absl::Time give_up_at;
   };
   // Checks an elastic join's bounds: INVALID_ARGUMENT when they are not

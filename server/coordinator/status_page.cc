@@ -103,9 +103,14 @@ std::string GroupsTable(const std::vector<GroupSummary>& groups,
       members.push_back(absl::StrCat(member.rank, ": ", member.worker_name, " ",
                                      CanonicalName(member.device)));
     }
-    const std::string state =
+    std::string state =
         group.aborted.ok() ? std::string("active")
                            : absl::StrCat("aborted: ", group.aborted.message());
+    if (group.view.min_world_size > 0) {
+      absl::StrAppend(&state, "; elastic ", group.view.min_world_size, "..",
+                      group.view.max_world_size, ", ", group.joiners_waiting,
+                      " newcomers waiting");
+    }
     rows.push_back({Html(group.view.name), absl::StrCat(group.view.epoch),
                     absl::StrCat(group.view.world_size),
                     Html(absl::StrJoin(members, "; ")),
