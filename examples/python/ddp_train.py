@@ -43,9 +43,7 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import List, Optional, Tuple
 
 try:
@@ -56,7 +54,7 @@ except ImportError:
     sys.exit("this example needs PyTorch (Debian: apt-get install "
              "python3-torch; run it with /usr/bin/python3)")
 
-REPO = Path(__file__).resolve().parents[2]
+from local_cluster import LocalCluster
 
 INPUTS = 32
 """Features of one synthetic sample."""
@@ -165,38 +163,6 @@ def run_single(args: argparse.Namespace) -> None:
         torch.save(model.state_dict(), args.save)
 
 
-def _binary(name: str, subdir: str) -> str:
-    """The path of a Chorus binary: in $CHORUS_BIN_DIR when set, else in the
-    build tree ($CHORUS_BUILD_DIR, default build/).
-    """
-    if os.environ.get("CHORUS_BIN_DIR"):
-        path = Path(os.environ["CHORUS_BIN_DIR"]) / name
-    else:
-        build = Path(os.environ.get("CHORUS_BUILD_DIR", REPO / "build"))
-        path = (build if build.is_absolute() else REPO / build) / subdir / name
-    if not os.access(path, os.X_OK):
-        sys.exit(f"{path} is missing; build Chorus first (scripts/build.sh)")
-    return str(path)
-
-
-def _start(args: List[str], port_file: Path, name: str
-           ) -> Tuple["subprocess.Popen[bytes]", int]:
-    """Starts a daemon and returns it with the port it wrote."""
-    process = subprocess.Popen(args + [f"--port_file={port_file}"],
-                               stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"{name} exited with status {process.returncode}")
-        text = port_file.read_text().strip() if port_file.exists() else ""
-        if text:
-            return process, int(text)
-        time.sleep(0.05)
-    process.kill()
-    sys.exit(f"{name} did not start within 30 s")
-
-
 def _free_port() -> int:
     """A port nothing listens on now, for torch's store (as torchrun's
     standalone mode picks one).
@@ -210,52 +176,28 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
     """Starts the daemons (for chorus) and one process per rank; returns
     the first failing rank's exit status, or 0.
     """
-    daemons: List["subprocess.Popen[bytes]"] = []
     env = dict(os.environ, WORLD_SIZE=str(args.world_size),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                CHORUS_GROUP="ddp-example")
     # One compute thread per rank unless told otherwise, as torchrun does:
     # the ranks share this host's cores.
     env.setdefault("OMP_NUM_THREADS", "1")
-    sockets: List[str] = []
-    # A Unix socket's path must stay under about 100 bytes.
-    base = tempfile.gettempdir()
-    with tempfile.TemporaryDirectory(
-            prefix="chorus-ddp-",
-            dir=base if len(base) <= 40 else "/tmp") as folder:
-        try:
-            if args.backend == "chorus":
-                coordinator, port = _start(
-                    [_binary("chorus-coordinator", "server/coordinator"),
-                     "--listen=127.0.0.1:0"],
-                    Path(folder, "coordinator.port"), "chorus-coordinator")
-                daemons.append(coordinator)
-                for rank in range(args.world_size):
-                    # Workers on one host each need a socket of their own.
-                    socket_path = str(Path(folder, f"worker-{rank}.sock"))
-                    worker, _ = _start(
-                        [_binary("chorus-worker", "server/worker"),
-                         f"--coordinator=127.0.0.1:{port}",
-                         "--listen=127.0.0.1:0", f"--name=worker-{rank}",
-                         f"--local_socket={socket_path}"],
-                        Path(folder, f"worker-{rank}.port"),
-                        f"worker-{rank}")
-                    daemons.append(worker)
-                    sockets.append(socket_path)
-            ranks = []
-            for rank in range(args.world_size):
-                rank_env = dict(env, RANK=str(rank))
-                if sockets:
-                    rank_env["CHORUS_WORKER"] = f"unix:{sockets[rank]}"
-                ranks.append(subprocess.Popen(
-                    [sys.executable, __file__] + argv, env=rank_env))
-            statuses = [p.wait() for p in ranks]
-            return next((s for s in statuses if s), 0)
-        finally:
-            for daemon in reversed(daemons):
-                daemon.terminate()
-            for daemon in daemons:
-                daemon.wait(timeout=10)
+    # The gloo backend needs no daemons.
+    cluster = (LocalCluster(args.world_size, prefix="chorus-ddp-")
+               if args.backend == "chorus" else None)
+    try:
+        ranks = []
+        for rank in range(args.world_size):
+            rank_env = dict(env, RANK=str(rank))
+            if cluster is not None:
+                rank_env["CHORUS_WORKER"] = cluster.sockets[rank]
+            ranks.append(subprocess.Popen(
+                [sys.executable, __file__] + argv, env=rank_env))
+        statuses = [p.wait() for p in ranks]
+        return next((s for s in statuses if s), 0)
+    finally:
+        if cluster is not None:
+            cluster.stop()
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:

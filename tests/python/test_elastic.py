@@ -4,11 +4,13 @@ the new epoch, and redo the step; a rank that leaves cleanly likewise; a
 newcomer joins without a rank and a sync() of the members admits it.
 """
 
+import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 from typing import Any, List
 
 import numpy as np
@@ -160,3 +162,36 @@ def test_newcomer_for_a_group_that_is_not_elastic(cluster: Cluster) -> None:
                     timeout=CALL_TIMEOUT)
     for comm in comms:
         comm.close()
+
+
+def _run_example(cycles: int, steps: int) -> str:
+    example = Path(__file__).resolve().parents[2] / "examples" / "python" / \
+        "elastic_train.py"
+    env = dict(os.environ)
+    env.pop("CHORUS_WORKER", None)
+    env.pop("RANK", None)
+    package_root = str(Path(chorus.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, str(example), "--cycles", str(cycles), "--steps",
+         str(steps)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "every rank holds the same parameters" in done.stdout
+    return done.stdout
+
+
+def test_example_kill_and_replace_identical_parameters() -> None:
+    pytest.importorskip("torch")
+    out = _run_example(cycles=1, steps=60)
+    assert "    1 | " in out, out
+
+
+@pytest.mark.slow
+def test_soak_kill_and_replace_cycles_never_hang() -> None:
+    # $CHORUS_TEST_SOAK_CYCLES kill-and-replace cycles (20 by default): no
+    # hang, every survivor told at once, identical parameters at the end.
+    pytest.importorskip("torch")
+    cycles = int(os.environ.get("CHORUS_TEST_SOAK_CYCLES", "20"))
+    out = _run_example(cycles=cycles, steps=40 + 30 * cycles)
+    assert f"{cycles:5d} | " in out, out
