@@ -213,6 +213,33 @@ PyDoc_STRVAR(send_call_doc,
              "at most 8 buffers) one after the other. Raises OSError when "
              "the socket fails; then part of the frame may have gone out.");
 
+/* Writes the `pieces` buffers of `iov` (which it may change) on `fd`, whole;
+   returns 0, or the errno of the write that failed. */
+static int WriteAll(int fd, struct iovec* iov, int pieces) {
+  int first = 0;
+  while (first < pieces) {
+    struct msghdr message;
+    memset(&message, 0, sizeof(message));
+    message.msg_iov = iov + first;
+    message.msg_iovlen = (size_t)(pieces - first);
+    ssize_t sent = sendmsg(fd, &message, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    /* A partial write: skip what went out. */
+    while (first < pieces && (size_t)sent >= iov[first].iov_len) {
+      sent -= (ssize_t)iov[first].iov_len;
+      ++first;
+    }
+    if (first < pieces) {
+      iov[first].iov_base = (char*)iov[first].iov_base + sent;
+      iov[first].iov_len -= (size_t)sent;
+    }
+  }
+  return 0;
+}
+
 static PyObject* SendCall(PyObject* self, PyObject* args) {
   (void)self;
   int fd;
@@ -264,32 +291,11 @@ static PyObject* SendCall(PyObject* self, PyObject* args) {
     iov[pieces].iov_base = views[i].buf;
     iov[pieces++].iov_len = (size_t)views[i].len;
   }
+  /* A large frame is written without the GIL. */
   int release = request_size > RELEASE_AT;
-  int first = 0;
-  int error = 0;
   PyThreadState* saved = NULL;
   if (release) saved = PyEval_SaveThread();
-  while (first < pieces) {
-    struct msghdr message;
-    memset(&message, 0, sizeof(message));
-    message.msg_iov = iov + first;
-    message.msg_iovlen = (size_t)(pieces - first);
-    ssize_t sent = sendmsg(fd, &message, MSG_NOSIGNAL);
-    if (sent < 0) {
-      if (errno == EINTR) continue;
-      error = errno;
-      break;
-    }
-    /* A partial write: skip what went out. */
-    while (first < pieces && (size_t)sent >= iov[first].iov_len) {
-      sent -= (ssize_t)iov[first].iov_len;
-      ++first;
-    }
-    if (first < pieces) {
-      iov[first].iov_base = (char*)iov[first].iov_base + sent;
-      iov[first].iov_len -= (size_t)sent;
-    }
-  }
+  int error = WriteAll(fd, iov, pieces);
   if (release) PyEval_RestoreThread(saved);
   if (error) {
     errno = error;

@@ -98,11 +98,9 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         call_socket: send calls on the daemon's call socket (plain frames)
             rather than as gRPC calls, where it is on this host and this
             process can open it.
-        min_world_size, max_world_size: make the group elastic (every rank
-            passes the same): it goes on without lost members while it keeps
-            min_world_size ranks (their calls raise MembershipChanged, the
-            step is redone), and admits newcomers at sync() up to
-            max_world_size (None: the coordinator's limit).
+        min_world_size, max_world_size: an elastic group (every rank passes
+            the same; README.md, "Elastic groups"); max None: no bound but
+            the coordinator's.
 
     Raises:
         FailedPrecondition: coordinator= without the embedded worker; a
@@ -132,7 +130,19 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _connect.check_socket(worker, default_worker)
     channel, response = _join_group(worker, credentials, tls_path, tls_source,
                                     timeout, max_message_bytes, request)
-    # A newcomer learns its rank and the group's size from the answer.
+    return _communicator(channel, worker, request, response, timeout,
+                         max_message_bytes, bool(shared_memory),
+                         call_socket and _connect.is_this_host(worker),
+                         embedded if call_socket else None)
+
+
+def _communicator(channel: grpc.Channel, worker: str, request: Any,
+                  response: Any, timeout: float, max_message_bytes: int,
+                  shared_memory: bool, call_socket: bool,
+                  embedded: Optional[EmbeddedWorker]) -> Communicator:
+    """The Communicator of a join: `request` and the worker's `response`
+    (a newcomer learns its rank and the group's size from the answer).
+    """
     newcomer = request.newcomer
     return Communicator(
         _channel=channel, _worker=worker, _group=request.group,
@@ -141,15 +151,11 @@ def join(group: Optional[str] = None, world_size: Optional[int] = None,
         _epoch=response.epoch,
         _device=_names.canonical_name(request.device),
         _member_devices=list(response.member_devices), _timeout=timeout,
-        _max_message_bytes=max_message_bytes,
-        _shared_memory=bool(shared_memory),
+        _max_message_bytes=max_message_bytes, _shared_memory=shared_memory,
         # A worker on another host names a path of its host: one here may
         # be another worker's.
-        _call_socket=(response.call_socket
-                      if call_socket and _connect.is_this_host(worker)
-                      else ""),
-        _embedded=embedded if call_socket else None,
-        _device_proto=request.device,
+        _call_socket=response.call_socket if call_socket else "",
+        _embedded=embedded, _device_proto=request.device,
         _min_world_size=response.min_world_size,
         _max_world_size=response.max_world_size)
 

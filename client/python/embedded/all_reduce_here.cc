@@ -253,6 +253,90 @@ PyObject* PrefixFor(AllReduceHereObject* self, PyObject* x, PyObject* dtype,
   return prepared;
 }
 
+// The array a call on x (of dtype `dtype`, `bytes` long) writes: `out`, or a
+// new one shaped as x, held writable in `place`. A new reference; null
+// with *python_way set where the call is not for here (out of another
+// dtype object, not C-contiguous and writable, or of another size: the
+// Python side says what is wrong), or null with empty_like's error.
+PyObject* OutputFor(AllReduceHereObject* self, PyObject* x, PyObject* out,
+                    PyObject* dtype, Py_ssize_t bytes, HeldBuffer* place,
+                    bool* python_way) {
+  PyObject* result = out;
+  if (result == Py_None) {
+    result = PyObject_CallOneArg(self->empty_like, x);
+    if (result == nullptr) return nullptr;
+  } else {
+    Py_INCREF(result);
+  }
+  // The same dtype object (numpy's builtin dtypes are singletons; any
+  // other out goes the Python way, which compares them).
+  PyObject* out_dtype = PyObject_GetAttr(result, kHereNames.dtype);
+  const bool same_dtype = out_dtype == dtype;
+  Py_XDECREF(out_dtype);
+  PyErr_Clear();
+  if (!same_dtype || !place->Get(result, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) ||
+      place->view.len != bytes) {
+    Py_DECREF(result);
+    *python_way = true;
+    return nullptr;
+  }
+  return result;
+}
+
+// The id of the next call on the channel, as CallSocket.run_in_place()
+// takes one; 0 where the channel cannot take it (broken, closed).
+unsigned long long NextCallId(AllReduceHereObject* self) {
+  PyObject* broken = PyObject_GetAttr(self->socket, kHereNames.broken);
+  const bool usable = broken == Py_None && CallsOpen(self->calls);
+  Py_XDECREF(broken);
+  PyObject* id_object = usable ? PyIter_Next(self->call_ids) : nullptr;
+  const unsigned long long call_id =
+      id_object == nullptr ? 0 : PyLong_AsUnsignedLongLong(id_object);
+  Py_XDECREF(id_object);
+  PyErr_Clear();
+  return call_id == static_cast<unsigned long long>(-1) ? 0 : call_id;
+}
+
+// Runs call `sequence` (its id `call_id`, its (prefix, call) `prepared`)
+// on `data` into `place`, whose array is `result` (a reference this
+// takes). Returns what __call__ returns: `result`, or (call, sequence,
+// reply) for a failure.
+PyObject* RunHere(AllReduceHereObject* self, unsigned long long call_id,
+                  uint64_t timeout_us, PyObject* prepared, uint64_t sequence,
+                  const HeldBuffer& data, const HeldBuffer& place,
+                  PyObject* result) {
+  const CallerMemory memory{
+      absl::string_view(static_cast<const char*>(data.view.buf),
+                        static_cast<size_t>(data.view.len)),
+      absl::Span<char>(static_cast<char*>(place.view.buf),
+                       static_cast<size_t>(place.view.len))};
+  PyObject* ran = RunOnCalls(self->calls, call_id, timeout_us,
+                             PyTuple_GET_ITEM(prepared, 0), sequence, memory);
+  PyObject* answer = nullptr;
+  if (ran == Py_True) {
+    answer = LeftFlight(self) ? result : nullptr;
+    if (answer == nullptr) Py_DECREF(result);
+  } else {
+    Py_DECREF(result);
+    answer =
+        ran == nullptr
+            ? nullptr
+            : Py_BuildValue("(OKO)", PyTuple_GET_ITEM(prepared, 1),
+                            static_cast<unsigned long long>(sequence), ran);
+    if (answer == nullptr) {
+      // Not handed to the Python side, which would count it out.
+      PyObject* error_type;
+      PyObject* error;
+      PyObject* trace;
+      PyErr_Fetch(&error_type, &error, &trace);
+      LeftFlight(self);
+      PyErr_Restore(error_type, error, trace);
+    }
+  }
+  Py_XDECREF(ran);
+  return answer;
+}
+
 // __call__(x, op, out, timeout): the output array (out, or a new one
 // shaped as x) once the call succeeded; (call, sequence, reply) when it
 // failed, reply being the failure's reply tuple, for the Python side to
@@ -289,48 +373,19 @@ PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
   PyObject* dtype = PyObject_GetAttr(x, kHereNames.dtype);
   if (dtype == nullptr) return nullptr;
   PyObject* prepared = PrefixFor(self, x, dtype, data.view.len, op);
-  if (prepared == nullptr) {
-    Py_DECREF(dtype);
-    return nullptr;
-  }
-  PyObject* result = out;
-  if (result == Py_None) {
-    result = PyObject_CallOneArg(self->empty_like, x);
-    if (result == nullptr) {
-      Py_DECREF(dtype);
-      Py_DECREF(prepared);
-      return nullptr;
-    }
-  } else {
-    Py_INCREF(result);
-  }
-  // The same dtype object (numpy's builtin dtypes are singletons; any
-  // other out goes the Python way, which compares them).
-  PyObject* out_dtype = PyObject_GetAttr(result, kHereNames.dtype);
-  const bool same_dtype = out_dtype == dtype;
-  Py_XDECREF(out_dtype);
-  Py_DECREF(dtype);
-  PyErr_Clear();
+  bool python_way = false;
   HeldBuffer place;
-  if (!same_dtype || !place.Get(result, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) ||
-      place.view.len != data.view.len) {
-    Py_DECREF(result);
-    Py_DECREF(prepared);
-    return not_here();  // the Python path says what is wrong with out
-  }
-  PyObject* broken = PyObject_GetAttr(self->socket, kHereNames.broken);
-  const bool usable = broken == Py_None && CallsOpen(self->calls);
-  Py_XDECREF(broken);
-  // The call's id, as CallSocket.run_in_place() takes one.
-  PyObject* id_object = usable ? PyIter_Next(self->call_ids) : nullptr;
-  const unsigned long long call_id =
-      id_object == nullptr ? 0 : PyLong_AsUnsignedLongLong(id_object);
-  Py_XDECREF(id_object);
-  PyErr_Clear();
-  if (call_id == 0 || call_id == static_cast<unsigned long long>(-1)) {
-    Py_DECREF(result);
-    Py_DECREF(prepared);
-    return not_here();
+  PyObject* result =
+      prepared == nullptr
+          ? nullptr
+          : OutputFor(self, x, out, dtype, data.view.len, &place, &python_way);
+  Py_DECREF(dtype);
+  const unsigned long long call_id = result == nullptr ? 0 : NextCallId(self);
+  if (result == nullptr || call_id == 0) {
+    Py_XDECREF(result);
+    Py_XDECREF(prepared);
+    return python_way || (result != nullptr && call_id == 0) ? not_here()
+                                                             : nullptr;
   }
   const uint64_t sequence = TakeNumber(self);
   if (sequence == 0) {  // closed: take()'s InvalidArgument
@@ -338,35 +393,8 @@ PyObject* AllReduceHereCall(AllReduceHereObject* self, PyObject* args,
     Py_DECREF(prepared);
     return nullptr;
   }
-  const CallerMemory memory{
-      absl::string_view(static_cast<const char*>(data.view.buf),
-                        static_cast<size_t>(data.view.len)),
-      absl::Span<char>(static_cast<char*>(place.view.buf),
-                       static_cast<size_t>(place.view.len))};
-  PyObject* ran = RunOnCalls(self->calls, call_id, timeout_us,
-                             PyTuple_GET_ITEM(prepared, 0), sequence, memory);
-  PyObject* answer = nullptr;
-  if (ran == Py_True) {
-    answer = LeftFlight(self) ? result : nullptr;
-    if (answer == nullptr) Py_DECREF(result);
-  } else {
-    Py_DECREF(result);
-    answer =
-        ran == nullptr
-            ? nullptr
-            : Py_BuildValue("(OKO)", PyTuple_GET_ITEM(prepared, 1),
-                            static_cast<unsigned long long>(sequence), ran);
-    if (answer == nullptr) {
-      // Not handed to the Python side, which would count it out.
-      PyObject* error_type;
-      PyObject* error;
-      PyObject* trace;
-      PyErr_Fetch(&error_type, &error, &trace);
-      LeftFlight(self);
-      PyErr_Restore(error_type, error, trace);
-    }
-  }
-  Py_XDECREF(ran);
+  PyObject* answer = RunHere(self, call_id, timeout_us, prepared, sequence,
+                             data, place, result);
   Py_DECREF(prepared);
   return answer;
 }
