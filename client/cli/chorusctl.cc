@@ -1,6 +1,7 @@
 // chorusctl: the command line client of a Chorus cluster.
 
 #include <glog/logging.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -431,6 +432,10 @@ int main(int argc, char** argv) {
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // A write to a connection a peer closed fails with EPIPE rather than
+  // ending chorusctl (its own worker's connections, gRPC's), as in the
+  // daemons (server/common/daemon.cc).
+  signal(SIGPIPE, SIG_IGN);
   // Only warnings and errors of the embedded worker reach the terminal.
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = google::GLOG_WARNING;

@@ -4,10 +4,12 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -21,24 +23,62 @@ namespace {
 // How much a stream reads from its socket at once.
 constexpr int kReadBufferBytes = 256 << 10;
 
-// Gives `ssl` the socket `fd`: writes go straight to it, reads through a
-// buffer that takes what the socket has, many records at once, and hands
-// them to TLS a header and a body at a time. (OpenSSL's own read-ahead
-// moves the rest of its buffer to the front before each record, which
-// costs more than the decryption for a large buffer.) Returns false when
-// out of memory.
+// A write-only BIO on the socket its data pointer holds (as an intptr_t)
+// that sends with MSG_NOSIGNAL: what TLS writes on its own (the handshake,
+// the alert it sends when a read ends a session, e.g. after this process
+// shut the socket down) must not raise SIGPIPE in a process that has not
+// ignored it (chorusctl, an application embedding a worker). OpenSSL's
+// socket BIO uses write(), which does.
+int SendNoSignal(BIO* bio, const char* data, int size) {
+  BIO_clear_retry_flags(bio);
+  const int fd =
+      static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
+  const ssize_t sent = send(fd, data, static_cast<size_t>(size), MSG_NOSIGNAL);
+  if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    BIO_set_retry_write(bio);
+  }
+  return static_cast<int>(sent);
+}
+
+long SendControl(BIO*, int command, long, void*) {
+  return command == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+const BIO_METHOD* SendNoSignalMethod() {
+  static const BIO_METHOD* method = [] {
+    BIO_METHOD* made = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+                                    "send without SIGPIPE");
+    if (made != nullptr) {
+      BIO_meth_set_write(made, SendNoSignal);
+      BIO_meth_set_ctrl(made, SendControl);
+    }
+    return made;
+  }();
+  return method;
+}
+
+// Gives `ssl` the socket `fd`: writes go straight to it (SendNoSignal),
+// reads through a buffer that takes what the socket has, many records at
+// once, and hands them to TLS a header and a body at a time. (OpenSSL's own
+// read-ahead moves the rest of its buffer to the front before each record,
+// which costs more than the decryption for a large buffer.) Returns false
+// when out of memory.
 bool AttachSocket(SSL* ssl, int fd) {
+  const BIO_METHOD* send_method = SendNoSignalMethod();
   BIO* socket = BIO_new_socket(fd, BIO_NOCLOSE);
   BIO* buffer = BIO_new(BIO_f_buffer());
-  if (socket == nullptr || buffer == nullptr ||
+  BIO* out = send_method != nullptr ? BIO_new(send_method) : nullptr;
+  if (socket == nullptr || buffer == nullptr || out == nullptr ||
       BIO_set_read_buffer_size(buffer, kReadBufferBytes) != 1) {
     BIO_free(socket);
     BIO_free(buffer);
+    BIO_free(out);
     return false;
   }
+  BIO_set_data(out, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  BIO_set_init(out, 1);
   BIO_push(buffer, socket);
-  BIO_up_ref(socket);  // one reference for each end
-  SSL_set_bio(ssl, buffer, socket);
+  SSL_set_bio(ssl, buffer, out);
   SSL_set_read_ahead(ssl, 0);
   return true;
 }

@@ -7,7 +7,9 @@
 // PeerClosed (tcp_socket.h).
 //
 // Reads go through a 256 KiB buffer and writes collect their records for
-// one send per 256 KiB, so a large frame costs few system calls.
+// one send per 256 KiB, so a large frame costs few system calls. Every
+// write to the socket, TLS's own too (the handshake, an alert), is sent
+// with MSG_NOSIGNAL: a closed connection is an error, never SIGPIPE.
 //
 // The OpenSSL context is tls_context.h's: renewed certificates apply to new
 // connections without a restart.

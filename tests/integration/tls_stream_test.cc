@@ -1,11 +1,13 @@
 // TlsStream (server/common/tls_stream.h) over a real loopback TCP connection
 // with both ends in this process, certificates from scripts/dev_certs.sh:
 // frames of many records written in parts arrive whole and in order, a
-// write to a peer that closed fails, and one to a peer that stopped reading
-// ends at its deadline.
+// write to a peer that closed fails, one to a peer that stopped reading
+// ends at its deadline, and a read that ends the session writes TLS's alert
+// without raising SIGPIPE.
 
 #include "server/common/tls_stream.h"
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -142,6 +144,29 @@ TEST_F(TlsStreamTest, WriteAll_PeerStopsReading_DeadlineExceeded) {
   done.Notify();
   accepting_.join();  // before `done` goes
   EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
+}
+
+// A reading end whose own socket was shut down (as the data plane does when
+// it closes a connection a reader thread still reads): the read ends, and
+// the alert TLS writes then meets a socket closed for writing. That fails
+// quietly instead of raising SIGPIPE, which ended chorusctl with exit code
+// 141 after it had printed its result.
+TEST_F(TlsStreamTest, ReadFull_OwnSocketShutDown_FalseWithoutSigpipe) {
+  // The default disposition, as in a program that did not ignore SIGPIPE.
+  struct sigaction previous;
+  struct sigaction default_action = {};
+  default_action.sa_handler = SIG_DFL;
+  ASSERT_EQ(sigaction(SIGPIPE, &default_action, &previous), 0);
+  bool read = true;
+  std::unique_ptr<TlsStream> client = Connect([&](TlsStream& server) {
+    shutdown(server_fd_, SHUT_RDWR);
+    char byte;
+    read = server.ReadFull(&byte, 1);
+  });
+  ASSERT_NE(client, nullptr);
+  accepting_.join();
+  sigaction(SIGPIPE, &previous, nullptr);
+  EXPECT_FALSE(read);
 }
 
 }  // namespace
