@@ -228,8 +228,9 @@ class GroupTable {
   // Joins `request.rank` to the group. `done` runs once: with the view when
   // every rank joined; INVALID_ARGUMENT for a world size of 0 or over the
   // maximum, a rank out of range, a rank already taken, or a world size
-  // other than the one the group is forming with; NOT_FOUND for an unknown
-  // worker; UNIMPLEMENTED for a device without distributed support;
+  // other than the one the group is forming with; UNAVAILABLE for an
+  // unknown worker (it is registering again); UNIMPLEMENTED for a device
+  // without distributed support;
   // DEADLINE_EXCEEDED naming the ranks that did not join in time.
   void Join(JoinRequest request, JoinCallback done);
 

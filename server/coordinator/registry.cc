@@ -153,7 +153,13 @@ absl::StatusOr<WorkerRecord> Registry::ResolveMember(
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
+    // A worker this coordinator does not know, e.g. its join came right
+    // after a coordinator restart: its next heartbeat gets NOT_FOUND and
+    // it registers again on its own, so the join is worth trying again.
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator does not know worker id ", id,
+                     " (it restarted, or the worker's lease ran out); the "
+                     "worker is registering again"));
   }
   const WorkerRegistration& registration = it->second.registration;
   DeviceSupport support;

@@ -92,7 +92,8 @@ class Registry {
 
   // Checks that worker `id` is registered and may use `device` in a group:
   // the device must be one the worker registered. Returns the worker's
-  // record; NOT_FOUND for an unknown worker; UNIMPLEMENTED (the device
+  // record; UNAVAILABLE for an unknown worker (saying it is registering
+  // again: a worker the coordinator forgot does so); UNIMPLEMENTED (the device
   // refusal message) for a device without distributed support or one the
   // worker did not register.
   absl::StatusOr<WorkerRecord> ResolveMember(uint64_t id,

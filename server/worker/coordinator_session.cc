@@ -120,84 +120,124 @@ absl::Status CoordinatorSession::Start() {
       return absl::CancelledError("stopped before registering");
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    heartbeating_ = true;
+  }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   return absl::OkStatus();
 }
 
 void CoordinatorSession::HeartbeatLoop() {
-  bool coordinator_lost = false;
-  int failed_heartbeats = 0;
+  Beats beats;
   while (true) {
     absl::Duration interval;
-    uint64_t id;
     {
       absl::MutexLock lock(&mu_);
       interval = heartbeat_interval_;
-      id = worker_id_;
     }
     // While the coordinator is unreachable, try at the retry pace so the
     // worker is back in the registry soon after the coordinator returns.
-    if (coordinator_lost)
+    if (beats.coordinator_lost) {
       interval = std::min(interval, options_.retry_interval);
-    if (WaitForStopUntil(absl::Now() + interval)) return;
-
-    v1::HeartbeatRequest request;
-    request.set_worker_id(id);
-    request.set_incarnation(incarnation_);
-    request.set_aborts_seen(aborts_seen_);
-    v1::HeartbeatResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.rpc_timeout));
-    absl::Status status =
-        FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
-    if (status.ok()) {
-      for (const v1::GroupAbort& abort : response.aborts()) {
-        if (options_.on_group_aborted) {
-          options_.on_group_aborted(
-              abort.group(), abort.epoch(),
-              StatusWithDetail(static_cast<absl::StatusCode>(abort.code()),
-                               abort.message(), abort.detail()));
-        }
-      }
-      aborts_seen_ = response.aborts_latest();
-      if (coordinator_lost) {
-        LOG(INFO) << "coordinator " << options_.coordinator
-                  << " reachable again";
-      }
-      coordinator_lost = false;
-      failed_heartbeats = 0;
-      continue;
     }
-    if (absl::IsNotFound(status) || absl::IsFailedPrecondition(status)) {
-      // The coordinator forgot us: it restarted, or evicted us.
-      LOG(WARNING) << "coordinator does not know this worker (" << status
-                   << "); registering again";
-      aborts_seen_ = 0;
-      if (options_.on_forgotten) {
-        options_.on_forgotten(absl::UnavailableError(
-            "the coordinator restarted or lost this worker; join the group "
-            "again"));
-      }
-      absl::Status registered = RegisterOnce();
-      coordinator_lost = !registered.ok();
-      if (!registered.ok()) {
-        LOG(ERROR) << "registering again failed: " << registered;
-      }
-      continue;
+    std::vector<std::function<void()>> checked;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithDeadline(
+          absl::Condition(this, &CoordinatorSession::StopOrCheckLocked),
+          absl::Now() + interval);
+      if (stop_requested_) break;
+      // This beat serves the checks asked for so far.
+      checked.swap(after_check_);
     }
-    if (!coordinator_lost) {
-      LOG(WARNING) << "heartbeat to " << options_.coordinator << " failed: "
-                   << status.ToString(
-                          absl::StatusToStringMode::kWithNoExtraData);
-    } else if (++failed_heartbeats == 2 && options_.on_forgotten) {
-      // Unreachable for a while: the collectives it planned cannot commit.
-      options_.on_forgotten(absl::UnavailableError(absl::StrCat(
-          "the coordinator at ", options_.coordinator,
-          " is unreachable: its last 3 heartbeats failed (",
-          status.ToString(absl::StatusToStringMode::kWithNoExtraData), ")")));
-    }
-    coordinator_lost = true;
+    Beat(&beats);
+    for (std::function<void()>& then : checked) then();
   }
+  std::vector<std::function<void()>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    heartbeating_ = false;
+    left.swap(after_check_);
+  }
+  for (std::function<void()>& then : left) then();
+}
+
+void CoordinatorSession::Beat(Beats* beats) {
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = worker_id_;
+  }
+  v1::HeartbeatRequest request;
+  request.set_worker_id(id);
+  request.set_incarnation(incarnation_);
+  request.set_aborts_seen(aborts_seen_);
+  v1::HeartbeatResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+  absl::Status status =
+      FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+  if (status.ok()) {
+    for (const v1::GroupAbort& abort : response.aborts()) {
+      if (options_.on_group_aborted) {
+        options_.on_group_aborted(
+            abort.group(), abort.epoch(),
+            StatusWithDetail(static_cast<absl::StatusCode>(abort.code()),
+                             abort.message(), abort.detail()));
+      }
+    }
+    aborts_seen_ = response.aborts_latest();
+    if (beats->coordinator_lost) {
+      LOG(INFO) << "coordinator " << options_.coordinator << " reachable again";
+    }
+    beats->coordinator_lost = false;
+    beats->failed = 0;
+    return;
+  }
+  if (absl::IsNotFound(status) || absl::IsFailedPrecondition(status)) {
+    // The coordinator forgot us: it restarted, or evicted us.
+    LOG(WARNING) << "coordinator does not know this worker (" << status
+                 << "); registering again";
+    aborts_seen_ = 0;
+    if (options_.on_forgotten) {
+      options_.on_forgotten(absl::UnavailableError(
+          "the coordinator restarted or lost this worker; join the group "
+          "again"));
+    }
+    absl::Status registered = RegisterOnce();
+    beats->coordinator_lost = !registered.ok();
+    if (!registered.ok()) {
+      LOG(ERROR) << "registering again failed: " << registered;
+    }
+    return;
+  }
+  if (!beats->coordinator_lost) {
+    LOG(WARNING) << "heartbeat to " << options_.coordinator << " failed: "
+                 << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
+  } else if (++beats->failed == 2 && options_.on_forgotten) {
+    // Unreachable for a while: the collectives it planned cannot commit.
+    options_.on_forgotten(absl::UnavailableError(absl::StrCat(
+        "the coordinator at ", options_.coordinator,
+        " is unreachable: its last 3 heartbeats failed (",
+        status.ToString(absl::StatusToStringMode::kWithNoExtraData), ")")));
+  }
+  beats->coordinator_lost = true;
+}
+
+bool CoordinatorSession::StopOrCheckLocked() const {
+  return stop_requested_ || !after_check_.empty();
+}
+
+void CoordinatorSession::CheckRegistrationThen(std::function<void()> then) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (heartbeating_ && !stop_requested_) {
+      after_check_.push_back(std::move(then));
+      return;
+    }
+  }
+  then();
 }
 
 void CoordinatorSession::RequestStop() {

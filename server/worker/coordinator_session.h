@@ -82,6 +82,16 @@ class CoordinatorSession {
   // Idempotent.
   void Shutdown();
 
+  // Has the heartbeat thread send its next heartbeat now rather than at its
+  // interval (registering again when the coordinator no longer knows this
+  // worker, e.g. it restarted), then run `then` on that thread once that
+  // heartbeat and any registration it led to ended, whatever they gave.
+  // A caller whose call the coordinator refused for an unknown worker id
+  // sends it again from `then` with worker_id(). Runs `then` at once when
+  // no heartbeats run (before Start(), once stopping). `then` must not
+  // block for long: heartbeats wait for it.
+  void CheckRegistrationThen(std::function<void()> then);
+
   // The id the coordinator gave this worker (0 before registration). It
   // changes when the worker registers again after a coordinator restart.
   uint64_t worker_id() const;
@@ -93,9 +103,22 @@ class CoordinatorSession {
   absl::Duration lease() const;
 
  private:
+  // What the heartbeat thread remembers between heartbeats.
+  struct Beats {
+    // The last heartbeat or registration could not reach the coordinator.
+    bool coordinator_lost = false;
+    // Heartbeats failed in a row since the coordinator was lost.
+    int failed = 0;
+  };
+
   // One registration attempt; on success records the id and lease.
   absl::Status RegisterOnce();
   void HeartbeatLoop();
+  // One heartbeat, and a registration when the coordinator forgot us.
+  void Beat(Beats* beats);
+  // Whether the heartbeat thread should stop waiting: a stop, or a check
+  // asked for.
+  bool StopOrCheckLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `deadline` or a stop request; returns true if stopping.
   bool WaitForStopUntil(absl::Time deadline);
 
@@ -110,6 +133,10 @@ class CoordinatorSession {
   int call_port_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  // Whether the heartbeat thread runs (from Start() until it stops).
+  bool heartbeating_ ABSL_GUARDED_BY(mu_) = false;
+  // What CheckRegistrationThen() left for the end of the next heartbeat.
+  std::vector<std::function<void()>> after_check_ ABSL_GUARDED_BY(mu_);
   // Newest abort notice seen; only the heartbeat thread uses it.
   uint64_t aborts_seen_ = 0;
   std::thread heartbeat_thread_;

@@ -113,8 +113,19 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
                                    " as rank ", request.rank()),
                       join->start);
   if (absl::IsUnavailable(status) && join->attempt == 0) {
+    // The connection to the coordinator broke, or the coordinator does not
+    // know this worker's id (it restarted): once the session has checked
+    // with a heartbeat, registering again if need be, the join goes again
+    // under the id this worker holds then.
     ++join->attempt;
-    SendJoin(join);
+    session_->CheckRegistrationThen([this, join, status] {
+      if (absl::Now() >= join->deadline) {
+        EndJoin(join, status);
+        return;
+      }
+      join->request.set_worker_id(session_->worker_id());
+      SendJoin(join);
+    });
     return;
   }
   if (status.ok()) {

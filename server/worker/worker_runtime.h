@@ -117,18 +117,22 @@ class WorkerRuntime final : public CallRuntime {
   WorkerRuntime& operator=(const WorkerRuntime&) = delete;
 
   // Joins `group` as `rank` on `device`; returns once every rank joined.
-  // Codes as Coordinator.JoinGroup (INVALID_ARGUMENT, NOT_FOUND,
-  // UNIMPLEMENTED, DEADLINE_EXCEEDED naming missing ranks, UNAVAILABLE).
-  // A join whose connection to the coordinator broke before an answer is
-  // retried once with the same request id, so it is not counted twice.
+  // Codes as Coordinator.JoinGroup (INVALID_ARGUMENT, UNIMPLEMENTED,
+  // DEADLINE_EXCEEDED naming missing ranks, UNAVAILABLE). A join whose
+  // connection to the coordinator broke before an answer, or that the
+  // coordinator refused for a worker id it does not know (it restarted), is
+  // sent once more after a heartbeat checked the registration (registering
+  // again if need be), under the id the worker holds then and the same
+  // request id, so it is not counted twice.
   absl::StatusOr<Membership> Join(const std::string& group, int world_size,
                                   int rank, const Device& device,
                                   absl::Duration timeout);
 
   // Join() without blocking: returns at once and runs `done` once with
-  // Join()'s result, on a gRPC thread (on the caller's when the worker is
-  // shutting down: UNAVAILABLE). `done` must not block. No thread waits
-  // while the group assembles, so any number of joins may be pending.
+  // Join()'s result, on a gRPC thread or the coordinator session's heartbeat
+  // thread (on the caller's when the worker is shutting down: UNAVAILABLE).
+  // `done` must not block. No thread waits while the group assembles, so any
+  // number of joins may be pending.
   void JoinAsync(const std::string& group, int world_size, int rank,
                  const Device& device, absl::Duration timeout,
                  std::function<void(absl::StatusOr<Membership>)> done);
@@ -260,8 +264,8 @@ class WorkerRuntime final : public CallRuntime {
   // Sends `join`'s JoinGroup (again, on a retry), or ends it with
   // UNAVAILABLE once joins are closed.
   void SendJoin(PendingJoin* join);
-  // Takes the coordinator's answer to `join`: retries it once when the
-  // connection broke, else ends it.
+  // Takes the coordinator's answer to `join`: retries it once on
+  // UNAVAILABLE (see Join()), else ends it.
   void OnJoinAnswered(PendingJoin* join, const grpc::Status& answer);
   // Runs `join`'s callback with `result`, forgets and deletes it.
   void EndJoin(PendingJoin* join, absl::StatusOr<Membership> result);

@@ -395,7 +395,8 @@ TEST_F(BadInputTest, JoinGroup_BadRequests_RefusedWithoutStateChange) {
       {"empty group name", [](Request& r) { r.set_group(""); }, kInvalid,
        "group name must not be empty"},
       {"unknown worker id", [](Request& r) { r.set_worker_id(999999); },
-       absl::StatusCode::kNotFound, "unknown worker id 999999"},
+       absl::StatusCode::kUnavailable,
+       "the coordinator does not know worker id 999999"},
       {"unknown device kind",
        [](Request& r) {
          *r.mutable_device() =

@@ -1,6 +1,7 @@
 // Failure tests: restarts and graceful shutdown. A coordinator killed while
 // ranks wait fails their calls with UNAVAILABLE and, restarted on the same
-// port, is re-registered by its workers without help; a worker restarted
+// port, is re-registered by its workers without help, and a join sent
+// right after the restart succeeds once they did; a worker restarted
 // under the same name aborts its old groups and comes back with a new
 // incarnation; SIGTERM ends a worker or the coordinator in order, with a
 // status for every waiting rank. Real daemons on 127.0.0.1; the ranks are
@@ -124,6 +125,34 @@ TEST(RestartTest, CoordinatorKilled_WhileRanksWait_UnavailableThenRecovers) {
     EXPECT_TRUE(AllReduceWorks(*rejoined, kCount, Algorithm::kInline));
     EXPECT_TRUE(AllReduceWorks(*rejoined, kRingCount, Algorithm::kRing));
   }
+}
+
+// A join sent right after a coordinator restart, before the workers' next
+// heartbeat (every 5 s under this lease) told them they must register again:
+// the new coordinator does not know their worker ids and answers
+// UNAVAILABLE saying the worker is registering again; each worker then
+// checks its registration at once (registering again) and sends the join
+// again under its new id. The join succeeds, well before a heartbeat would
+// have come. (It used to fail on every rank with NOT_FOUND: unknown worker
+// id N.)
+TEST(RestartTest, JoinRightAfterCoordinatorRestart_WorkersRegisterAgainJoined) {
+  absl::StatusOr<std::unique_ptr<FailureCluster>> started =
+      FailureCluster::Start({"--lease_timeout=20s"}, {"worker-0", "worker-1"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  FailureCluster& cluster = **started;
+  ASSERT_TRUE(cluster.coordinator().process->Kill().ok());
+  ASSERT_TRUE(cluster.coordinator().process->WaitForExit(kExitTimeout).ok());
+  ASSERT_TRUE(cluster.RestartCoordinator().ok());
+
+  const absl::Time restarted_at = absl::Now();
+  absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> ranks =
+      cluster.Join("after-restart", {0, 1});
+  const absl::Duration took = absl::Now() - restarted_at;
+  std::printf("[ latency  ] join right after a coordinator restart: %s\n",
+              absl::FormatDuration(took).c_str());
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  EXPECT_LE(took, kPromptBound + absl::Seconds(1));
+  EXPECT_TRUE(AllReduceWorks(*ranks, kCount, Algorithm::kInline));
 }
 
 TEST(RestartTest, WorkerRestarted_SameName_OldGroupsAbortedNewIncarnation) {

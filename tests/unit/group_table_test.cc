@@ -451,8 +451,11 @@ TEST_F(GroupTableTest, Join_InvalidRequests_RefusedAndFormationUnchanged) {
   {
     JoinRequest r = Req("g", 4, 2);
     r.worker_id = 9999;
-    cases.push_back({"unknown worker", r, absl::StatusCode::kNotFound,
-                     "unknown worker id 9999"});
+    // Not bad input: a join that came right after a coordinator restart.
+    cases.push_back({"unknown worker", r, absl::StatusCode::kUnavailable,
+                     "the coordinator does not know worker id 9999 (it "
+                     "restarted, or the worker's lease ran out); the worker "
+                     "is registering again"});
   }
   {
     JoinRequest r = Req("g", 4, 2);
@@ -484,7 +487,11 @@ TEST_F(GroupTableTest, Join_InvalidRequests_RefusedAndFormationUnchanged) {
   }
 }
 
-TEST_F(GroupTableTest, Join_UnknownOrDeregisteredWorker_NotFound) {
+// A worker id the registry does not hold (after a coordinator restart the
+// worker registers again on its own) is refused as UNAVAILABLE, worth
+// trying again, and leaves the formation as it was.
+TEST_F(GroupTableTest,
+       Join_UnknownOrDeregisteredWorker_UnavailableRegistering) {
   JoinWaiter w0;
   table_->Join(Req("g", 2, 0), w0.Callback());
 
@@ -493,7 +500,9 @@ TEST_F(GroupTableTest, Join_UnknownOrDeregisteredWorker_NotFound) {
   JoinWaiter refused;
   table_->Join(unknown, refused.Callback());
   ASSERT_EQ(refused.calls(), 1);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("the worker is registering again"));
 
   ASSERT_TRUE(registry_.Deregister(workers_[7], 1).ok());
   JoinRequest gone = Req("g", 2, 1);
@@ -501,7 +510,7 @@ TEST_F(GroupTableTest, Join_UnknownOrDeregisteredWorker_NotFound) {
   JoinWaiter refused_again;
   table_->Join(gone, refused_again.Callback());
   ASSERT_EQ(refused_again.calls(), 1);
-  EXPECT_EQ(refused_again.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(refused_again.status().code(), absl::StatusCode::kUnavailable);
 
   JoinWaiter w1;
   table_->Join(Req("g", 2, 1), w1.Callback());
