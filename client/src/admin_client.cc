@@ -11,6 +11,7 @@
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
 #include "server/common/status_detail.h"
+#include "server/common/tls_mismatch.h"
 
 namespace chorus {
 namespace {
@@ -116,8 +117,20 @@ class AdminClient::Stub {
  public:
   explicit Stub(const std::string& coordinator)
       : stub(v1::Coordinator::NewStub(
-            MakeChannel(coordinator, Role::kCoordinator))) {}
+            MakeChannel(coordinator, Role::kCoordinator))),
+        coordinator_(coordinator) {}
+
+  // The status of a call that ended with `answer`: a TLS mismatch with the
+  // coordinator says what to change.
+  absl::Status Ended(const grpc::Status& answer) const {
+    return ExplainTlsMismatch(FromGrpcStatus(answer), coordinator_,
+                              Role::kCoordinator);
+  }
+
   std::unique_ptr<v1::Coordinator::Stub> stub;
+
+ private:
+  const std::string coordinator_;
 };
 
 std::unique_ptr<AdminClient> AdminClient::Connect(
@@ -135,7 +148,7 @@ absl::StatusOr<std::vector<WorkerInfo>> AdminClient::ListWorkers() const {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout_));
   v1::ListWorkersResponse response;
-  absl::Status status = FromGrpcStatus(
+  absl::Status status = stub_->Ended(
       stub_->stub->ListWorkers(&context, v1::ListWorkersRequest(), &response));
   if (!status.ok()) return status;
   std::vector<WorkerInfo> workers;
@@ -149,7 +162,7 @@ absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout_));
   v1::ListGroupsResponse response;
-  absl::Status status = FromGrpcStatus(
+  absl::Status status = stub_->Ended(
       stub_->stub->ListGroups(&context, v1::ListGroupsRequest(), &response));
   if (!status.ok()) return status;
   std::vector<GroupInfo> groups;
@@ -171,7 +184,7 @@ absl::StatusOr<std::vector<TraceEntry>> AdminClient::Trace(
   request.set_group(group);
   v1::GetTraceResponse response;
   absl::Status status =
-      FromGrpcStatus(stub_->stub->GetTrace(&context, request, &response));
+      stub_->Ended(stub_->stub->GetTrace(&context, request, &response));
   if (!status.ok()) return status;
   std::vector<TraceEntry> entries;
   for (const v1::TraceEntry& e : response.entries()) {
@@ -204,7 +217,7 @@ absl::Status AdminClient::WatchEvents(
     while (reader->Read(&message)) {
     }
   }
-  absl::Status status = FromGrpcStatus(reader->Finish());
+  absl::Status status = stub_->Ended(reader->Finish());
   return stopped ? absl::OkStatus() : status;
 }
 

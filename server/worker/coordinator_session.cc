@@ -12,6 +12,7 @@
 #include "server/common/grpc_status.h"
 #include "server/common/net.h"
 #include "server/common/status_detail.h"
+#include "server/common/tls_mismatch.h"
 
 namespace chorus {
 namespace {
@@ -70,7 +71,10 @@ absl::Status CoordinatorSession::RegisterOnce() {
   context.set_deadline(DeadlineAfter(options_.rpc_timeout));
   absl::Status status =
       FromGrpcStatus(stub_->RegisterWorker(&context, request, &response));
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    // A TLS mismatch says what to change (and is not worth retrying).
+    return ExplainTlsMismatch(status, options_.coordinator, Role::kCoordinator);
+  }
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
   call_port_ = static_cast<int>(response.call_port());
