@@ -23,8 +23,10 @@
 #include "chorus/admin_client.h"
 #include "chorus/communicator.h"
 #include "client/cli/event_report.h"
+#include "client/cli/rank_input.h"
 #include "client/cli/trace_report.h"
 #include "client/cli/values.h"
+#include "server/common/collective.h"
 #include "server/common/device_proto.h"
 #include "server/common/rank_list.h"
 #include "server/common/security_flags.h"
@@ -77,6 +79,18 @@ ABSL_FLAG(bool, json, false,
 ABSL_FLAG(int32_t, recent, 20,
           "trace: how many of the last calls every rank made the straggler "
           "analysis looks at.");
+ABSL_FLAG(std::string, input, "",
+          "Collectives: read this rank's input from this file instead of "
+          "VALUES: raw little-endian elements of --dtype back to back (as "
+          "numpy's tofile() writes them); --count is derived from its size "
+          "as from VALUES.");
+ABSL_FLAG(std::string, fill, "",
+          "Collectives: this rank's input is every element this value (of "
+          "--dtype), as many as the collective takes for --count, which must "
+          "be given; instead of VALUES.");
+ABSL_FLAG(std::string, output, "",
+          "Collectives: write this rank's output to this file as raw "
+          "little-endian elements of --dtype instead of printing it.");
 ABSL_FLAG(std::string, device, "cpu",
           "Device this rank's data lives on, e.g. cpu or cuda:0.");
 
@@ -110,7 +124,9 @@ constexpr char kUsage[] =
     "  allreduce reduce broadcast allgather reducescatter gather scatter\n"
     "  alltoall barrier\n"
     "               join --group as --rank of --world and run the collective\n"
-    "               on VALUES (this rank's input); print this rank's output\n"
+    "               on VALUES (this rank's input; or --input=FILE, or\n"
+    "               --fill=VALUE with --count); print this rank's output\n"
+    "               (or write it to --output=FILE)\n"
     "Example: chorusctl --coordinator=127.0.0.1:7000 --group=g --world=2 \\\n"
     "           --rank=0 --op=sum --dtype=f32 allreduce 1 2 3\n"
     "Values that start with '-' go after --: ... allreduce -- -1 2 3";
@@ -300,6 +316,64 @@ absl::StatusOr<chorus::CollectiveSpec> SpecFromFlags(
   return spec;
 }
 
+// The most bytes --input or --fill makes: a worker's default
+// --max_tensor_bytes.
+constexpr uint64_t kMaxInputBytes = uint64_t{4} << 30;
+
+// A collective as the flags describe it and this rank's input.
+struct RankCall {
+  chorus::CollectiveSpec spec;
+  std::string input;
+};
+
+// The collective of `kind` and this rank's input, from `values` (the
+// command line's), --input or --fill, one of them. Returns INVALID_ARGUMENT
+// for more than one, a --fill without --count, or SpecFromFlags' reasons;
+// ReadElementsFile's and FillElements' errors.
+absl::StatusOr<RankCall> CallFromFlags(chorus::CollectiveKind kind, int world,
+                                       int rank,
+                                       const std::vector<std::string>& values) {
+  const std::string file = absl::GetFlag(FLAGS_input);
+  const std::string fill = absl::GetFlag(FLAGS_fill);
+  if (!values.empty() + !file.empty() + !fill.empty() > 1) {
+    return absl::InvalidArgumentError(
+        "give this rank's input once: as VALUES, --input or --fill");
+  }
+  RankCall call;
+  size_t given = values.size();
+  if (!file.empty()) {
+    absl::StatusOr<chorus::DType> dtype =
+        chorus::ParseDType(absl::GetFlag(FLAGS_dtype));
+    if (!dtype.ok()) return dtype.status();
+    absl::StatusOr<std::string> read =
+        chorus::ReadElementsFile(file, *dtype, kMaxInputBytes);
+    if (!read.ok()) return read.status();
+    call.input = *std::move(read);
+    given = call.input.size() / chorus::DTypeSize(*dtype);
+  } else if (!fill.empty() && absl::GetFlag(FLAGS_count) < 0) {
+    return absl::InvalidArgumentError("--fill needs --count");
+  }
+  absl::StatusOr<chorus::CollectiveSpec> spec =
+      SpecFromFlags(kind, world, rank, given);
+  if (!spec.ok()) return spec.status();
+  call.spec = *spec;
+  if (!fill.empty()) {
+    const size_t element = chorus::DTypeSize(spec->dtype);
+    absl::StatusOr<std::string> filled = chorus::FillElements(
+        spec->dtype, fill,
+        element == 0 ? 0 : chorus::InputBytes(*spec, world, rank) / element,
+        kMaxInputBytes);
+    if (!filled.ok()) return filled.status();
+    call.input = *std::move(filled);
+  } else if (file.empty()) {
+    absl::StatusOr<std::string> encoded =
+        chorus::EncodeValues(spec->dtype, values);
+    if (!encoded.ok()) return encoded.status();
+    call.input = *std::move(encoded);
+  }
+  return call;
+}
+
 // Starts chorusctl's own worker for `rank` of `group` with its data on
 // `device`, serving its peers on --listen and registered with
 // --coordinator. Returns INVALID_ARGUMENT or FAILED_PRECONDITION for a
@@ -370,11 +444,9 @@ int RunCollective(chorus::CollectiveKind kind,
   const int rank = absl::GetFlag(FLAGS_rank);
   if (group.empty())
     return Fail(absl::InvalidArgumentError("--group is needed"));
-  absl::StatusOr<chorus::CollectiveSpec> spec =
-      SpecFromFlags(kind, world, rank, values.size());
-  if (!spec.ok()) return Fail(spec.status());
-  absl::StatusOr<std::string> input = chorus::EncodeValues(spec->dtype, values);
-  if (!input.ok()) return Fail(input.status());
+  absl::StatusOr<RankCall> call = CallFromFlags(kind, world, rank, values);
+  if (!call.ok()) return Fail(call.status());
+  const chorus::CollectiveSpec& spec = call->spec;
   absl::StatusOr<chorus::Algorithm> algorithm =
       chorus::ParseAlgorithm(absl::GetFlag(FLAGS_algorithm));
   if (!algorithm.ok()) return Fail(algorithm.status());
@@ -387,18 +459,25 @@ int RunCollective(chorus::CollectiveKind kind,
       JoinFromFlags(group, world, rank, *device, &own_worker);
   if (!communicator.ok()) return Fail(communicator.status());
 
-  chorus::CallOptions call;
-  call.algorithm = *algorithm;
-  call.timeout = CallTimeout();
+  chorus::CallOptions options;
+  options.algorithm = *algorithm;
+  options.timeout = CallTimeout();
   std::string output;
   absl::StatusOr<chorus::CallResult> result =
-      (*communicator)->Run(*spec, *input, &output, call);
+      (*communicator)->Run(spec, call->input, &output, options);
   if (!result.ok()) return Fail(result.status());
-  std::cerr << "chorusctl: " << chorus::DescribeSpec(*spec) << " #"
+  std::cerr << "chorusctl: " << chorus::DescribeSpec(spec) << " #"
             << result->sequence << " of group " << group << " epoch "
             << (*communicator)->epoch() << " ran "
             << chorus::AlgorithmName(result->algorithm) << std::endl;
-  std::cout << absl::StrJoin(chorus::DecodeValues(spec->dtype, output), " ")
+  if (const std::string file = absl::GetFlag(FLAGS_output); !file.empty()) {
+    absl::Status written = chorus::WriteElementsFile(file, output);
+    if (!written.ok()) return Fail(written);
+    std::cerr << "chorusctl: wrote " << output.size() << " bytes to " << file
+              << std::endl;
+    return 0;
+  }
+  std::cout << absl::StrJoin(chorus::DecodeValues(spec.dtype, output), " ")
             << std::endl;
   return 0;
 }

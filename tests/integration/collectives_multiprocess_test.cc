@@ -2,8 +2,11 @@
 // daemons, with the test joining through each worker's local API
 // (Communicator::JoinThroughDaemon on the port the worker wrote, where it
 // also serves its peers), and the same group through four concurrent
-// chorusctl processes.
+// chorusctl processes, their tensors given as values, files (--input,
+// --output) or one value repeated (--fill).
 
+#include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +26,13 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr int kWorld = 4;
+
+// Writes `bytes` to a new file at `path`; false when it could not.
+bool WriteScratchFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(out);
+}
 
 class MultiProcessTest : public ::testing::Test {
  protected:
@@ -64,9 +74,11 @@ class MultiProcessTest : public ::testing::Test {
   // `flags`, then `command` and `values[r]` (after "--", so negative values
   // are not taken for flags). Returns each rank's stdout; failures are
   // reported through gtest.
+  // `rank_flags[r]`, when given, go after `flags` for rank r.
   std::vector<std::string> RunChorusctlRanks(
       const std::vector<std::string>& flags, const std::string& command,
-      const std::vector<std::vector<std::string>>& values) {
+      const std::vector<std::vector<std::string>>& values,
+      const std::vector<std::vector<std::string>>& rank_flags = {}) {
     std::vector<std::unique_ptr<Subprocess>> processes;
     for (int r = 0; r < kWorld; ++r) {
       SubprocessOptions options;
@@ -78,6 +90,10 @@ class MultiProcessTest : public ::testing::Test {
                       absl::StrCat("--rank=", r),
                       "--timeout=60s"};
       options.args.insert(options.args.end(), flags.begin(), flags.end());
+      if (!rank_flags.empty()) {
+        options.args.insert(options.args.end(), rank_flags[r].begin(),
+                            rank_flags[r].end());
+      }
       options.args.push_back("--");
       options.args.push_back(command);
       options.args.insert(options.args.end(), values[r].begin(),
@@ -244,6 +260,82 @@ TEST_F(MultiProcessTest, Chorusctl_AllGatherThroughWorkers_PrintsEveryBlock) {
   ASSERT_EQ(outputs.size(), kWorld);
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(outputs[r], "0.5 0 1.5 -1 2.5 -2 3.5 -3\n") << "rank " << r;
+  }
+}
+
+// A tensor of 4 MiB per rank, more than a command line holds: each rank
+// reads its input from a file of raw f32 elements and writes its output to
+// another; every output file holds the exact sums.
+TEST_F(MultiProcessTest, Chorusctl_InputAndOutputFiles_FourMiBExactSums) {
+  constexpr uint32_t kElements = 1 << 20;
+  std::vector<std::vector<std::string>> rank_flags;
+  std::vector<std::string> outputs;
+  std::vector<float> sums(kElements, 0);
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<float> input(kElements);
+    for (uint32_t i = 0; i < kElements; ++i) {
+      input[i] = static_cast<float>((i % 4096) * (r + 1));
+      sums[i] += input[i];
+    }
+    const std::string in = NewScratchPath(absl::StrCat("input-", r), ".bin");
+    ASSERT_TRUE(WriteScratchFile(
+        in, std::string(reinterpret_cast<const char*>(input.data()),
+                        kElements * sizeof(float))));
+    outputs.push_back(NewScratchPath(absl::StrCat("output-", r), ".bin"));
+    rank_flags.push_back(
+        {absl::StrCat("--input=", in), absl::StrCat("--output=", outputs[r])});
+  }
+  const std::vector<std::string> printed = RunChorusctlRanks(
+      {"--dtype=f32"}, "allreduce",
+      std::vector<std::vector<std::string>>(kWorld), rank_flags);
+  ASSERT_EQ(printed.size(), kWorld);
+  const std::string want(reinterpret_cast<const char*>(sums.data()),
+                         kElements * sizeof(float));
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(printed[r], "") << "rank " << r;
+    absl::StatusOr<std::string> got = ReadFileToString(outputs[r]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == want) << "rank " << r << " wrote " << got->size()
+                              << " bytes, not the sums' " << want.size();
+  }
+}
+
+// --fill: every element of rank r's input is r + 1, as many as --count.
+TEST_F(MultiProcessTest, Chorusctl_Fill_EveryElementTheRankValue) {
+  std::vector<std::vector<std::string>> rank_flags;
+  for (int r = 0; r < kWorld; ++r) {
+    rank_flags.push_back({absl::StrCat("--fill=", r + 1)});
+  }
+  const std::vector<std::string> outputs = RunChorusctlRanks(
+      {"--dtype=i32", "--count=3"}, "allreduce",
+      std::vector<std::vector<std::string>>(kWorld), rank_flags);
+  ASSERT_EQ(outputs.size(), kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(outputs[r], "10 10 10\n") << "rank " << r;
+  }
+}
+
+// An input given twice, a --fill without --count, a file of part of an
+// element: refused before the join, saying why.
+TEST_F(MultiProcessTest, Chorusctl_BadInputFlags_RefusedSayingWhy) {
+  const std::string odd = NewScratchPath("odd", ".bin");
+  ASSERT_TRUE(WriteScratchFile(odd, "1234567"));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--fill=1", "--count=2", "allreduce", "3", "4"},
+       "INVALID_ARGUMENT: give this rank's input once"},
+      {{"--fill=1", "allreduce"}, "INVALID_ARGUMENT: --fill needs --count"},
+      {{"--fill=x", "--count=2", "allreduce"},
+       "INVALID_ARGUMENT: \"x\" is not a f32 value"},
+      {{absl::StrCat("--input=", odd), "allreduce"},
+       "holds 7 bytes, not a whole number of f32 elements of 4 bytes"}};
+  for (const auto& [args, want] : cases) {
+    std::vector<std::string> command = {
+        absl::StrCat("--worker=", workers_[0].address), "--group=bad"};
+    command.insert(command.end(), args.begin(), args.end());
+    absl::StatusOr<CommandResult> ran = RunChorusctl(command);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    EXPECT_EQ(ran->exit_code, 1) << args[0];
+    EXPECT_THAT(ran->err, HasSubstr(want)) << args[0];
   }
 }
 
