@@ -1,10 +1,13 @@
 // Integration tests of the daemons' lifecycle: lease expiry after a worker is
-// killed, re-registration after a coordinator restart, and orderly shutdown
-// on SIGTERM. Every test kills or signals real processes on 127.0.0.1.
+// killed, re-registration after a coordinator restart, orderly shutdown on
+// SIGTERM, and a worker refused a local socket another one serves. Every test
+// kills or signals real processes on 127.0.0.1.
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,6 +163,48 @@ TEST(LifecycleTest, CoordinatorSigterm_WithWorker_ExitsZeroPromptly) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
   EXPECT_LE(elapsed, absl::Seconds(10));
+}
+
+// A second worker given a local socket another worker serves (on one host,
+// or on hosts or containers sharing a file system, where the default path
+// is the same for each) is refused at start, saying who may hold it and
+// what to give instead; the first keeps its socket and its registration.
+TEST(LifecycleTest,
+     WorkerStart_LocalSocketServed_RefusedNamingSharedFileSystem) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  // Unix socket paths must stay short; the scratch directory may not.
+  std::string dir = "/tmp/chorus-sock-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const std::string socket = dir + "/worker.sock";
+  absl::StatusOr<Daemon> first = StartWorker(
+      coordinator->address, {"--name=first", "--local_socket=" + socket});
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  absl::StatusOr<std::unique_ptr<Subprocess>> second = SpawnWorker(
+      coordinator->address, {"--name=second", "--local_socket=" + socket});
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<int> code = (*second)->WaitForExit(kExitTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT((*second)->ReadLog(),
+              ::testing::HasSubstr(absl::StrCat(
+                  "another process serves the local socket ", socket,
+                  ": a worker already running on this host, or on another "
+                  "host or container that shares this file system; give this "
+                  "worker a --local_socket of its own")));
+
+  auto stub = NewCoordinatorStub(coordinator->address);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = ListWorkers(*stub);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_THAT(WorkerNames(*workers), ElementsAre("first"));
+  absl::StatusOr<CommandResult> listed = RunChorusctl(
+      {"--worker=unix:" + socket, "--group=still-there", "allreduce", "1"});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->exit_code, 0) << listed->err;
+  first->process.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace

@@ -825,6 +825,24 @@ TEST_F(MultiHostTest, MutualTls_ChorusctlOwnWorkers_RingAcrossHosts) {
   }
 }
 
+// The hosts share a file system, as containers and test rigs do: a worker
+// on a second host given the socket path the first host's worker serves
+// (the default path is the same on every host) is refused at start, saying
+// that another host may hold it and what to give instead.
+TEST_F(MultiHostTest, SharedFileSystem_SecondHostSameSocket_RefusedSayingSo) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({}));
+  ASSERT_TRUE(StartWorker(0).ok());
+  const absl::Status refused =
+      StartWorker(1, {absl::StrCat("--local_socket=", Socket(0))});
+  EXPECT_THAT(refused.message(),
+              HasSubstr(absl::StrCat(
+                  "another process serves the local socket ", Socket(0),
+                  ": a worker already running on this host, or on another "
+                  "host or container that shares this file system")))
+      << refused;
+  EXPECT_THAT(ListWorkers(), Not(HasSubstr(WorkerName(1))));
+}
+
 // chorus-bench across hosts: one invocation on each of two hosts, one rank
 // each, sharing a coordinator and a group. Each prints the rows of its own
 // rank, every result checked.

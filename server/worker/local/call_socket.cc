@@ -97,8 +97,10 @@ absl::Status PrepareLocalSocket(const std::string& path) {
   if (live) {
     return absl::FailedPreconditionError(absl::StrCat(
         "another process serves the local socket ", path,
-        " (is a worker already running?); give this worker another "
-        "--local_socket"));
+        ": a worker already running on this host, or on another host or "
+        "container that shares this file system; give this worker a "
+        "--local_socket of its own, and its clients that path "
+        "(chorusctl --worker=unix:PATH, CHORUS_WORKER=unix:PATH)"));
   }
   unlink(path.c_str());
   return absl::OkStatus();
