@@ -6,9 +6,10 @@
 # packages.
 set -euo pipefail
 
-# What configuring and building every target needs.
+# What configuring and building every target needs, and packing them
+# (scripts/package.sh: dpkg-shlibdeps, file).
 packages=(
-  cmake ninja-build pkg-config g++ ccache
+  cmake ninja-build pkg-config g++ ccache dpkg-dev file
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-glog-dev
   libssl-dev libcpp-httplib-dev

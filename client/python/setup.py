@@ -18,7 +18,10 @@ The embedded worker, chorus._embedded, is the worker runtime built by Chorus'
 CMake build (client/python/embedded): when $CHORUS_BUILD_DIR names a build
 (relative paths from the repository's root) that holds
 python-embedded/_embedded*.so for this interpreter, it is copied into the
-package; without it the package works through worker daemons only.
+package, without its debug sections when objcopy is there; without it the
+package works through worker daemons only. $CHORUS_REQUIRE_EMBEDDED=1 makes
+its absence an error: the CMake target python-wheel sets it, so the wheel
+it makes (build/dist) always carries the embedded worker.
 """
 
 import os
@@ -83,6 +86,18 @@ def _embedded_module() -> Optional[Path]:
     return module if module.is_file() else None
 
 
+def _copy_embedded(module: Path, package: Path) -> None:
+    """Copies the embedded worker into the package, without the debug
+    sections of a RelWithDebInfo build when objcopy is there (the symbol
+    table stays).
+    """
+    target = package / module.name
+    shutil.copy2(module, target)
+    objcopy = shutil.which("objcopy")
+    if objcopy:
+        subprocess.run([objcopy, "--strip-debug", str(target)], check=True)
+
+
 class BuildPyWithStubs(build_py):
     """build_py that also generates chorus/v1/*_pb2*.py into the build, and
     takes chorus._embedded from a Chorus build when there is one.
@@ -95,8 +110,12 @@ class BuildPyWithStubs(build_py):
             self._generate(Path(self.build_lib))
             embedded = _embedded_module()
             if embedded is not None:
-                shutil.copy2(embedded,
-                             Path(self.build_lib) / "chorus" / embedded.name)
+                _copy_embedded(embedded, Path(self.build_lib) / "chorus")
+            elif os.environ.get("CHORUS_REQUIRE_EMBEDDED") == "1":
+                raise SystemExit(
+                    "chorus: CHORUS_REQUIRE_EMBEDDED=1 but $CHORUS_BUILD_DIR "
+                    "holds no python-embedded/_embedded*.so for this "
+                    "interpreter; build the target chorus_python_embedded")
 
     def _generate(self, out: Path) -> None:
         root = _proto_root()
