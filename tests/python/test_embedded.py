@@ -730,9 +730,11 @@ def test_embedded_worker_with_tls_dir_joins_a_tls_cluster(
                      if ": " in line)
         assert lines["client cert"].startswith("InvalidArgument"), output
         assert "chorus://client/app" in lines["client cert"], output
-        # The coordinator requires TLS: a plaintext worker is not let in.
-        assert lines["plaintext"].split(":")[0] in (
-            "DeadlineExceeded", "Unavailable"), output
+        # The coordinator requires TLS: a plaintext worker is not let in,
+        # and is told what to give.
+        assert lines["plaintext"].startswith("FailedPrecondition"), output
+        assert "uses mutual TLS" in lines["plaintext"], output
+        assert "tls_dir=" in lines["plaintext"], output
         assert lines["name"] == "emb", output
         assert lines["plaintext after"].startswith("FailedPrecondition"), output
         assert "tls_dir" in lines["plaintext after"], output
