@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite:
-#   1. unit and integration tests (real daemons on 127.0.0.1), the
+#   1. unit and integration tests (real daemons on 127.0.0.1; among them
+#      tests/install, which installs this build into a temporary prefix and
+#      builds examples/cpp against it), the
 #      multi-host tests (each daemon in a network namespace), the Python
 #      client's tests (tests/python, against the daemons just built: once
 #      with collectives on the daemons' call sockets, once as gRPC calls), GPU
