@@ -54,7 +54,6 @@ except ImportError:
     sys.exit("this example needs PyTorch (Debian: apt-get install "
              "python3-torch; run it with /usr/bin/python3)")
 
-from local_cluster import LocalCluster
 
 INPUTS = 32
 """Features of one synthetic sample."""
@@ -176,6 +175,8 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
     """Starts the daemons (for chorus) and one process per rank; returns
     the first failing rank's exit status, or 0.
     """
+    # Beside this script (its folder is on the path when it runs as one).
+    from local_cluster import LocalCluster
     env = dict(os.environ, WORLD_SIZE=str(args.world_size),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                CHORUS_GROUP="ddp-example")

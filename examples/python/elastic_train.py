@@ -42,7 +42,6 @@ except ImportError:
              "python3-torch; run it with /usr/bin/python3)")
 
 import chorus
-from local_cluster import LocalCluster
 
 INPUTS = 16
 """Features of one synthetic sample."""
@@ -177,6 +176,8 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
     replacement. Prints the timeline; returns 0 when every rank alive at
     the end holds the same parameters.
     """
+    # Beside this script (its folder is on the path when it runs as one).
+    from local_cluster import LocalCluster
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with LocalCluster(args.world_size + 1, prefix="chorus-elastic-") as c:
         ranks = [Rank(argv, dict(env, RANK=str(r),
