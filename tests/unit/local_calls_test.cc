@@ -276,9 +276,11 @@ TEST_F(LocalCallsTest, Run_NumberSkipped_InvalidArgumentAtDeadline) {
 
 TEST_F(LocalCallsTest, Run_HigherNumberFirst_WaitsThenBothRun) {
   Join();
+  // The request stays alive until the call ended, as Run() asks.
+  const v1::LocalCollectiveRequest second_request = SumOf(2, {2});
   v1::LocalCollectiveResponse second_response;
   Ended second;
-  calls_.Run(SumOf(2, {2}), absl::Now() + kWait, &second_response,
+  calls_.Run(second_request, absl::Now() + kWait, &second_response,
              second.Done());
   v1::LocalCollectiveResponse first;
   ASSERT_TRUE(Run(SumOf(1, {1}), &first).ok());
