@@ -418,8 +418,12 @@ class Harness {
     const std::string group = join.group;
     // A join with a request id the group already knows is answered with the
     // group its first attempt formed, whatever world size it asks for now
-    // (see the report that came with this fuzzer).
-    const int world = join.request_id.empty() ? join.world_size : 0;
+    // (see the report that came with this fuzzer). A newcomer or a rank
+    // following an elastic group gets the group's next world size, whatever
+    // it asked for.
+    const bool elastic_move = join.newcomer || join.follow_epoch > 0;
+    const int world =
+        join.request_id.empty() && !elastic_move ? join.world_size : 0;
     const std::string before = Fingerprint();
     const std::string before_without_deadline = Fingerprint(false);
     const int runs_before = log_.total();
