@@ -71,6 +71,11 @@ std::string Stragglers(const std::vector<TraceEntry>& entries, int recent) {
 std::string FormatTrace(const std::vector<TraceEntry>& entries) {
   std::string out;
   for (const TraceEntry& e : entries) {
+    if (e.state == TraceEntry::State::kMembershipChanged) {
+      absl::StrAppend(&out, "e", e.epoch,
+                      " membership changed: ", e.verdict.message(), "\n");
+      continue;
+    }
     absl::StrAppend(&out, "#", e.sequence, " e", e.epoch, " ",
                     DescribeSpec(e.spec), "  ", TraceStateName(e.state));
     if (e.state != TraceEntry::State::kWaiting &&
@@ -99,6 +104,11 @@ std::vector<std::string> AnalyzeTrace(const std::vector<TraceEntry>& entries,
                                       int recent, absl::Time now) {
   std::vector<std::string> findings;
   for (const TraceEntry& e : entries) {
+    if (e.state == TraceEntry::State::kMembershipChanged) {
+      findings.push_back(
+          absl::StrCat("epoch ", e.epoch, ": ", e.verdict.message()));
+      continue;
+    }
     const std::string name = absl::StrCat(CollectiveKindName(e.spec.kind), " #",
                                           e.sequence, " (epoch ", e.epoch, ")");
     const std::vector<int> missing = Missing(e.arrived);
@@ -160,7 +170,10 @@ std::string TraceJson(const std::string& group,
         &out, i == 0 ? "" : ", ", "{\"record_id\": ", e.record_id,
         ", \"pg_name\": ", JsonString(group), ", \"epoch\": ", e.epoch,
         ", \"collective_seq_id\": ", e.sequence, ", \"profiling_name\": ",
-        JsonString(absl::StrCat("chorus:", CollectiveKindName(e.spec.kind))),
+        JsonString(
+            e.state == TraceEntry::State::kMembershipChanged
+                ? std::string("chorus:membership_changed")
+                : absl::StrCat("chorus:", CollectiveKindName(e.spec.kind))),
         ", \"time_created_ns\": ", Nanos(FirstArrival(e)),
         ", \"time_discovered_started_ns\": ", Nanos(e.decided),
         ", \"time_discovered_completed_ns\": ", Nanos(e.ended),

@@ -70,6 +70,9 @@ TraceEntry::State StateOf(const std::string& name) {
   if (name == "decided") return TraceEntry::State::kDecided;
   if (name == "completed") return TraceEntry::State::kCompleted;
   if (name == "failed") return TraceEntry::State::kFailed;
+  if (name == "membership_changed") {
+    return TraceEntry::State::kMembershipChanged;
+  }
   return TraceEntry::State::kWaiting;
 }
 

@@ -1,6 +1,7 @@
 // TraceEntry: one collective of a group as the coordinator's flight
 // recorder saw it (see AdminClient::Trace): when each rank called and what
 // it asked for, the plan, the commits of a data-plane plan and the verdict.
+// An elastic group's epoch change is an entry of its own (kMembershipChanged).
 //
 // Plain values; thread-compatible.
 #ifndef CHORUS_INCLUDE_CHORUS_TRACE_H_
@@ -17,7 +18,17 @@
 namespace chorus {
 
 struct TraceEntry {
-  enum class State { kWaiting, kDecided, kCompleted, kFailed };
+  // kMembershipChanged: not a collective but the revocation of an elastic
+  // group's `epoch` (sequence 0, no ranks): `verdict` is the ABORTED status
+  // every call of that epoch got, naming who left or was admitted and the
+  // epoch the group goes on at; `ended` is when it happened.
+  enum class State {
+    kWaiting,
+    kDecided,
+    kCompleted,
+    kFailed,
+    kMembershipChanged
+  };
 
   // Numbers every entry the recorder made, across groups, from 1.
   uint64_t record_id = 0;
@@ -40,7 +51,8 @@ struct TraceEntry {
   absl::Status verdict;
 };
 
-// Returns "waiting", "decided", "completed" or "failed".
+// Returns "waiting", "decided", "completed", "failed" or
+// "membership_changed".
 inline const char* TraceStateName(TraceEntry::State state) {
   switch (state) {
     case TraceEntry::State::kWaiting:
@@ -51,6 +63,8 @@ inline const char* TraceStateName(TraceEntry::State state) {
       return "completed";
     case TraceEntry::State::kFailed:
       return "failed";
+    case TraceEntry::State::kMembershipChanged:
+      return "membership_changed";
   }
   return "unknown";
 }

@@ -22,7 +22,8 @@ void CountEnded(const TraceEntry& entry) {
 
 bool HasEnded(const TraceEntry& entry) {
   return entry.state == TraceEntry::State::kCompleted ||
-         entry.state == TraceEntry::State::kFailed;
+         entry.state == TraceEntry::State::kFailed ||
+         entry.state == TraceEntry::State::kMembershipChanged;
 }
 
 }  // namespace
@@ -38,40 +39,45 @@ TraceEntry* FlightRecorder::Find(const std::string& group, uint64_t epoch,
   return found == it->second.index.end() ? nullptr : found->second;
 }
 
+TraceEntry* FlightRecorder::Add(const std::string& group, uint64_t epoch,
+                                int world, uint64_t sequence,
+                                const CollectiveSpec& spec) {
+  GroupTrace& trace = traces_[group];
+  trace.last_used = next_record_;
+  TraceEntry fresh;
+  fresh.record_id = next_record_++;
+  fresh.epoch = epoch;
+  fresh.sequence = sequence;
+  fresh.spec = spec;
+  fresh.arrived.assign(world, absl::InfinitePast());
+  fresh.asked.assign(world, "");
+  fresh.committed.assign(world, absl::InfinitePast());
+  trace.entries.push_back(std::move(fresh));
+  TraceEntry* entry = &trace.entries.back();
+  trace.index[{epoch, sequence}] = entry;
+  while (trace.entries.size() > per_group_) {
+    const TraceEntry& oldest = trace.entries.front();
+    trace.index.erase({oldest.epoch, oldest.sequence});
+    trace.entries.pop_front();
+  }
+  // Forget the group used longest ago when over the limit.
+  while (traces_.size() > groups_) {
+    auto oldest = traces_.begin();
+    for (auto it = traces_.begin(); it != traces_.end(); ++it) {
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    }
+    if (oldest->first == group) break;
+    traces_.erase(oldest);
+  }
+  return entry;
+}
+
 void FlightRecorder::Arrived(const std::string& group, uint64_t epoch,
                              int world, uint64_t sequence, int rank,
                              const CollectiveSpec& spec, absl::Time now) {
   if (per_group_ == 0) return;
   TraceEntry* entry = Find(group, epoch, sequence);
-  if (entry == nullptr) {
-    GroupTrace& trace = traces_[group];
-    trace.last_used = next_record_;
-    TraceEntry fresh;
-    fresh.record_id = next_record_++;
-    fresh.epoch = epoch;
-    fresh.sequence = sequence;
-    fresh.spec = spec;
-    fresh.arrived.assign(world, absl::InfinitePast());
-    fresh.asked.assign(world, "");
-    fresh.committed.assign(world, absl::InfinitePast());
-    trace.entries.push_back(std::move(fresh));
-    entry = &trace.entries.back();
-    trace.index[{epoch, sequence}] = entry;
-    while (trace.entries.size() > per_group_) {
-      const TraceEntry& oldest = trace.entries.front();
-      trace.index.erase({oldest.epoch, oldest.sequence});
-      trace.entries.pop_front();
-    }
-    // Forget the group used longest ago when over the limit.
-    while (traces_.size() > groups_) {
-      auto oldest = traces_.begin();
-      for (auto it = traces_.begin(); it != traces_.end(); ++it) {
-        if (it->second.last_used < oldest->second.last_used) oldest = it;
-      }
-      if (oldest->first == group) break;
-      traces_.erase(oldest);
-    }
-  }
+  if (entry == nullptr) entry = Add(group, epoch, world, sequence, spec);
   if (rank < 0 || rank >= static_cast<int>(entry->arrived.size())) return;
   entry->arrived[rank] = now;
   // Described when read (Entries), unless it differs from the first
@@ -127,6 +133,17 @@ void FlightRecorder::EndAll(const std::string& group, uint64_t epoch,
     entry.verdict = verdict;
     CountEnded(entry);
   }
+}
+
+void FlightRecorder::MembershipChanged(const std::string& group, uint64_t epoch,
+                                       const absl::Status& change,
+                                       absl::Time now) {
+  if (per_group_ == 0) return;
+  // Sequence 0 is no collective's: one such entry per epoch.
+  TraceEntry* entry = Add(group, epoch, 0, 0, CollectiveSpec{});
+  entry->state = TraceEntry::State::kMembershipChanged;
+  entry->ended = now;
+  entry->verdict = change;
 }
 
 std::vector<TraceEntry> FlightRecorder::Entries(

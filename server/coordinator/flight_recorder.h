@@ -50,6 +50,12 @@ class FlightRecorder {
   void EndAll(const std::string& group, uint64_t epoch,
               const absl::Status& verdict, absl::Time now);
 
+  // The elastic group `group` changed its membership at `epoch`: records an
+  // entry of state kMembershipChanged whose verdict is `change` (the ABORTED
+  // status the epoch's calls got).
+  void MembershipChanged(const std::string& group, uint64_t epoch,
+                         const absl::Status& change, absl::Time now);
+
   // The entries of `group`, oldest first; empty for a group never seen.
   std::vector<TraceEntry> Entries(const std::string& group) const;
 
@@ -64,6 +70,10 @@ class FlightRecorder {
     uint64_t last_used = 0;
   };
   TraceEntry* Find(const std::string& group, uint64_t epoch, uint64_t sequence);
+  // Appends a fresh entry for (epoch, sequence) of `group`, dropping the
+  // oldest entries and groups over the limits.
+  TraceEntry* Add(const std::string& group, uint64_t epoch, int world,
+                  uint64_t sequence, const CollectiveSpec& spec);
 
   const size_t per_group_;
   const size_t groups_;

@@ -279,6 +279,7 @@ void GroupTable::RevokeLocked(Group& group, std::vector<int> lost,
       detail);
   std::vector<PendingJoin> joiners = std::move(group.joiners);
   AbortGroupLocked(group, status, reason, blame, completions);
+  recorder_.MembershipChanged(old.name, old.epoch, status, clock_->Now());
   CountChange(reason);
   RecordSuccessionLocked(old.name, old.epoch,
                          Succession{status, next_epoch, next_ranks});
@@ -418,6 +419,7 @@ void GroupTable::AdmitJoinersLocked(Group& group,
       detail);
   // Calls issued after the sync belong to the old epoch: they end here.
   EndEpochLocked(group, status, completions);
+  recorder_.MembershipChanged(old.name, old.epoch, status, clock_->Now());
   CountChange("joined");
   RecordSuccessionLocked(old.name, old.epoch, Succession{status, epoch, ranks});
   PublishLocked(GroupEvent(Event::Kind::kMembershipChanged, old, 0,

@@ -162,7 +162,10 @@ std::string VerdictsTable(const Coordinator& core,
   for (const auto& [group, entry] : ended) {
     rows.push_back(
         {Age(now - entry.ended), Html(group), absl::StrCat(entry.epoch),
-         absl::StrCat("#", entry.sequence), Html(DescribeSpec(entry.spec)),
+         absl::StrCat("#", entry.sequence),
+         entry.state == TraceEntry::State::kMembershipChanged
+             ? std::string("membership change")
+             : Html(DescribeSpec(entry.spec)),
          std::string(AlgorithmName(entry.plan)),
          Html(entry.verdict.ok()
                   ? std::string("OK")

@@ -403,5 +403,37 @@ TEST_F(GroupElasticTest, ExpireCommits_RankNeverCommits_ItLeavesOthersGoOn) {
   EXPECT_EQ(Summary().view.world_size, 1);
 }
 
+TEST_F(GroupElasticTest, Trace_LossAndAdmission_EachEpochChangeIsAnEntry) {
+  const GroupView view = Form(3, 1);
+  CallResult pending;
+  Call(view, 0, 1, Kind(CollectiveKind::kBarrier), &pending);
+  table_->AbortWorker(workers_[2], "w2", "lease expired");
+  const GroupView shrunk = Summary().view;
+  JoinResult newcomer;
+  Newcomer(5, &newcomer);
+  std::vector<CallResult> synced = All(shrunk, 1, Kind(CollectiveKind::kSync));
+  ASSERT_TRUE(newcomer.status().ok()) << newcomer.status();
+
+  std::vector<TraceEntry> trace = table_->Trace("g");
+  std::vector<const TraceEntry*> changes;
+  for (const TraceEntry& entry : trace) {
+    if (entry.state == TraceEntry::State::kMembershipChanged) {
+      changes.push_back(&entry);
+    }
+  }
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0]->epoch, view.epoch);
+  EXPECT_EQ(changes[0]->sequence, 0u);
+  EXPECT_EQ(changes[0]->verdict.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(changes[0]->verdict.message(), HasSubstr("rank 2 left"));
+  EXPECT_EQ(changes[0]->ended, clock_.Now());
+  EXPECT_EQ(changes[1]->epoch, shrunk.epoch);
+  EXPECT_THAT(changes[1]->verdict.message(), HasSubstr("admitted 1 newcomer"));
+  // The barrier the loss ended is recorded as failed, before the change.
+  EXPECT_EQ(pending.status(), changes[0]->verdict);
+  EXPECT_EQ(trace.front().state, TraceEntry::State::kFailed);
+  EXPECT_LT(trace.front().record_id, changes[0]->record_id);
+}
+
 }  // namespace
 }  // namespace chorus

@@ -90,6 +90,23 @@ TEST(TraceReportTest, AnalyzeTrace_CommitMissing_RankNamed) {
                                  "not finish it yet")));
 }
 
+TEST(TraceReportTest, FormatTrace_MembershipChange_OneLineWithItsMessage) {
+  TraceEntry change;
+  change.epoch = 3;
+  change.state = TraceEntry::State::kMembershipChanged;
+  change.ended = kT0;
+  change.verdict = absl::AbortedError(
+      "the membership of group g changed at epoch 3: rank 1 left");
+  const std::vector<TraceEntry> entries = {Entry(7, {kT0, kT0}), change};
+  EXPECT_THAT(FormatTrace(entries),
+              HasSubstr("e3 membership changed: the membership of group g "
+                        "changed at epoch 3: rank 1 left\n"));
+  EXPECT_THAT(Joined(AnalyzeTrace(entries, 10, kT0)),
+              HasSubstr("epoch 3: the membership of group g changed"));
+  EXPECT_THAT(TraceJson("g", entries),
+              HasSubstr("\"profiling_name\": \"chorus:membership_changed\""));
+}
+
 TEST(TraceReportTest, TraceJson_Entry_FlightRecorderFieldNames) {
   TraceEntry e = Entry(4, {kT0});
   e.record_id = 11;
