@@ -3,13 +3,15 @@ r"""Trains a small model on an elastic Chorus group that loses a rank and
 takes a new one, and goes on.
 
 Every step each rank computes the gradients of its share of one synthetic
-batch and the ranks average them with a Chorus all-reduce, so every rank
-holds the same parameters. The group is joined with min_world_size: when
-a rank dies, the others' call raises chorus.MembershipChanged (the
-communicator has already moved to the group's next epoch, with fewer
-ranks), and they redo the step. Every step starts with comm.sync(), where
-newcomers waiting to join are admitted; rank 0 then broadcasts the
-parameters and the step, so the newcomer goes on from there.
+batch and the ranks average them with torch.distributed's all_reduce on
+the process group of chorus.torch.ElasticGroup, so every rank holds the
+same parameters. The group is joined with min_world_size: when a rank
+dies, the others' all_reduce raises chorus.MembershipChanged (the group
+has already moved to its next epoch, with fewer ranks, and
+ElasticGroup.process_group is the new one), and they redo the step. Every
+step starts with ElasticGroup.sync(), where newcomers waiting to join are
+admitted and handed rank 0's parameters and step, so the newcomer goes on
+from there.
 
 From the top of a built checkout (scripts/build.sh), with the chorus
 package installed into build/python (see client/python/README.md):
@@ -37,11 +39,13 @@ import numpy as np
 
 try:
     import torch
+    import torch.distributed as dist
 except ImportError:
     sys.exit("this example needs PyTorch (Debian: apt-get install "
              "python3-torch; run it with /usr/bin/python3)")
 
 import chorus
+from chorus.torch import ElasticGroup
 
 INPUTS = 16
 """Features of one synthetic sample."""
@@ -76,33 +80,20 @@ def say(event: str, step: int, world: int) -> None:
           flush=True)
 
 
-def agree(comm: chorus.Communicator, model: torch.nn.Module,
-          step: int) -> int:
-    """After a sync that admitted newcomers: everyone takes rank 0's
-    parameters and step.
-    """
-    params = vector(model.parameters())
-    got = comm.broadcast(params if comm.rank == 0 else None, root=0,
-                         shape=params.shape, dtype="f32")
-    torch.nn.utils.vector_to_parameters(torch.from_numpy(got.copy()),
-                                        model.parameters())
-    mine = np.array([step], np.int64)
-    return int(comm.broadcast(mine if comm.rank == 0 else None, root=0,
-                              shape=1, dtype="i64")[0])
-
-
-def train_step(comm: chorus.Communicator, model: torch.nn.Module, step: int,
+def train_step(group: ElasticGroup, model: torch.nn.Module, step: int,
                args: argparse.Namespace) -> None:
     """One step: this rank's gradients, averaged over the group, applied."""
-    x, y = batch_of(step, comm.rank, comm.world_size, args.batch)
+    x, y = batch_of(step, group.rank, group.world_size, args.batch)
     model.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
-    grads = vector(p.grad for p in model.parameters())
-    mean = comm.all_reduce(grads) / comm.world_size
+    grads = torch.nn.utils.parameters_to_vector(
+        [p.grad for p in model.parameters()])
+    dist.all_reduce(grads, group=group.process_group)
+    grads /= group.world_size
     with torch.no_grad():
-        for p, g in zip(model.parameters(), torch.split(
-                torch.from_numpy(mean), [p.numel() for p in
-                                         model.parameters()])):
+        for p, g in zip(model.parameters(),
+                        torch.split(grads, [p.numel() for p in
+                                            model.parameters()])):
             p -= args.lr * g.view_as(p)
 
 
@@ -110,30 +101,29 @@ def run_rank(args: argparse.Namespace) -> None:
     """One rank: joins (as a newcomer without RANK) and trains."""
     worker = os.environ["CHORUS_WORKER"]
     rank = os.environ.get("RANK")
-    comm = chorus.join(GROUP, args.world_size,
-                       None if rank is None else int(rank), worker=worker,
-                       min_world_size=args.min_world_size, timeout=60)
+    group = ElasticGroup(GROUP, args.world_size,
+                         None if rank is None else int(rank), worker=worker,
+                         min_world_size=args.min_world_size, timeout=60)
     model = build_model(args.seed)
     step = 0
     if rank is None:
-        say("admitted", step, comm.world_size)
-        step = agree(comm, model, step)
+        say("admitted", step, group.world_size)
     while step < args.steps:
         try:
-            if comm.sync().joined:
-                say("admitted a newcomer", step, comm.world_size)
-                step = agree(comm, model, step)
-                continue  # the newcomer's next call is the next sync
-            train_step(comm, model, step, args)
-            say("done", step, comm.world_size)
+            epoch = group.epoch
+            step = group.sync(model, step=step)  # newcomers get the state
+            if group.epoch != epoch:
+                say("admitted a newcomer", step, group.world_size)
+            train_step(group, model, step, args)
+            say("done", step, group.world_size)
             step += 1
             time.sleep(args.step_seconds)  # the rest of a real step's work
         except chorus.MembershipChanged as e:
             say(f"membership changed: left {e.left}, rank now {e.rank}",
                 step, e.world_size)
     digest = hashlib.sha256(vector(model.parameters()).tobytes()).hexdigest()
-    say(f"parameters {digest[:16]}", step, comm.world_size)
-    comm.close()
+    say(f"parameters {digest[:16]}", step, group.world_size)
+    group.close()
 
 
 class Rank:

@@ -16,6 +16,10 @@ dist.all_reduce and the other collectives run on it. torch's own
 rendezvous (env://: MASTER_ADDR and MASTER_PORT, as torchrun sets them)
 still provides the store torch needs for the barrier in init_process_group
 and new_group; see README.md next to the chorus package.
+
+torch's own groups cannot change size: for training that goes on when
+ranks leave or join, use ElasticGroup (chorus.torch.elastic), which hands
+out a process group for the current membership of an elastic Chorus group.
 """
 
 try:
@@ -27,10 +31,11 @@ except ImportError as e:  # pragma: no cover - depends on the host
         "Debian: apt-get install python3-torch") from e
 
 from chorus.torch._work import ChorusWork
+from chorus.torch.elastic import ElasticGroup
 from chorus.torch.backend import (BACKEND, Options, ProcessGroupChorus,
                                   create_process_group, register)
 
 register()
 
 __all__ = ["BACKEND", "Options", "ProcessGroupChorus", "ChorusWork",
-           "create_process_group", "register"]
+           "ElasticGroup", "create_process_group", "register"]
