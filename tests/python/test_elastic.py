@@ -27,8 +27,11 @@ _RANK_SCRIPT = textwrap.dedent("""
     import chorus
     group, world, rank, worker = sys.argv[1], int(sys.argv[2]), \\
         int(sys.argv[3]), sys.argv[4]
-    comm = chorus.join(group, world, rank, worker=worker,
-                       min_world_size=int(sys.argv[5]), timeout=60)
+    # "coordinator=HOST:PORT": the rank embeds the worker runtime.
+    where = ({"coordinator": worker.split("=", 1)[1]}
+             if worker.startswith("coordinator=") else {"worker": worker})
+    comm = chorus.join(group, world, rank, min_world_size=int(sys.argv[5]),
+                       timeout=60, **where)
     print("joined", flush=True)
     comm.all_reduce(np.ones(4, np.float32))
     print("stepped", flush=True)
@@ -96,6 +99,41 @@ def test_killed_rank_survivors_get_membership_changed_and_go_on(
             np.testing.assert_array_equal(got, [2.0] * 4)
         assert [c.rank for c in comms] == [0, 1]
         assert [c.world_size for c in comms] == [2, 2]
+        for comm in comms:
+            comm.close()
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+
+
+@pytest.mark.skipif(not chorus.embedded.available(),
+                    reason="chorus._embedded is not installed")
+def test_killed_embedded_rank_survivors_told_within_the_lease(
+        cluster: Cluster) -> None:
+    # The victim's worker runtime dies with it: the coordinator finds the
+    # worker lost when its lease (5 s, the session cluster's default)
+    # runs out.
+    group = unique_group("elastic")
+    victim = _rank_process(group, 3, 2,
+                           f"coordinator={cluster.coordinator.address}", 2)
+    try:
+        comms = _join_elastic(cluster, group, 3, [0, 1], 2)
+        assert victim.stdout is not None
+        assert victim.stdout.readline() == "joined\n"
+        _all_reduce(comms)
+        assert victim.stdout.readline() == "stepped\n"
+        killed_at = time.monotonic()
+        victim.kill()
+        victim.wait()
+        second = _all_reduce(comms)
+        seen = time.monotonic() - killed_at
+        for rank, error in enumerate(second):
+            assert isinstance(error, chorus.MembershipChanged), error
+            assert error.left == [2] and error.rank == rank
+        print(f"survivors told {seen:.3f} s after the kill")
+        assert seen < 5.0 + 1.0 + CALL_TIMEOUT / 4, seen
+        for got in _all_reduce(comms):
+            np.testing.assert_array_equal(got, [2.0] * 4)
         for comm in comms:
             comm.close()
     finally:
