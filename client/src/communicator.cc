@@ -247,10 +247,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
   channel->WaitForConnected(absl::ToChronoTime(
       absl::Now() + std::min(options.timeout, kConnectWait)));
   auto stub = v1::WorkerLocal::NewStub(channel);
+  const bool newcomer = rank == kNewcomer;
   v1::LocalJoinRequest request;
   request.set_group(group);
-  request.set_world_size(world_size);
-  request.set_rank(rank);
+  request.set_world_size(newcomer ? 0 : world_size);
+  request.set_rank(newcomer ? 0 : rank);
+  request.set_newcomer(newcomer);
   *request.mutable_device() = DeviceToProto(options.device);
   request.set_min_world_size(options.min_world_size);
   request.set_max_world_size(options.max_world_size);
@@ -260,8 +262,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
   absl::Status status =
       FromGrpcStatus(stub->JoinGroup(&context, request, &response));
   if (!status.ok()) return status;
-  return std::unique_ptr<Communicator>(new DaemonCommunicator(
-      std::move(stub), group, world_size, rank, response.epoch(), options));
+  return std::unique_ptr<Communicator>(
+      new DaemonCommunicator(std::move(stub), group, response.world_size(),
+                             response.rank(), response.epoch(), options));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
@@ -270,8 +273,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinEmbedded(
   InProcessDoor* door = worker->door();
   JoinArgs args;
   args.group = group;
-  args.world_size = world_size;
-  args.rank = rank;
+  args.newcomer = rank == kNewcomer;
+  args.world_size = args.newcomer ? 0 : world_size;
+  args.rank = args.newcomer ? 0 : rank;
   args.device = options.device;
   args.min_world_size = options.min_world_size;
   args.max_world_size = options.max_world_size;

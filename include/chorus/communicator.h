@@ -108,10 +108,18 @@ class CollectiveHandle {
 
 class Communicator {
  public:
+  // The rank a newcomer passes to join a formed elastic group: it waits
+  // until a Sync() of the members admits it (world_size is not read) and
+  // its rank and world size are then those of the new epoch.
+  static constexpr int kNewcomer = -1;
+
   // Joins `group` as `rank` of `world_size` through the worker daemon at
-  // `worker_address`. Returns once every rank joined; codes: INVALID_ARGUMENT
-  // (bad world size or rank), UNIMPLEMENTED (device refused),
-  // DEADLINE_EXCEEDED naming the ranks that did not join, UNAVAILABLE.
+  // `worker_address` (rank kNewcomer: as a newcomer). Returns once every
+  // rank joined (a newcomer: once admitted); codes: INVALID_ARGUMENT (bad
+  // world size or rank), UNIMPLEMENTED (device refused), DEADLINE_EXCEEDED
+  // naming the ranks that did not join (a newcomer: no sync admitted it),
+  // FAILED_PRECONDITION (a newcomer to a group that is not elastic),
+  // UNAVAILABLE.
   static absl::StatusOr<std::unique_ptr<Communicator>> JoinThroughDaemon(
       const std::string& worker_address, const std::string& group,
       int world_size, int rank, const JoinOptions& options = {});

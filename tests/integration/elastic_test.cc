@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "tests/testing/collective_reference.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/failure_cluster.h"
+#include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
@@ -91,7 +93,7 @@ TEST(ElasticTest, KillWorkerDaemon_Survivors_MovedWithinLeasePlusOne) {
   const uint64_t first_epoch = (*joined)[0]->epoch();
 
   const absl::Time lost_at = absl::Now();
-  (*cluster)->worker(*victim).process->Signal(SIGKILL);
+  ASSERT_TRUE((*cluster)->worker(*victim).process->Signal(SIGKILL).ok());
   const std::vector<Communicator*> survivors = {(*joined)[0].get(),
                                                 (*joined)[1].get()};
   std::vector<std::unique_ptr<BackgroundCall>> calls = AllReduceOn(survivors);
@@ -142,6 +144,45 @@ TEST(ElasticTest, EmbeddedWorkerShutsDown_OthersMoveAndSyncKeepsEpoch) {
     EXPECT_EQ(synced[rank]->rank, rank);
     EXPECT_THAT(synced[rank]->joined, ElementsAre());
   }
+}
+
+TEST(ElasticTest, JoinThroughDaemon_Newcomer_AdmittedAtTheNextSync) {
+  absl::StatusOr<std::unique_ptr<FailureCluster>> cluster =
+      FailureCluster::Start({}, {"grow-0", "grow-1"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> joined =
+      (*cluster)->Join("grow", {0, 1}, /*min_world_size=*/1);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  absl::StatusOr<std::unique_ptr<Communicator>> newcomer =
+      absl::UnknownError("not run");
+  std::thread asking([&] {
+    JoinOptions options;
+    options.timeout = kFailureCallTimeout;
+    newcomer =
+        Communicator::JoinThroughDaemon((*cluster)->worker(1).address, "grow",
+                                        0, Communicator::kNewcomer, options);
+  });
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<v1::GroupInfo> group = (*cluster)->Group("grow");
+        return group.ok() && group->joiners_waiting() == 1;
+      },
+      kFailureCallTimeout));
+  std::vector<absl::StatusOr<GroupMembership>> synced(
+      2, absl::UnknownError("not run"));
+  RunOnRanks(2, [&](int rank) { synced[rank] = (*joined)[rank]->Sync(); });
+  asking.join();
+  ASSERT_TRUE(newcomer.ok()) << newcomer.status();
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(synced[rank].ok()) << synced[rank].status();
+    EXPECT_EQ(synced[rank]->world_size, 3);
+    EXPECT_THAT(synced[rank]->joined, ElementsAre(2));
+  }
+  EXPECT_EQ((*newcomer)->rank(), 2);
+  EXPECT_EQ((*newcomer)->world_size(), 3);
+  EXPECT_EQ((*newcomer)->epoch(), (*joined)[0]->epoch());
+  ExpectAllReduceWorks(
+      {(*joined)[0].get(), (*joined)[1].get(), newcomer->get()});
 }
 
 }  // namespace

@@ -346,6 +346,29 @@ class MultiHostTest : public ::testing::Test {
               took);
   }
 
+  // Starts the C++ elastic example as `rank_arg` ("0".. or "new") of
+  // `group` (3 ranks, minimum 2, 400 steps of 20 ms) on worker `host`'s
+  // host, through its worker daemon; nullptr when it could not start.
+  std::unique_ptr<Subprocess> StartElasticRank(int host,
+                                               const std::string& group,
+                                               const std::string& rank_arg) {
+    std::vector<std::string> command_line = net_->Wrap(host + 1);
+    SubprocessOptions options;
+    options.binary = command_line[0];
+    options.args.assign(command_line.begin() + 1, command_line.end());
+    options.args.insert(
+        options.args.end(),
+        {CHORUS_ELASTIC_EXAMPLE_BIN, absl::StrCat("unix:", Socket(host)), group,
+         absl::StrCat(kWorkers), rank_arg, "2", "400", "20"});
+    const std::string stem = absl::StrCat("elastic-", host, "-", rank_arg);
+    options.stdout_path = NewScratchPath(stem, ".out");
+    options.stderr_path = NewScratchPath(stem, ".err");
+    absl::StatusOr<std::unique_ptr<Subprocess>> process =
+        Subprocess::Start(options);
+    EXPECT_TRUE(process.ok()) << process.status();
+    return process.ok() ? *std::move(process) : nullptr;
+  }
+
   // Lists the workers (chorusctl workers, run on the coordinator's host).
   std::string ListWorkers() { return Admin("workers"); }
 
@@ -841,6 +864,62 @@ TEST_F(MultiHostTest, SharedFileSystem_SecondHostSameSocket_RefusedSayingSo) {
                   "host or container that shares this file system")))
       << refused;
   EXPECT_THAT(ListWorkers(), Not(HasSubstr(WorkerName(1))));
+}
+
+// An elastic group across the hosts (the C++ example's ranks, through their
+// hosts' worker daemons): host 3 is lost (its worker and its rank killed
+// with SIGKILL) mid-training; the two survivors are told within the lease
+// and a second and go on as a group of two; host 3 comes back with a new
+// worker and a newcomer rank, which the survivors admit at their next sync
+// and hand their state; all three end with the same total.
+TEST_F(MultiHostTest, ElasticHostLost_SurvivorsGoOnNewcomerAdmitted) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator(
+      {absl::StrCat("--lease_timeout=", absl::ToInt64Seconds(kLease), "s")}));
+  ASSERT_NO_FATAL_FAILURE(StartAllWorkers());
+  const std::string group = "elastic-hosts";
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    ranks.push_back(StartElasticRank(rank, group, absl::StrCat(rank)));
+    ASSERT_NE(ranks.back(), nullptr);
+  }
+  auto printed = [](Subprocess& rank, const std::string& text) {
+    return WaitUntil([&] { return absl::StrContains(rank.ReadLog(), text); },
+                     kRanksTimeout, absl::Milliseconds(10));
+  };
+  ASSERT_TRUE(printed(*ranks[0], "step 10 ")) << ranks[0]->ReadLog();
+
+  const int victim = kWorkers - 1;
+  ASSERT_TRUE(workers_[victim].process->Kill().ok());
+  ASSERT_TRUE(ranks[victim]->Kill().ok());
+  const absl::Time killed_at = absl::Now();
+  for (int rank = 0; rank < victim; ++rank) {
+    ASSERT_TRUE(printed(*ranks[rank], "membership changed"))
+        << ranks[rank]->ReadLog();
+    const absl::Duration told = absl::Now() - killed_at;
+    PrintTime(absl::StrCat("host lost -> rank ", rank, " told"), told);
+    EXPECT_LE(told, kLease + absl::Seconds(1) + kSchedulingSlack);
+  }
+
+  ASSERT_TRUE(StartWorker(victim).ok());
+  ranks[victim] = StartElasticRank(victim, group, "new");
+  ASSERT_NE(ranks[victim], nullptr);
+  std::vector<std::string> totals;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    absl::StatusOr<int> code = ranks[rank]->WaitForExit(kRanksTimeout);
+    ASSERT_TRUE(code.ok()) << "rank " << rank << ": " << code.status();
+    const std::string log = ranks[rank]->ReadLog();
+    EXPECT_EQ(*code, 0) << "rank " << rank << ": " << log
+                        << ranks[rank]->ReadStderr();
+    const size_t done = log.rfind("done: ");
+    ASSERT_NE(done, std::string::npos) << log;
+    totals.push_back(std::string(absl::StripAsciiWhitespace(log.substr(done))));
+  }
+  EXPECT_THAT(ranks[0]->ReadLog(),
+              HasSubstr("admitted 1 newcomer(s): world 3"));
+  EXPECT_THAT(ranks[victim]->ReadLog(), HasSubstr("joined as rank 2 of 3"));
+  EXPECT_EQ(totals[0], totals[1]);
+  EXPECT_EQ(totals[0], totals[2]);
+  std::printf("[ result   ] every rank: %s\n", totals[0].c_str());
 }
 
 // chorus-bench across hosts: one invocation on each of two hosts, one rank
