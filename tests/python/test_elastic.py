@@ -189,6 +189,39 @@ def test_newcomer_admitted_at_the_first_sync(cluster: Cluster) -> None:
         comm.close()
 
 
+@pytest.mark.skipif(not chorus.embedded.available(),
+                    reason="chorus._embedded is not installed")
+def test_embedded_ranks_sync_admits_newcomer(cluster: Cluster) -> None:
+    # Embedded ranks run a blocking sync on their own thread; its outcome
+    # (the next membership) comes back all the same.
+    group = unique_group("elastic")
+    coordinator = cluster.coordinator.address
+    comms = run_ranks([
+        (lambda r=r: chorus.join(group, 2, r, coordinator=coordinator,
+                                 min_world_size=1, timeout=CALL_TIMEOUT))
+        for r in (0, 1)])
+    joined: List[Any] = []
+    newcomer = threading.Thread(target=lambda: joined.append(chorus.join(
+        group, rank=None, coordinator=coordinator, timeout=CALL_TIMEOUT)))
+    newcomer.start()
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        after = run_ranks([c.sync for c in comms])
+        while after[0].world_size == 2:
+            assert time.monotonic() < deadline, "the newcomer never came in"
+            after = run_ranks([c.sync for c in comms])
+    finally:
+        newcomer.join(CALL_TIMEOUT)
+    assert [(m.world_size, m.rank, m.joined) for m in after] == [
+        (3, 0, [2]), (3, 1, [2])]
+    everyone = comms + joined
+    assert [c.epoch for c in everyone] == [after[0].epoch] * 3
+    for got in _all_reduce(everyone):
+        np.testing.assert_array_equal(got, [3.0] * 4)
+    for comm in everyone:
+        comm.close()
+
+
 def test_newcomer_for_a_group_that_is_not_elastic(cluster: Cluster) -> None:
     group = unique_group()
     comms = run_ranks([

@@ -130,20 +130,31 @@ absl::Time DeadlineIn(uint64_t timeout_us) {
 }
 
 // Runs call `call_id`, `request` with `timeout_us`, on `memory` on this
-// thread (InProcessDoor::RunInPlace) and waits for its end; the GIL must
-// be released. Returns whether it succeeded; else `*failure` is its reply.
+// thread (InProcessDoor::RunInPlace; a sync: SyncInPlace) and waits for
+// its end; the GIL must be released. Returns whether it ended with no
+// reply to hand back (it succeeded and has no outcome); else `*reply` is
+// its reply: a failure's, or a sync's with its outcome as its data.
 bool RunHere(InProcessDoor* door, uint64_t call_id,
              const v1::LocalCollectiveRequest& request, uint64_t timeout_us,
-             const CallerMemory& memory, QueuedReply* failure) {
+             const CallerMemory& memory, QueuedReply* reply) {
   absl::Status status;
   if (timeout_us == 0) {
     status = absl::InvalidArgumentError("a call with timeout_us 0 cannot run");
+  } else if (request.spec().kind() == v1::COLLECTIVE_KIND_SYNC) {
+    absl::StatusOr<std::string> outcome =
+        door->SyncInPlace(request, DeadlineIn(timeout_us));
+    if (outcome.ok()) {
+      reply->call_id = call_id;
+      reply->data = *std::move(outcome);
+      return false;
+    }
+    status = outcome.status();
   } else {
     status = door->RunInPlace(request, DeadlineIn(timeout_us), memory).status();
   }
   if (status.ok()) return true;
   v1::LocalCallReply answer = LocalCallReplyFor(call_id, status);
-  *failure = QueueableReply(answer);
+  *reply = QueueableReply(answer);
   return false;
 }
 
@@ -177,13 +188,13 @@ PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
   const Py_ssize_t size = PyBytes_GET_SIZE(prefix);
   bool parsed = false;
   bool succeeded = false;
-  QueuedReply failure;
+  QueuedReply reply;
   Py_BEGIN_ALLOW_THREADS;
   v1::LocalCollectiveRequest request;
   parsed = request.ParseFromArray(bytes, static_cast<int>(size));
   if (parsed) {
     request.set_sequence(sequence);
-    succeeded = RunHere(door, call_id, request, timeout_us, memory, &failure);
+    succeeded = RunHere(door, call_id, request, timeout_us, memory, &reply);
   }
   Py_END_ALLOW_THREADS;
   if (!parsed) {
@@ -192,7 +203,7 @@ PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
     return nullptr;
   }
   if (succeeded) Py_RETURN_TRUE;
-  return ReplyTuple(failure);
+  return ReplyTuple(reply);
 }
 
 namespace {

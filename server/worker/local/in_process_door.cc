@@ -76,6 +76,13 @@ absl::StatusOr<RunResult> InProcessDoor::RunInPlace(
   return ran;
 }
 
+absl::StatusOr<std::string> InProcessDoor::SyncInPlace(
+    const v1::LocalCollectiveRequest& request, absl::Time deadline) {
+  absl::StatusOr<RunResult> ran = RunInPlace(request, deadline, CallerMemory{});
+  if (!ran.ok()) return ran.status();
+  return calls_->SyncOutcomeOf(*ran).SerializeAsString();
+}
+
 void InProcessDoor::StartInPlace(const v1::LocalCollectiveRequest& request,
                                  absl::Time deadline,
                                  const CallerMemory& memory, InPlaceDone done) {

@@ -69,6 +69,11 @@ class InProcessDoor {
   void StartInPlace(const v1::LocalCollectiveRequest& request,
                     absl::Time deadline, const CallerMemory& memory,
                     InPlaceDone done);
+  // RunInPlace() of a sync (which has no buffers): returns its outcome
+  // (worker.proto's SyncOutcome, serialized: what a call socket reply
+  // carries as its data), or RunInPlace()'s codes.
+  absl::StatusOr<std::string> SyncInPlace(
+      const v1::LocalCollectiveRequest& request, absl::Time deadline);
 
  private:
   LocalCalls* const calls_;  // not owned

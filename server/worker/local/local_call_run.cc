@@ -70,12 +70,7 @@ void LocalCalls::Run(const v1::LocalCollectiveRequest& request,
           }
           if (kind == v1::COLLECTIVE_KIND_SYNC) {
             // A sync's output is its outcome (worker.proto).
-            v1::SyncOutcome outcome;
-            outcome.set_joiners_waiting(result->joiners_waiting);
-            if (response->has_next()) {
-              *outcome.mutable_next() = response->next();
-            }
-            response->set_data(outcome.SerializeAsString());
+            response->set_data(SyncOutcomeOf(*result).SerializeAsString());
           }
         }
         done(std::move(result), std::move(keep));

@@ -50,6 +50,15 @@ void ToJoinResponse(const Membership& membership,
   response->set_max_world_size(membership.max_world_size);
 }
 
+v1::SyncOutcome LocalCalls::SyncOutcomeOf(const RunResult& result) const {
+  v1::SyncOutcome outcome;
+  outcome.set_joiners_waiting(result.joiners_waiting);
+  if (result.next != nullptr) {
+    ToJoinResponse(*result.next, CallSocket(), outcome.mutable_next());
+  }
+  return outcome;
+}
+
 LocalCalls::LocalCalls(uint64_t max_tensor_bytes, uint64_t max_shared_bytes)
     : max_tensor_bytes_(max_tensor_bytes),
       regions_(max_shared_bytes),

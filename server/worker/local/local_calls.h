@@ -243,6 +243,11 @@ class LocalCalls {
                     absl::Time deadline, const CallerMemory& memory,
                     InPlaceDone done);
 
+  // What a sync that ended with `result` returns as its output
+  // (worker.proto's SyncOutcome): the newcomers waiting and, where it
+  // admitted some, the rank's membership of the next epoch.
+  v1::SyncOutcome SyncOutcomeOf(const RunResult& result) const;
+
   // Runs `request` on buffers in the memory of its device (Cuda(n)), on this
   // thread: `input` holds InputBytes() and `output` gets OutputBytes() (null
   // where that is 0). Codes as RunInPlace(), and CallRuntime::
