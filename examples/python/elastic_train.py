@@ -161,6 +161,25 @@ class Rank:
                       if text in line][times - 1].split()[0])
 
 
+    def first_after(self, marker: str, times: int, text: str,
+                    timeout: float = 120) -> float:
+        """Waits for the first line containing `text` after the `times`-th
+        line containing `marker`; returns when it was printed.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = list(self.lines)
+            marks = [i for i, line in enumerate(lines) if marker in line]
+            if len(marks) >= times:
+                for line in lines[marks[times - 1] + 1:]:
+                    if text in line:
+                        return float(line.split()[0])
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                sys.exit(f"a rank never printed {text!r} after {marker!r}: "
+                         f"{lines[-3:]}")
+            time.sleep(0.01)
+
+
 def launch(args: argparse.Namespace, argv: List[str]) -> int:
     """Runs the ranks; --cycles times kills the newest and starts a
     replacement. Prints the timeline; returns 0 when every rank alive at
@@ -183,18 +202,25 @@ def launch(args: argparse.Namespace, argv: List[str]) -> int:
             victim.process.wait()
             changed = max(r.wait_for("membership changed", cycle + 1)
                           for r in ranks)
+            # Each survivor's retried step, from the change it caught.
+            retried = max(
+                r.first_after("membership changed", cycle + 1, " done") -
+                r.wait_for("membership changed", cycle + 1) for r in ranks)
             # The replacement takes the victim's worker.
             worker = c.sockets[args.world_size - 1 if cycle % 2 else -1]
             ranks.append(Rank(argv, dict(env, CHORUS_WORKER=worker)))
             admitted = first.wait_for("admitted a newcomer", cycle + 1)
-            rows.append((cycle + 1, changed - killed, admitted - killed))
+            rows.append((cycle + 1, changed - killed, retried,
+                         admitted - killed))
             # The next victim is the replacement: once it trains.
             ranks[-1].wait_for("done")
         statuses = [r.process.wait(timeout=600) for r in ranks]
     print("cycle | every survivor has MembershipChanged (s after the kill) "
-          "| replacement admitted (s)")
-    for cycle, changed, admitted in rows:
-        print(f"{cycle:5d} | {changed:8.3f} | {admitted:8.3f}")
+          "| retried step done (s after the change, slowest survivor) "
+          "| replacement admitted (s after the kill)")
+    for cycle, changed, retried, admitted in rows:
+        print(f"{cycle:5d} | {changed:8.3f} | {retried:8.3f} | "
+              f"{admitted:8.3f}")
     digests = {r.lines[-1].rsplit(" ", 1)[-1] for r in ranks}
     same = len(digests) == 1 and all(s == 0 for s in statuses)
     print("every rank holds the same parameters" if same else
