@@ -219,6 +219,8 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
                       group.view.min_world_size > 0 && !group.joiners.empty();
   auto next = std::make_shared<std::shared_ptr<const GroupView>>();
   const int joiners = static_cast<int>(group.joiners.size());
+  // After an admission: the newcomers still waiting (over the maximum).
+  auto still_waiting = std::make_shared<int>(joiners);
   for (int rank = 0; rank < world; ++rank) {
     absl::StatusOr<CollectiveOutcome> outcome =
         plan.ok()
@@ -228,12 +230,20 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
     group.last_outcome[rank] =
         LastCall{std::move(match.calls[rank]->call), outcome};
     completions->push_back([done = std::move(match.calls[rank]->done),
-                            outcome = std::move(outcome), next]() mutable {
-      if (outcome.ok() && *next != nullptr) outcome->next = *next;
+                            outcome = std::move(outcome), next,
+                            still_waiting]() mutable {
+      if (outcome.ok() && *next != nullptr) {
+        outcome->next = *next;
+        outcome->joiners_waiting = *still_waiting;
+      }
       done(std::move(outcome));
     });
   }
-  if (admits) AdmitJoinersLocked(group, next.get(), completions);
+  if (admits) {
+    AdmitJoinersLocked(group, next.get(), completions);
+    // `group` is the next epoch's now.
+    *still_waiting = static_cast<int>(group.joiners.size());
+  }
 }
 
 bool GroupTable::RefuseDevicesLocked(Group& group, uint64_t sequence,

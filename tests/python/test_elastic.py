@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 from typing import Any, List
 
+import grpc
 import numpy as np
 import pytest
 
 import chorus
+from chorus.v1 import coordinator_pb2, coordinator_pb2_grpc
 from conftest import CALL_TIMEOUT, Cluster, run_ranks, unique_group
 
 # A rank in a process of its own: joins, says so, then all-reduces until it
@@ -219,6 +221,54 @@ def test_embedded_ranks_sync_admits_newcomer(cluster: Cluster) -> None:
     for got in _all_reduce(everyone):
         np.testing.assert_array_equal(got, [3.0] * 4)
     for comm in everyone:
+        comm.close()
+
+
+def _joiners_waiting(cluster: Cluster, group: str) -> int:
+    """The newcomers waiting to join `group`, as the coordinator lists it."""
+    channel = grpc.insecure_channel(cluster.coordinator.address)
+    try:
+        listed = coordinator_pb2_grpc.CoordinatorStub(channel).ListGroups(
+            coordinator_pb2.ListGroupsRequest(), timeout=CALL_TIMEOUT)
+    finally:
+        channel.close()
+    return sum(g.joiners_waiting for g in listed.groups if g.name == group)
+
+
+def test_newcomer_killed_while_waiting_members_go_on(
+        cluster: Cluster) -> None:
+    # The daemon's join goes on after its caller died; once admitted, the
+    # daemon finds the caller gone and reports the rank at once, so the
+    # members' next call ends with MembershipChanged, not a deadline.
+    group = unique_group("elastic")
+    comms = _join_elastic(cluster, group, 2, [0, 1], 1)
+    newcomer = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import chorus, sys
+            chorus.join({group!r}, rank=None,
+                        worker={cluster.address("w1")!r}, timeout=60)
+            sys.stdin.read()""")], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while _joiners_waiting(cluster, group) == 0:
+            assert time.monotonic() < deadline, "the newcomer never asked"
+            assert newcomer.poll() is None
+            time.sleep(0.05)
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+    synced = run_ranks([c.sync for c in comms])
+    assert [m.joined for m in synced] == [[2], [2]]
+    assert [c.joiners_waiting for c in comms] == [0, 0]
+    started = time.monotonic()
+    for error in _all_reduce(comms):
+        assert isinstance(error, chorus.MembershipChanged), error
+        assert error.left == [2]
+        assert "went away before its join" in error.message
+    assert time.monotonic() - started < CALL_TIMEOUT / 2
+    for got in _all_reduce(comms):
+        np.testing.assert_array_equal(got, [2.0] * 4)
+    for comm in comms:
         comm.close()
 
 

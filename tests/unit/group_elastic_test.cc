@@ -319,6 +319,7 @@ TEST_F(GroupElasticTest, Sync_NewcomerWaiting_AdmittedAfterTheMembers) {
   ASSERT_TRUE(synced[0].status().ok()) << synced[0].status();
   ASSERT_NE(synced[1]->next, nullptr);
   const GroupView& next = *synced[1]->next;
+  EXPECT_EQ(synced[1]->joiners_waiting, 0);  // after the admission
   EXPECT_EQ(next.world_size, 3);
   EXPECT_EQ(next.members[1].worker_name, "w1");
   EXPECT_EQ(next.members[2].worker_name, "w4");
@@ -336,6 +337,7 @@ TEST_F(GroupElasticTest, Sync_AtMaximum_AdmitsOnlyTheRoomLeft) {
   std::vector<CallResult> synced = All(view, 1, Kind(CollectiveKind::kSync));
   ASSERT_NE(synced[0]->next, nullptr);
   EXPECT_EQ(synced[0]->next->world_size, 3);
+  EXPECT_EQ(synced[0]->joiners_waiting, 1);
   EXPECT_TRUE(first.status().ok());
   EXPECT_EQ(second.calls, 0);
   EXPECT_EQ(Summary().joiners_waiting, 1);

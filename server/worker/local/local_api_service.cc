@@ -121,14 +121,17 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
   args.max_world_size = request->max_world_size();
   args.newcomer = request->newcomer();
   args.follow_epoch = request->follow_epoch();
-  calls_->Join(args, TimeLeft(*context),
-               [reactor, response](absl::StatusOr<JoinedRank> joined) {
-                 if (joined.ok()) {
-                   ToJoinResponse(joined->membership, joined->call_socket,
-                                  response);
-                 }
-                 reactor->Finish(ToGrpcStatus(joined.status()));
-               });
+  calls_->Join(
+      args, TimeLeft(*context),
+      [this, context, reactor, response](absl::StatusOr<JoinedRank> joined) {
+        if (joined.ok() && context->IsCancelled()) {
+          // Its caller is gone: no hold will come for the rank.
+          calls_->JoinUnanswered(joined->membership, context->peer());
+        } else if (joined.ok()) {
+          ToJoinResponse(joined->membership, joined->call_socket, response);
+        }
+        reactor->Finish(ToGrpcStatus(joined.status()));
+      });
   return reactor;
 }
 

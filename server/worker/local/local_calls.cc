@@ -172,29 +172,47 @@ void LocalCalls::EndHold(const Membership& membership, bool released,
   // A rank of an elastic group that leaves on purpose is reported too: its
   // group goes on without it at once.
   const bool leaving = released && membership.min_world_size > 0;
+  if (leaving) {
+    ReportGone(membership, absl::CancelledError("it left the group"), true);
+  } else if (!released) {
+    ReportGone(membership,
+               absl::UnavailableError(absl::StrCat(
+                   "its client process went away (its hold on the local API "
+                   "of worker ",
+                   WorkerName(), " from ", peer, " ended)")),
+               false);
+  }
+  Forget(membership);
+}
+
+void LocalCalls::JoinUnanswered(const Membership& membership,
+                                absl::string_view peer) {
+  ReportGone(membership,
+             absl::UnavailableError(absl::StrCat(
+                 "its client process went away before its join through "
+                 "worker ",
+                 WorkerName(), " was answered (caller ", peer, ")")),
+             false);
+  Forget(membership);
+}
+
+void LocalCalls::ReportGone(const Membership& membership, absl::Status why,
+                            bool leaving) {
   CallRuntime* bound = nullptr;
-  if (!released || leaving) {
+  {
     absl::MutexLock lock(&mu_);
     if (!shutting_down_) bound = runtime_;
   }
-  if (bound != nullptr) {
-    absl::Status why =
-        leaving ? absl::CancelledError("it left the group")
-                : absl::UnavailableError(absl::StrCat(
-                      "its client process went away (its hold on the local "
-                      "API of worker ",
-                      bound->name(), " from ", peer, " ended)"));
-    tasks_.Spawn([bound, membership, leaving, why = std::move(why)] {
-      const absl::Status verdict =
-          bound->ReportRankGone(membership, why, leaving);
-      LOG(WARNING) << "rank " << membership.rank << " of group "
-                   << membership.group << " is gone (" << why
-                   << "); the group's verdict: "
-                   << verdict.ToString(
-                          absl::StatusToStringMode::kWithNoExtraData);
-    });
-  }
-  Forget(membership);
+  if (bound == nullptr) return;
+  tasks_.Spawn([bound, membership, leaving, why = std::move(why)] {
+    const absl::Status verdict =
+        bound->ReportRankGone(membership, why, leaving);
+    LOG(WARNING) << "rank " << membership.rank << " of group "
+                 << membership.group << " is gone (" << why
+                 << "); the group's verdict: "
+                 << verdict.ToString(
+                        absl::StatusToStringMode::kWithNoExtraData);
+  });
 }
 
 void LocalCalls::Forget(const Membership& membership) {

@@ -177,6 +177,14 @@ class LocalCalls {
   void EndHold(const Membership& membership, bool released,
                absl::string_view peer);
 
+  // The caller of a join that succeeded went away before it took the answer
+  // (a newcomer killed while it waited for admission, its join RPC
+  // cancelled): no hold will ever name the rank, so it is reported gone at
+  // once, as when a hold ends unreleased (the others get MEMBERSHIP_CHANGED
+  // or the group's abort rather than waiting out a deadline for it), and
+  // forgotten. `peer` names the caller.
+  void JoinUnanswered(const Membership& membership, absl::string_view peer);
+
   // Forgets `membership` (its rank left), its numbers and its shared
   // regions; later calls on it get FAILED_PRECONDITION ("join first").
   // Nothing happens when the rank joined again at another epoch meanwhile.
@@ -261,6 +269,9 @@ class LocalCalls {
   struct RunningCall;
 
   CallRuntime* runtime() const;
+  // Reports the rank of `membership` gone (`leaving`: it left on purpose)
+  // to the coordinator on a task thread, logging the verdict.
+  void ReportGone(const Membership& membership, absl::Status why, bool leaving);
   // Records `membership` as the rank's current one; returns the call socket
   // to announce.
   std::string Remember(const Membership& membership);
