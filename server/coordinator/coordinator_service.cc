@@ -331,7 +331,11 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     return Finish(context, allowed);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Join(JoinFromProto(request, ClientDeadline(*context)),
+  JoinRequest join = JoinFromProto(request, ClientDeadline(*context));
+  // The worker cancels a newcomer's join whose caller went away. The
+  // context lives until the reactor finishes, after the join's answer.
+  join.withdrawn = [context] { return context->IsCancelled(); };
+  core_->Join(std::move(join),
               [this, reactor, response](const absl::StatusOr<GroupView>& view) {
                 absl::Status status = view.status();
                 if (status.ok()) {

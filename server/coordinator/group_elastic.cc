@@ -354,6 +354,7 @@ bool GroupTable::TryFormRefillLocked(const std::string& name,
   auto it = refills_.find(name);
   if (it == refills_.end()) return false;
   Refill& refill = it->second;
+  DropWithdrawnLocked(refill.joiners, completions);
   const int have = static_cast<int>(refill.survivors.size());
   if (have + static_cast<int>(refill.joiners.size()) <
       refill.previous.min_world_size) {
@@ -394,6 +395,7 @@ void GroupTable::AdmitJoinersLocked(Group& group,
   const GroupView old = group.view;
   const size_t room =
       static_cast<size_t>(std::max(0, old.max_world_size - old.world_size));
+  DropWithdrawnLocked(group.joiners, completions);
   if (group.joiners.empty() || room == 0) return;
   std::vector<PendingJoin> admitted;
   std::vector<PendingJoin> waiting;
@@ -427,6 +429,20 @@ void GroupTable::AdmitJoinersLocked(Group& group,
                 completions);
   *next = FormNextEpochLocked(old, ranks, epoch, std::move(admitted),
                               std::move(waiting), completions);
+}
+
+void GroupTable::DropWithdrawnLocked(std::vector<PendingJoin>& joiners,
+                                     Completions* completions) {
+  for (auto it = joiners.begin(); it != joiners.end();) {
+    if (!it->request.withdrawn || !it->request.withdrawn()) {
+      ++it;
+      continue;
+    }
+    completions->push_back([done = std::move(it->done)] {
+      done(absl::CancelledError("the newcomer went away while it waited"));
+    });
+    it = joiners.erase(it);
+  }
 }
 
 void GroupTable::DropElasticJoinsLocked(uint64_t worker_id,

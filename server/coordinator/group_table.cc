@@ -190,7 +190,12 @@ std::vector<GroupSummary> GroupTable::List() const {
     summary.view = group.view;
     summary.completed = group.completed;
     summary.aborted = group.aborted;
-    summary.joiners_waiting = static_cast<int>(group.joiners.size());
+    for (const PendingJoin& joiner : group.joiners) {
+      // A withdrawn newcomer leaves at the next sync: it waits no more.
+      if (!joiner.request.withdrawn || !joiner.request.withdrawn()) {
+        ++summary.joiners_waiting;
+      }
+    }
     summary.matching = group.pending.size();
     summary.committing = group.commits.size();
     if (!group.pending.empty()) {

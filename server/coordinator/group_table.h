@@ -110,6 +110,10 @@ struct JoinRequest {
   int max_world_size = 0;
   bool newcomer = false;
   uint64_t follow_epoch = 0;
+  // Whether the newcomer's worker withdrew the join (its caller went away
+  // while it waited); such a newcomer is never admitted. Null: never.
+  // Called under the table's lock: it must not block.
+  std::function<bool()> withdrawn;
 };
 
 struct CollectiveCall {
@@ -596,6 +600,11 @@ class GroupTable {
                               Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireElasticJoinsLocked(absl::Time now, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the newcomers of `joiners` whose join was withdrawn (CANCELLED):
+  // they are not admitted and change nothing.
+  void DropWithdrawnLocked(std::vector<PendingJoin>& joiners,
+                           Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The earliest deadline of the elastic joins waiting.
   absl::Time NextElasticDeadlineLocked() const

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "chorus/types.h"
+#include "server/worker/cancel_signal.h"
 
 namespace chorus {
 
@@ -47,6 +48,9 @@ struct JoinArgs {
   int max_world_size = 0;
   bool newcomer = false;
   uint64_t follow_epoch = 0;
+  // Cancelled when the caller went away while it waited (null: never): the
+  // join at the coordinator is cancelled then.
+  std::shared_ptr<CancelSignal> cancel;
 };
 
 struct RunOptions {

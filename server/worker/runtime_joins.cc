@@ -23,6 +23,8 @@ struct WorkerRuntime::PendingJoin {
   absl::Time deadline;
   int attempt = 0;
   std::function<void(absl::StatusOr<Membership>)> done;
+  // Cancelled when the local caller went away (may be null).
+  std::shared_ptr<CancelSignal> cancel;
 };
 
 absl::StatusOr<Membership> WorkerRuntime::Join(const std::string& group,
@@ -73,6 +75,10 @@ void WorkerRuntime::JoinAsync(
   join->start = absl::Now();
   join->deadline = join->start + timeout;
   join->done = std::move(done);
+  // A newcomer whose caller went away is withdrawn (it must not be
+  // admitted); other joins go on, and a rank whose caller is gone once its
+  // group formed is reported gone by the local API.
+  if (args.newcomer) join->cancel = args.cancel;
   {
     absl::MutexLock lock(&joins_mu_);
     joins_.insert(join);
@@ -98,6 +104,18 @@ void WorkerRuntime::SendJoin(PendingJoin* join) {
   if (context == nullptr) {
     EndJoin(join, absl::UnavailableError("this worker is shutting down"));
     return;
+  }
+  if (join->cancel != nullptr) {
+    // The caller went away: the coordinator drops the join (a newcomer is
+    // not admitted). The join may have ended meanwhile: only a join still
+    // pending, with this request id, is cancelled.
+    join->cancel->OnCancel([this, join, id = join->request.request_id()] {
+      absl::MutexLock lock(&joins_mu_);
+      if (joins_.contains(join) && join->request.request_id() == id &&
+          join->context != nullptr) {
+        join->context->TryCancel();
+      }
+    });
   }
   coordinator_->async()->JoinGroup(
       context, &join->request, &join->response,
@@ -187,6 +205,7 @@ absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
 
 void WorkerRuntime::EndJoin(PendingJoin* join,
                             absl::StatusOr<Membership> result) {
+  if (join->cancel != nullptr) join->cancel->Clear();
   join->done(std::move(result));
   {
     absl::MutexLock lock(&joins_mu_);

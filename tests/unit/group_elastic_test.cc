@@ -358,6 +358,25 @@ TEST_F(GroupElasticTest, Sync_LossWhileMembersWait_AbortsSyncNewcomerWaits) {
   EXPECT_EQ(Summary().view.world_size, 2);
 }
 
+TEST_F(GroupElasticTest, Sync_NewcomerWithdrawn_NotAdmittedNothingChanges) {
+  const GroupView view = Form(2, 1);
+  bool gone = false;
+  JoinRequest request = Req(1, 0, 0, 0, 4);
+  request.world_size = 0;
+  request.newcomer = true;
+  request.withdrawn = [&gone] { return gone; };
+  JoinResult newcomer;
+  table_->Join(request, newcomer.Callback());
+  EXPECT_EQ(Summary().joiners_waiting, 1);
+  gone = true;  // its worker cancelled the join: its caller went away
+  EXPECT_EQ(Summary().joiners_waiting, 0);
+  std::vector<CallResult> synced = All(view, 1, Kind(CollectiveKind::kSync));
+  ASSERT_TRUE(synced[0].status().ok()) << synced[0].status();
+  EXPECT_EQ(synced[0]->next, nullptr);
+  EXPECT_EQ(newcomer.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Summary().view.epoch, view.epoch);
+}
+
 TEST_F(GroupElasticTest, Newcomer_GroupNotElastic_FailedPrecondition) {
   Form(2, 0);
   JoinResult newcomer;

@@ -44,6 +44,20 @@ class CountedReactor : public grpc::ServerUnaryReactor {
   BurstMemory* const burst_;
 };
 
+// One WorkerLocal.JoinGroup call: its cancellation (the client went away
+// while it waited) cancels the join.
+class JoinReactor final : public CountedReactor {
+ public:
+  explicit JoinReactor(BurstMemory* burst)
+      : CountedReactor(burst), cancel_(std::make_shared<CancelSignal>()) {}
+
+  void OnCancel() override { cancel_->Cancel(); }
+  const std::shared_ptr<CancelSignal>& cancel() const { return cancel_; }
+
+ private:
+  const std::shared_ptr<CancelSignal> cancel_;
+};
+
 // One WorkerLocal.Collective call: finishes with the call's result, then
 // (once the reply went out or the client went away) hands the output to
 // the ledger for retries.
@@ -106,12 +120,13 @@ absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context) {
 grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
     grpc::CallbackServerContext* context, const v1::LocalJoinRequest* request,
     v1::LocalJoinResponse* response) {
-  auto* reactor = new CountedReactor(calls_->burst_memory());
+  auto* reactor = new JoinReactor(calls_->burst_memory());
   if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }
   JoinArgs args;
+  args.cancel = reactor->cancel();
   args.group = request->group();
   args.world_size = request->world_size();
   args.rank = request->rank();
