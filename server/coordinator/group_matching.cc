@@ -217,10 +217,14 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
   // are queued (the group is replaced by it).
   const bool admits = plan.ok() && first.kind == CollectiveKind::kSync &&
                       group.view.min_world_size > 0 && !group.joiners.empty();
-  auto next = std::make_shared<std::shared_ptr<const GroupView>>();
+  // Made only for such a sync: no other decision pays for it.
+  struct Admission {
+    std::shared_ptr<const GroupView> next;
+    int still_waiting = 0;  // the newcomers left waiting after it
+  };
+  std::shared_ptr<Admission> admission =
+      admits ? std::make_shared<Admission>() : nullptr;
   const int joiners = static_cast<int>(group.joiners.size());
-  // After an admission: the newcomers still waiting (over the maximum).
-  auto still_waiting = std::make_shared<int>(joiners);
   for (int rank = 0; rank < world; ++rank) {
     absl::StatusOr<CollectiveOutcome> outcome =
         plan.ok()
@@ -230,19 +234,18 @@ void GroupTable::DecideLocked(Group& group, uint64_t sequence,
     group.last_outcome[rank] =
         LastCall{std::move(match.calls[rank]->call), outcome};
     completions->push_back([done = std::move(match.calls[rank]->done),
-                            outcome = std::move(outcome), next,
-                            still_waiting]() mutable {
-      if (outcome.ok() && *next != nullptr) {
-        outcome->next = *next;
-        outcome->joiners_waiting = *still_waiting;
+                            outcome = std::move(outcome), admission]() mutable {
+      if (outcome.ok() && admission != nullptr) {
+        outcome->next = admission->next;
+        outcome->joiners_waiting = admission->still_waiting;
       }
       done(std::move(outcome));
     });
   }
-  if (admits) {
-    AdmitJoinersLocked(group, next.get(), completions);
-    // `group` is the next epoch's now.
-    *still_waiting = static_cast<int>(group.joiners.size());
+  if (admission != nullptr) {
+    AdmitJoinersLocked(group, &admission->next, completions);
+    // `group` is the next epoch's now (or the same, none being admitted).
+    admission->still_waiting = static_cast<int>(group.joiners.size());
   }
 }
 
