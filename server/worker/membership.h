@@ -13,9 +13,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "chorus/types.h"
-#include "server/worker/cancel_signal.h"
 
 namespace chorus {
+
+class CancelSignal;  // server/worker/cancel_signal.h
 
 // One rank's membership in a formed group.
 struct Membership {
@@ -48,8 +49,8 @@ struct JoinArgs {
   int max_world_size = 0;
   bool newcomer = false;
   uint64_t follow_epoch = 0;
-  // Cancelled when the caller went away while it waited (null: never): the
-  // join at the coordinator is cancelled then.
+  // Cancelled when the caller went away while it waited (null: never): a
+  // newcomer's join is then withdrawn at the coordinator.
   std::shared_ptr<CancelSignal> cancel;
 };
 

@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "server/common/device_proto.h"
 #include "server/common/grpc_status.h"
+#include "server/worker/cancel_signal.h"
 #include "server/worker/coordinator_status.h"
 #include "server/worker/worker_runtime.h"
 

@@ -5,6 +5,7 @@ new membership's; a newcomer's first sync() takes rank 0's parameters and
 step; with nobody waiting, sync() moves no data.
 """
 
+import time
 from typing import Any, List, Optional
 
 import pytest
@@ -82,9 +83,12 @@ def test_leave_then_newcomer_process_group_follows_state_handed_out(
         joined.append(_join(cluster, name, 0, None))
         return joined[0].sync(newcomer_model, step=0)
 
+    deadline = time.monotonic() + CALL_TIMEOUT
+
     def member(group: ElasticGroup, model: Any) -> int:
         # The members sync until the newcomer came in.
         while True:
+            assert time.monotonic() < deadline, "the newcomer never came in"
             epoch = group.epoch
             step = group.sync(model, step=7)
             if group.epoch != epoch:

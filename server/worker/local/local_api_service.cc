@@ -14,6 +14,7 @@
 #include "server/common/grpc_status.h"
 #include "server/common/refused_reactor.h"
 #include "server/common/transport_security.h"
+#include "server/worker/cancel_signal.h"
 #include "server/worker/local/chunked_call_reactor.h"
 #include "server/worker/local/grpc_deadline.h"
 #include "server/worker/local/membership_hold_reactor.h"

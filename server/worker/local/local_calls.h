@@ -178,8 +178,9 @@ class LocalCalls {
                absl::string_view peer);
 
   // The caller of a join that succeeded went away before it took the answer
-  // (a newcomer killed while it waited for admission, its join RPC
-  // cancelled): no hold will ever name the rank, so it is reported gone at
+  // (its join RPC cancelled: a rank of a forming group killed while the
+  // others joined, or a newcomer admitted before its withdrawal reached the
+  // coordinator): no hold will ever name the rank, so it is reported gone at
   // once, as when a hold ends unreleased (the others get MEMBERSHIP_CHANGED
   // or the group's abort rather than waiting out a deadline for it), and
   // forgotten. `peer` names the caller.
