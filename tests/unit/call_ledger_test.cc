@@ -19,13 +19,23 @@ absl::Time Later() { return absl::Now() + absl::Minutes(5); }
 // Already passed: a wait for a lower number gives up at once.
 absl::Time Passed() { return absl::Now() - absl::Seconds(1); }
 
-// The description every call of these tests carries unless it says another.
-constexpr char kCall[] = "all_reduce f32[4] sum";
+// A call of the given kind on four f32: every call of these tests is an
+// all_reduce unless it says another.
+CallIdentity CallOf(CollectiveKind kind = CollectiveKind::kAllReduce) {
+  CallIdentity call;
+  call.spec.kind = kind;
+  call.spec.dtype = DType::kF32;
+  call.spec.count = 4;
+  if (kind == CollectiveKind::kAllReduce) call.spec.op = ReduceOp::kSum;
+  call.input_bytes = 16;
+  return call;
+}
+const CallIdentity kCall = CallOf();
 
 // Use() of a first attempt: fails the test when it came back as a retry.
 absl::Status Take(CallLedger& ledger, const std::string& group, int rank,
                   uint64_t epoch, uint64_t sequence, absl::Time deadline,
-                  const std::string& call = kCall) {
+                  const CallIdentity& call = kCall) {
   std::optional<CallOutcome> retried;
   absl::Status status =
       ledger.Use(group, rank, epoch, sequence, call, deadline, &retried);
@@ -187,7 +197,7 @@ TEST(CallLedgerTest, Use_SameNumberOtherCall_FailedPrecondition) {
   ASSERT_TRUE(Take(ledger, "g", 0, 7, 1, Later()).ok());
   ledger.Keep("g", 0, 7, 1, Output("result"));
   const absl::Status other =
-      Take(ledger, "g", 0, 7, 1, Later(), "broadcast f32[4] root 0");
+      Take(ledger, "g", 0, 7, 1, Later(), CallOf(CollectiveKind::kBroadcast));
   EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(other.message(), HasSubstr("already called #1 as"));
 }

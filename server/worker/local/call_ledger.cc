@@ -4,6 +4,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/collective.h"
+#include "server/common/device.h"
 #include "server/common/status_detail.h"
 
 namespace chorus {
@@ -17,13 +19,34 @@ absl::Status LeftError(const std::string& who) {
 
 }  // namespace
 
+bool CallIdentity::operator==(const CallIdentity& other) const {
+  auto same_device = [](const Device& a, const Device& b) {
+    return a.kind == b.kind && a.index == b.index &&
+           a.other_kind == b.other_kind;
+  };
+  return spec.kind == other.spec.kind && spec.dtype == other.spec.dtype &&
+         spec.count == other.spec.count && spec.op == other.spec.op &&
+         spec.root == other.spec.root && algorithm == other.algorithm &&
+         input_bytes == other.input_bytes &&
+         device.has_value() == other.device.has_value() &&
+         (!device.has_value() || same_device(*device, *other.device));
+}
+
+std::string CallIdentity::Describe() const {
+  return absl::StrCat(
+      DescribeSpec(spec), " (algorithm ", static_cast<int>(algorithm),
+      ", device ",
+      device.has_value() ? CanonicalName(*device) : std::string("of the rank"),
+      ", ", input_bytes, " bytes of input)");
+}
+
 bool CallLedger::Used(const Numbers& numbers, uint64_t sequence) {
   return sequence < numbers.lowest_unused ||
          numbers.used_ahead.contains(sequence);
 }
 
 absl::Status CallLedger::Use(const std::string& group, int rank, uint64_t epoch,
-                             uint64_t sequence, const std::string& call,
+                             uint64_t sequence, const CallIdentity& call,
                              absl::Time deadline,
                              std::optional<CallOutcome>* retried) {
   retried->reset();
@@ -123,7 +146,7 @@ bool CallLedger::MayWait(const std::string& group, int rank, uint64_t epoch,
 
 absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
                                      uint64_t epoch, uint64_t sequence,
-                                     const std::string& call,
+                                     const CallIdentity& call,
                                      absl::Time deadline,
                                      std::optional<CallOutcome>* retried) {
   auto it = numbers.calls.find(sequence);
@@ -136,8 +159,8 @@ absl::Status CallLedger::RetryLocked(const std::string& who, Numbers& numbers,
   }
   if (it->second.call != call) {
     return absl::FailedPreconditionError(absl::StrCat(
-        who, " already called #", sequence, " as ", it->second.call, ", not ",
-        call, "; each call takes the next number"));
+        who, " already called #", sequence, " as ", it->second.call.Describe(),
+        ", not ", call.Describe(), "; each call takes the next number"));
   }
   auto ended = [&] {
     mu_.AssertHeld();

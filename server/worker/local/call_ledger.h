@@ -43,6 +43,23 @@ inline constexpr uint64_t kMaxNumbersAhead = 1024;
 // The largest output the ledger keeps for a retry: 64 MiB.
 inline constexpr uint64_t kMaxKeptOutputBytes = uint64_t{64} << 20;
 
+// What identifies a call for its retries: the same number with the same
+// identity again is a retry. Compared on every call, described only in a
+// status.
+struct CallIdentity {
+  CollectiveSpec spec;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  // The device the call named; none: the rank's own.
+  std::optional<Device> device;
+  uint64_t input_bytes = 0;
+
+  bool operator==(const CallIdentity& other) const;
+  bool operator!=(const CallIdentity& other) const { return !(*this == other); }
+  // E.g. "all_reduce f32[4] sum (algorithm 0, device of the rank, 16 bytes
+  // of input)".
+  std::string Describe() const;
+};
+
 // How a call that took its number ended.
 struct CallOutcome {
   absl::Status status;
@@ -67,9 +84,8 @@ class CallLedger {
 
   // Uses number `sequence` for `rank` of `group` at `epoch` once every lower
   // number of that epoch is used, waiting for them until `deadline`. A newer
-  // epoch starts again from 1. `call` describes the call (spec, plan,
-  // device, input size): the same number with the same `call` again is a
-  // retry. Returns OK when the call now holds its number (run it, then
+  // epoch starts again from 1. The same number with the same `call` again
+  // is a retry. Returns OK when the call now holds its number (run it, then
   // Keep() its outcome), or OK with `*retried` set to the first attempt's
   // outcome for a retry (waiting until `deadline` for an attempt still
   // running); otherwise the number stays free and:
@@ -83,7 +99,7 @@ class CallLedger {
   //   `deadline`;
   // - UNAVAILABLE: Close() was called.
   absl::Status Use(const std::string& group, int rank, uint64_t epoch,
-                   uint64_t sequence, const std::string& call,
+                   uint64_t sequence, const CallIdentity& call,
                    absl::Time deadline, std::optional<CallOutcome>* retried);
 
   // Whether Use() of `sequence` for `rank` of `group` at `epoch` may wait
@@ -114,7 +130,7 @@ class CallLedger {
  private:
   // A call that took its number: running, or the rank's newest finished.
   struct Entry {
-    std::string call;
+    CallIdentity call;
     bool finished = false;
     CallOutcome outcome;
   };
@@ -136,7 +152,7 @@ class CallLedger {
   // Answers a retry of used number `sequence` of `numbers`.
   absl::Status RetryLocked(const std::string& who, Numbers& numbers,
                            uint64_t epoch, uint64_t sequence,
-                           const std::string& call, absl::Time deadline,
+                           const CallIdentity& call, absl::Time deadline,
                            std::optional<CallOutcome>* retried)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/common/collective.h"
-#include "server/common/device.h"
 #include "server/common/status_detail.h"
 #include "server/worker/local/local_calls.h"
 
@@ -25,15 +24,14 @@ absl::Status NumberUsed(const absl::Status& failure,
   return WithErrorDetail(failure, detail);
 }
 
-// What identifies a call for its retries: the same number with the same
-// spec, plan, device and input size again is a retry.
-std::string DescribeCall(const LocalCall& call, uint64_t input_bytes) {
-  return absl::StrCat(DescribeSpec(call.spec), " (algorithm ",
-                      static_cast<int>(call.options.algorithm), ", device ",
-                      call.options.device.has_value()
-                          ? CanonicalName(*call.options.device)
-                          : std::string("of the rank"),
-                      ", ", input_bytes, " bytes of input)");
+// What identifies a call for its retries.
+CallIdentity IdentityOf(const LocalCall& call, uint64_t input_bytes) {
+  CallIdentity identity;
+  identity.spec = call.spec;
+  identity.algorithm = call.options.algorithm;
+  identity.device = call.options.device;
+  identity.input_bytes = input_bytes;
+  return identity;
 }
 
 }  // namespace
@@ -127,7 +125,7 @@ void LocalCalls::TakeNumberAndRun(LocalCall call, absl::Time deadline,
   std::optional<CallOutcome> retried;
   if (taken.ok()) {
     taken = ledger_.Use(m.group, m.rank, m.epoch, call.sequence,
-                        DescribeCall(call, input.size()), deadline, &retried);
+                        IdentityOf(call, input.size()), deadline, &retried);
   }
   if (!taken.ok()) {
     done(taken, nullptr);
@@ -242,6 +240,12 @@ void LocalCalls::EndCall(RunningCall& running, absl::StatusOr<RunResult> ran) {
   if (call.output_region != nullptr) {
     call.output_region->GiveScratch(std::move(running.scratch));
   }
+  if (call.keeps_no_output) {
+    // Nothing of the output to wait for: the outcome is kept now.
+    ledger_.Keep(m.group, m.rank, m.epoch, call.sequence, std::move(outcome));
+    running.done(std::move(ran), nullptr);
+    return;
+  }
   KeepOutput keep = [this, group = m.group, rank = m.rank, epoch = m.epoch,
                      sequence = call.sequence,
                      outcome = std::move(outcome)](std::string output) mutable {
@@ -260,8 +264,7 @@ absl::StatusOr<RunResult> LocalCalls::RunOnThisThread(LocalCall call,
   absl::StatusOr<RunResult> ended = absl::InternalError("the call never ended");
   // With wait_here the call, and `done`, run on this thread.
   StartCall(std::move(call), deadline, input, output,
-            [&ended](absl::StatusOr<RunResult> result, KeepOutput keep) {
-              if (keep) keep(std::string());  // nothing to keep
+            [&ended](absl::StatusOr<RunResult> result, KeepOutput) {
               ended = std::move(result);
             });
   return ended;
@@ -312,10 +315,7 @@ void LocalCalls::InPlace(const v1::LocalCollectiveRequest& request,
   call->wait_here = wait_here;
   StartCall(*std::move(call), deadline, memory.input, /*output=*/nullptr,
             [done = std::move(done)](absl::StatusOr<RunResult> result,
-                                     KeepOutput keep) {
-              if (keep) keep(std::string());  // in place: nothing to keep
-              done(std::move(result));
-            });
+                                     KeepOutput) { done(std::move(result)); });
 }
 
 absl::StatusOr<RunResult> LocalCalls::RunOnDevice(

@@ -101,7 +101,8 @@ struct LocalCall {
 
 // Takes a finished call's output for its retries (CallLedger::Keep); called
 // once, when the reply went out. Null where the call did not run here (a
-// refusal, or a retry answered from the ledger).
+// refusal, or a retry answered from the ledger) and where it keeps no
+// output (keeps_no_output: its outcome is kept as it ends).
 using KeepOutput = std::function<void(std::string output)>;
 // How a call ends: its result and its KeepOutput.
 using CallDone =
