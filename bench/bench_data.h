@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "server/common/collective.h"
+#include "common/collective.h"
+#include "common/half.h"
 #include "server/reduce/element_ops.h"
-#include "server/reduce/half.h"
 
 namespace chorus::bench {
 

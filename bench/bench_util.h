@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/common/collective.h"
+#include "common/collective.h"
 
 namespace chorus::bench {
 

@@ -48,11 +48,11 @@
 #include "bench/bench_process.h"
 #include "bench/bench_util.h"
 #include "chorus/communicator.h"
-#include "server/common/collective.h"
-#include "server/common/metrics_flags.h"
-#include "server/common/transport_security.h"
-#include "server/reduce/dtype.h"
-#include "server/reduce/half.h"
+#include "common/collective.h"
+#include "common/dtype.h"
+#include "common/half.h"
+#include "common/metrics_flags.h"
+#include "common/transport_security.h"
 #include "server/worker/local/local_worker.h"
 
 #ifndef CHORUS_BENCH_COORDINATOR_BIN

@@ -58,10 +58,10 @@
 #include "bench/bench_process.h"
 #include "bench/bench_util.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
-#include "server/common/call_frame.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
-#include "server/common/tcp_socket.h"
+#include "common/call_frame.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+#include "common/tcp_socket.h"
 
 ABSL_FLAG(int32_t, ranks, 1024, "Ranks in the group.");
 ABSL_FLAG(int32_t, workers, 0,

@@ -14,8 +14,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/dtype.h"
 #include "server/reduce/cuda/cuda_reduce.h"
-#include "server/reduce/dtype.h"
 
 namespace chorus {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "bench/bench_util.h"
-#include "server/common/collective.h"
+#include "common/collective.h"
 
 ABSL_FLAG(std::string, sizes, "8,64K,1M,64M",
           "Comma-separated sizes in bytes, e.g. 8,64K,1M,64M (whole f32s).");

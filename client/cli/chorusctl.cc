@@ -26,13 +26,13 @@
 #include "client/cli/rank_input.h"
 #include "client/cli/trace_report.h"
 #include "client/cli/values.h"
-#include "server/common/collective.h"
-#include "server/common/device_proto.h"
-#include "server/common/rank_list.h"
-#include "server/common/security_flags.h"
-#include "server/common/tcp_socket.h"
-#include "server/common/transport_security.h"
-#include "server/worker/local/call_socket.h"
+#include "common/collective.h"
+#include "common/device_proto.h"
+#include "common/local_socket_path.h"
+#include "common/rank_list.h"
+#include "common/security_flags.h"
+#include "common/tcp_socket.h"
+#include "common/transport_security.h"
 #include "server/worker/local/local_worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
@@ -513,7 +513,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   // A write to a connection a peer closed fails with EPIPE rather than
   // ending chorusctl (its own worker's connections, gRPC's), as in the
-  // daemons (server/common/daemon.cc).
+  // daemons (common/daemon.cc).
   signal(SIGPIPE, SIG_IGN);
   // Only warnings and errors of the embedded worker reach the terminal.
   FLAGS_logtostderr = true;

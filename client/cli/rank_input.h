@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus {
 

@@ -9,8 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/json_string.h"
-#include "server/common/collective.h"
-#include "server/common/rank_list.h"
+#include "common/collective.h"
+#include "common/rank_list.h"
 
 namespace chorus {
 namespace {

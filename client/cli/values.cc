@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/reduce/half.h"
+#include "common/half.h"
 
 namespace chorus {
 namespace {

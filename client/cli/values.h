@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus {
 

@@ -6,12 +6,12 @@
 #include <utility>
 
 #include "chorus/v1/coordinator.grpc.pb.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/common/device_proto.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
-#include "server/common/status_detail.h"
-#include "server/common/tls_mismatch.h"
+#include "common/collective_spec_proto.h"
+#include "common/device_proto.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+#include "common/status_detail.h"
+#include "common/tls_mismatch.h"
 
 namespace chorus {
 namespace {

@@ -1,6 +1,6 @@
 #include "chorus/status_facts.h"
 
-#include "server/common/status_detail.h"
+#include "common/status_detail.h"
 
 namespace chorus {
 

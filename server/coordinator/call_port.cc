@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/call_frame.h"
-#include "server/common/tcp_socket.h"
+#include "common/call_frame.h"
+#include "common/tcp_socket.h"
 #include "server/coordinator/collective_proto.h"
 
 namespace chorus {

@@ -40,7 +40,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "server/common/frame_server.h"
+#include "common/frame_server.h"
 #include "server/coordinator/coordinator.h"
 
 namespace chorus {

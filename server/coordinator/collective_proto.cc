@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/common/device_proto.h"
-#include "server/common/status_detail.h"
+#include "common/collective_spec_proto.h"
+#include "common/device_proto.h"
+#include "common/status_detail.h"
 
 namespace chorus {
 v1::CallPortReply CallPortStatusReply(uint64_t call_id,

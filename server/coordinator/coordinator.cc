@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/common/answer_margin.h"
-#include "server/common/device.h"
-#include "server/common/metrics.h"
+#include "common/answer_margin.h"
+#include "common/device.h"
+#include "common/metrics.h"
 
 namespace chorus {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "server/common/metrics.h"
+#include "common/metrics.h"
 
 namespace chorus {
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "server/common/device_proto.h"
-#include "server/common/grpc_status.h"
-#include "server/common/refused_reactor.h"
-#include "server/common/transport_security.h"
+#include "common/device_proto.h"
+#include "common/grpc_status.h"
+#include "common/refused_reactor.h"
+#include "common/transport_security.h"
 #include "server/coordinator/collective_proto.h"
 
 namespace chorus {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/common/collective.h"
-#include "server/common/collective_metrics.h"
+#include "common/collective.h"
+#include "common/collective_metrics.h"
 
 namespace chorus {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/common/rank_list.h"
-#include "server/common/status_detail.h"
+#include "common/rank_list.h"
+#include "common/status_detail.h"
 #include "server/coordinator/group_table.h"
 
 namespace chorus {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/common/collective.h"
+#include "common/collective.h"
 
 namespace chorus {
 

@@ -24,8 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/common/clock.h"
-#include "server/common/device.h"
+#include "common/clock.h"
+#include "common/device.h"
 
 namespace chorus {
 

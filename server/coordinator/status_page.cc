@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "server/common/collective.h"
-#include "server/common/device.h"
-#include "server/common/rank_list.h"
+#include "common/collective.h"
+#include "common/device.h"
+#include "common/rank_list.h"
 
 namespace chorus {
 namespace {

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
+#include "common/half.h"
 #include "server/reduce/element_ops.h"
-#include "server/reduce/half.h"
 
 namespace chorus {
 namespace reduce {

@@ -28,8 +28,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "server/reduce/half.h"
-#include "server/reduce/host_device.h"
+#include "common/half.h"
+#include "common/host_device.h"
 
 namespace chorus {
 namespace reduce {

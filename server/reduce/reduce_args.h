@@ -9,7 +9,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus {
 namespace reduce {

@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/common/net.h"
-#include "server/common/status_detail.h"
-#include "server/common/tcp_socket.h"
-#include "server/common/tls_session.h"
+#include "common/net.h"
+#include "common/status_detail.h"
+#include "common/tcp_socket.h"
+#include "common/tls_session.h"
 #include "server/worker/call_port_dial.h"
 #include "server/worker/coordinator_status.h"
 

@@ -57,8 +57,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
-#include "server/common/call_frame.h"
-#include "server/common/tls_session.h"
+#include "common/call_frame.h"
+#include "common/tls_session.h"
 #include "server/worker/call_port_dial.h"
 
 namespace chorus {

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/common/call_frame.h"
-#include "server/common/tcp_socket.h"
-#include "server/common/transport_security.h"
+#include "common/call_frame.h"
+#include "common/tcp_socket.h"
+#include "common/transport_security.h"
 
 namespace chorus {
 namespace {

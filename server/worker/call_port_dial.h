@@ -2,7 +2,7 @@
 // (call_port_client.h): a new TCP connection to the port, the TLS handshake
 // when TLS is on in the process (the port must present the coordinator's
 // certificate), and the hello that opens the stream of call frames
-// (server/common/call_frame.h).
+// (common/call_frame.h).
 //
 // Stateless; thread-safe. The caller owns the connection it is given.
 #ifndef CHORUS_SERVER_WORKER_CALL_PORT_DIAL_H_
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/common/tls_session.h"
+#include "common/tls_session.h"
 
 namespace chorus {
 

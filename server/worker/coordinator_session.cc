@@ -8,11 +8,11 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/common/device_proto.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
-#include "server/common/status_detail.h"
-#include "server/common/tls_mismatch.h"
+#include "common/device_proto.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+#include "common/status_detail.h"
+#include "common/tls_mismatch.h"
 
 namespace chorus {
 namespace {

@@ -23,7 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
-#include "server/common/device.h"
+#include "common/device.h"
 
 namespace chorus {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/common/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace chorus {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/common/device.h"
+#include "common/device.h"
 
 namespace chorus {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/common/device.h"
+#include "common/device.h"
 
 namespace chorus {
 

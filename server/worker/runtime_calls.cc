@@ -8,11 +8,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective_metrics.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/common/device_proto.h"
-#include "server/common/grpc_status.h"
-#include "server/common/status_detail.h"
+#include "common/collective_metrics.h"
+#include "common/collective_spec_proto.h"
+#include "common/device_proto.h"
+#include "common/grpc_status.h"
+#include "common/status_detail.h"
 #include "server/worker/coordinator_status.h"
 #include "server/worker/worker_runtime.h"
 

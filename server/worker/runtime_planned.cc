@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/answer_margin.h"
-#include "server/common/grpc_status.h"
-#include "server/common/status_detail.h"
+#include "common/answer_margin.h"
+#include "common/grpc_status.h"
+#include "common/status_detail.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/coordinator_status.h"
 #include "server/worker/dataplane/peer_transport.h"

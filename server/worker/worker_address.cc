@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/net.h"
-#include "server/common/tcp_socket.h"
+#include "common/net.h"
+#include "common/tcp_socket.h"
 
 namespace chorus {
 namespace {

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/net.h"
-#include "server/common/tcp_socket.h"
-#include "server/common/transport_security.h"
+#include "common/net.h"
+#include "common/tcp_socket.h"
+#include "common/transport_security.h"
 #include "server/worker/dataplane/tcp_peer_pool.h"
 #include "server/worker/worker_address.h"
 

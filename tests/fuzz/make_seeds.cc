@@ -17,9 +17,9 @@
 
 #include "chorus/v1/coordinator.pb.h"
 #include "chorus/v1/worker.pb.h"
-#include "server/common/call_frame.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/reduce/dtype.h"
+#include "common/call_frame.h"
+#include "common/collective_spec_proto.h"
+#include "common/dtype.h"
 #include "server/worker/dataplane/wire_frame.h"
 #include "tests/fuzz/fuzz_format.h"
 

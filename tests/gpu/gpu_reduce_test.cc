@@ -13,11 +13,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 #include "server/reduce/cuda/cuda_reduce.h"
-#include "server/reduce/dtype.h"
-#include "server/reduce/half.h"
 #include "tests/unit/reduce/reference.h"
 #include "tests/unit/reduce/test_values.h"
 

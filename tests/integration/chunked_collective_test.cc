@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
+#include "common/net.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/net.h"
 #include "tests/testing/daemons.h"
 
 namespace chorus::test {

@@ -15,12 +15,12 @@
 
 #include "absl/time/clock.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/collective_spec_proto.h"
+#include "common/device_proto.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/common/device_proto.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
 #include "tests/testing/collective_harness.h"
 
 namespace chorus::test {

@@ -1,4 +1,4 @@
-// A client and a coordinator that disagree about TLS (server/common/
+// A client and a coordinator that disagree about TLS (common/
 // tls_mismatch.h): chorusctl or a worker without --tls_dir against a
 // coordinator with mutual TLS learns that it needs --tls_dir (it used to get
 // gRPC's bare "Socket closed", and the worker retried for ever), and one
@@ -6,7 +6,7 @@
 // coordinator does not use TLS. The probe behind it answers true only for a
 // TLS server. Real daemons on 127.0.0.1; this process runs in plaintext.
 
-#include "server/common/tls_mismatch.h"
+#include "common/tls_mismatch.h"
 
 #include <sys/socket.h>
 
@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/tcp_socket.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/tcp_socket.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/daemons.h"
 

@@ -1,18 +1,18 @@
-// TlsSession (server/common/tls_session.h) with both ends in this process:
+// TlsSession (common/tls_session.h) with both ends in this process:
 // bytes moved between a connecting and an accepting session by the test,
 // with certificates from scripts/dev_certs.sh. The handshake, the identities
 // learned, payloads both ways, a server that is not the role dialed,
 // plaintext and a tampered record, and a Seal() too early.
 
-#include "server/common/tls_session.h"
+#include "common/tls_session.h"
 
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/transport_security.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/transport_security.h"
 #include "tests/testing/certs.h"
 
 namespace chorus::test {

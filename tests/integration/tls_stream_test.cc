@@ -1,11 +1,11 @@
-// TlsStream (server/common/tls_stream.h) over a real loopback TCP connection
+// TlsStream (common/tls_stream.h) over a real loopback TCP connection
 // with both ends in this process, certificates from scripts/dev_certs.sh:
 // frames of many records written in parts arrive whole and in order, a
 // write to a peer that closed fails, one to a peer that stopped reading
 // ends at its deadline, and a read that ends the session writes TLS's alert
 // without raising SIGPIPE.
 
-#include "server/common/tls_stream.h"
+#include "common/tls_stream.h"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/tcp_socket.h"
+#include "common/transport_security.h"
 #include "gtest/gtest.h"
-#include "server/common/tcp_socket.h"
-#include "server/common/transport_security.h"
 #include "tests/testing/certs.h"
 
 namespace chorus::test {

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/common/transport_security.h"
+#include "common/transport_security.h"
 #include "tests/testing/daemons.h"
 
 namespace chorus::test {

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus::test {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "common/collective.h"
 #include "gtest/gtest.h"
-#include "server/common/collective.h"
 
 namespace chorus::test {
 

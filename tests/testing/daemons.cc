@@ -25,8 +25,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {

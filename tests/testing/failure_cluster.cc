@@ -22,8 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "chorus/v1/worker.grpc.pb.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {

@@ -28,9 +28,9 @@
 #include "absl/time/time.h"
 #include "chorus/communicator.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/collective.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/collective.h"
 #include "tests/testing/daemons.h"
 
 namespace chorus::test {

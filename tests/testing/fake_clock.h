@@ -7,7 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "server/common/clock.h"
+#include "common/clock.h"
 
 namespace chorus {
 

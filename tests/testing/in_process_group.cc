@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/common/result_hash.h"
+#include "common/result_hash.h"
 
 namespace chorus::test {
 

@@ -16,8 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/collective.h"
 #include "gtest/gtest.h"
-#include "server/common/collective.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/dataplane/in_process_transport.h"
 #include "tests/testing/collective_reference.h"

@@ -1,12 +1,12 @@
 // BurstMemory: when it trims the heap, and what its metrics say.
 
-#include "server/common/burst_memory.h"
+#include "common/burst_memory.h"
 
 #include <memory>
 
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "gtest/gtest.h"
-#include "server/common/metrics.h"
 
 namespace chorus {
 namespace {

@@ -1,7 +1,7 @@
 // CallFrameParser: frames cut from bytes that arrive in pieces of any size,
 // the size limit, and Reset().
 
-#include "server/common/call_frame.h"
+#include "common/call_frame.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "server/common/collective.h"
+#include "common/collective.h"
 
 #include <algorithm>
 #include <string>

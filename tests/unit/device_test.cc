@@ -1,4 +1,4 @@
-#include "server/common/device.h"
+#include "common/device.h"
 
 #include <string>
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_detail.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/status_detail.h"
 #include "server/coordinator/group_table.h"
 #include "tests/testing/fake_clock.h"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
-#include "server/reduce/half.h"
 
 namespace chorus {
 namespace {

@@ -17,8 +17,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_detail.h"
 #include "gtest/gtest.h"
-#include "server/common/status_detail.h"
 #include "server/worker/local/call_runtime.h"
 
 namespace chorus {

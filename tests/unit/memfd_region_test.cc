@@ -1,4 +1,4 @@
-#include "server/common/memfd_region.h"
+#include "common/memfd_region.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,5 +1,5 @@
 // The metrics registry and its Prometheus text rendering.
-#include "server/common/metrics.h"
+#include "common/metrics.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "server/common/rank_list.h"
+#include "common/rank_list.h"
 
 #include <string>
 #include <vector>

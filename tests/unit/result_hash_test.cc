@@ -1,7 +1,7 @@
-// Tests for ResultHash (server/common/result_hash.h): the hash of a result
+// Tests for ResultHash (common/result_hash.h): the hash of a result
 // does not depend on the pieces it was added in, and changes when any bit
 // or the position of any element changes.
-#include "server/common/result_hash.h"
+#include "common/result_hash.h"
 
 #include <algorithm>
 #include <cstdint>

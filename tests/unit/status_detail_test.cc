@@ -1,11 +1,11 @@
-#include "server/common/status_detail.h"
+#include "common/status_detail.h"
 
 #include <optional>
 #include <string>
 
+#include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/grpc_status.h"
 
 namespace chorus {
 namespace {

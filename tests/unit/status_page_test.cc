@@ -6,9 +6,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/common/metrics.h"
 #include "tests/testing/fake_clock.h"
 
 namespace chorus {

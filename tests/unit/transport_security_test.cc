@@ -1,7 +1,7 @@
 // Unit tests of the identity names and the secure-by-default rule of
 // transport_security.h (no TLS is turned on in this process).
 
-#include "server/common/transport_security.h"
+#include "common/transport_security.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "server/common/wakeup_loop.h"
+#include "common/wakeup_loop.h"
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"

@@ -4,7 +4,7 @@ Every table here is read from the generated descriptors of
 proto/chorus/v1/types.proto, so a value added there is known here without a
 copy to keep in step: an enum value's name less its prefix, in lower case,
 is what a user passes ("all_reduce", "sum", "f32", "ring", "cuda"). Device
-names follow server/common/device.cc: the canonical name of a kind is its
+names follow common/device.cc: the canonical name of a kind is its
 name capitalized ("Cuda(0)"), the CPU is "Cpu", and a kind the protocol
 does not know is DEVICE_KIND_OTHER with the kind string as given ("Npu(2)").
 """

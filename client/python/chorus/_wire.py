@@ -29,7 +29,7 @@ __all__ = ["varint", "varint_size", "SEQUENCE_TAG", "DATA_TAG",
            "shared_buffer", "request_parts", "request_bytes",
            "chunked_requests", "Prefixes", "MAX_COUNT", "PIECE_BYTES"]
 
-# The largest element count a call may carry (server/common/collective.h).
+# The largest element count a call may carry (common/collective.h).
 MAX_COUNT = 1 << 40
 
 # The largest piece of a tensor in one CollectiveChunked message.

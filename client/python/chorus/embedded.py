@@ -45,7 +45,7 @@ __all__ = ["EmbeddedWorker", "available", "shared_worker"]
 _BY_VALUE: Dict[int, grpc.StatusCode] = {
     c.value[0]: c for c in grpc.StatusCode}
 
-# How a refusal of a device begins (server/common/device.h).
+# How a refusal of a device begins (common/device.h).
 
 try:
     from chorus import _embedded  # type: ignore[attr-defined]

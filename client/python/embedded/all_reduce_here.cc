@@ -32,7 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/python/embedded/embedded_calls.h"
-#include "server/worker/local/local_calls.h"
+#include "server/worker/local/in_process_door.h"
 
 namespace chorus {
 namespace {

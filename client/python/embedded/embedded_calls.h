@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "server/worker/local/local_calls.h"
+#include "server/worker/local/in_process_door.h"
 
 namespace chorus {
 

@@ -7,8 +7,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/common/certificate_check.h"
-#include "server/common/transport_security.h"
+#include "common/certificate_check.h"
+#include "common/transport_security.h"
 
 namespace chorus {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "client/python/embedded/embedded_calls.h"
 #include "client/python/embedded/embedded_worker.h"
-#include "server/common/grpc_status.h"
+#include "common/grpc_status.h"
 #include "server/worker/local/local_worker.h"
 
 namespace chorus {

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus {
 namespace cpu_reduce {

@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/host_device.h"
 #include "server/reduce/element_ops.h"
-#include "server/reduce/host_device.h"
 
 namespace chorus {
 namespace cuda_reduce {

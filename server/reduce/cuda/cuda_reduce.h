@@ -24,7 +24,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus {
 namespace cuda_reduce {

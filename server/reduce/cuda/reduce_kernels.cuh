@@ -13,9 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/dtype.h"
 #include "server/reduce/cuda/combine_range.h"
 #include "server/reduce/dispatch.h"
-#include "server/reduce/dtype.h"
 #include "server/reduce/element_ops.h"
 
 namespace chorus {

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 namespace chorus {
 namespace cuda_reduce {

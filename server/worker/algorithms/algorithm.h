@@ -13,8 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "server/common/collective.h"
-#include "server/common/result_hash.h"
+#include "common/collective.h"
+#include "common/result_hash.h"
 #include "server/worker/algorithms/reduce_buffer.h"
 #include "server/worker/dataplane/transport.h"
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective_metrics.h"
+#include "common/collective_metrics.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 
 namespace chorus {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective_metrics.h"
+#include "common/collective_metrics.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"

@@ -1,7 +1,7 @@
 // Shared memory between the ranks of one host for the same_host plan.
 //
 // A rank copies its input into a segment of its own (a sealed memfd,
-// server/common/memfd_region.h) and tells its peers the segment's pid,
+// common/memfd_region.h) and tells its peers the segment's pid,
 // descriptor and id; a peer maps it read-only through /proc/<pid>/fd/<fd> (the
 // same permission process_vm_readv needs) and then reads it with plain loads.
 // Each segment starts with a 64-byte header holding its id, which a peer checks
@@ -26,7 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/common/memfd_region.h"
+#include "common/memfd_region.h"
 
 namespace chorus {
 

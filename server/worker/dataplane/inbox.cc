@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/rank_list.h"
+#include "common/rank_list.h"
 
 namespace chorus {
 namespace {

@@ -1,7 +1,7 @@
 #include "server/worker/dataplane/peer_service.h"
 
-#include "server/common/grpc_status.h"
-#include "server/common/transport_security.h"
+#include "common/grpc_status.h"
+#include "common/transport_security.h"
 
 namespace chorus {
 

@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/common/metrics.h"
+#include "common/metrics.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_sender.h"
 #include "server/worker/dataplane/transport.h"

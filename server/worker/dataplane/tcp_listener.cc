@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective_metrics.h"
-#include "server/common/tcp_socket.h"
-#include "server/common/tls_stream.h"
-#include "server/common/transport_security.h"
+#include "common/collective_metrics.h"
+#include "common/tcp_socket.h"
+#include "common/tls_stream.h"
+#include "common/transport_security.h"
 #include "server/worker/dataplane/frame_reader.h"
 #include "server/worker/dataplane/recent_groups.h"
 

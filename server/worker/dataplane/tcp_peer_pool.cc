@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/common/collective_metrics.h"
-#include "server/common/grpc_status.h"
-#include "server/common/net.h"
-#include "server/common/tcp_socket.h"
+#include "common/collective_metrics.h"
+#include "common/grpc_status.h"
+#include "common/net.h"
+#include "common/tcp_socket.h"
 #include "server/worker/dataplane/wire_frame.h"
 
 namespace chorus {

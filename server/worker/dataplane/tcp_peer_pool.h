@@ -45,7 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.grpc.pb.h"
-#include "server/common/tls_stream.h"
+#include "common/tls_stream.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_sender.h"
 

@@ -3,8 +3,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/rank_list.h"
-#include "server/common/status_detail.h"
+#include "common/rank_list.h"
+#include "common/status_detail.h"
 
 namespace chorus {
 namespace {

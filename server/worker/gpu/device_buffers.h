@@ -33,7 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/common/collective.h"
+#include "common/collective.h"
 #include "server/worker/algorithms/reduce_buffer.h"
 
 namespace chorus {

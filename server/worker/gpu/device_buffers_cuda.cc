@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/common/collective_metrics.h"
+#include "common/collective_metrics.h"
 #include "server/reduce/cuda/cuda_reduce.h"
 #include "server/reduce/cuda/cuda_status.h"
 #include "server/worker/gpu/device_buffers.h"

@@ -1,5 +1,5 @@
 // DeviceBuffers for a worker built without CUDA: every call is refused.
-#include "server/common/device.h"
+#include "common/device.h"
 #include "server/worker/gpu/device_buffers.h"
 
 namespace chorus {

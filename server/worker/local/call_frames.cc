@@ -8,7 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/common/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace chorus {
 namespace {

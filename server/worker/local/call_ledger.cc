@@ -4,9 +4,9 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "server/common/collective.h"
-#include "server/common/device.h"
-#include "server/common/status_detail.h"
+#include "common/collective.h"
+#include "common/device.h"
+#include "common/status_detail.h"
 
 namespace chorus {
 namespace {

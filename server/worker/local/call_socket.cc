@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "chorus/v1/worker.pb.h"
-#include "server/common/tcp_socket.h"
+#include "common/tcp_socket.h"
 #include "server/worker/local/call_frames.h"
 
 namespace chorus {
@@ -61,14 +61,6 @@ bool HandleFrame(LocalCalls* calls, std::string payload,
 
 }  // namespace
 
-std::string DefaultLocalSocketPath() {
-  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
-  if (runtime_dir != nullptr && runtime_dir[0] != '\0') {
-    return absl::StrCat(runtime_dir, "/chorus/worker.sock");
-  }
-  return absl::StrCat("/tmp/chorus-", getuid(), "/worker.sock");
-}
-
 absl::Status PrepareLocalSocket(const std::string& path) {
   sockaddr_un address{};
   if (path.empty() || path.size() >= sizeof(address.sun_path)) {
@@ -112,10 +104,6 @@ absl::Status RestrictLocalSocket(const std::string& path) {
                                                path, ": ", strerror(errno)));
   }
   return absl::OkStatus();
-}
-
-std::string CallSocketPath(const std::string& local_socket) {
-  return absl::StrCat(local_socket, ".calls");
 }
 
 absl::StatusOr<std::unique_ptr<LocalCallSocket>> LocalCallSocket::Start(

@@ -38,15 +38,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/common/frame_server.h"
+#include "common/frame_server.h"
+#include "common/local_socket_path.h"
 #include "server/worker/local/local_calls.h"
 
 namespace chorus {
-
-// Returns $XDG_RUNTIME_DIR/chorus/worker.sock, or /tmp/chorus-UID/worker.sock
-// when XDG_RUNTIME_DIR is unset: where a worker serves its local API and
-// where clients look for it when given no address.
-std::string DefaultLocalSocketPath();
 
 // Readies `path` for a new socket: creates its directory (mode 0700) when
 // missing and removes a socket left by a worker that is gone. Returns
@@ -58,13 +54,6 @@ absl::Status PrepareLocalSocket(const std::string& path);
 // Makes the socket at `path` accessible to its owner only (mode 0600).
 // Returns UNAVAILABLE when it cannot.
 absl::Status RestrictLocalSocket(const std::string& path);
-
-// What every call socket connection starts with.
-inline constexpr absl::string_view kLocalCallHello = "CHORUS-LOCAL/1\n";
-
-// Where a worker whose local socket is `local_socket` serves its call
-// socket: beside it, with ".calls" appended.
-std::string CallSocketPath(const std::string& local_socket);
 
 class LocalCallSocket {
  public:

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "server/common/grpc_status.h"
+#include "common/grpc_status.h"
 #include "server/worker/local/grpc_deadline.h"
 
 namespace chorus {

@@ -11,7 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/common/answer_margin.h"
+#include "common/answer_margin.h"
 
 namespace chorus {
 

@@ -5,8 +5,8 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/common/device_proto.h"
+#include "common/collective_spec_proto.h"
+#include "common/device_proto.h"
 
 namespace chorus {
 namespace {

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective.h"
-#include "server/common/status_detail.h"
+#include "common/collective.h"
+#include "common/status_detail.h"
 #include "server/worker/local/local_calls.h"
 
 namespace chorus {

@@ -5,12 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/common/collective.h"
-#include "server/common/collective_spec_proto.h"
-#include "server/common/device.h"
-#include "server/common/device_proto.h"
-#include "server/common/metrics.h"
-#include "server/common/status_detail.h"
+#include "common/collective.h"
+#include "common/collective_spec_proto.h"
+#include "common/device.h"
+#include "common/device_proto.h"
+#include "common/metrics.h"
+#include "common/status_detail.h"
 
 namespace chorus {
 namespace {

@@ -41,7 +41,7 @@
 #include "absl/types/span.h"
 #include "chorus/types.h"
 #include "chorus/v1/worker.pb.h"
-#include "server/common/burst_memory.h"
+#include "common/burst_memory.h"
 #include "server/worker/local/call_ledger.h"
 #include "server/worker/local/call_runtime.h"
 #include "server/worker/local/shared_regions.h"

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/common/net.h"
+#include "common/net.h"
 #include "server/worker/local/in_process_door.h"
 #include "server/worker/local/local_calls.h"
 #include "server/worker/worker_runtime.h"

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "server/common/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace chorus {
 

@@ -1,6 +1,6 @@
 // Shared memory between a worker daemon and the applications on its host
 // (WorkerLocal.OpenSharedRegion): a SharedRegion is one sealed memfd
-// (server/common/memfd_region.h) the daemon maps and an application maps
+// (common/memfd_region.h) the daemon maps and an application maps
 // too, by opening /proc/<pid>/fd/<fd>, so that a collective reads its input
 // and writes its output in place instead of carrying them in gRPC messages.
 // SharedRegions holds the regions of every joined rank, bounded in total
@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "server/common/memfd_region.h"
+#include "common/memfd_region.h"
 
 namespace chorus {
 

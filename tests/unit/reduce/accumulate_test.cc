@@ -1,5 +1,5 @@
 // Tests for reductions in an accumulator type: AccumulatorDType
-// (server/reduce/dtype.h) and cpu_reduce's Convert, AccumulateInto and
+// (common/dtype.h) and cpu_reduce's Convert, AccumulateInto and
 // ReduceSources, which every plan uses so that f16/bf16 combine in f32 and
 // integer averages sum in 64 bits before rounding once.
 #include <cstdint>
@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/dtype.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
 #include "server/reduce/cpu/cpu_reduce.h"
-#include "server/reduce/dtype.h"
-#include "server/reduce/half.h"
 
 namespace chorus {
 namespace {

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 #include "server/reduce/dispatch.h"
-#include "server/reduce/dtype.h"
 #include "tests/unit/reduce/reference.h"
 #include "tests/unit/reduce/test_values.h"
 

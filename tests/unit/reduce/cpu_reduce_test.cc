@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "common/dtype.h"
+#include "common/half.h"
 #include "gtest/gtest.h"
-#include "server/reduce/dtype.h"
-#include "server/reduce/half.h"
 #include "tests/unit/reduce/reference.h"
 #include "tests/unit/reduce/test_values.h"
 

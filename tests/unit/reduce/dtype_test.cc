@@ -1,6 +1,6 @@
 // Tests for DType / ReduceOp names, sizes, parsing, and that their numeric
 // values mirror chorus.v1.DType / chorus.v1.ReduceOp.
-#include "server/reduce/dtype.h"
+#include "common/dtype.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
-// Tests for Float16 / BFloat16 conversions (server/reduce/half.h) against an
+// Tests for Float16 / BFloat16 conversions (common/half.h) against an
 // independent reference (reference.h) and hand-picked rounding cases.
-#include "server/reduce/half.h"
+#include "common/half.h"
 
 #include <cmath>
 #include <cstdint>

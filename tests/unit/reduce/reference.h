@@ -13,8 +13,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "server/reduce/dtype.h"
-#include "server/reduce/half.h"
+#include "common/dtype.h"
+#include "common/half.h"
 
 namespace chorus {
 namespace reduce_test {

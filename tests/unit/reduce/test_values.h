@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "server/reduce/half.h"
+#include "common/half.h"
 
 namespace chorus {
 namespace reduce_test {

@@ -1,0 +1,70 @@
+// HttpEndpoint: a daemon's HTTP port (--metrics_listen), which serves
+// Prometheus's scrape at /metrics (the process's MetricsRegistry) and any
+// pages the daemon adds (the coordinator's status page). It follows the
+// daemons' security rules: without TLS it serves plain HTTP, and only on a
+// loopback address unless the daemon runs with --insecure; with TLS
+// (transport_security.h) it serves HTTPS with the daemon's certificate and
+// answers only clients presenting a certificate of the Chorus CA that names
+// an admin or a client (chorus://admin/NAME, chorus://client/NAME).
+//
+// Lifecycle: Start() binds and serves on its own threads; the destructor
+// stops serving and joins them.
+// Thread safety: page functions run on the server's threads, several at
+// once; they must be thread-safe.
+#ifndef CHORUS_COMMON_HTTP_ENDPOINT_H_
+#define CHORUS_COMMON_HTTP_ENDPOINT_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
+
+namespace chorus {
+
+// A page: GET `path` answers `render(query parameters)` as `content_type`.
+struct HttpPage {
+  std::string path;
+  std::string content_type;
+  std::function<std::string(const std::map<std::string, std::string>&)> render;
+};
+
+class HttpEndpoint {
+ public:
+  // Serves /metrics and `pages` on `listen` ("host:port"; port 0 picks one).
+  // Returns INVALID_ARGUMENT for a malformed address, FAILED_PRECONDITION for
+  // a non-loopback address without TLS and without `insecure` (saying how
+  // to turn TLS on), UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Start(
+      const std::string& listen, bool insecure, std::vector<HttpPage> pages);
+
+  ~HttpEndpoint();
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  // The bound port.
+  int port() const { return port_; }
+  // "http" or "https".
+  const char* scheme() const { return tls_ ? "https" : "http"; }
+
+ private:
+  HttpEndpoint(std::unique_ptr<httplib::Server> server, int port, bool tls);
+
+  std::unique_ptr<httplib::Server> server_;
+  const int port_;
+  const bool tls_;
+  absl::Notification stopped_;
+  std::thread thread_;
+};
+
+}  // namespace chorus
+
+#endif  // CHORUS_COMMON_HTTP_ENDPOINT_H_
