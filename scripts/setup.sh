@@ -16,12 +16,14 @@ packages=(
 )
 if [ "${CHORUS_BUILD_ONLY:-0}" != "1" ]; then
   # The Python client and its tests, certificates, the tests' Prometheus
-  # and browser, and the Kubernetes manifests' check.
+  # and browser, the Kubernetes manifests' check, and etcd for the
+  # coordinator's failover tests.
   packages+=(
     python3-grpcio python3-protobuf python3-numpy python3-pytest
     python3-pip python3-setuptools python3-wheel python3-torch python3-yaml
     python3-dev gcc
     openssl prometheus chromium
+    etcd-server etcd-client
   )
   # Debian's kubectl, unless one from elsewhere is already on the PATH
   # (both install /usr/bin/kubectl).

@@ -49,7 +49,7 @@ absl::Status Authorize(const Coordinator& core,
 
 absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
     const std::string& host, int port, Coordinator* core,
-    uint64_t max_frame_bytes, bool tls) {
+    uint64_t max_frame_bytes, bool tls, const Leadership* leadership) {
   absl::StatusOr<Listener> listener = ListenTcp(host, port);
   if (!listener.ok()) return listener.status();
   FrameServer::Options options;
@@ -60,16 +60,17 @@ absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
   options.tls = tls;
   absl::StatusOr<std::unique_ptr<FrameServer>> frames = FrameServer::Start(
       listener->fd, std::move(options),
-      [core](std::string payload, FrameServer::Replier reply,
-             const Identity* peer) {
+      [core, leadership](std::string payload, FrameServer::Replier reply,
+                         const Identity* peer) {
         v1::CallPortRequest request;
         if (!request.ParseFromString(payload)) {
           reply.Send(ErrorPayload(absl::InvalidArgumentError(
               "a call frame that is not a CallPortRequest")));
           return false;
         }
-        if (absl::Status allowed = Authorize(*core, request, peer);
-            !allowed.ok()) {
+        absl::Status allowed = CheckLeading(leadership);
+        if (allowed.ok()) allowed = Authorize(*core, request, peer);
+        if (!allowed.ok()) {
           reply.Send(CallPortStatusReply(request.call_id(), allowed)
                          .SerializeAsString());
           return true;

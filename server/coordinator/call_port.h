@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "common/frame_server.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/leadership.h"
 
 namespace chorus {
 
@@ -49,12 +50,16 @@ class CallPort {
  public:
   // Listens on `host` at `port` (0 picks a free one) and serves calls
   // into `core` (not owned), with mutual TLS when `tls`. Frames over
-  // `max_frame_bytes` are refused. Returns UNAVAILABLE when the address
-  // cannot be bound, INTERNAL when the serving thread's epoll or eventfd
-  // cannot be made, FAILED_PRECONDITION for TLS in a process without it.
+  // `max_frame_bytes` are refused. While `leadership` (not owned; null:
+  // always) says this coordinator does not lead, every request gets its
+  // UNAVAILABLE naming the leader under its call id. Returns UNAVAILABLE when
+  // the address cannot be bound, INTERNAL when the serving thread's epoll or
+  // eventfd cannot be made, FAILED_PRECONDITION for TLS in a process without
+  // it.
   static absl::StatusOr<std::unique_ptr<CallPort>> Start(
       const std::string& host, int port, Coordinator* core,
-      uint64_t max_frame_bytes, bool tls = false);
+      uint64_t max_frame_bytes, bool tls = false,
+      const Leadership* leadership = nullptr);
 
   CallPort(const CallPort&) = delete;
   CallPort& operator=(const CallPort&) = delete;

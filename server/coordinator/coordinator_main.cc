@@ -3,10 +3,12 @@
 #include <glog/logging.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_service.h"
+#include "server/coordinator/election/election_flags.h"
 #include "server/coordinator/planner.h"
 #include "server/coordinator/status_page.h"
 
@@ -106,7 +109,7 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
 // it is off. INVALID_ARGUMENT for a port out of range, or CallPort::Start's
 // error.
 absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
-    chorus::Coordinator* core) {
+    chorus::Coordinator* core, const chorus::Leadership* leadership) {
   const int port = absl::GetFlag(FLAGS_call_port);
   if (port == -1) return nullptr;
   if (port < -1 || port > 65535) {
@@ -118,7 +121,7 @@ absl::StatusOr<std::unique_ptr<chorus::CallPort>> StartCallPort(
   if (!listen.ok()) return listen.status();
   return chorus::CallPort::Start(listen->host, port, core,
                                  chorus::kDefaultMaxMessageBytes,
-                                 chorus::TlsEnabled());
+                                 chorus::TlsEnabled(), leadership);
 }
 
 // Turns on TLS as the flags ask and applies the secure-by-default rule to
@@ -159,6 +162,9 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--chunk_bytes must be between 1 and 64 MiB, not ", chunk_bytes));
   }
+  absl::Status election =
+      chorus::CheckElectionFlags(absl::GetFlag(FLAGS_lease_timeout));
+  if (!election.ok()) return election;
   return ConfigureSecurity();
 }
 
@@ -189,6 +195,7 @@ void ShutDown(chorus::Coordinator& core, chorus::CallPort* call_port,
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::vector<std::string> command_line(argv, argv + argc);
   chorus::InitDaemon(argc, argv,
                      "Keeps the registry of Chorus "
                      "workers and their devices.\n"
@@ -208,10 +215,24 @@ int main(int argc, char** argv) {
   const chorus::CoordinatorOptions core_options =
       CoreOptionsFromFlags(absl::ToUnixMicros(clock->Now()));
   chorus::Coordinator core(clock, core_options);
-  chorus::CoordinatorService service(&core);
+  // A leader that lost its etcd lease comes back as a standby with nothing
+  // of what it decided: a fresh process.
+  absl::StatusOr<chorus::Election> election = chorus::ElectionFromFlags(
+      core_options.lease_timeout, [&command_line](const absl::Status& why) {
+        LOG(ERROR) << "deposed (" << why.message()
+                   << "); restarting as a standby";
+        chorus::RestartProcess(command_line);
+        std::_Exit(3);
+      });
+  if (!election.ok()) {
+    LOG(ERROR) << election.status();
+    return 2;
+  }
+  const chorus::Leadership* leadership = election->election.get();
+  chorus::CoordinatorService service(&core, leadership);
 
   absl::StatusOr<std::unique_ptr<chorus::CallPort>> call_port =
-      StartCallPort(&core);
+      StartCallPort(&core, leadership);
   if (!call_port.ok()) {
     LOG(ERROR) << "call port: "
                << call_port.status().ToString(
@@ -240,6 +261,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   core.StartTimers();
+  chorus::StartElection(*election,
+                        chorus::SplitHostPort(options.listen_address)
+                            .value_or(chorus::HostPort())
+                            .host,
+                        server->port);
   LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
             << " (port " << server->port << "), lease "
             << core_options.lease_timeout
@@ -257,6 +283,8 @@ int main(int argc, char** argv) {
 
   const int signal = chorus::WaitForTerminationSignal();
   LOG(INFO) << "signal " << signal << ": shutting down";
+  // A leader resigns first: a standby takes over without waiting.
+  if (election->election != nullptr) election->election->Stop();
   ShutDown(core, call_port->get(), *server->server);
   metrics->reset();
   LOG(INFO) << "chorus-coordinator stopped";

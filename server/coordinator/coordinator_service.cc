@@ -188,12 +188,17 @@ absl::Status CoordinatorService::AuthorizeRank(
   return core_->AuthorizeRank(**caller, group, epoch, rank);
 }
 
-CoordinatorService::CoordinatorService(Coordinator* core) : core_(core) {}
+CoordinatorService::CoordinatorService(Coordinator* core,
+                                       const Leadership* leadership)
+    : core_(core), leadership_(leadership) {}
 
 grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     grpc::CallbackServerContext* context,
     const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   absl::StatusOr<std::optional<std::string>> caller =
       CallingWorker(*context, "RegisterWorker");
   if (!caller.ok()) return Finish(context, caller.status());
@@ -234,6 +239,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed =
           AuthorizeWorkerId(*context, "Heartbeat", request->worker_id());
       !allowed.ok()) {
@@ -258,6 +266,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorService::Deregister(
     grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
     v1::DeregisterResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed =
           AuthorizeWorkerId(*context, "Deregister", request->worker_id());
       !allowed.ok()) {
@@ -270,6 +281,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Deregister(
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
     grpc::CallbackServerContext* context, const v1::ListWorkersRequest* request,
     v1::ListWorkersResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "ListWorkers");
       !allowed.ok()) {
     return Finish(context, allowed);
@@ -316,6 +330,9 @@ grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view) {
 grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   v1::JoinGroupRequest request;
   // Deserializing consumes the buffer; the copy shares its slices.
   grpc::ByteBuffer copy(*request_bytes);
@@ -352,6 +369,9 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
 grpc::ServerUnaryReactor* CoordinatorService::Collective(
     grpc::CallbackServerContext* context, const v1::CollectiveRequest* request,
     v1::CollectiveResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed =
           AuthorizeRank(*context, "Collective", request->group(),
                         request->epoch(), request->rank());
@@ -375,6 +395,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
 grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
     grpc::CallbackServerContext* context, const v1::ListGroupsRequest* request,
     v1::ListGroupsResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "ListGroups");
       !allowed.ok()) {
     return Finish(context, allowed);
@@ -419,6 +442,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
 grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
     grpc::CallbackServerContext* context, const v1::GetTraceRequest* request,
     v1::GetTraceResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "GetTrace");
       !allowed.ok()) {
     return Finish(context, allowed);
@@ -436,6 +462,9 @@ grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
 grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* context, const v1::CommitRequest* request,
     v1::CommitResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed = AuthorizeRank(*context, "Commit", request->group(),
                                            request->epoch(), request->rank());
       !allowed.ok()) {
@@ -453,6 +482,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     grpc::CallbackServerContext* context,
     const v1::ReportFailureRequest* request,
     v1::ReportFailureResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
   if (absl::Status allowed =
           AuthorizeRank(*context, "ReportFailure", request->group(),
                         request->epoch(), request->rank());
@@ -465,6 +497,10 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
 grpc::ServerWriteReactor<v1::Event>* CoordinatorService::WatchEvents(
     grpc::CallbackServerContext* context,
     const v1::WatchEventsRequest* request) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return new RefusedReactor<grpc::ServerWriteReactor<v1::Event>>(
+        ToGrpcStatus(leading));
+  }
   if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "WatchEvents");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerWriteReactor<v1::Event>>(

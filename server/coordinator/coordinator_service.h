@@ -1,7 +1,9 @@
 // CoordinatorService: the gRPC adapter of the coordinator. It turns
 // chorus.v1.Coordinator requests into calls on the core (coordinator.h) and
 // the core's absl::Status into grpc::Status; it holds no rules of its own.
-// With mutual TLS on, it checks who calls: worker RPCs only from the worker
+// A coordinator that does not lead (a standby, see leadership.h) answers
+// every call with UNAVAILABLE naming the leader before anything else. With
+// mutual TLS on, it checks who calls: worker RPCs only from the worker
 // they name (PERMISSION_DENIED otherwise, before the core sees the call),
 // ListWorkers, ListGroups, GetTrace and WatchEvents only from an admin
 // certificate. Calls that wait (JoinGroup, Collective, Commit) complete from
@@ -31,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/leadership.h"
 
 namespace chorus {
 
@@ -38,8 +41,10 @@ class CoordinatorService final
     : public v1::Coordinator::WithRawCallbackMethod_JoinGroup<
           v1::Coordinator::CallbackService> {
  public:
-  // `core` is not owned.
-  explicit CoordinatorService(Coordinator* core);
+  // `core` and `leadership` are not owned; a null `leadership` means this
+  // coordinator always leads (no election).
+  explicit CoordinatorService(Coordinator* core,
+                              const Leadership* leadership = nullptr);
 
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* context,
@@ -109,7 +114,8 @@ class CoordinatorService final
     grpc::ByteBuffer bytes;
   };
 
-  Coordinator* const core_;  // not owned
+  Coordinator* const core_;             // not owned
+  const Leadership* const leadership_;  // not owned; may be null
 
   absl::Mutex join_response_mu_;
   CachedJoinResponse join_response_ ABSL_GUARDED_BY(join_response_mu_);
