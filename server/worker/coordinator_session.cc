@@ -34,8 +34,7 @@ bool IsTransient(const absl::Status& status) {
 CoordinatorSession::CoordinatorSession(SessionOptions options)
     : options_(std::move(options)),
       incarnation_(NewIncarnation()),
-      stub_(v1::Coordinator::NewStub(
-          MakeChannel(options_.coordinator, Role::kCoordinator))) {}
+      target_(options_.coordinator) {}
 
 CoordinatorSession::~CoordinatorSession() { Shutdown(); }
 
@@ -49,12 +48,27 @@ int CoordinatorSession::call_port() const {
   return call_port_;
 }
 
+std::shared_ptr<v1::Coordinator::Stub> CoordinatorSession::stub() const {
+  const std::string address = target_.address();
+  absl::MutexLock lock(&mu_);
+  if (stub_ == nullptr || stub_address_ != address) {
+    stub_ = v1::Coordinator::NewStub(target_.channel());
+    stub_address_ = address;
+  }
+  return stub_;
+}
+
+bool CoordinatorSession::Follow(const std::string& tried,
+                                const absl::Status& status) {
+  return target_.Follow(tried, status);
+}
+
 absl::Duration CoordinatorSession::lease() const {
   absl::MutexLock lock(&mu_);
   return lease_;
 }
 
-absl::Status CoordinatorSession::RegisterOnce() {
+absl::Status CoordinatorSession::RegisterOnce(bool followed) {
   v1::RegisterWorkerRequest request;
   request.set_name(options_.name);
   request.set_host(options_.host);
@@ -69,11 +83,14 @@ absl::Status CoordinatorSession::RegisterOnce() {
   v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+  const std::string to = target_.address();
   absl::Status status =
-      FromGrpcStatus(stub_->RegisterWorker(&context, request, &response));
+      FromGrpcStatus(stub()->RegisterWorker(&context, request, &response));
   if (!status.ok()) {
+    // A standby names the leader: register there at once.
+    if (!followed && Follow(to, status)) return RegisterOnce(true);
     // A TLS mismatch says what to change (and is not worth retrying).
-    return ExplainTlsMismatch(status, options_.coordinator, Role::kCoordinator);
+    return ExplainTlsMismatch(status, to, Role::kCoordinator);
   }
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
@@ -82,9 +99,9 @@ absl::Status CoordinatorSession::RegisterOnce() {
       std::max<int64_t>(1, response.heartbeat_interval_ms()));
   lease_ =
       absl::Milliseconds(std::max<int64_t>(0, response.lease_timeout_ms()));
-  LOG(INFO) << "registered with " << options_.coordinator << " as worker "
-            << worker_id_ << " \"" << options_.name << "\" incarnation "
-            << incarnation_ << "; heartbeat every " << heartbeat_interval_;
+  LOG(INFO) << "registered with " << to << " as worker " << worker_id_ << " \""
+            << options_.name << "\" incarnation " << incarnation_
+            << "; heartbeat every " << heartbeat_interval_;
   return absl::OkStatus();
 }
 
@@ -106,8 +123,8 @@ absl::Status CoordinatorSession::Start() {
     if (last.ok()) break;
     if (!IsTransient(last)) return last;
     if (!warned) {
-      LOG(WARNING) << "cannot reach coordinator " << options_.coordinator
-                   << " (" << last << "); retrying";
+      LOG(WARNING) << "cannot reach coordinator " << target_.address() << " ("
+                   << last << "); retrying";
       warned = true;
     }
     const absl::Time next = absl::Now() + options_.retry_interval;
@@ -180,8 +197,15 @@ void CoordinatorSession::Beat(Beats* beats) {
   v1::HeartbeatResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+  const std::string to = target_.address();
   absl::Status status =
-      FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+      FromGrpcStatus(stub()->Heartbeat(&context, request, &response));
+  // Another coordinator leads now (a standby said so, or this one is
+  // gone): it does not know this worker yet.
+  if (Follow(to, status)) {
+    status = absl::NotFoundError(absl::StrCat("the coordinator moved from ", to,
+                                              " to ", target_.address()));
+  }
   if (status.ok()) {
     for (const v1::GroupAbort& abort : response.aborts()) {
       if (options_.on_group_aborted) {
@@ -193,7 +217,7 @@ void CoordinatorSession::Beat(Beats* beats) {
     }
     aborts_seen_ = response.aborts_latest();
     if (beats->coordinator_lost) {
-      LOG(INFO) << "coordinator " << options_.coordinator << " reachable again";
+      LOG(INFO) << "coordinator " << to << " reachable again";
     }
     beats->coordinator_lost = false;
     beats->failed = 0;
@@ -217,12 +241,12 @@ void CoordinatorSession::Beat(Beats* beats) {
     return;
   }
   if (!beats->coordinator_lost) {
-    LOG(WARNING) << "heartbeat to " << options_.coordinator << " failed: "
+    LOG(WARNING) << "heartbeat to " << to << " failed: "
                  << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
   } else if (++beats->failed == 2 && options_.on_forgotten) {
     // Unreachable for a while: the collectives it planned cannot commit.
     options_.on_forgotten(absl::UnavailableError(absl::StrCat(
-        "the coordinator at ", options_.coordinator,
+        "the coordinator at ", to,
         " is unreachable: its last 3 heartbeats failed (",
         status.ToString(absl::StatusToStringMode::kWithNoExtraData), ")")));
   }
@@ -272,7 +296,7 @@ void CoordinatorSession::Shutdown() {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(options_.rpc_timeout));
   absl::Status status =
-      FromGrpcStatus(stub_->Deregister(&context, request, &response));
+      FromGrpcStatus(stub()->Deregister(&context, request, &response));
   if (status.ok()) {
     LOG(INFO) << "deregistered worker " << id;
   } else {

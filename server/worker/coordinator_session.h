@@ -23,12 +23,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/coordinator_target.h"
 #include "common/device.h"
 
 namespace chorus {
 
 struct SessionOptions {
-  // Coordinator address, "host:port".
+  // Coordinator address, "host:port", or several ("a:7000,b:7000"): the
+  // session follows the leader among them (coordinator_target.h).
   std::string coordinator;
   std::string name;
   std::string host;
@@ -98,6 +100,15 @@ class CoordinatorSession {
   uint64_t incarnation() const { return incarnation_; }
   // The coordinator's call port as of the last registration (0: none).
   int call_port() const;
+  // The coordinator the worker talks to now ("host:port"), and a stub for
+  // it: after the leader changed, the new leader's.
+  std::string coordinator() const { return target_.address(); }
+  std::shared_ptr<v1::Coordinator::Stub> stub() const;
+  // Moves to another coordinator as CoordinatorTarget::Follow() says for a
+  // call to `tried` that failed with `status`; true when it moved (the
+  // next heartbeat goes there, and registers when it does not know this
+  // worker).
+  bool Follow(const std::string& tried, const absl::Status& status);
   // The lease the coordinator gave at the last registration (zero before
   // the first).
   absl::Duration lease() const;
@@ -111,8 +122,9 @@ class CoordinatorSession {
     int failed = 0;
   };
 
-  // One registration attempt; on success records the id and lease.
-  absl::Status RegisterOnce();
+  // One registration attempt (and one more at the leader when a standby
+  // named it); on success records the id and lease.
+  absl::Status RegisterOnce(bool followed = false);
   void HeartbeatLoop();
   // One heartbeat, and a registration when the coordinator forgot us.
   void Beat(Beats* beats);
@@ -124,7 +136,7 @@ class CoordinatorSession {
 
   const SessionOptions options_;
   const uint64_t incarnation_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  CoordinatorTarget target_;
 
   mutable absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -137,6 +149,9 @@ class CoordinatorSession {
   bool heartbeating_ ABSL_GUARDED_BY(mu_) = false;
   // What CheckRegistrationThen() left for the end of the next heartbeat.
   std::vector<std::function<void()>> after_check_ ABSL_GUARDED_BY(mu_);
+  // The stub for target_'s address, and that address.
+  mutable std::shared_ptr<v1::Coordinator::Stub> stub_ ABSL_GUARDED_BY(mu_);
+  mutable std::string stub_address_ ABSL_GUARDED_BY(mu_);
   // Newest abort notice seen; only the heartbeat thread uses it.
   uint64_t aborts_seen_ = 0;
   std::thread heartbeat_thread_;

@@ -186,7 +186,7 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(call.deadline));
     absl::Status status = FromCoordinator(
-        coordinator_->Collective(&context, call.request, &response),
+        session_->stub()->Collective(&context, call.request, &response),
         options_.coordinator, CallName(membership, sequence), call.start);
     if (!status.ok()) return status;
   }
@@ -317,7 +317,7 @@ void WorkerRuntime::RunAsync(
         });
     return;
   }
-  coordinator_->async()->Collective(
+  session_->stub()->async()->Collective(
       raw->context.get(), &raw->call.request, &raw->response,
       [this, raw](grpc::Status answer) {
         OnRunAnswered(raw,

@@ -118,7 +118,7 @@ void WorkerRuntime::SendJoin(PendingJoin* join) {
       }
     });
   }
-  coordinator_->async()->JoinGroup(
+  session_->stub()->async()->JoinGroup(
       context, &join->request, &join->response,
       [this, join](grpc::Status answer) { OnJoinAnswered(join, answer); });
 }

@@ -214,7 +214,8 @@ absl::Status WorkerRuntime::Commit(const v1::CommitRequest& request,
   context.set_deadline(absl::ToChronoTime(deadline));
   const absl::Time start = absl::Now();
   return FromCoordinator(
-      coordinator_->Commit(&context, request, &response), options_.coordinator,
+      session_->stub()->Commit(&context, request, &response),
+      options_.coordinator,
       absl::StrCat("the commit of collective #", request.sequence(),
                    " of group ", request.group()),
       start);
@@ -261,7 +262,7 @@ absl::Status WorkerRuntime::ReportFailure(const Membership& membership,
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
     reported = FromCoordinator(
-        coordinator_->ReportFailure(&context, request, &response),
+        session_->stub()->ReportFailure(&context, request, &response),
         options_.coordinator, "the failure report", now);
   }
   if (!reported.ok()) {

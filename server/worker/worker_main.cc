@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/coordinator_target.h"
 #include "common/daemon.h"
 #include "common/device.h"
 #include "common/metrics_flags.h"
@@ -26,7 +27,9 @@
 #include "server/worker/local/local_worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
-          "Address of chorus-coordinator, host:port.");
+          "Address of chorus-coordinator, host:port; or several "
+          "(host:port,host:port,...) where coordinators run with --etcd: the "
+          "worker follows the one that leads.");
 ABSL_FLAG(std::string, listen, "",
           "Address this worker serves its peers on, host:port; port 0 picks "
           "a free port. Default: 0.0.0.0:0 (every interface) with TLS or "
@@ -164,6 +167,11 @@ absl::StatusOr<chorus::LocalWorkerOptions> OptionsFromFlags() {
     options.devices = *std::move(parsed);
   }
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (absl::Status listed =
+          chorus::CoordinatorTarget::Check(options.coordinator);
+      !listed.ok()) {
+    return listed;
+  }
   options.listen = absl::GetFlag(FLAGS_listen);
   options.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   options.name = absl::GetFlag(FLAGS_name);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/coordinator_target.h"
 #include "common/net.h"
 #include "common/tcp_socket.h"
 #include "common/transport_security.h"
@@ -38,9 +39,9 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (started.ok()) started = runtime->StartServing(options);
   if (!started.ok()) return started;
   std::string why;
-  absl::StatusOr<std::string> address =
-      ChoosePeerAddress(options.listen, options.advertise_address,
-                        options.coordinator, runtime->port_, &why);
+  absl::StatusOr<std::string> address = ChoosePeerAddress(
+      options.listen, options.advertise_address,
+      CoordinatorTarget(options.coordinator).address(), runtime->port_, &why);
   if (!address.ok()) return address.status();
   runtime->address_ = *std::move(address);
   LOG(INFO) << "peers reach this worker at " << runtime->address_ << " (" << why
@@ -111,13 +112,14 @@ void WorkerRuntime::StartSession(const RuntimeOptions& options,
     inbox_.AbortAllSeen(why);
   };
   session_ = std::make_unique<CoordinatorSession>(session);
-  coordinator_ = v1::Coordinator::NewStub(
-      MakeChannel(options.coordinator, Role::kCoordinator));
   if (!options.call_port) return;
   CoordinatorSession* session_ptr = session_.get();
   call_port_ = std::make_unique<CallPortClient>(
-      [session_ptr, host = SplitHostPort(options.coordinator)]() {
+      [session_ptr]() {
+        // The port of the coordinator the worker registered with last.
         const int port = session_ptr->call_port();
+        const absl::StatusOr<HostPort> host =
+            SplitHostPort(session_ptr->coordinator());
         if (port <= 0 || !host.ok()) return std::string();
         return absl::StrCat(host->host.find(':') == std::string::npos
                                 ? host->host
@@ -138,7 +140,7 @@ void WorkerRuntime::Shutdown() {
   if (session_ != nullptr) session_->Shutdown();
   // The deregistration ended this worker's joins at the coordinator; any
   // still waiting end here, before the services they answer through stop.
-  if (coordinator_ != nullptr) {
+  if (session_ != nullptr) {
     CloseJoins();
     CloseRuns();
   }

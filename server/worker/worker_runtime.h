@@ -399,7 +399,6 @@ class WorkerRuntime final : public CallRuntime {
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CoordinatorSession> session_;
-  std::unique_ptr<v1::Coordinator::Stub> coordinator_;
   // Carries Run()'s collective calls, commits and failure reports when the
   // coordinator has a call port; null when options_.call_port is false.
   std::unique_ptr<CallPortClient> call_port_;
