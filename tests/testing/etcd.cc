@@ -1,0 +1,92 @@
+#include "tests/testing/etcd.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "server/coordinator/election/etcd_client.h"
+#include "tests/testing/daemons.h"
+#include "tests/testing/wait.h"
+
+namespace chorus::test {
+
+std::string EtcdBinary() {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':')) {
+    const std::string candidate = absl::StrCat(dir, "/etcd");
+    if (!dir.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+int PickFreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+absl::Status RestartEtcd(Etcd& etcd) {
+  const std::string binary = EtcdBinary();
+  if (binary.empty()) return absl::NotFoundError("etcd is not installed");
+  const std::string client =
+      absl::StrCat("http://127.0.0.1:", etcd.client_port);
+  const std::string peer = absl::StrCat("http://127.0.0.1:", etcd.peer_port);
+  SubprocessOptions options;
+  options.binary = binary;
+  options.args = {"--name=chorus-test",
+                  absl::StrCat("--data-dir=", etcd.data_dir),
+                  absl::StrCat("--listen-client-urls=", client),
+                  absl::StrCat("--advertise-client-urls=", client),
+                  absl::StrCat("--listen-peer-urls=", peer),
+                  absl::StrCat("--initial-advertise-peer-urls=", peer),
+                  absl::StrCat("--initial-cluster=chorus-test=", peer)};
+  options.stdout_path = NewScratchPath("etcd", ".log");
+  absl::StatusOr<std::unique_ptr<Subprocess>> started =
+      Subprocess::Start(options);
+  if (!started.ok()) return started.status();
+  etcd.process = *std::move(started);
+  etcd.endpoint = client;
+  EtcdOptions client_options;
+  client_options.endpoints = {client};
+  client_options.rpc_timeout = absl::Seconds(1);
+  // A fresh channel each time: one that tried before etcd listened waits
+  // out gRPC's reconnect backoff.
+  const bool answers = WaitUntil(
+      [&] {
+        absl::StatusOr<std::unique_ptr<EtcdClient>> reader =
+            EtcdClient::Create(client_options);
+        return reader.ok() &&
+               absl::IsNotFound((*reader)->Get("/ready").status());
+      },
+      absl::Seconds(30), absl::Milliseconds(100));
+  return answers
+             ? absl::OkStatus()
+             : absl::DeadlineExceededError("etcd did not answer within 30 s");
+}
+
+absl::StatusOr<Etcd> StartEtcd() {
+  Etcd etcd;
+  etcd.client_port = PickFreePort();
+  etcd.peer_port = PickFreePort();
+  etcd.data_dir = NewScratchPath("etcd", ".data");
+  absl::Status started = RestartEtcd(etcd);
+  if (!started.ok()) return started;
+  return etcd;
+}
+
+}  // namespace chorus::test
