@@ -44,8 +44,9 @@ class CoordinatorTarget {
   std::string address() const;
   // The channel to address(), made once per address.
   std::shared_ptr<grpc::Channel> channel() const;
-  // The list as given, for messages.
+  // The list as given, for messages, and how many coordinators it names.
   const std::string& list() const { return list_; }
+  size_t size() const { return addresses_.size(); }
 
   // Looks at how a call to `tried` failed: moves to the leader a standby
   // named, or to the next coordinator listed when `tried` could not be

@@ -36,7 +36,9 @@
 #include "server/worker/local/local_worker.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7000",
-          "Address of chorus-coordinator, host:port.");
+          "Address of chorus-coordinator, host:port; or several "
+          "(host:port,host:port,...) where coordinators run with --etcd: "
+          "each call goes to the one that leads.");
 ABSL_FLAG(std::optional<absl::Duration>, timeout, std::nullopt,
           "Deadline of each call, 60s when not given; a join or collective "
           "that not every rank reaches by then fails with DEADLINE_EXCEEDED "

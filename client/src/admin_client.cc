@@ -7,6 +7,7 @@
 
 #include "chorus/v1/coordinator.grpc.pb.h"
 #include "common/collective_spec_proto.h"
+#include "common/coordinator_target.h"
 #include "common/device_proto.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
@@ -118,22 +119,48 @@ TraceEntry TraceFromProto(const v1::TraceEntry& proto) {
 
 class AdminClient::Stub {
  public:
-  explicit Stub(const std::string& coordinator)
-      : stub(v1::Coordinator::NewStub(
-            MakeChannel(coordinator, Role::kCoordinator))),
-        coordinator_(coordinator) {}
+  using Call =
+      std::function<grpc::Status(v1::Coordinator::Stub&, grpc::ClientContext&)>;
 
-  // The status of a call that ended with `answer`: a TLS mismatch with the
-  // coordinator says what to change.
-  absl::Status Ended(const grpc::Status& answer) const {
-    return ExplainTlsMismatch(FromGrpcStatus(answer), coordinator_,
+  explicit Stub(const std::string& coordinators) : target_(coordinators) {}
+
+  // Runs `call` once, with a deadline of `timeout` (none when infinite), at
+  // the coordinator calls go to now; `*to` names it. A TLS mismatch says
+  // what to change.
+  absl::Status Once(absl::Duration timeout, const Call& call, std::string* to) {
+    *to = target_.address();
+    std::unique_ptr<v1::Coordinator::Stub> stub =
+        v1::Coordinator::NewStub(target_.channel());
+    grpc::ClientContext context;
+    if (timeout != absl::InfiniteDuration()) {
+      context.set_deadline(DeadlineAfter(timeout));
+    }
+    return ExplainTlsMismatch(FromGrpcStatus(call(*stub, context)), *to,
                               Role::kCoordinator);
   }
 
-  std::unique_ptr<v1::Coordinator::Stub> stub;
+  // Whether a call to `to` that ended with `status` may go again elsewhere
+  // (CoordinatorTarget::Follow), and how many coordinators there are.
+  bool Follow(const std::string& to, const absl::Status& status) {
+    return target_.Follow(to, status);
+  }
+  size_t size() const { return target_.size(); }
+
+  // Once(), again at the leader a standby names, or at the next
+  // coordinator listed when one cannot be reached, trying each at most
+  // once. Returns the last call's status.
+  absl::Status Run(absl::Duration timeout, const Call& call) {
+    absl::Status status;
+    std::string to;
+    for (size_t tries = 0; tries <= size(); ++tries) {
+      status = Once(timeout, call, &to);
+      if (!Follow(to, status)) break;
+    }
+    return status;
+  }
 
  private:
-  const std::string coordinator_;
+  CoordinatorTarget target_;
 };
 
 std::unique_ptr<AdminClient> AdminClient::Connect(
@@ -148,11 +175,11 @@ AdminClient::AdminClient(std::unique_ptr<Stub> stub, absl::Duration timeout)
 AdminClient::~AdminClient() = default;
 
 absl::StatusOr<std::vector<WorkerInfo>> AdminClient::ListWorkers() const {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(timeout_));
   v1::ListWorkersResponse response;
-  absl::Status status = stub_->Ended(
-      stub_->stub->ListWorkers(&context, v1::ListWorkersRequest(), &response));
+  absl::Status status = stub_->Run(
+      timeout_, [&](v1::Coordinator::Stub& stub, grpc::ClientContext& context) {
+        return stub.ListWorkers(&context, v1::ListWorkersRequest(), &response);
+      });
   if (!status.ok()) return status;
   std::vector<WorkerInfo> workers;
   for (const v1::WorkerInfo& w : response.workers()) {
@@ -162,11 +189,11 @@ absl::StatusOr<std::vector<WorkerInfo>> AdminClient::ListWorkers() const {
 }
 
 absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(timeout_));
   v1::ListGroupsResponse response;
-  absl::Status status = stub_->Ended(
-      stub_->stub->ListGroups(&context, v1::ListGroupsRequest(), &response));
+  absl::Status status = stub_->Run(
+      timeout_, [&](v1::Coordinator::Stub& stub, grpc::ClientContext& context) {
+        return stub.ListGroups(&context, v1::ListGroupsRequest(), &response);
+      });
   if (!status.ok()) return status;
   std::vector<GroupInfo> groups;
   for (const v1::GroupInfo& g : response.groups()) {
@@ -181,13 +208,13 @@ absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
 
 absl::StatusOr<std::vector<TraceEntry>> AdminClient::Trace(
     const std::string& group) const {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(timeout_));
   v1::GetTraceRequest request;
   request.set_group(group);
   v1::GetTraceResponse response;
-  absl::Status status =
-      stub_->Ended(stub_->stub->GetTrace(&context, request, &response));
+  absl::Status status = stub_->Run(
+      timeout_, [&](v1::Coordinator::Stub& stub, grpc::ClientContext& context) {
+        return stub.GetTrace(&context, request, &response);
+      });
   if (!status.ok()) return status;
   std::vector<TraceEntry> entries;
   for (const v1::TraceEntry& e : response.entries()) {
@@ -199,28 +226,35 @@ absl::StatusOr<std::vector<TraceEntry>> AdminClient::Trace(
 absl::Status AdminClient::WatchEvents(
     const std::function<bool(const Event&)>& on_event,
     const WatchOptions& options) const {
-  grpc::ClientContext context;
-  // A watcher waits for events, so its stream has a deadline only when
-  // asked for one.
-  if (options.timeout != absl::InfiniteDuration()) {
-    context.set_deadline(DeadlineAfter(options.timeout));
-  }
-  std::unique_ptr<grpc::ClientReader<v1::Event>> reader =
-      stub_->stub->WatchEvents(&context, v1::WatchEventsRequest());
-  // The coordinator sends its initial metadata once it has subscribed us.
-  reader->WaitForInitialMetadata();
-  if (options.on_subscribed) options.on_subscribed();
-  v1::Event message;
   bool stopped = false;
-  while (!stopped && reader->Read(&message)) {
-    stopped = !on_event(EventFromProto(message));
-  }
-  if (stopped) {
-    context.TryCancel();
-    while (reader->Read(&message)) {
+  bool subscribed = false;
+  bool got_event = false;
+  auto watch = [&](v1::Coordinator::Stub& stub, grpc::ClientContext& context) {
+    std::unique_ptr<grpc::ClientReader<v1::Event>> reader =
+        stub.WatchEvents(&context, v1::WatchEventsRequest());
+    // The coordinator sends its initial metadata once it has subscribed us.
+    reader->WaitForInitialMetadata();
+    if (!subscribed && options.on_subscribed) options.on_subscribed();
+    subscribed = true;
+    v1::Event message;
+    while (!stopped && reader->Read(&message)) {
+      got_event = true;
+      stopped = !on_event(EventFromProto(message));
     }
+    if (stopped) {
+      context.TryCancel();
+      while (reader->Read(&message)) {
+      }
+    }
+    return reader->Finish();
+  };
+  absl::Status status;
+  std::string to;
+  // Only a refusal before any event (a standby's) moves to the leader.
+  for (size_t tries = 0; tries <= stub_->size(); ++tries) {
+    status = stub_->Once(options.timeout, watch, &to);
+    if (stopped || got_event || !stub_->Follow(to, status)) break;
   }
-  absl::Status status = stub_->Ended(reader->Finish());
   return stopped ? absl::OkStatus() : status;
 }
 

@@ -85,8 +85,11 @@ struct WatchOptions {
 
 class AdminClient {
  public:
-  // `coordinator` is "host:port". Every call but WatchEvents carries a
-  // deadline of `timeout`.
+  // `coordinator` is "host:port", or several ("a:7000,b:7000") where
+  // coordinators run with --etcd: each call goes to the leader (again at
+  // the leader a standby's refusal names, or at the next coordinator when
+  // one cannot be reached). Every call but WatchEvents carries a deadline
+  // of `timeout`.
   static std::unique_ptr<AdminClient> Connect(const std::string& coordinator,
                                               absl::Duration timeout);
   ~AdminClient();

@@ -171,12 +171,14 @@ absl::Status CheckFlags() {
 // Serves the status page (and Prometheus metrics) on --metrics_listen, if
 // given. Returns StartMetricsFromFlags' errors.
 absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> StartStatusPage(
-    const chorus::Coordinator& core) {
-  return chorus::StartMetricsFromFlags(
-      {chorus::HttpPage{"/", "text/html; charset=utf-8",
-                        [&core](const std::map<std::string, std::string>&) {
-                          return chorus::RenderStatusPage(core, {});
-                        }}});
+    const chorus::Coordinator& core, const chorus::LeaderElection* election) {
+  return chorus::StartMetricsFromFlags({chorus::HttpPage{
+      "/", "text/html; charset=utf-8",
+      [&core, election](const std::map<std::string, std::string>&) {
+        chorus::StatusPageOptions options;
+        if (election != nullptr) options.leadership = election->Describe();
+        return chorus::RenderStatusPage(core, options);
+      }}});
 }
 
 // Stops serving on a termination signal: calls waiting in the core end
@@ -253,8 +255,11 @@ int main(int argc, char** argv) {
   }
   chorus::ExportCoordinatorGauges(&core, call_port->get(),
                                   core_options.stall_report_after);
+  if (election->election != nullptr) {
+    chorus::ExportElectionGauges(election->election.get());
+  }
   absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
-      StartStatusPage(core);
+      StartStatusPage(core, election->election.get());
   if (!metrics.ok()) {
     LOG(ERROR) << metrics.status().ToString(
         absl::StatusToStringMode::kWithNoExtraData);

@@ -197,7 +197,12 @@ std::string RenderStatusPage(const Coordinator& core,
       core.Workers().size(), " workers, ", groups.size(), " groups; lease ",
       absl::FormatDuration(core.lease_timeout()), "; as of ",
       absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", now, absl::UTCTimeZone()),
-      "</p>\n<h2>Workers</h2>\n");
+      "</p>\n");
+  if (!options.leadership.empty()) {
+    absl::StrAppend(&page, "<p id=\"leadership\">", Html(options.leadership),
+                    "</p>\n");
+  }
+  page += "<h2>Workers</h2>\n";
   page += WorkersTable(core, now);
   page += "<h2>Groups</h2>\n";
   page += GroupsTable(groups, now);

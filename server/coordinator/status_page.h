@@ -20,6 +20,9 @@ struct StatusPageOptions {
   int refresh_seconds = 2;
   // How many recent verdicts (ended collectives) it lists.
   int recent_verdicts = 20;
+  // With --etcd: whether this coordinator leads, and who does (a line the
+  // page shows under its title); empty without an election.
+  std::string leadership;
 };
 
 // Returns the page's HTML, every value escaped.

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/etcd.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {
@@ -43,12 +44,18 @@ class CoordinatorFailoverTest : public ::testing::Test {
 
   // A coordinator on a fixed port (it keeps it when it restarts as a
   // standby), campaigning on this test's etcd.
-  Daemon StartCandidate() {
+  // `metrics_port` > 0 serves the status page and metrics there.
+  Daemon StartCandidate(int metrics_port = 0) {
     const std::string listen = absl::StrCat("127.0.0.1:", PickFreePort());
-    absl::StatusOr<Daemon> started = StartCoordinator(
-        {absl::StrCat("--listen=", listen),
-         absl::StrCat("--etcd=", etcd_.endpoint), "--etcd_prefix=/failover",
-         absl::StrCat("--lease_timeout=", absl::FormatDuration(kLease))});
+    std::vector<std::string> flags = {
+        absl::StrCat("--listen=", listen),
+        absl::StrCat("--etcd=", etcd_.endpoint), "--etcd_prefix=/failover",
+        absl::StrCat("--lease_timeout=", absl::FormatDuration(kLease))};
+    if (metrics_port > 0) {
+      flags.push_back(
+          absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port));
+    }
+    absl::StatusOr<Daemon> started = StartCoordinator(flags);
     EXPECT_TRUE(started.ok()) << started.status();
     return started.ok() ? *std::move(started) : Daemon();
   }
@@ -94,6 +101,24 @@ TEST_F(CoordinatorFailoverTest, ListWorkers_OnStandby_UnavailableNamesLeader) {
   EXPECT_TRUE(Leads(first.address));
 }
 
+TEST_F(CoordinatorFailoverTest, StatusPage_OnStandby_NamesLeader) {
+  const int leader_http = PickFreePort();
+  const int standby_http = PickFreePort();
+  Daemon first = StartCandidate(leader_http);
+  ASSERT_TRUE(WaitUntil([&] { return Leads(first.address); }, kTakeover));
+  Daemon second = StartCandidate(standby_http);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return NamedLeader(second.address) == first.address; }, kTakeover));
+  EXPECT_THAT(
+      HttpGet(standby_http, "/"),
+      HasSubstr(absl::StrCat("standby; the leader is ", first.address)));
+  EXPECT_THAT(HttpGet(leader_http, "/"), HasSubstr("leader (elected on etcd)"));
+  EXPECT_THAT(HttpGet(standby_http, "/metrics"),
+              HasSubstr("chorus_coordinator_leading 0"));
+  EXPECT_THAT(HttpGet(leader_http, "/metrics"),
+              HasSubstr("chorus_coordinator_leading 1"));
+}
+
 TEST_F(CoordinatorFailoverTest,
        LeaderKilled_StandbyLeadsAndWorkerRegistersThere) {
   Daemon first = StartCandidate();
@@ -106,6 +131,13 @@ TEST_F(CoordinatorFailoverTest,
   absl::StatusOr<std::vector<v1::WorkerInfo>> listed = Workers(first.address);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(WorkerNames(*listed), ElementsAre("w0"));
+  // chorusctl given the standby first asks the leader.
+  const std::string both = absl::StrCat(second.address, ",", first.address);
+  absl::StatusOr<CommandResult> ctl =
+      RunChorusctl({absl::StrCat("--coordinator=", both), "workers"});
+  ASSERT_TRUE(ctl.ok()) << ctl.status();
+  EXPECT_EQ(ctl->exit_code, 0) << ctl->err;
+  EXPECT_THAT(ctl->out, HasSubstr("w0"));
 
   ASSERT_TRUE(first.process->Kill().ok());
   const absl::Time killed = absl::Now();
@@ -116,6 +148,13 @@ TEST_F(CoordinatorFailoverTest,
         return now.ok() && WorkerNames(*now) == std::vector<std::string>{"w0"};
       },
       kTakeover));
+  // Given the dead one first, chorusctl moves on to the leader.
+  ctl = RunChorusctl(
+      {absl::StrCat("--coordinator=", first.address, ",", second.address),
+       "workers"});
+  ASSERT_TRUE(ctl.ok()) << ctl.status();
+  EXPECT_EQ(ctl->exit_code, 0) << ctl->err;
+  EXPECT_THAT(ctl->out, HasSubstr("w0"));
   std::cout << "the standby led with the worker registered "
             << absl::Now() - killed << " after the kill (lease " << kLease
             << ")\n";

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/metrics.h"
 
 ABSL_FLAG(std::string, etcd, "",
           "etcd endpoints, http(s)://host:port[,...]: run as one of several "
@@ -115,6 +116,29 @@ void StartElection(Election& election, const std::string& listen_host,
   LOG(INFO) << "campaigning on etcd " << absl::GetFlag(FLAGS_etcd) << " ("
             << absl::GetFlag(FLAGS_etcd_prefix) << ") as " << address;
   election.election->Start(address);
+}
+
+void ExportElectionGauges(const LeaderElection* election) {
+  MetricsRegistry& metrics = DefaultMetrics();
+  metrics.Gauge("chorus_coordinator_leading",
+                "1 while this coordinator leads the cluster, 0 while it is a "
+                "standby (--etcd).",
+                {}, [election] {
+                  return GaugeSample{{{}, election->Leading() ? 1.0 : 0.0}};
+                });
+  metrics.Gauge("chorus_coordinator_leader_changes",
+                "How many times the leader this coordinator knows changed.", {},
+                [election] {
+                  return GaugeSample{
+                      {{}, static_cast<double>(election->LeaderChanges())}};
+                });
+  metrics.Gauge(
+      "chorus_coordinator_etcd_writes",
+      "Writes this coordinator made to etcd (leases, the leader "
+      "key); none per collective.",
+      {}, [election] {
+        return GaugeSample{{{}, static_cast<double>(election->EtcdWrites())}};
+      });
 }
 
 void RestartProcess(const std::vector<std::string>& argv) {

@@ -41,6 +41,11 @@ absl::StatusOr<Election> ElectionFromFlags(
 void StartElection(Election& election, const std::string& listen_host,
                    int port);
 
+// Adds the election's gauges to the process's registry:
+// chorus_coordinator_leading (1 or 0), chorus_coordinator_leader_changes
+// and chorus_coordinator_etcd_writes. `election` must outlive every render.
+void ExportElectionGauges(const LeaderElection* election);
+
 // Replaces this process with a fresh run of `argv` (its own program): a
 // deposed leader drops everything it decided with and comes back as a
 // standby. Every descriptor but the standard ones closes on the way.

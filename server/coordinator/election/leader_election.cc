@@ -78,8 +78,17 @@ std::string LeaderElection::Leader() const {
   return leader_;
 }
 
+std::string LeaderElection::Describe() const {
+  if (Leading()) return "leader (elected on etcd)";
+  const std::string leader = Leader();
+  return leader.empty() || leader == Address()
+             ? "standby; no coordinator leads right now"
+             : absl::StrCat("standby; the leader is ", leader);
+}
+
 void LeaderElection::SetLeader(const std::string& leader) {
   absl::MutexLock lock(&mu_);
+  if (!leader.empty() && leader != leader_) leader_changes_.fetch_add(1);
   if (leader != leader_) {
     LOG(INFO) << "coordinator leader: "
               << (leader.empty() ? std::string("none") : leader);
@@ -106,6 +115,7 @@ absl::StatusOr<absl::Duration> LeaderElection::LiveLease(int64_t* renewed_at) {
   absl::StatusOr<std::pair<int64_t, absl::Duration>> granted =
       etcd_->GrantLease(options_.lease);
   if (!granted.ok()) return granted.status();
+  etcd_writes_.fetch_add(1);
   lease_id_ = granted->first;
   return granted->second;
 }
@@ -123,6 +133,7 @@ void LeaderElection::Run() {
       if (WaitUntil(absl::Now() + options_.retry_interval)) return;
       continue;
     }
+    if (campaign->created) etcd_writes_.fetch_add(1);
     if (campaign->created || campaign->current.lease == lease_id_) {
       leading_until_.store(renewed_at + absl::ToInt64Nanoseconds(*ttl),
                            std::memory_order_release);
@@ -153,6 +164,7 @@ bool LeaderElection::Lead(absl::Duration ttl) {
       // Resign: a standby takes over without waiting for the lease.
       leading_until_.store(0, std::memory_order_release);
       absl::Status revoked = etcd_->RevokeLease(lease_id_);
+      etcd_writes_.fetch_add(1);
       if (!revoked.ok()) LOG(WARNING) << "resigning: " << revoked;
       SetLeader("");
       return false;

@@ -74,6 +74,13 @@ class LeaderElection final : public Leadership {
   std::string Leader() const;
   // How many times this coordinator became leader.
   int64_t TimesElected() const { return elected_.load(); }
+  // How many times the leader it knows changed to another coordinator.
+  int64_t LeaderChanges() const { return leader_changes_.load(); }
+  // Writes it made to etcd (leases granted and revoked, the key created);
+  // none per collective.
+  int64_t EtcdWrites() const { return etcd_writes_.load(); }
+  // One line for people: "leader", or "standby; the leader is HOST:PORT".
+  std::string Describe() const;
 
  private:
   void Run();
@@ -95,6 +102,8 @@ class LeaderElection final : public Leadership {
   // 0 while it does not.
   std::atomic<int64_t> leading_until_{0};
   std::atomic<int64_t> elected_{0};
+  std::atomic<int64_t> leader_changes_{0};
+  std::atomic<int64_t> etcd_writes_{0};
   // Only the election's thread uses it.
   int64_t lease_id_ = 0;
 
