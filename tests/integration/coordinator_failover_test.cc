@@ -15,6 +15,7 @@
 #include "common/status_detail.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/worker/call_port_client.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/etcd.h"
 #include "tests/testing/http_get.h"
@@ -44,11 +45,13 @@ class CoordinatorFailoverTest : public ::testing::Test {
 
   // A coordinator on a fixed port (it keeps it when it restarts as a
   // standby), campaigning on this test's etcd.
-  // `metrics_port` > 0 serves the status page and metrics there.
-  Daemon StartCandidate(int metrics_port = 0) {
+  // `metrics_port` > 0 serves the status page and metrics there;
+  // `call_port` > 0 puts the call port there.
+  Daemon StartCandidate(int metrics_port = 0, int call_port = 0) {
     const std::string listen = absl::StrCat("127.0.0.1:", PickFreePort());
     std::vector<std::string> flags = {
         absl::StrCat("--listen=", listen),
+        absl::StrCat("--call_port=", call_port),
         absl::StrCat("--etcd=", etcd_.endpoint), "--etcd_prefix=/failover",
         absl::StrCat("--lease_timeout=", absl::FormatDuration(kLease))};
     if (metrics_port > 0) {
@@ -117,6 +120,30 @@ TEST_F(CoordinatorFailoverTest, StatusPage_OnStandby_NamesLeader) {
               HasSubstr("chorus_coordinator_leading 0"));
   EXPECT_THAT(HttpGet(leader_http, "/metrics"),
               HasSubstr("chorus_coordinator_leading 1"));
+}
+
+TEST_F(CoordinatorFailoverTest, CallPort_OnStandby_UnavailableNamesLeader) {
+  Daemon first = StartCandidate();
+  ASSERT_TRUE(WaitUntil([&] { return Leads(first.address); }, kTakeover));
+  const int call_port = PickFreePort();
+  Daemon second = StartCandidate(/*metrics_port=*/0, call_port);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return NamedLeader(second.address) == first.address; }, kTakeover));
+  CallPortClient client([&] { return absl::StrCat("127.0.0.1:", call_port); });
+  ASSERT_TRUE(client.Ready(absl::Now() + kTakeover).ok());
+  v1::CollectiveRequest request;
+  request.set_group("g");
+  request.set_epoch(1);
+  request.set_sequence(1);
+  request.mutable_spec()->set_kind(v1::COLLECTIVE_KIND_BARRIER);
+  absl::StatusOr<v1::CollectiveResponse> refused =
+      client.Call(request, absl::Now() + kTakeover);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  std::optional<v1::ErrorDetail> detail = ErrorDetailOf(refused.status());
+  ASSERT_TRUE(detail.has_value()) << refused.status();
+  EXPECT_EQ(detail->reason(), "NOT_LEADER");
+  EXPECT_EQ(detail->leader(), first.address);
+  client.Shutdown();
 }
 
 TEST_F(CoordinatorFailoverTest,
