@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace chorus {
@@ -23,6 +24,13 @@ inline constexpr absl::string_view kLocalCallHello = "CHORUS-LOCAL/1\n";
 // Where a worker whose local socket is `local_socket` serves its call
 // socket: beside it, with ".calls" appended.
 std::string CallSocketPath(const std::string& local_socket);
+
+// For a "unix:PATH" (or "unix://PATH") gRPC target: OK when the process
+// serving the socket runs as this user or as root (SO_PEERCRED), or when
+// nothing answers there (the call reports that). PERMISSION_DENIED naming
+// the other uid otherwise: it could be posing as the worker. OK for any
+// other target.
+absl::Status CheckSocketPeer(const std::string& target);
 
 }  // namespace chorus
 

@@ -18,6 +18,7 @@
 #include "common/collective_spec_proto.h"
 #include "common/device_proto.h"
 #include "common/grpc_status.h"
+#include "common/local_socket_path.h"
 #include "common/net.h"
 #include "server/worker/local/in_process_door.h"
 #include "server/worker/local/local_worker.h"
@@ -239,6 +240,9 @@ class EmbeddedCommunicator final : public Communicator {
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::JoinThroughDaemon(
     const std::string& worker_address, const std::string& group, int world_size,
     int rank, const JoinOptions& options) {
+  if (absl::Status peer = CheckSocketPeer(worker_address); !peer.ok()) {
+    return peer;
+  }
   std::shared_ptr<grpc::Channel> channel =
       MakeChannel(worker_address, Role::kWorker);
   // A fresh channel's first connection attempt can fail on a busy host; let

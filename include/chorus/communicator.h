@@ -119,7 +119,8 @@ class Communicator {
   // world size or rank), UNIMPLEMENTED (device refused), DEADLINE_EXCEEDED
   // naming the ranks that did not join (a newcomer: no sync admitted it),
   // FAILED_PRECONDITION (a newcomer to a group that is not elastic),
-  // UNAVAILABLE.
+  // PERMISSION_DENIED (a "unix:" socket served by another user than this
+  // one or root), UNAVAILABLE.
   static absl::StatusOr<std::unique_ptr<Communicator>> JoinThroughDaemon(
       const std::string& worker_address, const std::string& group,
       int world_size, int rank, const JoinOptions& options = {});

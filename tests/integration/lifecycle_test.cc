@@ -5,8 +5,14 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -163,6 +169,75 @@ TEST(LifecycleTest, CoordinatorSigterm_WithWorker_ExitsZeroPromptly) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
   EXPECT_LE(elapsed, absl::Seconds(10));
+}
+
+// A socket directory others can write (e.g. a /tmp/chorus-UID another
+// user made with mode 0777) would let them replace the socket: the worker
+// refuses it at start, saying what to fix, and serves nothing there.
+TEST(LifecycleTest, WorkerStart_SocketDirectoryOthersCanWrite_Refused) {
+  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  std::string dir = "/tmp/chorus-open-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  const std::string socket = dir + "/worker.sock";
+  absl::StatusOr<std::unique_ptr<Subprocess>> worker = SpawnWorker(
+      coordinator->address, {"--name=open", "--local_socket=" + socket});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  absl::StatusOr<int> code = (*worker)->WaitForExit(kExitTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT((*worker)->ReadLog(),
+              ::testing::HasSubstr(absl::StrCat("the local socket's directory ",
+                                                dir, " belongs to uid ",
+                                                geteuid(), " with mode 0777")));
+  struct stat info;
+  EXPECT_NE(lstat(socket.c_str(), &info), 0) << socket << " was made";
+  rmdir(dir.c_str());
+}
+
+// A socket served by another user (SO_PEERCRED) may be an impostor:
+// chorusctl refuses it before sending anything.
+TEST(LifecycleTest, Chorusctl_SocketServedByAnotherUser_PermissionDenied) {
+  if (geteuid() != 0) GTEST_SKIP() << "serving as another user needs root";
+  std::string dir = "/tmp/chorus-peer-XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  const std::string socket = dir + "/impostor.sock";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t impostor = fork();
+  ASSERT_GE(impostor, 0);
+  if (impostor == 0) {
+    // As nobody: listen on the socket, then wait to be killed.
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, socket.data(), socket.size());
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        listen(fd, 8) != 0) {
+      _exit(2);
+    }
+    (void)!write(ready[1], "r", 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  close(ready[0]);
+  absl::StatusOr<CommandResult> refused =
+      RunChorusctl({"--worker=unix:" + socket, "--group=g", "allreduce", "1"});
+  kill(impostor, SIGKILL);
+  waitpid(impostor, nullptr, 0);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_NE(refused->exit_code, 0);
+  EXPECT_THAT(refused->err + refused->out,
+              ::testing::HasSubstr(absl::StrCat("the socket ", socket,
+                                                " is served by uid 65534")));
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 // A second worker given a local socket another worker serves (on one host,

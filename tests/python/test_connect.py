@@ -6,6 +6,7 @@ daemons; and TLS directories that are refused before anything is sent.
 import os
 import shutil
 import stat
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -114,6 +115,34 @@ def test_missing_socket_is_unavailable_at_once(socket_dir: Path) -> None:
         chorus.join(unique_group(), 1, 0, worker=f"unix:{path}")
     assert "not a socket" in refused.value.message
 
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="serving as another user needs root")
+def test_socket_served_by_another_user_is_permission_denied(
+        socket_dir: Path) -> None:
+    """A socket whose server runs as another user (SO_PEERCRED) may be an
+    impostor: refused before anything is sent to it.
+    """
+    os.chmod(socket_dir, 0o777)
+    path = socket_dir / "impostor.sock"
+    impostor = subprocess.Popen([
+        "/usr/bin/python3", "-c",
+        "import os, socket, sys, time\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n"
+        "print('ready', flush=True); time.sleep(60)\n", str(path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert impostor.stdout is not None
+        assert impostor.stdout.readline().strip() == "ready"
+        with pytest.raises(chorus.PermissionDenied) as caught:
+            chorus.join(unique_group(), 1, 0, worker=f"unix:{path}",
+                        timeout=CALL_TIMEOUT)
+        assert "served by uid 65534" in caught.value.message
+    finally:
+        impostor.kill()
+        impostor.wait()
 
 # --- TLS directories refused before anything is sent -------------------------
 

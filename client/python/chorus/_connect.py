@@ -14,11 +14,12 @@ import os
 import socket
 import ssl
 import stat
+import struct
 from typing import List, Optional, Tuple, Union
 
 import grpc
 
-from chorus.errors import InvalidArgument, Unavailable
+from chorus.errors import InvalidArgument, PermissionDenied, Unavailable
 
 __all__ = ["default_socket_path", "TLS_FILES"]
 
@@ -169,7 +170,8 @@ def check_socket(target: str, is_default: bool) -> None:
     the path. Does nothing for other targets.
 
     Raises Unavailable when nothing is at the path, InvalidArgument when
-    something other than a socket is.
+    something other than a socket is, PermissionDenied when the process
+    serving it belongs to another user (not this one, not root).
     """
     if not is_unix_target(target):
         return
@@ -203,6 +205,30 @@ def check_socket(target: str, is_default: bool) -> None:
         raise InvalidArgument(
             f"{path} ({target}) is not a socket; pass the path of the "
             f"worker's --local_socket")
+    _check_socket_peer(path, target)
+
+
+def _check_socket_peer(path: str, target: str) -> None:
+    """Raises PermissionDenied when the process serving the socket at `path`
+    runs as another user than this one or root (SO_PEERCRED): it could be
+    posing as the worker. Does nothing when nothing answers there (the
+    channel reports that).
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(1.0)
+            probe.connect(path)
+            creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                     struct.calcsize("3i"))
+    except OSError:
+        return
+    _, uid, _ = struct.unpack("3i", creds)
+    if uid not in (os.geteuid(), 0):
+        raise PermissionDenied(
+            f"the socket {path} ({target}) is served by uid {uid}, not by "
+            f"this user (uid {os.geteuid()}) or root: another user's "
+            f"process may be posing as your worker; start your own worker "
+            f"with a --local_socket in a directory only you can write")
 
 
 def resolve_tls_dir(tls_dir: Optional[PathLike]) -> Tuple[Optional[str], str]:

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "chorus/v1/worker.pb.h"
 #include "common/tcp_socket.h"
 #include "server/worker/local/call_frames.h"
@@ -34,6 +35,29 @@ absl::Status MakeDirectories(const std::string& dir) {
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::UnavailableError(
         absl::StrCat("cannot make directory ", dir, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// OK when only this user (or root) can put files in `dir`: it is ours or
+// root's, and others cannot write it unless it is sticky (as /tmp is: there
+// no one else can replace our socket). FAILED_PRECONDITION saying what to
+// fix otherwise.
+absl::Status CheckSocketDirectory(const std::string& dir) {
+  struct stat info;
+  if (stat(dir.c_str(), &info) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot inspect directory ", dir, ": ", strerror(errno)));
+  }
+  const bool others_write = (info.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+                            (info.st_mode & S_ISVTX) == 0;
+  if ((info.st_uid != geteuid() && info.st_uid != 0) || others_write) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the local socket's directory %s belongs to uid %d with mode %04o: "
+        "another user could replace the socket and receive your ranks' "
+        "calls. Remove it (a worker makes it again, mode 0700), or give "
+        "--local_socket a path in a directory only you can write",
+        dir, info.st_uid, info.st_mode & 07777));
   }
   return absl::OkStatus();
 }
@@ -69,10 +93,12 @@ absl::Status PrepareLocalSocket(const std::string& path) {
                      sizeof(address.sun_path) - 1, " bytes long"));
   }
   const size_t slash = path.rfind('/');
-  if (slash != std::string::npos) {
-    absl::Status made = MakeDirectories(path.substr(0, slash));
-    if (!made.ok()) return made;
-  }
+  const std::string dir = slash == std::string::npos ? std::string(".")
+                          : slash == 0               ? std::string("/")
+                                                     : path.substr(0, slash);
+  absl::Status made = MakeDirectories(dir);
+  if (made.ok()) made = CheckSocketDirectory(dir);
+  if (!made.ok()) return made;
   struct stat info;
   if (lstat(path.c_str(), &info) != 0) return absl::OkStatus();
   if (!S_ISSOCK(info.st_mode)) {

@@ -46,9 +46,11 @@ namespace chorus {
 
 // Readies `path` for a new socket: creates its directory (mode 0700) when
 // missing and removes a socket left by a worker that is gone. Returns
-// FAILED_PRECONDITION when a live process answers on it or `path` is not a
-// socket, INVALID_ARGUMENT for a path too long for a socket address, and
-// UNAVAILABLE when the directory cannot be made.
+// FAILED_PRECONDITION when a live process answers on it, `path` is not a
+// socket, or its directory lets another user replace it (owned by another
+// user, or writable by others without the sticky bit), INVALID_ARGUMENT for a
+// path too long for a socket address, and UNAVAILABLE when the directory cannot
+// be made.
 absl::Status PrepareLocalSocket(const std::string& path);
 
 // Makes the socket at `path` accessible to its owner only (mode 0600).
