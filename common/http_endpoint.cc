@@ -32,6 +32,17 @@ absl::Status CheckHttpCaller(const httplib::Request& request) {
       "this port answers an admin or a client, not ", identity->Uri()));
 }
 
+// OK for a caller without TLS or with an admin certificate: what a page
+// with admin_only needs. PERMISSION_DENIED otherwise.
+absl::Status CheckAdminCaller(const httplib::Request& request) {
+  if (request.ssl == nullptr) return absl::OkStatus();
+  absl::StatusOr<Identity> identity = PeerIdentity(request.ssl);
+  if (identity.ok() && identity->role == Role::kAdmin) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "this page answers an admin certificate only, not ",
+      identity.ok() ? identity->Uri() : std::string("this caller")));
+}
+
 std::unique_ptr<httplib::Server> MakeServer() {
   if (!TlsEnabled()) return std::make_unique<httplib::Server>();
   const TlsFiles& files = ActiveTlsFiles();
@@ -77,6 +88,14 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
     const std::string path = page.path;
     server->Get(path, [page = std::move(page)](const httplib::Request& request,
                                                httplib::Response& response) {
+      if (page.admin_only) {
+        if (absl::Status allowed = CheckAdminCaller(request); !allowed.ok()) {
+          response.status = 403;
+          response.set_content(std::string(allowed.message()) + "\n",
+                               "text/plain");
+          return;
+        }
+      }
       std::map<std::string, std::string> params;
       for (const auto& [key, value] : request.params) params[key] = value;
       response.set_content(page.render(params), page.content_type.c_str());

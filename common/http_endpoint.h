@@ -35,6 +35,9 @@ struct HttpPage {
   std::string path;
   std::string content_type;
   std::function<std::string(const std::map<std::string, std::string>&)> render;
+  // With TLS, only an admin certificate gets the page (403 otherwise): for
+  // pages that show what only admins may list.
+  bool admin_only = false;
 };
 
 class HttpEndpoint {

@@ -284,14 +284,16 @@ TEST(ObservabilitySecurityTest, MetricsListen_NetworkWithoutTls_Refused) {
   EXPECT_THAT(coordinator.status().message(), HasSubstr("--insecure"));
 }
 
-TEST(ObservabilitySecurityTest, MetricsOverTls_AdminAnsweredWorkerRefused) {
+TEST(ObservabilitySecurityTest,
+     MetricsOverTls_AdminAnsweredWorkerRefusedStatusPageAdminOnly) {
   // The refused handshakes below close the connection under the client's
   // writes, which OpenSSL makes with write(2).
   signal(SIGPIPE, SIG_IGN);
   std::string parent = ::testing::TempDir() + "/chorus-observe-certs-XXXXXX";
   ASSERT_NE(mkdtemp(parent.data()), nullptr);
   absl::StatusOr<std::string> certs = MakeDevCerts(
-      parent, {"--workers=w0", "--admins=admin", "--hosts=127.0.0.1"});
+      parent,
+      {"--workers=w0", "--admins=admin", "--clients=app", "--hosts=127.0.0.1"});
   ASSERT_TRUE(certs.ok()) << certs.status();
   const std::string port_file = NewScratchPath("tls-metrics", ".port");
   absl::StatusOr<Daemon> coordinator =
@@ -301,7 +303,8 @@ TEST(ObservabilitySecurityTest, MetricsOverTls_AdminAnsweredWorkerRefused) {
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const int port = ReadPort(port_file);
 
-  auto get = [&](const std::string& identity) -> httplib::Result {
+  auto get = [&](const std::string& identity,
+                 const std::string& path = "/metrics") -> httplib::Result {
     const std::string dir = absl::StrCat(*certs, "/", identity);
     httplib::SSLClient client("127.0.0.1", port,
                               identity.empty() ? "" : dir + "/cert.pem",
@@ -310,7 +313,7 @@ TEST(ObservabilitySecurityTest, MetricsOverTls_AdminAnsweredWorkerRefused) {
     client.enable_server_certificate_verification(true);
     client.set_connection_timeout(10);
     client.set_read_timeout(10);
-    return client.Get("/metrics");
+    return client.Get(path);
   };
   httplib::Result admin = get("admin-admin");
   ASSERT_TRUE(admin) << httplib::to_string(admin.error());
@@ -320,6 +323,19 @@ TEST(ObservabilitySecurityTest, MetricsOverTls_AdminAnsweredWorkerRefused) {
   ASSERT_TRUE(worker) << httplib::to_string(worker.error());
   EXPECT_EQ(worker->status, 403);
   EXPECT_THAT(worker->body, HasSubstr("chorus://worker/w0"));
+  // A client may scrape, but the status page (workers, groups, verdicts)
+  // is for admins, as ListWorkers is.
+  httplib::Result client = get("client-app");
+  ASSERT_TRUE(client) << httplib::to_string(client.error());
+  EXPECT_EQ(client->status, 200);
+  httplib::Result client_page = get("client-app", "/");
+  ASSERT_TRUE(client_page) << httplib::to_string(client_page.error());
+  EXPECT_EQ(client_page->status, 403);
+  EXPECT_THAT(client_page->body, HasSubstr("admin certificate only"));
+  httplib::Result admin_page = get("admin-admin", "/");
+  ASSERT_TRUE(admin_page) << httplib::to_string(admin_page.error());
+  EXPECT_EQ(admin_page->status, 200);
+  EXPECT_THAT(admin_page->body, HasSubstr("Chorus coordinator"));
   // No client certificate: the handshake fails.
   EXPECT_FALSE(get(""));
   // Plain HTTP to the HTTPS port gets nothing.
