@@ -168,10 +168,13 @@ absl::Status CheckFlags() {
   return ConfigureSecurity();
 }
 
-// Serves the status page (and Prometheus metrics) on --metrics_listen, if
-// given. Returns StartMetricsFromFlags' errors.
+// Exports the gauges and serves the status page (and Prometheus metrics) on
+// --metrics_listen, if given. Returns StartMetricsFromFlags' errors.
 absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> StartStatusPage(
-    const chorus::Coordinator& core, const chorus::LeaderElection* election) {
+    const chorus::Coordinator& core, const chorus::CallPort* call_port,
+    absl::Duration stall_after, const chorus::LeaderElection* election) {
+  chorus::ExportCoordinatorGauges(&core, call_port, stall_after);
+  if (election != nullptr) chorus::ExportElectionGauges(election);
   return chorus::StartMetricsFromFlags({chorus::HttpPage{
       "/", "text/html; charset=utf-8",
       [&core, election](const std::map<std::string, std::string>&) {
@@ -196,6 +199,44 @@ void ShutDown(chorus::Coordinator& core, chorus::CallPort* call_port,
   server.Shutdown(chorus::DeadlineAfter(absl::GetFlag(FLAGS_shutdown_grace)));
 }
 
+// The election --etcd asks for (none without it). A leader that lost its
+// etcd lease comes back as a standby with nothing of what it decided: a
+// fresh run of `command_line`.
+absl::StatusOr<chorus::Election> ElectionOf(
+    const chorus::CoordinatorOptions& core_options,
+    const std::vector<std::string>& command_line) {
+  return chorus::ElectionFromFlags(core_options.lease_timeout,
+                                   [&command_line](const absl::Status& why) {
+                                     LOG(ERROR) << "deposed (" << why.message()
+                                                << "); restarting as a standby";
+                                     chorus::RestartProcess(command_line);
+                                     std::_Exit(3);
+                                   });
+}
+
+// Logs where the coordinator serves and writes --port_file. Returns
+// WritePortFile's error.
+absl::Status AnnounceServing(const std::string& listen, int port,
+                             absl::Duration lease,
+                             const chorus::CallPort* call_port) {
+  LOG(INFO) << "chorus-coordinator serving on " << listen << " (port " << port
+            << "), lease " << lease
+            << (call_port != nullptr
+                    ? absl::StrCat(", call port ", call_port->port())
+                    : std::string(", no call port"))
+            << (chorus::TlsEnabled() ? ", mutual TLS" : ", plaintext");
+  const std::string path = absl::GetFlag(FLAGS_port_file);
+  return path.empty() ? absl::OkStatus() : chorus::WritePortFile(path, port);
+}
+
+// Abseil built without NDEBUG checks every lock for deadlocks in one global
+// graph, including the mutexes gRPC creates for each call (about 5% of the
+// coordinator's CPU with 1,024 ranks). The unit tests keep checking the
+// coordinator's own locks.
+void IgnoreLockOrderChecks() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,11 +246,7 @@ int main(int argc, char** argv) {
                      "workers and their devices.\n"
                      "Usage: chorus-coordinator --listen=HOST:PORT "
                      "[--lease_timeout=5s] [--port_file=PATH]");
-  // Abseil built without NDEBUG checks every lock for deadlocks in one global
-  // graph, including the mutexes gRPC creates for each call (about 5% of the
-  // coordinator's CPU with 1,024 ranks). The unit tests keep checking the
-  // coordinator's own locks.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  IgnoreLockOrderChecks();
   if (absl::Status checked = CheckFlags(); !checked.ok()) {
     LOG(ERROR) << checked;
     return 2;
@@ -219,15 +256,8 @@ int main(int argc, char** argv) {
   const chorus::CoordinatorOptions core_options =
       CoreOptionsFromFlags(absl::ToUnixMicros(clock->Now()));
   chorus::Coordinator core(clock, core_options);
-  // A leader that lost its etcd lease comes back as a standby with nothing
-  // of what it decided: a fresh process.
-  absl::StatusOr<chorus::Election> election = chorus::ElectionFromFlags(
-      core_options.lease_timeout, [&command_line](const absl::Status& why) {
-        LOG(ERROR) << "deposed (" << why.message()
-                   << "); restarting as a standby";
-        chorus::RestartProcess(command_line);
-        std::_Exit(3);
-      });
+  absl::StatusOr<chorus::Election> election =
+      ElectionOf(core_options, command_line);
   if (!election.ok()) {
     LOG(ERROR) << election.status();
     return 2;
@@ -255,13 +285,9 @@ int main(int argc, char** argv) {
         absl::StatusToStringMode::kWithNoExtraData);
     return 1;
   }
-  chorus::ExportCoordinatorGauges(&core, call_port->get(),
-                                  core_options.stall_report_after);
-  if (election->election != nullptr) {
-    chorus::ExportElectionGauges(election->election.get());
-  }
   absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
-      StartStatusPage(core, election->election.get());
+      StartStatusPage(core, call_port->get(), core_options.stall_report_after,
+                      election->election.get());
   if (!metrics.ok()) {
     LOG(ERROR) << metrics.status().ToString(
         absl::StatusToStringMode::kWithNoExtraData);
@@ -273,19 +299,12 @@ int main(int argc, char** argv) {
                             .value_or(chorus::HostPort())
                             .host,
                         server->port);
-  LOG(INFO) << "chorus-coordinator serving on " << options.listen_address
-            << " (port " << server->port << "), lease "
-            << core_options.lease_timeout
-            << (*call_port != nullptr
-                    ? absl::StrCat(", call port ", (*call_port)->port())
-                    : std::string(", no call port"))
-            << (chorus::TlsEnabled() ? ", mutual TLS" : ", plaintext");
-  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    absl::Status written = chorus::WritePortFile(path, server->port);
-    if (!written.ok()) {
-      LOG(ERROR) << written;
-      return 1;
-    }
+  if (absl::Status announced =
+          AnnounceServing(options.listen_address, server->port,
+                          core_options.lease_timeout, call_port->get());
+      !announced.ok()) {
+    LOG(ERROR) << announced;
+    return 1;
   }
 
   const int signal = chorus::WaitForTerminationSignal();
