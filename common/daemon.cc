@@ -34,9 +34,10 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
   // transport security and metrics flags they share.
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
+    // The daemon's own flags, and the shared ones of *_flags.cc
+    // (security, metrics, the coordinator's election).
     return absl::EndsWith(file, "_main.cc") ||
-           absl::EndsWith(file, "security_flags.cc") ||
-           absl::EndsWith(file, "metrics_flags.cc");
+           absl::EndsWith(file, "_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);

@@ -236,5 +236,15 @@ TEST_F(CoordinatorFailoverTest, Start_EtcdLeaseLongerThanWorkerLease_Exits2) {
   EXPECT_THAT(ran->err + ran->out, HasSubstr("--etcd_lease must be between"));
 }
 
+TEST(CoordinatorHelpTest, Help_ListsTheEtcdFlags) {
+  absl::StatusOr<CommandResult> ran =
+      RunCommand(CoordinatorBinary(), {"--help"}, absl::Seconds(30));
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  for (const char* flag : {"--etcd ", "--etcd_prefix", "--etcd_lease",
+                           "--etcd_ca", "--advertise"}) {
+    EXPECT_THAT(ran->out + ran->err, HasSubstr(flag));
+  }
+}
+
 }  // namespace
 }  // namespace chorus::test
