@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <grpcpp/client_context.h>
 
+#include <optional>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -200,9 +201,12 @@ void CoordinatorSession::Beat(Beats* beats) {
   const std::string to = target_.address();
   absl::Status status =
       FromGrpcStatus(stub()->Heartbeat(&context, request, &response));
-  // Another coordinator leads now (a standby said so, or this one is
-  // gone): it does not know this worker yet.
-  if (Follow(to, status)) {
+  // Another coordinator leads now (a standby said so, or this one missed
+  // two heartbeats in a row: one slow answer moves nothing): it does not
+  // know this worker yet.
+  const std::optional<v1::ErrorDetail> detail = ErrorDetailOf(status);
+  const bool standby = detail.has_value() && detail->reason() == "NOT_LEADER";
+  if ((standby || beats->coordinator_lost) && Follow(to, status)) {
     status = absl::NotFoundError(absl::StrCat("the coordinator moved from ", to,
                                               " to ", target_.address()));
   }
