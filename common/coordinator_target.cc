@@ -38,6 +38,10 @@ CoordinatorTarget::CoordinatorTarget(const std::string& list)
     : list_(list), addresses_(Addresses(list)) {
   absl::MutexLock lock(&mu_);
   current_ = addresses_.front();
+  // The first channel is made at once, as a single-address client made
+  // its own: it keeps gRPC up for the target's life (chorusctl relies on
+  // that to leave without waiting for gRPC's shutdown).
+  channels_[current_] = MakeChannel(current_, Role::kCoordinator);
 }
 
 std::string CoordinatorTarget::address() const {

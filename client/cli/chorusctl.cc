@@ -542,7 +542,9 @@ int main(int argc, char** argv) {
   // The answer is out. Destroying the last gRPC channel shuts gRPC down,
   // and that can wait for the deadline timer of a call that already failed
   // (seen after a worker was killed: seconds after the status was printed),
-  // so chorusctl leaves without tearing anything down.
+  // so chorusctl leaves without tearing anything down; `client` holds a
+  // channel until then, so the communicator's, destroyed earlier, is never
+  // the last.
   std::cout.flush();
   std::cerr.flush();
   std::_Exit(code);
