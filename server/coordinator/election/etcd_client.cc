@@ -161,7 +161,8 @@ absl::StatusOr<absl::Duration> EtcdClient::KeepAlive(int64_t id) {
   const bool answered = stream->Write(request) && stream->Read(&response);
   stream->WritesDone();
   if (!answered) {
-    context.TryCancel();
+    // The stream ended: Finish() says why (a cancel here would hide it,
+    // and with it the move to another endpoint).
     grpc::Status ended = stream->Finish();
     return Note(ended.ok() ? absl::UnavailableError("keep-alive unanswered")
                            : FromGrpcStatus(ended),
