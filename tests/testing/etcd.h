@@ -20,7 +20,8 @@ namespace chorus::test {
 // The etcd binary on the PATH; "" when etcd is not installed.
 std::string EtcdBinary();
 
-// Returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Returns a TCP port on 127.0.0.1 that was free a moment ago and that no
+// earlier call in this process returned (0 when none was found).
 int PickFreePort();
 
 struct Etcd {
