@@ -227,7 +227,9 @@ void FrameServer::Accept() {
       }
       connection->tls = *std::move(tls);
     }
+    if (ungreeted_ >= options_.max_ungreeted) CloseOldestUngreeted();
     connections_[fd] = connection;
+    ++ungreeted_;
     greeting_.emplace_back(absl::Now() + options_.greeting_timeout, connection);
     open_connections_.store(connections_.size(), std::memory_order_relaxed);
     epoll_event event{};
@@ -278,6 +280,7 @@ bool FrameServer::Take(const std::shared_ptr<Connection>& connection,
     if (!absl::StartsWith(hello, connection->hello)) {
       return false;  // not a Chorus client: nothing to say to it
     }
+    if (connection->hello.size() == hello.size()) --ungreeted_;
   }
   connection->frames.Append(bytes);
   return TakeFrames(connection);
@@ -300,16 +303,33 @@ bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
   }
 }
 
+bool FrameServer::Ungreeted(const std::shared_ptr<Connection>& connection) {
+  // Still open (its descriptor not yet another connection's) and silent.
+  if (connection == nullptr) return false;
+  auto open = connections_.find(connection->fd);
+  return open != connections_.end() && open->second == connection &&
+         connection->hello.size() < options_.hello.size();
+}
+
+void FrameServer::CloseOldestUngreeted() {
+  while (!greeting_.empty()) {
+    const std::shared_ptr<Connection> oldest = greeting_.front().second.lock();
+    greeting_.pop_front();
+    if (!Ungreeted(oldest)) continue;
+    LOG_EVERY_N(WARNING, 100)
+        << options_.name << ": " << options_.max_ungreeted
+        << " connections have not greeted yet; closed the oldest";
+    Close(oldest->fd);
+    return;
+  }
+}
+
 int FrameServer::CloseUngreeted() {
   const absl::Time now = absl::Now();
   while (!greeting_.empty()) {
     auto& [deadline, waiting] = greeting_.front();
     const std::shared_ptr<Connection> connection = waiting.lock();
-    // Still open (its descriptor not yet another connection's) and silent.
-    auto open = connection == nullptr ? connections_.end()
-                                      : connections_.find(connection->fd);
-    if (open != connections_.end() && open->second == connection &&
-        connection->hello.size() < options_.hello.size()) {
+    if (Ungreeted(connection)) {
       if (deadline > now) {
         // Rounded up, so the wake-up comes after the deadline.
         return static_cast<int>(
@@ -330,6 +350,7 @@ int FrameServer::CloseUngreeted() {
 void FrameServer::Close(int fd) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
+  if (it->second->hello.size() < options_.hello.size()) --ungreeted_;
   {
     absl::MutexLock lock(&it->second->mu);
     it->second->closed = true;

@@ -7,7 +7,8 @@
 // when it has room, else queued for the serving thread: no thread waits on
 // a slow reader. A connection that does not start with the hello is closed
 // without a reply, and so is one that has not sent it within the options'
-// greeting_timeout; a frame over the limit gets one error frame (the
+// greeting_timeout, and the oldest of those still silent when more than
+// max_ungreeted are; a frame over the limit gets one error frame (the
 // options' error_payload) and the connection is closed; a connection that
 // closes drops the replies still due to it. Each wake-up reads at most
 // 1 MiB of one connection, so none starves the others; out of file
@@ -83,6 +84,9 @@ class FrameServer {
     // handshake) this long after it was accepted is closed, so clients that
     // never greet cannot hold descriptors for good.
     absl::Duration greeting_timeout = absl::Seconds(5);
+    // At most this many connections may be waiting for their greeting
+    // (TLS handshake and hello) at once; one more closes the oldest.
+    size_t max_ungreeted = 256;
   };
 
   // Serves the connections of `listen_fd` (listening; the server owns it
@@ -123,6 +127,10 @@ class FrameServer {
   // Returns false when the connection must be closed.
   bool TakeFrames(const std::shared_ptr<Connection>& connection);
   void Close(int fd);
+  // Whether `connection` is open and has not sent its whole hello.
+  bool Ungreeted(const std::shared_ptr<Connection>& connection);
+  // Closes the connection accepted first of those still ungreeted.
+  void CloseOldestUngreeted();
   // Closes the connections whose greeting time ran out; returns how long
   // until the next one does (-1 ms: none waits).
   int CloseUngreeted();
@@ -141,6 +149,8 @@ class FrameServer {
   // their deadline; those greeted by then are skipped.
   std::deque<std::pair<absl::Time, std::weak_ptr<Connection>>> greeting_;
   bool accept_paused_ = false;
+  // Open connections that have not sent their whole hello.
+  size_t ungreeted_ = 0;
   std::atomic<size_t> open_connections_{0};
 };
 

@@ -23,6 +23,8 @@ namespace {
 // call on that connection, for seconds after a fresh connection would work.
 constexpr int kKeepaliveTimeMs = 5000;
 constexpr int kKeepaliveTimeoutMs = 2000;
+// How long a server gives a new connection to finish its handshake.
+constexpr int kServerHandshakeTimeoutMs = 5000;
 
 }  // namespace
 
@@ -69,6 +71,11 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
       kKeepaliveTimeMs / 2);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A connection must finish its TLS handshake and HTTP/2 preface within
+  // this (gRPC's default is 120 s), so clients that connect and stall hold
+  // nothing for long.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             kServerHandshakeTimeoutMs);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : options.services) {

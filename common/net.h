@@ -58,8 +58,9 @@ struct StartedServer {
   int port = 0;
 };
 
-// Builds and starts a server, accepting MakeChannel's keepalive pings, with
-// the grpc.health.v1 health service (SERVING
+// Builds and starts a server, accepting MakeChannel's keepalive pings and
+// closing a connection whose handshake (TLS and HTTP/2 preface) takes over
+// 5 s, with the grpc.health.v1 health service (SERVING
 // for "" and every name in options.health_names; NOT_FOUND for any other
 // name) and server reflection. Returns UNAVAILABLE when an address cannot be
 // bound.

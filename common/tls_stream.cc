@@ -1,5 +1,6 @@
 #include "common/tls_stream.h"
 
+#include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -111,7 +112,8 @@ const BIO_METHOD* RecordBufferMethod() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
-    int fd, Role server_role, absl::Time deadline, int cancel_fd) {
+    int fd, Role server_role, absl::Time deadline, int cancel_fd,
+    absl::string_view server_name) {
   if (!TlsEnabled()) return absl::FailedPreconditionError("TLS is off");
   std::string why;
   SSL* ssl = NewTlsConnection(&why);
@@ -145,6 +147,10 @@ absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
     peer = absl::UnavailableError(absl::StrCat("the peer's certificate names ",
                                                peer->Uri(), ", not ",
                                                RoleWithArticle(server_role)));
+  } else if (peer.ok() && !server_name.empty() && peer->name != server_name) {
+    peer = absl::UnavailableError(
+        absl::StrCat("the peer's certificate names ", peer->Uri(), ", not the ",
+                     RoleName(server_role), " \"", server_name, "\""));
   }
   if (!peer.ok()) {
     SSL_free(ssl);
@@ -153,7 +159,8 @@ absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
   return std::unique_ptr<TlsStream>(new TlsStream(ssl, fd, *std::move(peer)));
 }
 
-absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd) {
+absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Accept(
+    int fd, absl::Time deadline) {
   if (!TlsEnabled()) return absl::FailedPreconditionError("TLS is off");
   std::string why;
   SSL* ssl = NewTlsConnection(&why);
@@ -164,12 +171,27 @@ absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Accept(int fd) {
     SSL_free(ssl);
     return absl::UnavailableError("TLS: out of memory");
   }
-  if (SSL_accept(ssl) != 1) {
-    why = TlsHandshakeError(ssl);
-    SSL_free(ssl);
-    return absl::UnavailableError(absl::StrCat("TLS handshake failed: ", why));
+  // The whole handshake runs non-blocking under one deadline, so a client
+  // that trickles its bytes cannot stretch it; the stream reads blocking.
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  absl::Status shaken = absl::OkStatus();
+  while (true) {
+    const int result = SSL_accept(ssl);
+    if (result == 1) break;
+    const int error = SSL_get_error(ssl, result);
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
+      shaken = absl::UnavailableError(
+          absl::StrCat("TLS handshake failed: ", TlsHandshakeError(ssl)));
+      break;
+    }
+    shaken = WaitForSocket(fd, error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT,
+                           deadline);
+    if (!shaken.ok()) break;
   }
-  absl::StatusOr<Identity> peer = PeerIdentity(ssl);
+  fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  absl::StatusOr<Identity> peer =
+      shaken.ok() ? PeerIdentity(ssl) : absl::StatusOr<Identity>(shaken);
   if (!peer.ok()) {
     SSL_free(ssl);
     return peer.status();

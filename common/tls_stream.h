@@ -40,17 +40,20 @@ class TlsStream {
   // Runs the client handshake on the non-blocking socket `fd`, waiting
   // until `deadline` or `cancel_fd` (-1: none). Returns UNAVAILABLE when
   // the handshake fails or the listener's certificate does not name
-  // `server_role` (the message says which), DEADLINE_EXCEEDED, CANCELLED;
+  // `server_role`, or (when `server_name` is not empty) that name (the
+  // message says which it names), DEADLINE_EXCEEDED, CANCELLED;
   // FAILED_PRECONDITION when TLS is off.
-  static absl::StatusOr<std::unique_ptr<TlsStream>> Connect(int fd,
-                                                            Role server_role,
-                                                            absl::Time deadline,
-                                                            int cancel_fd = -1);
+  static absl::StatusOr<std::unique_ptr<TlsStream>> Connect(
+      int fd, Role server_role, absl::Time deadline, int cancel_fd = -1,
+      absl::string_view server_name = {});
 
-  // Runs the server handshake on the blocking socket `fd`. Returns
-  // UNAVAILABLE when it fails (no or a foreign client certificate, or one
-  // naming no Chorus identity); FAILED_PRECONDITION when TLS is off.
-  static absl::StatusOr<std::unique_ptr<TlsStream>> Accept(int fd);
+  // Runs the server handshake on the blocking socket `fd`, all of it by
+  // `deadline` (the socket is non-blocking meanwhile, blocking again after).
+  // Returns UNAVAILABLE when it fails (no or a foreign client certificate,
+  // one naming no Chorus identity, or the socket was shut down meanwhile),
+  // DEADLINE_EXCEEDED; FAILED_PRECONDITION when TLS is off.
+  static absl::StatusOr<std::unique_ptr<TlsStream>> Accept(int fd,
+                                                           absl::Time deadline);
 
   ~TlsStream();
   TlsStream(const TlsStream&) = delete;

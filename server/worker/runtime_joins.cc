@@ -188,6 +188,7 @@ absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
       identity.worker_id = member.worker_id();
       identity.incarnation = member.incarnation();
       identity.data_port = member.data_port();
+      identity.name = member.worker_name();
       sender_->LearnPeer(member.address(), identity);
     }
   }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -98,6 +99,14 @@ class RawConnection {
     return reply;
   }
 
+  // True when the connection is still open after `wait` with nothing to
+  // read.
+  bool StillOpenAfter(absl::Duration wait) {
+    char byte;
+    return absl::IsDeadlineExceeded(
+        ReadSome(fd_, &byte, 1, absl::Now() + wait, -1).status());
+  }
+
   // True once the coordinator closed the connection (within kWait).
   bool Closed() {
     char buffer[64];
@@ -159,6 +168,28 @@ TEST_F(CallPortTest, Connect_NoOrPartialHello_ClosedAfterGreetingTimeout) {
                                  "sent no hello within 5s");
       },
       kWait));
+}
+
+TEST_F(CallPortTest, Connect_MoreSilentThanTheCap_OldestClosedFirst) {
+  // 256 connections may wait for their greeting at once; the 257th closes
+  // the oldest at once (not after the 5 s greeting timeout), and a client
+  // that greets is still served.
+  std::vector<std::unique_ptr<RawConnection>> silent;
+  for (int i = 0; i < 257; ++i) {
+    silent.push_back(std::make_unique<RawConnection>(port_));
+  }
+  EXPECT_TRUE(silent[0]->Closed());
+  EXPECT_TRUE(silent[1]->StillOpenAfter(absl::Milliseconds(200)));
+  RawConnection greeted(port_);
+  greeted.Send(kCallHello);
+  v1::CallPortRequest empty;
+  empty.set_call_id(4);
+  greeted.SendRequest(empty);
+  absl::StatusOr<v1::CallPortReply> reply = greeted.NextReply();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->call_id(), 4u);
+  EXPECT_THAT(coordinator_.process->ReadLog(),
+              HasSubstr("256 connections have not greeted yet"));
 }
 
 TEST_F(CallPortTest, Frame_OverLimit_ResourceExhaustedThenClosed) {

@@ -53,7 +53,7 @@ class TlsStreamTest : public CoordinatorTlsSuite {
       server_fd_ = accept(listener_.fd, nullptr, nullptr);
       if (server_fd_ < 0) return;
       absl::StatusOr<std::unique_ptr<TlsStream>> server =
-          TlsStream::Accept(server_fd_);
+          TlsStream::Accept(server_fd_, absl::Now() + kWait);
       if (!server.ok()) {
         ADD_FAILURE() << server.status();
         return;
@@ -167,6 +167,51 @@ TEST_F(TlsStreamTest, ReadFull_OwnSocketShutDown_FalseWithoutSigpipe) {
   accepting_.join();
   sigaction(SIGPIPE, &previous, nullptr);
   EXPECT_FALSE(read);
+}
+
+// A client that sends its handshake one byte at a time, slower than the
+// deadline allows, is refused at the deadline rather than after the last
+// byte: the deadline holds for the whole handshake, not for each read.
+TEST_F(TlsStreamTest, Accept_ClientTricklesBytes_DeadlineExceeded) {
+  absl::StatusOr<int> fd =
+      ConnectTcp("127.0.0.1", listener_.port, absl::Now() + kWait);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  client_fd_ = *fd;
+  server_fd_ = accept(listener_.fd, nullptr, nullptr);
+  ASSERT_GE(server_fd_, 0);
+  absl::Notification stop;
+  std::thread trickle([&] {
+    // The header of a 512-byte handshake record, then its body, a byte
+    // every 50 ms.
+    const char header[] = {0x16, 0x03, 0x01, 0x02, 0x00};
+    for (size_t sent = 0;
+         !stop.WaitForNotificationWithTimeout(absl::Milliseconds(50)); ++sent) {
+      const char byte = sent < sizeof(header) ? header[sent] : 0;
+      if (send(client_fd_, &byte, 1, MSG_NOSIGNAL) != 1) return;
+    }
+  });
+  const absl::StatusOr<std::unique_ptr<TlsStream>> server =
+      TlsStream::Accept(server_fd_, absl::Now() + absl::Milliseconds(400));
+  stop.Notify();
+  trickle.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(server.status())) << server.status();
+}
+
+// Shutting the socket down ends a handshake in progress at once (how the
+// data plane drops the oldest unauthenticated connection).
+TEST_F(TlsStreamTest, Accept_SocketShutDownMidHandshake_Unavailable) {
+  absl::StatusOr<int> fd =
+      ConnectTcp("127.0.0.1", listener_.port, absl::Now() + kWait);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  client_fd_ = *fd;
+  server_fd_ = accept(listener_.fd, nullptr, nullptr);
+  ASSERT_GE(server_fd_, 0);
+  absl::StatusOr<std::unique_ptr<TlsStream>> server;
+  std::thread accepting(
+      [&] { server = TlsStream::Accept(server_fd_, absl::Now() + kWait); });
+  shutdown(server_fd_, SHUT_RDWR);
+  accepting.join();
+  EXPECT_TRUE(absl::IsUnavailable(server.status())) << server.status();
 }
 
 }  // namespace

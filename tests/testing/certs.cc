@@ -72,26 +72,45 @@ absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,
   return out;
 }
 
-std::string* CoordinatorTlsSuite::folder_ = nullptr;
+namespace {
 
-void CoordinatorTlsSuite::SetUpTestSuite() {
+// The folder of the process's certificates, while a suite runs.
+std::string* tls_folder = nullptr;
+
+// Makes certificates with `args` and turns TLS on in this process with
+// those of `identity` (a folder of the script's output).
+void EnableTestTls(const std::vector<std::string>& args,
+                   const std::string& identity) {
   std::string parent = ::testing::TempDir() + "/chorus-tls-XXXXXX";
   ASSERT_NE(mkdtemp(parent.data()), nullptr) << "mkdtemp in " << parent;
-  folder_ = new std::string(parent);
-  absl::StatusOr<std::string> dir = MakeDevCerts(parent, {});
+  tls_folder = new std::string(parent);
+  absl::StatusOr<std::string> dir = MakeDevCerts(parent, args);
   ASSERT_TRUE(dir.ok()) << dir.status();
   absl::StatusOr<Identity> own =
-      EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/coordinator")));
+      EnableTls(TlsFilesInDir(absl::StrCat(*dir, "/", identity)));
   ASSERT_TRUE(own.ok()) << own.status();
 }
 
-void CoordinatorTlsSuite::TearDownTestSuite() {
-  if (folder_ == nullptr) return;
+// Removes the folder EnableTestTls made (TLS stays on in the process).
+void RemoveTestTlsFolder() {
+  if (tls_folder == nullptr) return;
   std::error_code ignored;
-  std::filesystem::remove_all(*folder_, ignored);
-  delete folder_;
-  folder_ = nullptr;
+  std::filesystem::remove_all(*tls_folder, ignored);
+  delete tls_folder;
+  tls_folder = nullptr;
 }
+
+}  // namespace
+
+void CoordinatorTlsSuite::SetUpTestSuite() { EnableTestTls({}, "coordinator"); }
+
+void WorkerTlsSuite::SetUpTestSuite() {
+  EnableTestTls({"--workers=w0"}, "worker-w0");
+}
+
+void CoordinatorTlsSuite::TearDownTestSuite() { RemoveTestTlsFolder(); }
+
+void WorkerTlsSuite::TearDownTestSuite() { RemoveTestTlsFolder(); }
 
 PemFiles ReadPemFiles(const std::string& tls_dir) {
   return PemFiles{ReadFile(tls_dir + "/ca.pem"),

@@ -36,9 +36,14 @@ class CoordinatorTlsSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite();
   static void TearDownTestSuite();
+};
 
- private:
-  static std::string* folder_;
+// As CoordinatorTlsSuite, with the process running TLS as worker "w0"
+// (chorus://worker/w0), what a data-plane listener accepts.
+class WorkerTlsSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
 };
 
 // The three PEM files of a --tls_dir, read into memory.

@@ -27,10 +27,13 @@ struct PeerRegistration {
   uint64_t incarnation = 0;
   // Its TCP data-plane port; 0 when it did not register one.
   uint32_t data_port = 0;
+  // The worker's name, which its certificate names with TLS on; empty when
+  // unknown.
+  std::string name;
 
   bool operator==(const PeerRegistration& other) const {
     return worker_id == other.worker_id && incarnation == other.incarnation &&
-           data_port == other.data_port;
+           data_port == other.data_port && name == other.name;
   }
   bool operator!=(const PeerRegistration& other) const {
     return !(*this == other);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -23,21 +24,17 @@
 namespace chorus {
 namespace {
 
-// How long a connection may take to finish its TLS handshake; one that
-// stalls is closed rather than holding its thread.
+// How long a connection may take to finish its whole TLS handshake; one
+// that stalls or trickles is closed rather than holding its thread.
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+
+// How many connections may be in their TLS handshake at once (each holds a
+// thread); a connection beyond that drops the oldest.
+constexpr size_t kMaxHandshakes = 64;
 
 // How long a frame for a group epoch this worker has not joined yet waits
 // for the join's reply (which a peer's reply can beat by milliseconds).
 constexpr absl::Duration kMembershipWait = absl::Seconds(30);
-
-// Sets (or, with a zero timeout, clears) the receive and send timeouts of
-// the blocking socket `fd`.
-void SetSocketTimeouts(int fd, absl::Duration timeout) {
-  const timeval tv = absl::ToTimeval(timeout);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
 
 std::string PeerName(const sockaddr_storage& address) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -61,6 +58,10 @@ struct TcpListener::Connection {
   int fd = -1;
   std::string peer;
   std::thread thread;
+  // Set once the TLS handshake is over (or at once without TLS).
+  std::atomic<bool> shaken{false};
+  // Set when the handshake was ended to make room for a newer one.
+  std::atomic<bool> dropped{false};
 
   absl::Mutex mu;
   bool ended ABSL_GUARDED_BY(mu) = false;
@@ -132,6 +133,28 @@ void TcpListener::ReapLocked() {
   }
 }
 
+void TcpListener::MakeRoomForHandshakeLocked(
+    const std::shared_ptr<Connection>& connection) {
+  handshaking_.erase(
+      std::remove_if(handshaking_.begin(), handshaking_.end(),
+                     [](const std::weak_ptr<Connection>& weak) {
+                       const std::shared_ptr<Connection> held = weak.lock();
+                       return held == nullptr || held->shaken.load();
+                     }),
+      handshaking_.end());
+  if (handshaking_.size() >= kMaxHandshakes) {
+    // Its handshake ends at once; its thread ends the connection.
+    const std::shared_ptr<Connection> oldest = handshaking_.front().lock();
+    LOG_EVERY_N(WARNING, 100)
+        << "data plane: " << kMaxHandshakes << " connections are in their "
+        << "TLS handshake; dropping the oldest, from " << oldest->peer;
+    oldest->dropped = true;
+    ShutdownSocket(oldest->fd);
+    handshaking_.pop_front();
+  }
+  handshaking_.push_back(connection);
+}
+
 void TcpListener::AcceptLoop() {
   while (true) {
     sockaddr_storage address{};
@@ -164,6 +187,7 @@ void TcpListener::AcceptLoop() {
     auto connection = std::make_shared<Connection>();
     connection->fd = fd;
     connection->peer = PeerName(address);
+    if (TlsEnabled()) MakeRoomForHandshakeLocked(connection);
     connection->thread = std::thread([this, connection] { Serve(connection); });
     connections_.push_back(std::move(connection));
   }
@@ -263,17 +287,21 @@ bool TcpListener::Admit(const std::shared_ptr<Connection>& connection,
 void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
   std::unique_ptr<TlsStream> tls;
   if (TlsEnabled()) {
-    SetSocketTimeouts(connection->fd, kHandshakeTimeout);
     absl::StatusOr<std::unique_ptr<TlsStream>> accepted =
-        TlsStream::Accept(connection->fd);
-    SetSocketTimeouts(connection->fd, absl::ZeroDuration());
+        TlsStream::Accept(connection->fd, absl::Now() + kHandshakeTimeout);
+    connection->shaken = true;
     if (accepted.ok() && (*accepted)->peer().role != Role::kWorker) {
       accepted = absl::PermissionDeniedError(
           absl::StrCat((*accepted)->peer().Uri(), " is not a worker"));
     }
     if (!accepted.ok()) {
-      LOG(WARNING) << "data plane: refused the connection from "
-                   << connection->peer << ": " << accepted.status().message();
+      // One line in ten under a flood; the drops were counted already.
+      if (!connection->dropped) {
+        LOG_EVERY_N(WARNING, 10)
+            << "data plane: refused the connection from " << connection->peer
+            << " (" << google::COUNTER
+            << " refused so far): " << accepted.status().message();
+      }
       EndConnection(*connection);
       return;
     }

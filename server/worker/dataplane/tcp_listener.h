@@ -11,7 +11,10 @@
 // threads. The inbox must outlive it.
 //
 // With TLS on (transport_security.h), each connection first runs the
-// server side of a TlsStream handshake (closed if it takes over 5 s); only
+// server side of a TlsStream handshake, closed if the whole of it takes
+// over 5 s; at most 64 connections are in their handshake at once, and one
+// more drops the oldest of them (so unauthenticated clients hold at most 64
+// threads, each for at most 5 s). Only
 // worker certificates are accepted, and a frame is delivered only when its
 // sending rank is held by that worker (PeerDirectory; a frame for an epoch
 // not learned yet waits for it, up to 30 s). Anything else closes the
@@ -21,6 +24,7 @@
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_TCP_LISTENER_H_
 
+#include <deque>
 #include <list>
 #include <memory>
 #include <string>
@@ -68,6 +72,10 @@ class TcpListener {
              const std::string& caller, const MessageKey& key);
   // Marks `connection` ended and ends its socket for the peer.
   static void EndConnection(Connection& connection);
+  // Keeps at most kMaxHandshakes connections in their handshake, counting
+  // `connection` (about to start): ends the oldest one when over.
+  void MakeRoomForHandshakeLocked(const std::shared_ptr<Connection>& connection)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -80,6 +88,8 @@ class TcpListener {
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  // Connections in their TLS handshake, oldest first (some may be over).
+  std::deque<std::weak_ptr<Connection>> handshaking_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

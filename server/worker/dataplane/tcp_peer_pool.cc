@@ -119,8 +119,8 @@ absl::Status TcpPeerPool::OpenLocked(Peer& peer, absl::Time deadline) {
   peer.connected_as = identity;
   DataPlaneConnections("out")->Add();
   if (TlsEnabled()) {
-    absl::StatusOr<std::unique_ptr<TlsStream>> tls =
-        TlsStream::Connect(*fd, Role::kWorker, give_up, shutdown_fd_);
+    absl::StatusOr<std::unique_ptr<TlsStream>> tls = TlsStream::Connect(
+        *fd, Role::kWorker, give_up, shutdown_fd_, identity.name);
     if (!tls.ok()) {
       CloseLocked(peer, /*goodbye=*/false);
       return absl::UnavailableError(tls.status().message());

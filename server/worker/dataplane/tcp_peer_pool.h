@@ -23,7 +23,9 @@
 //
 // With TLS on (transport_security.h), each connection runs a TlsStream
 // handshake after the hello's TCP connect and the frames travel encrypted;
-// the listener must present a worker certificate.
+// the listener must present the certificate of the worker a join named at
+// that address (any worker certificate where no join named one), so a
+// listener that took over the address cannot receive the group's data.
 //
 // Lifecycle: one per worker runtime. Shutdown() (or the destructor) says
 // goodbye on and closes every connection.
