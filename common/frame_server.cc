@@ -19,13 +19,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/call_frame.h"
+#include "common/http_message.h"
 #include "common/tls_session.h"
 
 namespace chorus {
 
 struct FrameServer::Connection {
-  Connection(int fd, int epoll_fd, uint64_t max_frame_bytes)
-      : fd(fd), epoll_fd(epoll_fd), frames(max_frame_bytes) {}
+  Connection(int fd, int epoll_fd, uint64_t max_frame_bytes, bool http)
+      : fd(fd), epoll_fd(epoll_fd), http(http), frames(max_frame_bytes) {}
 
   // Queues `bytes` (encrypted first with TLS) and writes what the socket
   // takes now; the serving thread writes the rest when the socket has room
@@ -51,7 +52,8 @@ struct FrameServer::Connection {
     return opened;
   }
 
-  void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // Writes what the socket takes of `out`; returns whether all went.
+  bool FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     size_t written = 0;
     while (written < out.size()) {
       const ssize_t n = send(fd, out.data() + written, out.size() - written,
@@ -74,14 +76,21 @@ struct FrameServer::Connection {
       event.data.fd = fd;
       epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &event);
     }
+    return !want;
   }
 
   const int fd;
   const int epoll_fd;
+  // Replies are HTTP responses, sent as they are (not in call frames).
+  const bool http;
   // Set before the serving thread watches the connection.
   std::unique_ptr<TlsSession> tls;
-  // Used by the serving thread only.
+  // Used by the serving thread only: the hello (or HTTP request head) so
+  // far; whether it is whole; whether the connection closes once its
+  // replies are written (it reads nothing more meanwhile).
   std::string hello;
+  bool greeted = false;
+  bool finishing = false;
   CallFrameParser frames;
   // Who the client's certificate names, once its handshake is over.
   std::optional<Identity> peer;
@@ -103,6 +112,10 @@ void SetNonBlocking(int fd) {
 void FrameServer::Replier::Send(absl::string_view payload) const {
   std::shared_ptr<Connection> to = to_.lock();
   if (to == nullptr) return;
+  if (to->http) {
+    to->Send(payload);
+    return;
+  }
   std::string frame;
   AppendCallFrame(payload, &frame);
   to->Send(frame);
@@ -161,7 +174,7 @@ void FrameServer::Serve() {
   std::vector<epoll_event> events(64);
   while (true) {
     const int n = epoll_wait(epoll_fd_, events.data(),
-                             static_cast<int>(events.size()), CloseUngreeted());
+                             static_cast<int>(events.size()), CloseOverdue());
     if (n < 0) {
       if (errno == EINTR) continue;
       LOG(ERROR) << options_.name << ": epoll_wait: " << std::strerror(errno);
@@ -176,14 +189,20 @@ void FrameServer::Serve() {
         Accept();
       } else if (auto it = connections_.find(fd); it != connections_.end()) {
         const std::shared_ptr<Connection> connection = it->second;
-        if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 &&
-            !ReadFrom(connection)) {
-          Close(fd);
-          continue;
+        if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
+          const Next next = ReadFrom(connection);
+          if (next != Next::kKeep) {
+            if (next == Next::kFinish) {
+              Finish(connection);
+            } else {
+              Close(fd);
+            }
+            continue;
+          }
         }
-        if ((events[i].events & EPOLLOUT) != 0) {
-          absl::MutexLock lock(&connection->mu);
-          if (!connection->closed) connection->FlushLocked();
+        if ((events[i].events & EPOLLOUT) != 0 && Flush(*connection) &&
+            connection->finishing) {
+          Close(fd);
         }
       }
     }
@@ -215,8 +234,9 @@ void FrameServer::Accept() {
     // socket).
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto connection =
-        std::make_shared<Connection>(fd, epoll_fd_, options_.max_frame_bytes);
+    auto connection = std::make_shared<Connection>(
+        fd, epoll_fd_, options_.max_frame_bytes,
+        options_.framing == Framing::kHttpRequests);
     if (options_.tls) {
       absl::StatusOr<std::unique_ptr<TlsSession>> tls = TlsSession::Accept();
       if (!tls.ok()) {
@@ -239,7 +259,22 @@ void FrameServer::Accept() {
   }
 }
 
-bool FrameServer::ReadFrom(const std::shared_ptr<Connection>& connection) {
+bool FrameServer::Flush(Connection& connection) {
+  absl::MutexLock lock(&connection.mu);
+  return !connection.closed && connection.FlushLocked();
+}
+
+void FrameServer::Finish(const std::shared_ptr<Connection>& connection) {
+  if (Flush(*connection)) {
+    Close(connection->fd);
+    return;
+  }
+  // Closed once its replies are written, or when this runs out.
+  lingering_.emplace_back(absl::Now() + options_.greeting_timeout, connection);
+}
+
+FrameServer::Next FrameServer::ReadFrom(
+    const std::shared_ptr<Connection>& connection) {
   char buffer[64 << 10];
   // At most this much per wake-up, so one busy connection does not starve
   // the others (epoll reports it again while data is left).
@@ -248,8 +283,8 @@ bool FrameServer::ReadFrom(const std::shared_ptr<Connection>& connection) {
   while (budget > 0) {
     const ssize_t n = recv(connection->fd, buffer, sizeof(buffer), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    if (n <= 0) return false;  // closed by the peer, or failed
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Next::kKeep;
+    if (n <= 0) return Next::kClose;  // closed by the peer, or failed
     budget -= std::min(budget, static_cast<size_t>(n));
     absl::string_view bytes(buffer, static_cast<size_t>(n));
     if (connection->tls != nullptr) {
@@ -257,22 +292,28 @@ bool FrameServer::ReadFrom(const std::shared_ptr<Connection>& connection) {
       if (absl::Status opened = connection->Open(bytes, &plain); !opened.ok()) {
         LOG(WARNING) << options_.name
                      << ": closed a connection: " << opened.message();
-        return false;
+        return Next::kClose;
       }
       bytes = plain;
     }
-    if (!Take(connection, bytes)) return false;
+    // A finishing connection reads only to see its client close.
+    if (!connection->finishing && !Take(connection, bytes)) {
+      return connection->finishing ? Next::kFinish : Next::kClose;
+    }
     // A short read took all there was: epoll reports the connection again
     // when more comes, so a read that would find nothing is spared.
-    if (static_cast<size_t>(n) < sizeof(buffer)) return true;
+    if (static_cast<size_t>(n) < sizeof(buffer)) return Next::kKeep;
   }
-  return true;
+  return Next::kKeep;
 }
 
 bool FrameServer::Take(const std::shared_ptr<Connection>& connection,
                        absl::string_view bytes) {
+  if (options_.framing == Framing::kHttpRequests) {
+    return TakeHttpHead(connection, bytes);
+  }
   const std::string& hello = options_.hello;
-  if (connection->hello.size() < hello.size()) {
+  if (!connection->greeted) {
     const size_t take =
         std::min(bytes.size(), hello.size() - connection->hello.size());
     connection->hello.append(bytes.data(), take);
@@ -280,10 +321,35 @@ bool FrameServer::Take(const std::shared_ptr<Connection>& connection,
     if (!absl::StartsWith(hello, connection->hello)) {
       return false;  // not a Chorus client: nothing to say to it
     }
-    if (connection->hello.size() == hello.size()) --ungreeted_;
+    if (connection->hello.size() < hello.size()) return true;
+    connection->greeted = true;
+    --ungreeted_;
   }
   connection->frames.Append(bytes);
   return TakeFrames(connection);
+}
+
+bool FrameServer::TakeHttpHead(const std::shared_ptr<Connection>& connection,
+                               absl::string_view bytes) {
+  // Bytes after the head (a body, a pipelined request) are not read.
+  const size_t before = connection->hello.size();
+  connection->hello.append(
+      bytes.data(), std::min(bytes.size(), kMaxHttpHeadBytes + 1 - before));
+  const size_t end = HttpHeadEnd(connection->hello);
+  if (end == 0) {
+    // Not whole yet; one over the limit is closed with nothing said.
+    return connection->hello.size() <= kMaxHttpHeadBytes;
+  }
+  connection->hello.resize(end);
+  connection->greeted = true;
+  --ungreeted_;
+  const Identity* peer =
+      connection->peer.has_value() ? &*connection->peer : nullptr;
+  // One request per connection: it closes once the response is written.
+  handler_(std::move(connection->hello),
+           Replier{std::weak_ptr<Connection>(connection)}, peer);
+  connection->finishing = true;
+  return false;
 }
 
 bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
@@ -293,29 +359,32 @@ bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
     absl::StatusOr<bool> next = connection->frames.Next(&payload);
     if (!next.ok()) {
       reply.Send(options_.error_payload(next.status()));
+      connection->finishing = true;
       return false;
     }
     if (!*next) return true;
     const Identity* peer =
         connection->peer.has_value() ? &*connection->peer : nullptr;
-    if (!handler_(std::move(payload), reply, peer)) return false;
+    if (!handler_(std::move(payload), reply, peer)) {
+      connection->finishing = true;
+      return false;
+    }
     payload.clear();
   }
 }
 
-bool FrameServer::Ungreeted(const std::shared_ptr<Connection>& connection) {
-  // Still open (its descriptor not yet another connection's) and silent.
+bool FrameServer::IsOpen(const std::shared_ptr<Connection>& connection) {
+  // Its descriptor not yet another connection's.
   if (connection == nullptr) return false;
   auto open = connections_.find(connection->fd);
-  return open != connections_.end() && open->second == connection &&
-         connection->hello.size() < options_.hello.size();
+  return open != connections_.end() && open->second == connection;
 }
 
 void FrameServer::CloseOldestUngreeted() {
   while (!greeting_.empty()) {
     const std::shared_ptr<Connection> oldest = greeting_.front().second.lock();
     greeting_.pop_front();
-    if (!Ungreeted(oldest)) continue;
+    if (!IsOpen(oldest) || oldest->greeted) continue;
     LOG_EVERY_N(WARNING, 100)
         << options_.name << ": " << options_.max_ungreeted
         << " connections have not greeted yet; closed the oldest";
@@ -324,16 +393,22 @@ void FrameServer::CloseOldestUngreeted() {
   }
 }
 
-int FrameServer::CloseUngreeted() {
+int FrameServer::CloseOverdue() {
   const absl::Time now = absl::Now();
+  int wait_ms = -1;
+  // Rounded up, so the wake-up comes after the deadline.
+  auto until = [&](absl::Time deadline) {
+    const int ms = static_cast<int>(
+        absl::ToInt64Milliseconds(deadline - now + absl::Milliseconds(1)));
+    wait_ms = wait_ms < 0 ? ms : std::min(wait_ms, ms);
+  };
   while (!greeting_.empty()) {
     auto& [deadline, waiting] = greeting_.front();
     const std::shared_ptr<Connection> connection = waiting.lock();
-    if (Ungreeted(connection)) {
+    if (IsOpen(connection) && !connection->greeted) {
       if (deadline > now) {
-        // Rounded up, so the wake-up comes after the deadline.
-        return static_cast<int>(
-            absl::ToInt64Milliseconds(deadline - now + absl::Milliseconds(1)));
+        until(deadline);
+        break;
       }
       LOG(WARNING) << options_.name << ": closed a connection that sent no "
                    << (options_.tls && !connection->peer.has_value()
@@ -344,13 +419,25 @@ int FrameServer::CloseUngreeted() {
     }
     greeting_.pop_front();
   }
-  return -1;
+  while (!lingering_.empty()) {
+    auto& [deadline, waiting] = lingering_.front();
+    const std::shared_ptr<Connection> connection = waiting.lock();
+    if (IsOpen(connection)) {
+      if (deadline > now) {
+        until(deadline);
+        break;
+      }
+      Close(connection->fd);  // its client does not read its replies
+    }
+    lingering_.pop_front();
+  }
+  return wait_ms;
 }
 
 void FrameServer::Close(int fd) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
-  if (it->second->hello.size() < options_.hello.size()) --ungreeted_;
+  if (!it->second->greeted) --ungreeted_;
   {
     absl::MutexLock lock(&it->second->mu);
     it->second->closed = true;

@@ -1,17 +1,20 @@
 // FrameServer: serves connections that carry frames (call_frame.h) on a
 // listening socket, TCP or Unix, with one thread and epoll: the coordinator's
-// call port and a worker's local call socket. A connection starts with the
-// client's hello; then it sends frames, each handed whole to the handler on
-// the serving thread in the order the connection sent them. Replies are
-// sent by whichever thread has them (a Replier), straight to the socket
+// call port and a worker's local call socket; and, with
+// Framing::kHttpRequests, a daemon's metrics port (one HTTP request per
+// connection, so no client holds a thread at any stage). A connection starts
+// with the client's hello; then it sends frames, each handed whole to the
+// handler on the serving thread in the order the connection sent them. Replies
+// are sent by whichever thread has them (a Replier), straight to the socket
 // when it has room, else queued for the serving thread: no thread waits on
 // a slow reader. A connection that does not start with the hello is closed
 // without a reply, and so is one that has not sent it within the options'
 // greeting_timeout, and the oldest of those still silent when more than
 // max_ungreeted are; a frame over the limit gets one error frame (the
-// options' error_payload) and the connection is closed; a connection that
-// closes drops the replies still due to it. Each wake-up reads at most
-// 1 MiB of one connection, so none starves the others; out of file
+// options' error_payload) and the connection is closed once that is
+// written (or after greeting_timeout, if its client does not read); a
+// connection that closes drops the replies still due to it. Each wake-up reads
+// at most 1 MiB of one connection, so none starves the others; out of file
 // descriptors, it stops accepting until one closes.
 //
 // With TLS (Options::tls) every connection is mutual TLS 1.3 from its first
@@ -63,15 +66,28 @@ class FrameServer {
   };
 
   // Handles one whole frame's payload from the client `peer` names (null
-  // without TLS). Returns false to close the connection (a frame it sent
-  // first goes out if the socket takes it now).
+  // without TLS). Returns false to close the connection once the replies it
+  // sent first are written (within greeting_timeout). With
+  // Framing::kHttpRequests the payload is the request head, and what the
+  // handler returns is not asked: the connection closes after its reply.
   using Handler = std::function<bool(std::string payload, Replier reply,
                                      const Identity* peer)>;
+
+  // What the connections carry.
+  enum class Framing {
+    // The options' hello, then call frames (call_frame.h) both ways.
+    kCallFrames,
+    // One HTTP/1.1 request head (http_message.h) per connection, handed to
+    // the handler whole; the handler sends the whole response (as it is,
+    // not in a frame) and the connection closes once it is written.
+    kHttpRequests,
+  };
 
   struct Options {
     // For log lines ("call port").
     std::string name;
-    // What every connection must start with.
+    Framing framing = Framing::kCallFrames;
+    // What every connection must start with (call frames only).
     std::string hello;
     // Frames over this many bytes are refused.
     uint64_t max_frame_bytes = 0;
@@ -116,24 +132,38 @@ class FrameServer {
 
   void Serve();
   void Accept();
-  // Reads what `connection` has and handles its whole frames. Returns false
-  // when the connection must be closed.
-  bool ReadFrom(const std::shared_ptr<Connection>& connection);
+  // What becomes of a connection after a read.
+  enum class Next { kKeep, kClose, kFinish };
+  // Reads what `connection` has and handles its whole frames. Returns
+  // kClose when it must be closed now, kFinish when once its replies are
+  // written.
+  Next ReadFrom(const std::shared_ptr<Connection>& connection);
   // Takes `bytes` the client sent (after TLS): the hello, then frames.
-  // Returns false when the connection must be closed.
+  // Returns false when the connection must close (after its replies when
+  // it is marked finishing).
   bool Take(const std::shared_ptr<Connection>& connection,
             absl::string_view bytes);
+  // Take() for Framing::kHttpRequests: the request head. Returns false once
+  // it was handled (the connection is finishing), or when it is too long.
+  bool TakeHttpHead(const std::shared_ptr<Connection>& connection,
+                    absl::string_view bytes);
   // Hands the whole frames buffered for `connection` to the handler.
   // Returns false when the connection must be closed.
   bool TakeFrames(const std::shared_ptr<Connection>& connection);
+  // Writes what the socket takes of the connection's replies; returns
+  // whether none are left (false when it is closed).
+  static bool Flush(Connection& connection);
+  // Closes `connection` now when its replies are written, else when they
+  // are or after greeting_timeout, whichever comes first.
+  void Finish(const std::shared_ptr<Connection>& connection);
   void Close(int fd);
-  // Whether `connection` is open and has not sent its whole hello.
-  bool Ungreeted(const std::shared_ptr<Connection>& connection);
+  // Whether `connection` is still open (its descriptor not another's).
+  bool IsOpen(const std::shared_ptr<Connection>& connection);
   // Closes the connection accepted first of those still ungreeted.
   void CloseOldestUngreeted();
-  // Closes the connections whose greeting time ran out; returns how long
-  // until the next one does (-1 ms: none waits).
-  int CloseUngreeted();
+  // Closes the connections whose greeting or lingering time ran out;
+  // returns how long until the next one does (-1 ms: none waits).
+  int CloseOverdue();
 
   const Options options_;
   const Handler handler_;
@@ -148,6 +178,8 @@ class FrameServer {
   // Connections in the order accepted (so by greeting deadline), until
   // their deadline; those greeted by then are skipped.
   std::deque<std::pair<absl::Time, std::weak_ptr<Connection>>> greeting_;
+  // Finishing connections by deadline, until it comes or they close.
+  std::deque<std::pair<absl::Time, std::weak_ptr<Connection>>> lingering_;
   bool accept_paused_ = false;
   // Open connections that have not sent their whole hello.
   size_t ungreeted_ = 0;

@@ -3,54 +3,71 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/frame_server.h"
+#include "common/http_message.h"
 #include "common/metrics.h"
 #include "common/tcp_socket.h"
-#include "common/tls_stream.h"
 #include "common/transport_security.h"
 #include "glog/logging.h"
-#include "httplib.h"
 
 namespace chorus {
 namespace {
 
-// A few threads are plenty for scrapes and a status page, and the machines
-// Chorus runs on may have few cores.
-constexpr size_t kHttpThreads = 2;
+constexpr char kTextPlain[] = "text/plain; charset=utf-8";
 
 // OK for a caller without TLS or whose certificate names an admin or a
-// client; otherwise why it is refused.
-absl::Status CheckHttpCaller(const httplib::Request& request) {
-  if (request.ssl == nullptr) return absl::OkStatus();
-  absl::StatusOr<Identity> identity = PeerIdentity(request.ssl);
-  if (!identity.ok()) {
-    return absl::UnauthenticatedError(identity.status().message());
-  }
-  if (identity->role == Role::kAdmin || identity->role == Role::kClient) {
+// client; PERMISSION_DENIED otherwise.
+absl::Status CheckHttpCaller(const Identity* caller) {
+  if (caller == nullptr) return absl::OkStatus();
+  if (caller->role == Role::kAdmin || caller->role == Role::kClient) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
-      "this port answers an admin or a client, not ", identity->Uri()));
+      "this port answers an admin or a client, not ", caller->Uri()));
 }
 
 // OK for a caller without TLS or with an admin certificate: what a page
 // with admin_only needs. PERMISSION_DENIED otherwise.
-absl::Status CheckAdminCaller(const httplib::Request& request) {
-  if (request.ssl == nullptr) return absl::OkStatus();
-  absl::StatusOr<Identity> identity = PeerIdentity(request.ssl);
-  if (identity.ok() && identity->role == Role::kAdmin) return absl::OkStatus();
+absl::Status CheckAdminCaller(const Identity* caller) {
+  if (caller == nullptr || caller->role == Role::kAdmin) {
+    return absl::OkStatus();
+  }
   return absl::PermissionDeniedError(absl::StrCat(
-      "this page answers an admin certificate only, not ",
-      identity.ok() ? identity->Uri() : std::string("this caller")));
+      "this page answers an admin certificate only, not ", caller->Uri()));
 }
 
-std::unique_ptr<httplib::Server> MakeServer() {
-  if (!TlsEnabled()) return std::make_unique<httplib::Server>();
-  const TlsFiles& files = ActiveTlsFiles();
-  return std::make_unique<httplib::SSLServer>(
-      files.cert_path.c_str(), files.key_path.c_str(), files.ca_path.c_str());
+std::string Refusal(int code, absl::string_view why) {
+  return FormatHttpResponse(code, kTextPlain, absl::StrCat(why, "\n"));
 }
 
 }  // namespace
+
+std::string HttpEndpoint::Answer(absl::string_view head,
+                                 const Identity* caller) const {
+  absl::StatusOr<HttpRequest> request = ParseHttpRequestHead(head);
+  if (!request.ok()) return Refusal(400, request.status().message());
+  if (absl::Status allowed = CheckHttpCaller(caller); !allowed.ok()) {
+    return Refusal(403, allowed.message());
+  }
+  if (request->method != "GET") {
+    return Refusal(405, "only GET is served here");
+  }
+  if (request->path == "/metrics") {
+    return FormatHttpResponse(200, "text/plain; version=0.0.4; charset=utf-8",
+                              DefaultMetrics().Render());
+  }
+  for (const HttpPage& page : pages_) {
+    if (page.path != request->path) continue;
+    if (page.admin_only) {
+      if (absl::Status allowed = CheckAdminCaller(caller); !allowed.ok()) {
+        return Refusal(403, allowed.message());
+      }
+    }
+    return FormatHttpResponse(200, page.content_type,
+                              page.render(request->params));
+  }
+  return Refusal(404, absl::StrCat("no page at ", request->path));
+}
 
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
     const std::string& listen, bool insecure, std::vector<HttpPage> pages) {
@@ -64,77 +81,36 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
       !allowed.ok()) {
     return allowed;
   }
-  std::unique_ptr<httplib::Server> server = MakeServer();
-  if (!server->is_valid()) {
-    return absl::InvalidArgumentError(
-        "--metrics_listen: the TLS certificate, key or CA could not be "
-        "loaded");
-  }
-  server->new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-  server->set_pre_routing_handler([](const httplib::Request& request,
-                                     httplib::Response& response) {
-    absl::Status allowed = CheckHttpCaller(request);
-    if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
-    response.status = 403;
-    response.set_content(std::string(allowed.message()) + "\n", "text/plain");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  server->Get(
-      "/metrics", [](const httplib::Request&, httplib::Response& response) {
-        response.set_content(DefaultMetrics().Render(),
-                             "text/plain; version=0.0.4; charset=utf-8");
-      });
-  for (HttpPage& page : pages) {
-    const std::string path = page.path;
-    server->Get(path, [page = std::move(page)](const httplib::Request& request,
-                                               httplib::Response& response) {
-      if (page.admin_only) {
-        if (absl::Status allowed = CheckAdminCaller(request); !allowed.ok()) {
-          response.status = 403;
-          response.set_content(std::string(allowed.message()) + "\n",
-                               "text/plain");
-          return;
-        }
-      }
-      std::map<std::string, std::string> params;
-      for (const auto& [key, value] : request.params) params[key] = value;
-      response.set_content(page.render(params), page.content_type.c_str());
-    });
-  }
-  int port = address->port;
-  if (port == 0) {
-    port = server->bind_to_any_port(address->host);
-  } else if (!server->bind_to_port(address->host, port)) {
-    port = -1;
-  }
-  if (port <= 0) {
+  absl::StatusOr<Listener> listener = ListenTcp(address->host, address->port);
+  if (!listener.ok()) {
     return absl::UnavailableError(
         absl::StrCat("--metrics_listen: cannot listen on ", listen));
   }
-  const bool tls = TlsEnabled();
   auto endpoint = std::unique_ptr<HttpEndpoint>(
-      new HttpEndpoint(std::move(server), port, tls));
+      new HttpEndpoint(std::move(pages), listener->port, TlsEnabled()));
+  FrameServer::Options options;
+  options.name = "metrics port";
+  options.framing = FrameServer::Framing::kHttpRequests;
+  options.tls = endpoint->tls_;
+  absl::StatusOr<std::unique_ptr<FrameServer>> server = FrameServer::Start(
+      listener->fd, std::move(options),
+      [raw = endpoint.get()](std::string head, FrameServer::Replier reply,
+                             const Identity* caller) {
+        reply.Send(raw->Answer(head, caller));
+        return false;
+      });
+  if (!server.ok()) return server.status();
+  endpoint->server_ = *std::move(server);
   LOG(INFO) << "metrics at " << endpoint->scheme() << "://" << address->host
-            << ":" << port << "/metrics";
+            << ":" << endpoint->port_ << "/metrics";
   return endpoint;
 }
 
-HttpEndpoint::HttpEndpoint(std::unique_ptr<httplib::Server> server, int port,
-                           bool tls)
-    : server_(std::move(server)), port_(port), tls_(tls) {
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
-    stopped_.Notify();
-  });
-}
+HttpEndpoint::HttpEndpoint(std::vector<HttpPage> pages, int port, bool tls)
+    : pages_(std::move(pages)), port_(port), tls_(tls) {}
 
 HttpEndpoint::~HttpEndpoint() {
-  // stop() does nothing before the server thread is running: ask again
-  // until it has ended.
-  do {
-    server_->stop();
-  } while (!stopped_.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
-  thread_.join();
+  if (server_ != nullptr) server_->Shutdown();
 }
 
 }  // namespace chorus

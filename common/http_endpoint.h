@@ -7,10 +7,16 @@
 // answers only clients presenting a certificate of the Chorus CA that names
 // an admin or a client (chorus://admin/NAME, chorus://client/NAME).
 //
-// Lifecycle: Start() binds and serves on its own threads; the destructor
-// stops serving and joins them.
-// Thread safety: page functions run on the server's threads, several at
-// once; they must be thread-safe.
+// It serves one request per connection on one thread with epoll
+// (FrameServer with Framing::kHttpRequests): TLS handshakes and request
+// heads never hold a thread, a connection has 5 s to send its head, and
+// more than 256 still waiting close the oldest, so idle or trickling
+// clients cannot keep a scrape waiting. Answers say "Connection: close".
+//
+// Lifecycle: Start() binds and serves on its own thread; the destructor
+// stops serving and joins it.
+// Thread safety: page functions run on the serving thread, one at a time,
+// beside the daemon's other threads; they must be thread-safe.
 #ifndef CHORUS_COMMON_HTTP_ENDPOINT_H_
 #define CHORUS_COMMON_HTTP_ENDPOINT_H_
 
@@ -18,17 +24,15 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
+#include "absl/strings/string_view.h"
+#include "common/transport_security.h"
 
 namespace chorus {
+
+class FrameServer;
 
 // A page: GET `path` answers `render(query parameters)` as `content_type`.
 struct HttpPage {
@@ -59,13 +63,18 @@ class HttpEndpoint {
   const char* scheme() const { return tls_ ? "https" : "http"; }
 
  private:
-  HttpEndpoint(std::unique_ptr<httplib::Server> server, int port, bool tls);
+  HttpEndpoint(std::vector<HttpPage> pages, int port, bool tls);
 
-  std::unique_ptr<httplib::Server> server_;
+  // The whole response to the request `head` from `caller` (null without
+  // TLS): 200 with the page, 400 for a malformed request, 403 for a caller
+  // the page does not answer, 404 for an unknown path, 405 for other than
+  // GET.
+  std::string Answer(absl::string_view head, const Identity* caller) const;
+
+  const std::vector<HttpPage> pages_;
   const int port_;
   const bool tls_;
-  absl::Notification stopped_;
-  std::thread thread_;
+  std::unique_ptr<FrameServer> server_;
 };
 
 }  // namespace chorus
