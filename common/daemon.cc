@@ -2,6 +2,7 @@
 
 #include <glog/logging.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -56,6 +57,15 @@ void InitDaemon(int argc, char** argv, absl::string_view usage) {
   // mid-response over TLS, where the write is OpenSSL's) must cost that
   // connection, not the daemon.
   signal(SIGPIPE, SIG_IGN);
+  // Every connection costs a descriptor, and the usual soft limit (1,024)
+  // runs out long before memory does under many clients (or a flood of
+  // unauthenticated ones, which the ports cap and drop).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+      files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 }
 
 int WaitForTerminationSignal() {

@@ -16,8 +16,9 @@ namespace chorus {
 
 // Parses Abseil flags (exits with the usage on --help or a bad flag), sends
 // glog output to stderr, blocks SIGTERM and SIGINT in the calling thread
-// and every thread it starts later, and ignores SIGPIPE (a write to a peer
-// that closed fails with EPIPE instead of ending the daemon).
+// and every thread it starts later, ignores SIGPIPE (a write to a peer
+// that closed fails with EPIPE instead of ending the daemon), and raises the
+// soft limit on open files to the hard limit.
 void InitDaemon(int argc, char** argv, absl::string_view usage);
 
 // Blocks the calling thread until SIGTERM or SIGINT arrives; returns the
