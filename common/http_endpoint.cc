@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/authorization.h"
 #include "common/frame_server.h"
 #include "common/http_message.h"
 #include "common/metrics.h"
@@ -15,25 +16,11 @@ namespace {
 
 constexpr char kTextPlain[] = "text/plain; charset=utf-8";
 
-// OK for a caller without TLS or whose certificate names an admin or a
-// client; PERMISSION_DENIED otherwise.
-absl::Status CheckHttpCaller(const Identity* caller) {
+// OK for a caller without TLS or one the authorization table lets GET
+// `path`; PERMISSION_DENIED otherwise.
+absl::Status CheckHttpCaller(absl::string_view path, const Identity* caller) {
   if (caller == nullptr) return absl::OkStatus();
-  if (caller->role == Role::kAdmin || caller->role == Role::kClient) {
-    return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "this port answers an admin or a client, not ", caller->Uri()));
-}
-
-// OK for a caller without TLS or with an admin certificate: what a page
-// with admin_only needs. PERMISSION_DENIED otherwise.
-absl::Status CheckAdminCaller(const Identity* caller) {
-  if (caller == nullptr || caller->role == Role::kAdmin) {
-    return absl::OkStatus();
-  }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "this page answers an admin certificate only, not ", caller->Uri()));
+  return Authorize(absl::StrCat("GET ", path), *caller);
 }
 
 std::string Refusal(int code, absl::string_view why) {
@@ -46,27 +33,26 @@ std::string HttpEndpoint::Answer(absl::string_view head,
                                  const Identity* caller) const {
   absl::StatusOr<HttpRequest> request = ParseHttpRequestHead(head);
   if (!request.ok()) return Refusal(400, request.status().message());
-  if (absl::Status allowed = CheckHttpCaller(caller); !allowed.ok()) {
-    return Refusal(403, allowed.message());
-  }
   if (request->method != "GET") {
     return Refusal(405, "only GET is served here");
   }
-  if (request->path == "/metrics") {
-    return FormatHttpResponse(200, "text/plain; version=0.0.4; charset=utf-8",
-                              DefaultMetrics().Render());
+  const HttpPage* page = nullptr;
+  for (const HttpPage& p : pages_) {
+    if (p.path == request->path) page = &p;
   }
-  for (const HttpPage& page : pages_) {
-    if (page.path != request->path) continue;
-    if (page.admin_only) {
-      if (absl::Status allowed = CheckAdminCaller(caller); !allowed.ok()) {
-        return Refusal(403, allowed.message());
-      }
-    }
-    return FormatHttpResponse(200, page.content_type,
-                              page.render(request->params));
+  if (request->path != "/metrics" && page == nullptr) {
+    return Refusal(404, absl::StrCat("no page at ", request->path));
   }
-  return Refusal(404, absl::StrCat("no page at ", request->path));
+  if (absl::Status allowed = CheckHttpCaller(request->path, caller);
+      !allowed.ok()) {
+    return Refusal(403, allowed.message());
+  }
+  if (page != nullptr) {
+    return FormatHttpResponse(200, page->content_type,
+                              page->render(request->params));
+  }
+  return FormatHttpResponse(200, "text/plain; version=0.0.4; charset=utf-8",
+                            DefaultMetrics().Render());
 }
 
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(

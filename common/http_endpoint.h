@@ -4,8 +4,9 @@
 // daemons' security rules: without TLS it serves plain HTTP, and only on a
 // loopback address unless the daemon runs with --insecure; with TLS
 // (transport_security.h) it serves HTTPS with the daemon's certificate and
-// answers only clients presenting a certificate of the Chorus CA that names
-// an admin or a client (chorus://admin/NAME, chorus://client/NAME).
+// answers only clients presenting a certificate of the Chorus CA whose role
+// the authorization table lets get the path (/metrics: an admin or a
+// client; the coordinator's status page: an admin).
 //
 // It serves one request per connection on one thread with epoll
 // (FrameServer with Framing::kHttpRequests): TLS handshakes and request
@@ -35,13 +36,12 @@ namespace chorus {
 class FrameServer;
 
 // A page: GET `path` answers `render(query parameters)` as `content_type`.
+// With TLS, the authorization table (authorization.h) says who may get it
+// ("GET PATH"; a path not in it answers nobody).
 struct HttpPage {
   std::string path;
   std::string content_type;
   std::function<std::string(const std::map<std::string, std::string>&)> render;
-  // With TLS, only an admin certificate gets the page (403 otherwise): for
-  // pages that show what only admins may list.
-  bool admin_only = false;
 };
 
 class HttpEndpoint {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/authorization.h"
 #include "common/certificate_check.h"
 #include "common/tcp_socket.h"
 
@@ -253,24 +254,25 @@ absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context) {
 }
 
 absl::StatusOr<Identity> RequireIdentity(const grpc::ServerContextBase& context,
-                                         Role role, absl::string_view action) {
+                                         absl::string_view entry) {
   if (tls_state == nullptr) return absl::FailedPreconditionError("TLS is off");
   absl::StatusOr<Caller> caller = CallerOf(context);
   if (!caller.ok()) return caller.status();
-  if (!caller->authenticated || caller->identity.role != role) {
+  if (!caller->authenticated) {
     return absl::PermissionDeniedError(
-        absl::StrCat(action, " needs ", RoleWithArticle(role),
-                     " certificate; the caller is ",
-                     caller->authenticated ? caller->identity.Uri()
-                                           : std::string("unauthenticated")));
+        absl::StrCat(entry, " needs a certificate; the caller has none"));
+  }
+  if (absl::Status allowed = Authorize(entry, caller->identity);
+      !allowed.ok()) {
+    return allowed;
   }
   return caller->identity;
 }
 
-absl::Status RequireRole(const grpc::ServerContextBase& context, Role role,
-                         absl::string_view action) {
+absl::Status RequireRole(const grpc::ServerContextBase& context,
+                         absl::string_view entry) {
   if (tls_state == nullptr) return absl::OkStatus();
-  return RequireIdentity(context, role, action).status();
+  return RequireIdentity(context, entry).status();
 }
 
 absl::Status CheckPlaintextListen(absl::string_view what,

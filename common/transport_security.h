@@ -113,15 +113,17 @@ struct Caller {
 // identity.
 absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context);
 
-// With TLS on, returns the identity of the caller when its certificate
-// names `role`; PERMISSION_DENIED naming the caller and what `action` needs
-// otherwise, UNAUTHENTICATED as CallerOf. FAILED_PRECONDITION with TLS off.
+// With TLS on, returns the identity of the caller when the authorization
+// table (authorization.h) lets its certificate's role use `entry` (a
+// method's "chorus.v1.Service/Method"); PERMISSION_DENIED naming the caller
+// and what the entry needs otherwise (also for an unauthenticated caller),
+// UNAUTHENTICATED as CallerOf. FAILED_PRECONDITION with TLS off.
 absl::StatusOr<Identity> RequireIdentity(const grpc::ServerContextBase& context,
-                                         Role role, absl::string_view action);
+                                         absl::string_view entry);
 
 // RequireIdentity's status, and OK with TLS off (anyone may call).
-absl::Status RequireRole(const grpc::ServerContextBase& context, Role role,
-                         absl::string_view action);
+absl::Status RequireRole(const grpc::ServerContextBase& context,
+                         absl::string_view entry);
 
 // The rule that keeps Chorus secure by default: a daemon may serve a
 // non-loopback `host` in plaintext only when `insecure` was asked for

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/authorization.h"
 #include "common/call_frame.h"
 #include "common/tcp_socket.h"
 #include "server/coordinator/collective_proto.h"
@@ -14,33 +15,33 @@ std::string ErrorPayload(const absl::Status& status) {
   return CallPortStatusReply(0, status).SerializeAsString();
 }
 
-// OK when `peer` (null without TLS) may send `request`: a worker acting for
-// a rank it holds, as the gRPC service checks (coordinator_service.cc).
-// PERMISSION_DENIED otherwise.
-absl::Status Authorize(const Coordinator& core,
-                       const v1::CallPortRequest& request,
-                       const Identity* peer) {
+// OK when `peer` (null without TLS) may send `request`: a role the
+// authorization table lets send it, and a worker acting for a rank it holds,
+// as the gRPC service checks (coordinator_service.cc). PERMISSION_DENIED
+// otherwise.
+absl::Status AuthorizeRequest(const Coordinator& core,
+                              const v1::CallPortRequest& request,
+                              const Identity* peer) {
   if (peer == nullptr) return absl::OkStatus();
-  const char* action = "Collective";
+  const char* action = "call port: Collective";
   const std::string* group = &request.call().group();
   uint64_t epoch = request.call().epoch();
   int rank = request.call().rank();
   if (request.has_commit()) {
-    action = "Commit";
+    action = "call port: Commit";
     group = &request.commit().group();
     epoch = request.commit().epoch();
     rank = request.commit().rank();
   } else if (request.has_failure()) {
-    action = "ReportFailure";
+    action = "call port: ReportFailure";
     group = &request.failure().group();
     epoch = request.failure().epoch();
     rank = request.failure().rank();
   } else if (!request.has_call()) {
     return absl::OkStatus();  // refused by the core as carrying nothing
   }
-  if (peer->role != Role::kWorker) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        action, " needs a worker certificate; the caller is ", peer->Uri()));
+  if (absl::Status allowed = Authorize(action, *peer); !allowed.ok()) {
+    return allowed;
   }
   return core.AuthorizeRank(peer->name, *group, epoch, rank);
 }
@@ -69,7 +70,7 @@ absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
           return false;
         }
         absl::Status allowed = CheckLeading(leadership);
-        if (allowed.ok()) allowed = Authorize(*core, request, peer);
+        if (allowed.ok()) allowed = AuthorizeRequest(*core, request, peer);
         if (!allowed.ok()) {
           reply.Send(CallPortStatusReply(request.call_id(), allowed)
                          .SerializeAsString());

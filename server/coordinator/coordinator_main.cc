@@ -181,9 +181,7 @@ absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> StartStatusPage(
         chorus::StatusPageOptions options;
         if (election != nullptr) options.leadership = election->Describe();
         return chorus::RenderStatusPage(core, options);
-      },
-      // It lists what ListWorkers and ListGroups show admins only.
-      /*admin_only=*/true}});
+      }}});
 }
 
 // Stops serving on a termination signal: calls waiting in the core end

@@ -42,13 +42,13 @@ absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
 }
 
 // With TLS on, the name of the worker whose certificate made the call
-// (PERMISSION_DENIED for any other identity, which `action` needs); nullopt
+// (PERMISSION_DENIED for an identity the authorization table does not let
+// use `action`, a method's full name); nullopt
 // with TLS off, where anyone may act for any worker.
 absl::StatusOr<std::optional<std::string>> CallingWorker(
     const grpc::CallbackServerContext& context, absl::string_view action) {
   if (!TlsEnabled()) return std::nullopt;
-  absl::StatusOr<Identity> caller =
-      RequireIdentity(context, Role::kWorker, action);
+  absl::StatusOr<Identity> caller = RequireIdentity(context, action);
   if (!caller.ok()) return caller.status();
   return caller->name;
 }
@@ -200,7 +200,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
     return Finish(context, leading);
   }
   absl::StatusOr<std::optional<std::string>> caller =
-      CallingWorker(*context, "RegisterWorker");
+      CallingWorker(*context, "chorus.v1.Coordinator/RegisterWorker");
   if (!caller.ok()) return Finish(context, caller.status());
   if (caller->has_value() && **caller != request->name()) {
     LOG(WARNING) << "refused registration of worker \"" << request->name()
@@ -242,8 +242,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed =
-          AuthorizeWorkerId(*context, "Heartbeat", request->worker_id());
+  if (absl::Status allowed = AuthorizeWorkerId(
+          *context, "chorus.v1.Coordinator/Heartbeat", request->worker_id());
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -269,8 +269,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Deregister(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed =
-          AuthorizeWorkerId(*context, "Deregister", request->worker_id());
+  if (absl::Status allowed = AuthorizeWorkerId(
+          *context, "chorus.v1.Coordinator/Deregister", request->worker_id());
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -284,7 +284,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "ListWorkers");
+  if (absl::Status allowed =
+          RequireRole(*context, "chorus.v1.Coordinator/ListWorkers");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -342,8 +343,8 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     return Finish(context, absl::InvalidArgumentError(
                                "malformed JoinGroupRequest message"));
   }
-  if (absl::Status allowed =
-          AuthorizeWorkerId(*context, "JoinGroup", request.worker_id());
+  if (absl::Status allowed = AuthorizeWorkerId(
+          *context, "chorus.v1.Coordinator/JoinGroup", request.worker_id());
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -373,8 +374,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
     return Finish(context, leading);
   }
   if (absl::Status allowed =
-          AuthorizeRank(*context, "Collective", request->group(),
-                        request->epoch(), request->rank());
+          AuthorizeRank(*context, "chorus.v1.Coordinator/Collective",
+                        request->group(), request->epoch(), request->rank());
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -398,7 +399,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "ListGroups");
+  if (absl::Status allowed =
+          RequireRole(*context, "chorus.v1.Coordinator/ListGroups");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -445,7 +447,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "GetTrace");
+  if (absl::Status allowed =
+          RequireRole(*context, "chorus.v1.Coordinator/GetTrace");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -465,8 +468,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed = AuthorizeRank(*context, "Commit", request->group(),
-                                           request->epoch(), request->rank());
+  if (absl::Status allowed =
+          AuthorizeRank(*context, "chorus.v1.Coordinator/Commit",
+                        request->group(), request->epoch(), request->rank());
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -486,8 +490,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
     return Finish(context, leading);
   }
   if (absl::Status allowed =
-          AuthorizeRank(*context, "ReportFailure", request->group(),
-                        request->epoch(), request->rank());
+          AuthorizeRank(*context, "chorus.v1.Coordinator/ReportFailure",
+                        request->group(), request->epoch(), request->rank());
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -501,7 +505,8 @@ grpc::ServerWriteReactor<v1::Event>* CoordinatorService::WatchEvents(
     return new RefusedReactor<grpc::ServerWriteReactor<v1::Event>>(
         ToGrpcStatus(leading));
   }
-  if (absl::Status allowed = RequireRole(*context, Role::kAdmin, "WatchEvents");
+  if (absl::Status allowed =
+          RequireRole(*context, "chorus.v1.Coordinator/WatchEvents");
       !allowed.ok()) {
     return new RefusedReactor<grpc::ServerWriteReactor<v1::Event>>(
         ToGrpcStatus(allowed));

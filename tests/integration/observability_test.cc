@@ -331,7 +331,7 @@ TEST(ObservabilitySecurityTest,
   httplib::Result client_page = get("client-app", "/");
   ASSERT_TRUE(client_page) << httplib::to_string(client_page.error());
   EXPECT_EQ(client_page->status, 403);
-  EXPECT_THAT(client_page->body, HasSubstr("admin certificate only"));
+  EXPECT_THAT(client_page->body, HasSubstr("GET / needs an admin certificate"));
   httplib::Result admin_page = get("admin-admin", "/");
   ASSERT_TRUE(admin_page) << httplib::to_string(admin_page.error());
   EXPECT_EQ(admin_page->status, 200);

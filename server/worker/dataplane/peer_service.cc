@@ -9,7 +9,7 @@ grpc::ServerUnaryReactor* PeerService::DataPlane(
     grpc::CallbackServerContext* context, const v1::DataPlaneRequest* request,
     v1::DataPlaneInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status allowed = RequireRole(*context, Role::kWorker, "Peer.DataPlane");
+  absl::Status allowed = RequireRole(*context, "chorus.v1.Peer/DataPlane");
   if (allowed.ok()) response->set_tcp_port(tcp_port_);
   reactor->Finish(ToGrpcStatus(allowed));
   return reactor;

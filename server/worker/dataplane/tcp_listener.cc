@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/authorization.h"
 #include "common/collective_metrics.h"
 #include "common/tcp_socket.h"
 #include "common/tls_stream.h"
@@ -290,9 +291,12 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     absl::StatusOr<std::unique_ptr<TlsStream>> accepted =
         TlsStream::Accept(connection->fd, absl::Now() + kHandshakeTimeout);
     connection->shaken = true;
-    if (accepted.ok() && (*accepted)->peer().role != Role::kWorker) {
-      accepted = absl::PermissionDeniedError(
-          absl::StrCat((*accepted)->peer().Uri(), " is not a worker"));
+    if (accepted.ok()) {
+      if (absl::Status allowed =
+              Authorize("data port: frames", (*accepted)->peer());
+          !allowed.ok()) {
+        accepted = allowed;
+      }
     }
     if (!accepted.ok()) {
       // One line in ten under a flood; the drops were counted already.

@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/authorization.h"
 #include "common/device.h"
 #include "common/device_proto.h"
 #include "common/grpc_status.h"
@@ -97,20 +98,12 @@ class CollectiveReactor final : public CountedReactor {
 
 }  // namespace
 
-absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context) {
+absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context,
+                              absl::string_view entry) {
   absl::StatusOr<Caller> caller = CallerOf(context);
   if (!caller.ok()) return caller.status();
   if (caller->unix_socket) return absl::OkStatus();
-  if (TlsEnabled()) {
-    if (caller->identity.role == Role::kClient ||
-        caller->identity.role == Role::kAdmin) {
-      return absl::OkStatus();
-    }
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the local API runs collectives as any rank: over TCP it needs a "
-        "client or admin certificate, not ",
-        caller->identity.Uri(), "; local applications use the Unix socket"));
-  }
+  if (TlsEnabled()) return Authorize(entry, caller->identity);
   if (caller->loopback) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
       "the local API runs collectives as any rank, so without TLS it answers "
@@ -122,7 +115,9 @@ grpc::ServerUnaryReactor* LocalApiService::JoinGroup(
     grpc::CallbackServerContext* context, const v1::LocalJoinRequest* request,
     v1::LocalJoinResponse* response) {
   auto* reactor = new JoinReactor(calls_->burst_memory());
-  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+  if (absl::Status allowed =
+          CheckLocalCaller(*context, "chorus.v1.WorkerLocal/JoinGroup");
+      !allowed.ok()) {
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }
@@ -156,7 +151,9 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
     const v1::LocalCollectiveRequest* request,
     v1::LocalCollectiveResponse* response) {
   auto* reactor = new CollectiveReactor(response, calls_->burst_memory());
-  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+  if (absl::Status allowed =
+          CheckLocalCaller(*context, "chorus.v1.WorkerLocal/Collective");
+      !allowed.ok()) {
     reactor->End(allowed, nullptr);
     return reactor;
   }
@@ -169,7 +166,9 @@ grpc::ServerUnaryReactor* LocalApiService::Collective(
 
 grpc::ServerBidiReactor<v1::LocalChunkedRequest, v1::LocalChunkedResponse>*
 LocalApiService::CollectiveChunked(grpc::CallbackServerContext* context) {
-  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+  if (absl::Status allowed =
+          CheckLocalCaller(*context, "chorus.v1.WorkerLocal/CollectiveChunked");
+      !allowed.ok()) {
     return new RefusedReactor<grpc::ServerBidiReactor<
         v1::LocalChunkedRequest, v1::LocalChunkedResponse>>(
         ToGrpcStatus(allowed));
@@ -179,7 +178,9 @@ LocalApiService::CollectiveChunked(grpc::CallbackServerContext* context) {
 
 grpc::ServerReadReactor<v1::MembershipHold>* LocalApiService::HoldMembership(
     grpc::CallbackServerContext* context, v1::MembershipHoldReply* reply) {
-  if (absl::Status allowed = CheckLocalCaller(*context); !allowed.ok()) {
+  if (absl::Status allowed =
+          CheckLocalCaller(*context, "chorus.v1.WorkerLocal/HoldMembership");
+      !allowed.ok()) {
     return new RefusedReactor<grpc::ServerReadReactor<v1::MembershipHold>>(
         ToGrpcStatus(allowed));
   }
@@ -190,7 +191,8 @@ grpc::ServerUnaryReactor* LocalApiService::OpenSharedRegion(
     grpc::CallbackServerContext* context,
     const v1::SharedRegionRequest* request, v1::SharedRegion* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Status allowed = CheckLocalCaller(*context);
+  const absl::Status allowed =
+      CheckLocalCaller(*context, "chorus.v1.WorkerLocal/OpenSharedRegion");
   absl::StatusOr<std::shared_ptr<SharedRegion>> region =
       allowed.ok() ? calls_->OpenRegion(request->group(), request->epoch(),
                                         request->rank(), request->bytes())
@@ -210,7 +212,8 @@ grpc::ServerUnaryReactor* LocalApiService::ReleaseSharedRegion(
     grpc::CallbackServerContext* context,
     const v1::SharedRegionRelease* request, v1::SharedRegionReleased*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckLocalCaller(*context);
+  absl::Status status =
+      CheckLocalCaller(*context, "chorus.v1.WorkerLocal/ReleaseSharedRegion");
   if (status.ok()) {
     status = calls_->ReleaseRegion(request->group(), request->epoch(),
                                    request->rank(), request->region());

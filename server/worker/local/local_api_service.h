@@ -20,9 +20,11 @@ namespace chorus {
 
 // Who may use the local API, which runs collectives as any rank: callers on
 // the worker's Unix socket; over TCP, with TLS on, a client or admin
-// certificate, and without TLS only a loopback caller. Returns OK, or
+// certificate (as the authorization table says for `entry`, the method's
+// full name), and without TLS only a loopback caller. Returns OK, or
 // PERMISSION_DENIED / UNAUTHENTICATED saying what the caller lacks.
-absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context);
+absl::Status CheckLocalCaller(const grpc::CallbackServerContext& context,
+                              absl::string_view entry);
 
 class LocalApiService final : public v1::WorkerLocal::CallbackService {
  public:

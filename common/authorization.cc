@@ -1,0 +1,86 @@
+#include "common/authorization.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace chorus {
+namespace {
+
+constexpr uint32_t kWorker = RoleBit(Role::kWorker);
+constexpr uint32_t kAdmin = RoleBit(Role::kAdmin);
+constexpr uint32_t kClient = RoleBit(Role::kClient);
+
+constexpr absl::string_view kForItself =
+    "a worker acts for itself only; admins and clients look and run "
+    "collectives elsewhere";
+constexpr absl::string_view kToLook =
+    "what the cluster holds (workers, groups, traces, events) is for admins";
+constexpr absl::string_view kLocalApi =
+    "the local API runs collectives as any rank: over TCP it answers client "
+    "and admin certificates; local applications use the Unix socket";
+constexpr absl::string_view kBetweenWorkers =
+    "the data plane is between workers";
+
+}  // namespace
+
+const std::vector<DoorEntry>& AuthorizationTable() {
+  static const auto* table = new std::vector<DoorEntry>{
+      // The coordinator's gRPC service.
+      {"chorus.v1.Coordinator/RegisterWorker", kWorker, kForItself},
+      {"chorus.v1.Coordinator/Heartbeat", kWorker, kForItself},
+      {"chorus.v1.Coordinator/Deregister", kWorker, kForItself},
+      {"chorus.v1.Coordinator/JoinGroup", kWorker, kForItself},
+      {"chorus.v1.Coordinator/Collective", kWorker, kForItself},
+      {"chorus.v1.Coordinator/Commit", kWorker, kForItself},
+      {"chorus.v1.Coordinator/ReportFailure", kWorker, kForItself},
+      {"chorus.v1.Coordinator/ListWorkers", kAdmin, kToLook},
+      {"chorus.v1.Coordinator/ListGroups", kAdmin, kToLook},
+      {"chorus.v1.Coordinator/GetTrace", kAdmin, kToLook},
+      {"chorus.v1.Coordinator/WatchEvents", kAdmin, kToLook},
+      // The coordinator's call port: the same requests as frames.
+      {"call port: Collective", kWorker, kForItself},
+      {"call port: Commit", kWorker, kForItself},
+      {"call port: ReportFailure", kWorker, kForItself},
+      // A worker's local API over TCP (its Unix socket has no certificates).
+      {"chorus.v1.WorkerLocal/JoinGroup", kClient | kAdmin, kLocalApi},
+      {"chorus.v1.WorkerLocal/Collective", kClient | kAdmin, kLocalApi},
+      {"chorus.v1.WorkerLocal/CollectiveChunked", kClient | kAdmin, kLocalApi},
+      {"chorus.v1.WorkerLocal/HoldMembership", kClient | kAdmin, kLocalApi},
+      {"chorus.v1.WorkerLocal/OpenSharedRegion", kClient | kAdmin, kLocalApi},
+      {"chorus.v1.WorkerLocal/ReleaseSharedRegion", kClient | kAdmin,
+       kLocalApi},
+      // A worker's data plane.
+      {"chorus.v1.Peer/DataPlane", kWorker, kBetweenWorkers},
+      {"data port: frames", kWorker, kBetweenWorkers},
+      // Both daemons' metrics port.
+      {"GET /metrics", kAdmin | kClient, ""},
+      {"GET /", kAdmin, kToLook},
+  };
+  return *table;
+}
+
+absl::Status Authorize(absl::string_view entry, const Identity& caller) {
+  const std::vector<DoorEntry>& table = AuthorizationTable();
+  const auto found =
+      std::find_if(table.begin(), table.end(),
+                   [&](const DoorEntry& e) { return e.name == entry; });
+  if (found == table.end()) {
+    return absl::InternalError(
+        absl::StrCat(entry, " is not in the authorization table"));
+  }
+  if ((found->roles & RoleBit(caller.role)) != 0) return absl::OkStatus();
+  std::string roles;
+  for (Role role : {Role::kWorker, Role::kClient, Role::kAdmin}) {
+    if ((found->roles & RoleBit(role)) == 0) continue;
+    absl::StrAppend(&roles, roles.empty() ? RoleWithArticle(role) : " or ",
+                    roles.empty() ? "" : RoleName(role));
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(entry, " needs ", roles, " certificate; the caller is ",
+                   caller.Uri(), found->hint.empty() ? "" : " (", found->hint,
+                   found->hint.empty() ? "" : ")"));
+}
+
+}  // namespace chorus
