@@ -206,6 +206,34 @@ class AuthorizationTest : public ::testing::Test {
                                absl::StrCat("--data_port=", data_port_)});
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = *std::move(worker);
+    registry_ = RegistryAsAdmin();
+    ASSERT_EQ(registry_.size(), 1u);
+  }
+
+  std::unique_ptr<v1::Coordinator::Stub> AdminStub() const {
+    const PemFiles admin = ReadPemFiles(*dir_ + "/admin-admin");
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = admin.ca;
+    options.pem_cert_chain = admin.cert;
+    options.pem_private_key = admin.key;
+    return v1::Coordinator::NewStub(grpc::CreateChannel(
+        coordinator_.address, grpc::SslCredentials(options)));
+  }
+
+  // "id name incarnation" of each registered worker, as the admin sees it.
+  std::vector<std::string> RegistryAsAdmin() const {
+    v1::ListWorkersResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    const grpc::Status status =
+        AdminStub()->ListWorkers(&context, v1::ListWorkersRequest(), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::vector<std::string> lines;
+    for (const v1::WorkerInfo& w : response.workers()) {
+      lines.push_back(
+          absl::StrCat(w.worker_id(), " ", w.name(), " ", w.incarnation()));
+    }
+    return lines;
   }
 
   static std::vector<Holder> Callers() {
@@ -305,6 +333,8 @@ class AuthorizationTest : public ::testing::Test {
   int call_port_ = 0;
   int data_port_ = 0;
   std::string metrics_port_file_;
+  // The registry right after SetUp.
+  std::vector<std::string> registry_;
 };
 
 std::string* AuthorizationTest::parent_ = nullptr;
@@ -322,6 +352,16 @@ TEST_F(AuthorizationTest, EveryEntry_EveryRole_RefusedUnlessTheTableAllows) {
     }
   }
   EXPECT_EQ(tried, static_cast<int>(AuthorizationTable().size() * 4));
+  // Nothing changed: w0 is still the one worker, registered as before, and
+  // no group formed or is forming.
+  EXPECT_EQ(RegistryAsAdmin(), registry_);
+  v1::ListGroupsResponse groups;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  ASSERT_TRUE(
+      AdminStub()->ListGroups(&context, v1::ListGroupsRequest(), &groups).ok());
+  EXPECT_EQ(groups.groups_size(), 0);
+  EXPECT_EQ(groups.forming_size(), 0);
 }
 
 // The policy itself, written out once more: a change to the table must
