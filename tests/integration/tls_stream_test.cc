@@ -46,6 +46,17 @@ class TlsStreamTest : public CoordinatorTlsSuite {
     CloseSocket(server_fd_);
   }
 
+  // Connects a plain TCP client to the listener and accepts it: client_fd_
+  // and server_fd_, no handshake yet.
+  void ConnectRaw() {
+    absl::StatusOr<int> fd =
+        ConnectTcp("127.0.0.1", listener_.port, absl::Now() + kWait);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    client_fd_ = *fd;
+    server_fd_ = accept(listener_.fd, nullptr, nullptr);
+    ASSERT_GE(server_fd_, 0);
+  }
+
   // Connects to the listener and runs both handshakes; `serve` then runs on
   // the accepting end's thread with its stream.
   std::unique_ptr<TlsStream> Connect(std::function<void(TlsStream&)> serve) {
@@ -173,12 +184,7 @@ TEST_F(TlsStreamTest, ReadFull_OwnSocketShutDown_FalseWithoutSigpipe) {
 // deadline allows, is refused at the deadline rather than after the last
 // byte: the deadline holds for the whole handshake, not for each read.
 TEST_F(TlsStreamTest, Accept_ClientTricklesBytes_DeadlineExceeded) {
-  absl::StatusOr<int> fd =
-      ConnectTcp("127.0.0.1", listener_.port, absl::Now() + kWait);
-  ASSERT_TRUE(fd.ok()) << fd.status();
-  client_fd_ = *fd;
-  server_fd_ = accept(listener_.fd, nullptr, nullptr);
-  ASSERT_GE(server_fd_, 0);
+  ASSERT_NO_FATAL_FAILURE(ConnectRaw());
   absl::Notification stop;
   std::thread trickle([&] {
     // The header of a 512-byte handshake record, then its body, a byte
@@ -200,12 +206,7 @@ TEST_F(TlsStreamTest, Accept_ClientTricklesBytes_DeadlineExceeded) {
 // Shutting the socket down ends a handshake in progress at once (how the
 // data plane drops the oldest unauthenticated connection).
 TEST_F(TlsStreamTest, Accept_SocketShutDownMidHandshake_Unavailable) {
-  absl::StatusOr<int> fd =
-      ConnectTcp("127.0.0.1", listener_.port, absl::Now() + kWait);
-  ASSERT_TRUE(fd.ok()) << fd.status();
-  client_fd_ = *fd;
-  server_fd_ = accept(listener_.fd, nullptr, nullptr);
-  ASSERT_GE(server_fd_, 0);
+  ASSERT_NO_FATAL_FAILURE(ConnectRaw());
   absl::StatusOr<std::unique_ptr<TlsStream>> server;
   std::thread accepting(
       [&] { server = TlsStream::Accept(server_fd_, absl::Now() + kWait); });
