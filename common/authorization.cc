@@ -1,8 +1,8 @@
 #include "common/authorization.h"
 
-#include <algorithm>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
@@ -62,14 +62,19 @@ const std::vector<DoorEntry>& AuthorizationTable() {
 }
 
 absl::Status Authorize(absl::string_view entry, const Identity& caller) {
-  const std::vector<DoorEntry>& table = AuthorizationTable();
-  const auto found =
-      std::find_if(table.begin(), table.end(),
-                   [&](const DoorEntry& e) { return e.name == entry; });
-  if (found == table.end()) {
+  // Asked on every call of the call port and the gRPC services: a lookup
+  // by hash rather than a scan of the table.
+  static const auto* by_name = [] {
+    auto* map = new absl::flat_hash_map<absl::string_view, const DoorEntry*>;
+    for (const DoorEntry& e : AuthorizationTable()) (*map)[e.name] = &e;
+    return map;
+  }();
+  const auto it = by_name->find(entry);
+  if (it == by_name->end()) {
     return absl::InternalError(
         absl::StrCat(entry, " is not in the authorization table"));
   }
+  const DoorEntry* found = it->second;
   if ((found->roles & RoleBit(caller.role)) != 0) return absl::OkStatus();
   std::string roles;
   for (Role role : {Role::kWorker, Role::kClient, Role::kAdmin}) {
