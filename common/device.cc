@@ -117,6 +117,10 @@ absl::Status CheckDeviceSupported(const Device& device,
         }
         return UnsupportedDeviceError(device, reason);
       }
+      if (auto refused = support.cuda_refused.find(device.index);
+          refused != support.cuda_refused.end()) {
+        return UnsupportedDeviceError(device, refused->second);
+      }
       return absl::OkStatus();
     default:
       return UnsupportedDeviceError(device);

@@ -8,6 +8,7 @@
 #define CHORUS_COMMON_DEVICE_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,12 +51,16 @@ struct DeviceSupport {
   int cuda_device_count = -1;
   // Why no CUDA device is usable, e.g. "no CUDA driver"; may be empty.
   std::string cuda_unavailable_reason;
+  // GPUs that exist but cannot be served, by index: why (e.g. the build has
+  // no kernels for their compute capability).
+  std::map<int, std::string> cuda_refused;
 };
 
 // Returns OK when `device` can take part in distributed operations under
-// `support`: Cpu always, Cuda(n) when CUDA is built in and GPU n exists.
-// Otherwise UNIMPLEMENTED via UnsupportedDeviceError, with the reason (built
-// without CUDA, index out of range) after the fixed prefix. Does not check
+// `support`: Cpu always, Cuda(n) when CUDA is built in and GPU n exists and
+// is not refused. Otherwise UNIMPLEMENTED via UnsupportedDeviceError, with
+// the reason (built without CUDA, index out of range, the refusal's reason)
+// after the fixed prefix. Does not check
 // the shape; call ValidateDevice first.
 absl::Status CheckDeviceSupported(const Device& device,
                                   const DeviceSupport& support);

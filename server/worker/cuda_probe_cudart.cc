@@ -1,6 +1,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/worker/cuda_arch.h"
 #include "server/worker/cuda_probe.h"
 
 namespace chorus {
@@ -25,6 +26,9 @@ CudaProbeResult ProbeCuda() {
       gpu.model = props.name;
       gpu.memory_bytes = props.totalGlobalMem;
       gpu.compute_capability = absl::StrCat(props.major, ".", props.minor);
+      std::string gap =
+          CudaKernelGap(gpu.compute_capability, CHORUS_CUDA_ARCHITECTURES);
+      if (!gap.empty()) result.refused[i] = std::move(gap);
     }
     result.gpus.push_back(gpu);
   }

@@ -22,7 +22,12 @@ DiscoveredDevices DiscoverDevices() {
   discovered.support.cuda_built = cuda.built_with_cuda;
   discovered.support.cuda_device_count = static_cast<int>(cuda.gpus.size());
   discovered.support.cuda_unavailable_reason = cuda.unavailable_reason;
-  for (Device& gpu : cuda.gpus) discovered.devices.push_back(std::move(gpu));
+  discovered.support.cuda_refused = cuda.refused;
+  for (Device& gpu : cuda.gpus) {
+    if (cuda.refused.count(gpu.index) == 0) {
+      discovered.devices.push_back(std::move(gpu));
+    }
+  }
   return discovered;
 }
 

@@ -15,7 +15,8 @@ namespace chorus {
 
 struct DiscoveredDevices {
   // The CPU first, then Cuda(0), Cuda(1), ... with model, memory and compute
-  // capability filled in.
+  // capability filled in; a GPU this build has no kernels for is left out
+  // (support.cuda_refused says why).
   std::vector<Device> devices;
   DeviceSupport support;
 };

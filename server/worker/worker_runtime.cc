@@ -35,6 +35,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
   if (!devices.ok()) return devices.status();
   runtime->devices_ = *std::move(devices);
   runtime->support_ = discovered.support;
+  for (const auto& [index, why] : discovered.support.cuda_refused) {
+    Device gpu;
+    gpu.kind = DeviceKind::kCuda;
+    gpu.index = index;
+    LOG(WARNING) << UnsupportedDeviceError(gpu, why).message()
+                 << "; not registering it";
+  }
   absl::Status started = runtime->StartDataPlane(options);
   if (started.ok()) started = runtime->StartServing(options);
   if (!started.ok()) return started;

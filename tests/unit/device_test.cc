@@ -70,6 +70,21 @@ TEST(CheckDeviceSupported, CudaIndexOutOfRange_Unimplemented) {
                          "device Cuda(1): this worker has 1 CUDA device"));
 }
 
+TEST(CheckDeviceSupported, CudaRefusedGpu_UnimplementedQuotingWhy) {
+  DeviceSupport support;
+  support.cuda_built = true;
+  support.cuda_device_count = 2;
+  support.cuda_refused[1] =
+      "compute capability 7.0, this build has kernels for 8.0 and 9.0";
+  EXPECT_TRUE(CheckDeviceSupported(Make(DeviceKind::kCuda, 0), support).ok());
+  const absl::Status status =
+      CheckDeviceSupported(Make(DeviceKind::kCuda, 1), support);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(status.message(),
+            "Distributed operations are not supported for device Cuda(1): "
+            "compute capability 7.0, this build has kernels for 8.0 and 9.0");
+}
+
 TEST(CheckDeviceSupported, CudaCountUnknown_Ok) {
   DeviceSupport support;
   support.cuda_built = true;
