@@ -358,5 +358,55 @@ TEST(ObservabilitySecurityTest,
   std::filesystem::remove_all(parent, ignored);
 }
 
+// The metrics port's TLS is the daemon's OpenSSL context, rebuilt when its
+// files change: a CA bundle rewritten on disk lets an admin of the added CA
+// scrape without a restart.
+TEST(ObservabilitySecurityTest, MetricsOverTls_CaReplacedOnDisk_NewCaAccepted) {
+  signal(SIGPIPE, SIG_IGN);
+  std::string parent = ::testing::TempDir() + "/chorus-observe-ca-XXXXXX";
+  ASSERT_NE(mkdtemp(parent.data()), nullptr);
+  absl::StatusOr<std::string> certs =
+      MakeDevCerts(parent, {"--admins=admin", "--hosts=127.0.0.1"});
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  absl::StatusOr<std::string> other =
+      MakeDevCerts(parent, {"--admins=admin", "--hosts=127.0.0.1"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  // A coordinator of its own whose CA file the test rewrites.
+  const std::string dir = NewScratchPath("coordinator-tls", "");
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"ca.pem", "cert.pem", "key.pem"}) {
+    std::filesystem::copy_file(*certs + "/coordinator/" + file,
+                               dir + "/" + file);
+  }
+  const std::string port_file = NewScratchPath("tls-metrics", ".port");
+  absl::StatusOr<Daemon> coordinator =
+      StartCoordinator({absl::StrCat("--tls_dir=", dir), "--tls_refresh=1s",
+                        "--metrics_listen=127.0.0.1:0",
+                        absl::StrCat("--metrics_port_file=", port_file)});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  // The other CA's admin, trusting this coordinator's CA.
+  auto scrape = [&]() -> int {
+    const std::string admin = *other + "/admin-admin";
+    httplib::SSLClient client("127.0.0.1", ReadPort(port_file),
+                              admin + "/cert.pem", admin + "/key.pem");
+    client.set_ca_cert_path((*certs + "/coordinator/ca.pem").c_str());
+    client.enable_server_certificate_verification(true);
+    client.set_connection_timeout(10);
+    client.set_read_timeout(10);
+    httplib::Result result = client.Get("/metrics");
+    return result ? result->status : 0;
+  };
+  EXPECT_EQ(scrape(), 0);  // its certificate's CA is not trusted yet
+  {
+    std::ofstream bundle(dir + "/ca.pem.new");
+    bundle << ReadPemFiles(*certs + "/coordinator").ca
+           << ReadPemFiles(*other + "/admin-admin").ca;
+  }
+  std::filesystem::rename(dir + "/ca.pem.new", dir + "/ca.pem");
+  EXPECT_TRUE(WaitUntil([&] { return scrape() == 200; }, absl::Seconds(30)));
+  std::error_code ignored;
+  std::filesystem::remove_all(parent, ignored);
+}
+
 }  // namespace
 }  // namespace chorus::test
