@@ -174,12 +174,16 @@ TEST_F(CallPortTest, Connect_MoreSilentThanTheCap_OldestClosedFirst) {
   // 256 connections may wait for their greeting at once; the 257th closes
   // the oldest at once (not after the 5 s greeting timeout), and a client
   // that greets is still served.
+  const absl::Time start = absl::Now();
   std::vector<std::unique_ptr<RawConnection>> silent;
   for (int i = 0; i < 257; ++i) {
     silent.push_back(std::make_unique<RawConnection>(port_));
   }
   EXPECT_TRUE(silent[0]->Closed());
-  EXPECT_TRUE(silent[1]->StillOpenAfter(absl::Milliseconds(200)));
+  // The second is still open: the first went for the cap, not at its
+  // greeting deadline (checked while that deadline cannot have come).
+  const bool second_open = silent[1]->StillOpenAfter(absl::Milliseconds(200));
+  if (absl::Now() - start < absl::Seconds(4)) EXPECT_TRUE(second_open);
   RawConnection greeted(port_);
   greeted.Send(kCallHello);
   v1::CallPortRequest empty;
