@@ -22,6 +22,7 @@ constexpr absl::string_view kLocalApi =
     "and admin certificates; local applications use the Unix socket";
 constexpr absl::string_view kBetweenWorkers =
     "the data plane is between workers";
+constexpr bool kOwnJob = true;
 
 }  // namespace
 
@@ -44,18 +45,22 @@ const std::vector<DoorEntry>& AuthorizationTable() {
       {"call port: Commit", kWorker, kForItself},
       {"call port: ReportFailure", kWorker, kForItself},
       // A worker's local API over TCP (its Unix socket has no certificates).
-      {"chorus.v1.WorkerLocal/JoinGroup", kClient | kAdmin, kLocalApi},
-      {"chorus.v1.WorkerLocal/Collective", kClient | kAdmin, kLocalApi},
-      {"chorus.v1.WorkerLocal/CollectiveChunked", kClient | kAdmin, kLocalApi},
-      {"chorus.v1.WorkerLocal/HoldMembership", kClient | kAdmin, kLocalApi},
-      {"chorus.v1.WorkerLocal/OpenSharedRegion", kClient | kAdmin, kLocalApi},
-      {"chorus.v1.WorkerLocal/ReleaseSharedRegion", kClient | kAdmin,
-       kLocalApi},
+      {"chorus.v1.WorkerLocal/JoinGroup", kClient | kAdmin, kLocalApi, kOwnJob},
+      {"chorus.v1.WorkerLocal/Collective", kClient | kAdmin, kLocalApi,
+       kOwnJob},
+      {"chorus.v1.WorkerLocal/CollectiveChunked", kClient | kAdmin, kLocalApi,
+       kOwnJob},
+      {"chorus.v1.WorkerLocal/HoldMembership", kClient | kAdmin, kLocalApi,
+       kOwnJob},
+      {"chorus.v1.WorkerLocal/OpenSharedRegion", kClient | kAdmin, kLocalApi,
+       kOwnJob},
+      {"chorus.v1.WorkerLocal/ReleaseSharedRegion", kClient | kAdmin, kLocalApi,
+       kOwnJob},
       // A worker's data plane.
-      {"chorus.v1.Peer/DataPlane", kWorker, kBetweenWorkers},
-      {"data port: frames", kWorker, kBetweenWorkers},
+      {"chorus.v1.Peer/DataPlane", kWorker, kBetweenWorkers, kOwnJob},
+      {"data port: frames", kWorker, kBetweenWorkers, kOwnJob},
       // Both daemons' metrics port.
-      {"GET /metrics", kAdmin | kClient, ""},
+      {"GET /metrics", kAdmin | kClient, "", kOwnJob},
       {"GET /", kAdmin, kToLook},
   };
   return *table;
@@ -75,7 +80,16 @@ absl::Status Authorize(absl::string_view entry, const Identity& caller) {
         absl::StrCat(entry, " is not in the authorization table"));
   }
   const DoorEntry* found = it->second;
-  if ((found->roles & RoleBit(caller.role)) != 0) return absl::OkStatus();
+  if ((found->roles & RoleBit(caller.role)) != 0) {
+    const std::string& served = TlsEnabled() ? OwnIdentity().job : "";
+    if (!found->own_job || caller.role == Role::kAdmin ||
+        caller.job == served) {
+      return absl::OkStatus();
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        entry, " serves ", JobName(served), " here; the caller is ",
+        caller.Uri(), " of ", JobName(caller.job)));
+  }
   std::string roles;
   for (Role role : {Role::kWorker, Role::kClient, Role::kAdmin}) {
     if ((found->roles & RoleBit(role)) == 0) continue;
@@ -86,6 +100,10 @@ absl::Status Authorize(absl::string_view entry, const Identity& caller) {
       absl::StrCat(entry, " needs ", roles, " certificate; the caller is ",
                    caller.Uri(), found->hint.empty() ? "" : " (", found->hint,
                    found->hint.empty() ? "" : ")"));
+}
+
+std::string JobName(absl::string_view job) {
+  return job.empty() ? "the default job" : absl::StrCat("job \"", job, "\"");
 }
 
 }  // namespace chorus

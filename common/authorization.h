@@ -11,11 +11,16 @@
 // and scrapes metrics. Without TLS there are no roles: the doors' own rules
 // apply (loopback only unless --insecure, Unix sockets of the same user).
 //
+// Jobs: a worker or client of one job reaches no other job's worker (its
+// local API, its data plane, its metrics); the coordinator keeps each job's
+// groups apart (coordinator.h).
+//
 // Stateless; thread-safe.
 #ifndef CHORUS_COMMON_AUTHORIZATION_H_
 #define CHORUS_COMMON_AUTHORIZATION_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,15 +42,24 @@ struct DoorEntry {
   uint32_t roles = 0;
   // Why, for a refused caller (empty: nothing to add).
   absl::string_view hint;
+  // Whether a worker or client must be of the job of the daemon that serves
+  // the entry (a worker's; the coordinator's is the default job). Admins
+  // serve every job.
+  bool own_job = false;
 };
 
 // Every entry, in the order of the doors.
 const std::vector<DoorEntry>& AuthorizationTable();
 
 // Returns OK when `caller` may use `entry`; PERMISSION_DENIED "ENTRY needs
-// a ROLE certificate; the caller is URI" otherwise; INTERNAL for an entry
+// a ROLE certificate; the caller is URI" otherwise, or "ENTRY serves job J
+// here; the caller is URI" for a caller of another job at an own_job entry
+// (the serving job is this process's, OwnIdentity()); INTERNAL for an entry
 // not in the table (a door that forgot to list it refuses everyone).
 absl::Status Authorize(absl::string_view entry, const Identity& caller);
+
+// Returns "job \"J\"", or "the default job" for an empty `job`.
+std::string JobName(absl::string_view job);
 
 }  // namespace chorus
 

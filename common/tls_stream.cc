@@ -147,10 +147,12 @@ absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
     peer = absl::UnavailableError(absl::StrCat("the peer's certificate names ",
                                                peer->Uri(), ", not ",
                                                RoleWithArticle(server_role)));
-  } else if (peer.ok() && !server_name.empty() && peer->name != server_name) {
-    peer = absl::UnavailableError(
-        absl::StrCat("the peer's certificate names ", peer->Uri(), ", not the ",
-                     RoleName(server_role), " \"", server_name, "\""));
+  } else if (peer.ok() && !server_name.empty() &&
+             (peer->name != server_name || peer->job != OwnIdentity().job)) {
+    Identity expected{server_role, std::string(server_name), OwnIdentity().job};
+    peer = absl::UnavailableError(absl::StrCat("the peer's certificate names ",
+                                               peer->Uri(), ", not ",
+                                               expected.Uri()));
   }
   if (!peer.ok()) {
     SSL_free(ssl);

@@ -40,8 +40,9 @@ class TlsStream {
   // Runs the client handshake on the non-blocking socket `fd`, waiting
   // until `deadline` or `cancel_fd` (-1: none). Returns UNAVAILABLE when
   // the handshake fails or the listener's certificate does not name
-  // `server_role`, or (when `server_name` is not empty) that name (the
-  // message says which it names), DEADLINE_EXCEEDED, CANCELLED;
+  // `server_role`, or (when `server_name` is not empty) that name of this
+  // process's job (the message says which it names), DEADLINE_EXCEEDED,
+  // CANCELLED;
   // FAILED_PRECONDITION when TLS is off.
   static absl::StatusOr<std::unique_ptr<TlsStream>> Connect(
       int fd, Role server_role, absl::Time deadline, int cancel_fd = -1,

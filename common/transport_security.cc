@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -126,8 +127,26 @@ absl::string_view RoleName(Role role) {
 
 std::string Identity::Uri() const {
   if (role == Role::kCoordinator) return absl::StrCat(kScheme, "coordinator");
-  return absl::StrCat(kScheme, RoleName(role), "/", name);
+  const std::string job_part =
+      job.empty() ? "" : absl::StrCat("job/", job, "/");
+  return absl::StrCat(kScheme, job_part, RoleName(role), "/", name);
 }
+
+namespace {
+
+// Whether `s` is a name or job as identities spell them.
+bool IsIdentityWord(absl::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 absl::StatusOr<Identity> ParseIdentityUri(absl::string_view uri) {
   absl::string_view rest = uri;
@@ -135,18 +154,29 @@ absl::StatusOr<Identity> ParseIdentityUri(absl::string_view uri) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", uri, "' is not a chorus:// identity"));
   }
-  if (rest == "coordinator") return Identity{Role::kCoordinator, ""};
-  for (Role role : {Role::kWorker, Role::kAdmin, Role::kClient}) {
-    absl::string_view name = rest;
-    if (absl::ConsumePrefix(&name, absl::StrCat(RoleName(role), "/")) &&
-        !name.empty() && !absl::StrContains(name, "/")) {
-      return Identity{role, std::string(name)};
+  if (rest == "coordinator") return Identity{Role::kCoordinator, "", ""};
+  std::string job;
+  if (absl::ConsumePrefix(&rest, "job/")) {
+    const size_t slash = rest.find('/');
+    if (slash != absl::string_view::npos &&
+        IsIdentityWord(rest.substr(0, slash))) {
+      job = std::string(rest.substr(0, slash));
+      rest.remove_prefix(slash + 1);
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("'", uri,
-                   "' is not chorus://coordinator, chorus://worker/NAME, "
-                   "chorus://admin/NAME or chorus://client/NAME"));
+  for (Role role : {Role::kWorker, Role::kAdmin, Role::kClient}) {
+    absl::string_view name = rest;
+    if (role == Role::kAdmin && !job.empty()) continue;
+    if (absl::ConsumePrefix(&name, absl::StrCat(RoleName(role), "/")) &&
+        IsIdentityWord(name)) {
+      return Identity{role, std::string(name), job};
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", uri,
+      "' is not chorus://coordinator, chorus://worker/NAME, "
+      "chorus://admin/NAME, chorus://client/NAME, chorus://job/JOB/worker/NAME "
+      "or chorus://job/JOB/client/NAME"));
 }
 
 absl::StatusOr<Identity> EnableTls(const TlsFiles& files) {

@@ -9,7 +9,10 @@
 //
 // Identities are URI subject alternative names of the certificates:
 // chorus://coordinator, chorus://worker/NAME, chorus://admin/NAME and
-// chorus://client/NAME (scripts/dev_certs.sh makes them). A channel accepts a
+// chorus://client/NAME (scripts/dev_certs.sh makes them). Workers and clients
+// of a job other than the default one carry it:
+// chorus://job/JOB/worker/NAME, chorus://job/JOB/client/NAME; a job's groups
+// and workers are its own (README, Security). A channel accepts a
 // server only with a certificate from the configured CA that names the role it
 // dialed; a server accepts a client only with a certificate from that CA, and
 // the services check the caller's role and name per call (CallerOf).
@@ -50,13 +53,19 @@ struct Identity {
   Role role = Role::kClient;
   // The worker's, admin's or client's name; empty for the coordinator.
   std::string name;
+  // The job a worker or client belongs to; empty for the default job (and
+  // for the coordinator and admins, which serve every job).
+  std::string job;
 
-  // Returns the identity's URI, e.g. "chorus://worker/w0".
+  // Returns the identity's URI, e.g. "chorus://worker/w0" or
+  // "chorus://job/train/client/c0".
   std::string Uri() const;
 };
 
-// Parses "chorus://coordinator", "chorus://worker/NAME", "chorus://admin/NAME"
-// or "chorus://client/NAME". INVALID_ARGUMENT for anything else.
+// Parses "chorus://coordinator", "chorus://worker/NAME", "chorus://admin/NAME",
+// "chorus://client/NAME", "chorus://job/JOB/worker/NAME" or
+// "chorus://job/JOB/client/NAME" (names and jobs: letters, digits, '.', '_'
+// and '-'). INVALID_ARGUMENT for anything else.
 absl::StatusOr<Identity> ParseIdentityUri(absl::string_view uri);
 
 struct TlsFiles {

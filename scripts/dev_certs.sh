@@ -5,7 +5,9 @@
 # and chorusctl's --tls_dir takes (ca.pem, cert.pem, key.pem).
 #
 # Identities are URI subject alternative names: chorus://coordinator,
-# chorus://worker/NAME, chorus://admin/NAME and chorus://client/NAME. The
+# chorus://worker/NAME, chorus://admin/NAME and chorus://client/NAME; with
+# --job=JOB, the workers and clients are JOB's: chorus://job/JOB/worker/NAME
+# and chorus://job/JOB/client/NAME (run it once per job on one DIR). The
 # coordinator's and workers' certificates also name localhost, 127.0.0.1 and
 # every --hosts entry, for clients that check the host they dial.
 #
@@ -16,26 +18,32 @@ usage() {
   cat <<'EOF'
 Usage: scripts/dev_certs.sh --out=DIR [--workers=w0,w1] [--admins=admin]
                             [--clients=app] [--hosts=10.0.0.1,node1]
-                            [--days=365]
+                            [--days=365] [--job=JOB]
 Writes DIR/ca.pem (and DIR/ca.key) and, each with ca.pem, cert.pem, key.pem:
   DIR/coordinator/      identity chorus://coordinator
   DIR/worker-NAME/      identity chorus://worker/NAME, one per --workers name
   DIR/admin-NAME/       identity chorus://admin/NAME (ListWorkers, trace, ...)
   DIR/client-NAME/      identity chorus://client/NAME (a worker's local API
                         over TLS)
+With --job=JOB, the workers and clients belong to job JOB (identities
+chorus://job/JOB/worker/NAME, chorus://job/JOB/client/NAME) and land in
+DIR/job-JOB/worker-NAME/ and DIR/job-JOB/client-NAME/; admins serve every
+job, so --job issues none, and the coordinator's is kept if DIR has one.
 An existing CA in DIR is reused, so certificates can be added later.
 EOF
 }
 
-out="" workers="" admins="admin" clients="" hosts="" days=365
+out="" workers="" admins="admin" clients="" hosts="" days=365 job=""
+admins_given=false
 for arg in "$@"; do
   case "$arg" in
     --out=*) out=${arg#*=} ;;
     --workers=*) workers=${arg#*=} ;;
-    --admins=*) admins=${arg#*=} ;;
+    --admins=*) admins=${arg#*=}; admins_given=true ;;
     --clients=*) clients=${arg#*=} ;;
     --hosts=*) hosts=${arg#*=} ;;
     --days=*) days=${arg#*=} ;;
+    --job=*) job=${arg#*=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "dev_certs.sh: unknown argument $arg" >&2; usage >&2; exit 2 ;;
   esac
@@ -91,17 +99,31 @@ check_name() {
   fi
 }
 
-issue coordinator "chorus-coordinator" "URI:chorus://coordinator,$server_sans"
+job_uri="" job_dir=""
+if [ -n "$job" ]; then
+  check_name "$job"
+  if $admins_given && [ -n "$admins" ]; then
+    echo "dev_certs.sh: admins serve every job; give --admins without --job" >&2
+    exit 2
+  fi
+  admins="" job_uri="job/$job/" job_dir="job-$job/"
+  mkdir -p "$out/job-$job"
+fi
+
+if [ -z "$job" ] || [ ! -s "$out/coordinator/cert.pem" ]; then
+  issue coordinator "chorus-coordinator" "URI:chorus://coordinator,$server_sans"
+fi
 for list_kind in workers admins clients; do
   IFS=',' read -r -a names <<<"${!list_kind}"
   for name in "${names[@]}"; do
     [ -n "$name" ] || continue
     check_name "$name"
     case $list_kind in
-      workers) issue "worker-$name" "$name" \
-                 "URI:chorus://worker/$name,DNS:$name,$server_sans" ;;
+      workers) issue "${job_dir}worker-$name" "$name" \
+                 "URI:chorus://${job_uri}worker/$name,DNS:$name,$server_sans" ;;
       admins) issue "admin-$name" "$name" "URI:chorus://admin/$name" ;;
-      clients) issue "client-$name" "$name" "URI:chorus://client/$name" ;;
+      clients) issue "${job_dir}client-$name" "$name" \
+                 "URI:chorus://${job_uri}client/$name" ;;
     esac
   done
 done

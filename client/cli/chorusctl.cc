@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, listen, "",
           "host (a coordinator on another host then refuses it). Without "
           "TLS a non-loopback address needs --insecure.");
 ABSL_FLAG(std::string, group, "", "Group to join (collective commands).");
+ABSL_FLAG(std::string, job, "",
+          "trace: the job of --group (empty: the default job); groups and "
+          "workers list every job's.");
 ABSL_FLAG(int32_t, world, 1, "Number of ranks in the group.");
 ABSL_FLAG(int32_t, rank, 0, "This rank, 0 .. world-1.");
 ABSL_FLAG(std::string, dtype, "f32",
@@ -147,6 +150,11 @@ std::string Devices(const chorus::WorkerInfo& worker) {
                        });
 }
 
+// `name`, with its job when that is not the default one: "g (job blue)".
+std::string WithJob(const std::string& name, const std::string& job) {
+  return job.empty() ? name : absl::StrCat(name, " (job ", job, ")");
+}
+
 int ListWorkers(const chorus::AdminClient& client) {
   absl::StatusOr<std::vector<chorus::WorkerInfo>> workers =
       client.ListWorkers();
@@ -156,8 +164,8 @@ int ListWorkers(const chorus::AdminClient& client) {
                                "LEASE_AGE", "DEVICES");
   for (const chorus::WorkerInfo& w : *workers) {
     std::cout << absl::StrFormat(
-        "%-4d %-24s %-16s %-22s %-20d %-9s %s\n", w.id, w.name, w.host,
-        w.address, w.incarnation,
+        "%-4d %-24s %-16s %-22s %-20d %-9s %s\n", w.id, WithJob(w.name, w.job),
+        w.host, w.address, w.incarnation,
         absl::StrCat(absl::ToInt64Milliseconds(w.lease_age), "ms"), Devices(w));
   }
   std::cout << workers->size() << " worker" << (workers->size() == 1 ? "" : "s")
@@ -167,8 +175,8 @@ int ListWorkers(const chorus::AdminClient& client) {
 
 // A group whose ranks wait in a join: who joined and who is missing.
 void PrintForming(const chorus::GroupInfo& g, bool stalls_only) {
-  std::cout << "group " << g.name << ": forming, world " << g.world_size << ", "
-            << g.members.size() << " joined; waiting "
+  std::cout << "group " << WithJob(g.name, g.job) << ": forming, world "
+            << g.world_size << ", " << g.members.size() << " joined; waiting "
             << absl::ToInt64Milliseconds(g.pending) << "ms for "
             << chorus::FormatRanks(g.missing_ranks) << " to join\n";
   if (stalls_only) return;
@@ -190,8 +198,9 @@ int ListGroups(const chorus::AdminClient& client, bool stalls_only) {
     }
     if (stalls_only && g.pending_sequence == 0) continue;
     ++shown;
-    std::cout << "group " << g.name << ": world " << g.world_size << ", epoch "
-              << g.epoch << ", " << g.completed << " collectives done";
+    std::cout << "group " << WithJob(g.name, g.job) << ": world "
+              << g.world_size << ", epoch " << g.epoch << ", " << g.completed
+              << " collectives done";
     if (g.min_world_size > 0) {
       std::cout << "; elastic " << g.min_world_size << ".." << g.max_world_size
                 << ", " << g.joiners_waiting << " newcomer"
@@ -220,7 +229,8 @@ int PrintTrace(const chorus::AdminClient& client) {
   const std::string group = absl::GetFlag(FLAGS_group);
   if (group.empty())
     return Fail(absl::InvalidArgumentError("trace needs --group"));
-  absl::StatusOr<std::vector<chorus::TraceEntry>> entries = client.Trace(group);
+  absl::StatusOr<std::vector<chorus::TraceEntry>> entries =
+      client.Trace(group, absl::GetFlag(FLAGS_job));
   if (!entries.ok()) return Fail(entries.status());
   if (absl::GetFlag(FLAGS_json)) {
     std::cout << chorus::TraceJson(group, *entries);

@@ -21,6 +21,7 @@ WorkerInfo WorkerFromProto(const v1::WorkerInfo& proto) {
   WorkerInfo info;
   info.id = proto.worker_id();
   info.name = proto.name();
+  info.job = proto.job();
   info.host = proto.host();
   info.address = proto.address();
   info.incarnation = proto.incarnation();
@@ -35,6 +36,7 @@ WorkerInfo WorkerFromProto(const v1::WorkerInfo& proto) {
 GroupInfo GroupFromProto(const v1::GroupInfo& proto) {
   GroupInfo info;
   info.name = proto.name();
+  info.job = proto.job();
   info.world_size = proto.world_size();
   info.epoch = proto.epoch();
   info.completed = proto.completed();
@@ -83,6 +85,7 @@ Event EventFromProto(const v1::Event& proto) {
   event.kind = static_cast<Event::Kind>(proto.kind());
   event.worker_id = proto.worker_id();
   event.worker_name = proto.worker_name();
+  event.job = proto.job();
   event.group = proto.group();
   event.epoch = proto.epoch();
   event.sequence = proto.sequence();
@@ -207,9 +210,10 @@ absl::StatusOr<std::vector<GroupInfo>> AdminClient::ListGroups() const {
 }
 
 absl::StatusOr<std::vector<TraceEntry>> AdminClient::Trace(
-    const std::string& group) const {
+    const std::string& group, const std::string& job) const {
   v1::GetTraceRequest request;
   request.set_group(group);
+  request.set_job(job);
   v1::GetTraceResponse response;
   absl::Status status = stub_->Run(
       timeout_, [&](v1::Coordinator::Stub& stub, grpc::ClientContext& context) {

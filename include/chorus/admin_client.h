@@ -27,6 +27,8 @@ namespace chorus {
 struct WorkerInfo {
   uint64_t id = 0;
   std::string name;
+  // The job its certificate names (empty: the default job).
+  std::string job;
   std::string host;
   // Where the worker serves its peers, "host:port".
   std::string address;
@@ -50,6 +52,9 @@ struct GroupMemberInfo {
 // A formed group.
 struct GroupInfo {
   std::string name;
+  // The job it belongs to (empty: the default job); each job has groups of
+  // its own.
+  std::string job;
   int world_size = 0;
   uint64_t epoch = 0;
   // Collectives every rank has finished.
@@ -100,15 +105,17 @@ class AdminClient {
   // (UNAVAILABLE when the coordinator cannot be reached, DEADLINE_EXCEEDED).
   absl::StatusOr<std::vector<WorkerInfo>> ListWorkers() const;
 
-  // Returns the formed groups ordered by name, each with its members and the
+  // Returns the formed groups (the default job's first, then by job)
+  // ordered by name, each with its members and the
   // collective it is waiting on, if any, then the groups still forming
   // (`forming` set) ordered by name; codes as ListWorkers().
   absl::StatusOr<std::vector<GroupInfo>> ListGroups() const;
 
-  // Returns the coordinator's flight recorder entries of `group`, oldest
-  // first; NOT_FOUND for a group it does not remember, else the codes of
-  // ListWorkers().
-  absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& group) const;
+  // Returns the coordinator's flight recorder entries of `group` of `job`
+  // (empty: the default job), oldest first; NOT_FOUND for a group it does
+  // not remember, else the codes of ListWorkers().
+  absl::StatusOr<std::vector<TraceEntry>> Trace(
+      const std::string& group, const std::string& job = "") const;
 
   // Streams the coordinator's events, those after the call, to `on_event`
   // as they come, one call each in the order they happened, until

@@ -58,6 +58,8 @@ struct Event {
   // The worker concerned (0 and empty for none).
   uint64_t worker_id = 0;
   std::string worker_name;
+  // The job of the worker or group concerned (empty: the default job).
+  std::string job;
   // The group epoch and collective concerned (empty and 0 for none).
   std::string group;
   uint64_t epoch = 0;

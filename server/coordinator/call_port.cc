@@ -43,7 +43,7 @@ absl::Status AuthorizeRequest(const Coordinator& core,
   if (absl::Status allowed = Authorize(action, *peer); !allowed.ok()) {
     return allowed;
   }
-  return core.AuthorizeRank(peer->name, *group, epoch, rank);
+  return core.AuthorizeRank(*peer, *group, epoch, rank);
 }
 
 }  // namespace
@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
         }
         // In the order sent: each call is in the core before the next is
         // read.
-        TakeCallPortRequest(*core, request,
+        TakeCallPortRequest(*core, peer == nullptr ? "" : peer->job, request,
                             [reply](const v1::CallPortReply& verdict) {
                               reply.Send(verdict.SerializeAsString());
                             });

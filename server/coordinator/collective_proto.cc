@@ -163,6 +163,7 @@ v1::Event EventToProto(const Event& event) {
   proto.set_kind(static_cast<v1::EventKind>(event.kind));
   proto.set_worker_id(event.worker_id);
   proto.set_worker_name(event.worker_name);
+  proto.set_job(event.job);
   proto.set_group(event.group);
   proto.set_epoch(event.epoch);
   proto.set_sequence(event.sequence);
@@ -188,13 +189,13 @@ v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
   return proto;
 }
 
-absl::Status ReportFailureToCore(Coordinator& core,
+absl::Status ReportFailureToCore(Coordinator& core, const std::string& job,
                                  const v1::ReportFailureRequest& request,
                                  v1::ReportFailureResponse* response) {
   const absl::Status failure(static_cast<absl::StatusCode>(request.code()),
                              request.message());
   absl::Status verdict =
-      core.ReportFailure(request.group(), request.epoch(), request.rank(),
+      core.ReportFailure(job, request.group(), request.epoch(), request.rank(),
                          request.sequence(), failure,
                          std::vector<int>(request.lost_ranks().begin(),
                                           request.lost_ranks().end()),
@@ -205,7 +206,8 @@ absl::Status ReportFailureToCore(Coordinator& core,
   return absl::OkStatus();
 }
 
-void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
+void TakeCallPortRequest(Coordinator& core, const std::string& job,
+                         const v1::CallPortRequest& request,
                          std::function<void(v1::CallPortReply)> reply) {
   const uint64_t call_id = request.call_id();
   if (request.kind_case() == v1::CallPortRequest::KIND_NOT_SET) {
@@ -228,16 +230,20 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
           ? absl::InfiniteFuture()
           : core.clock()->Now() + absl::Microseconds(request.timeout_us());
   switch (request.kind_case()) {
-    case v1::CallPortRequest::kCommit:
-      core.Commit(CommitCallFromProto(request.commit(), client_deadline),
+    case v1::CallPortRequest::kCommit: {
+      CommitCall commit =
+          CommitCallFromProto(request.commit(), client_deadline);
+      commit.job = job;
+      core.Commit(std::move(commit),
                   [call_id, reply = std::move(reply)](absl::Status status) {
                     reply(CallPortStatusReply(call_id, status));
                   });
       return;
+    }
     case v1::CallPortRequest::kFailure: {
       v1::ReportFailureResponse response;
       const absl::Status status =
-          ReportFailureToCore(core, request.failure(), &response);
+          ReportFailureToCore(core, job, request.failure(), &response);
       v1::CallPortReply verdict = CallPortStatusReply(call_id, status);
       if (response.has_abort()) {
         *verdict.mutable_abort() = std::move(*response.mutable_abort());
@@ -245,9 +251,12 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
       reply(std::move(verdict));
       return;
     }
-    default:
+    default: {
+      CollectiveCall call =
+          CollectiveCallFromProto(request.call(), client_deadline);
+      call.job = job;
       core.Collective(
-          CollectiveCallFromProto(request.call(), client_deadline),
+          std::move(call),
           [call_id, reply = std::move(reply),
            inline_max = core.group_options().planner.inline_max_bytes](
               absl::StatusOr<CollectiveOutcome> outcome) {
@@ -261,6 +270,7 @@ void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
                                      verdict.mutable_response());
             reply(std::move(verdict));
           });
+    }
   }
 }
 

@@ -62,10 +62,11 @@ v1::Event EventToProto(const Event& event);
 v1::GroupAbort AbortToProto(const std::string& group, uint64_t epoch,
                             const absl::Status& status);
 
-// Reports the failure `request` describes to `core`. Returns OK with the
+// Reports the failure `request` describes to `core`, on a group of `job`
+// (the caller's). Returns OK with the
 // group's abort in `response` once the group is aborted, or the core's
 // NOT_FOUND / FAILED_PRECONDITION for an unknown group or stale epoch.
-absl::Status ReportFailureToCore(Coordinator& core,
+absl::Status ReportFailureToCore(Coordinator& core, const std::string& job,
                                  const v1::ReportFailureRequest& request,
                                  v1::ReportFailureResponse* response);
 
@@ -74,11 +75,13 @@ absl::Status ReportFailureToCore(Coordinator& core,
 v1::CallPortReply CallPortStatusReply(uint64_t call_id,
                                       const absl::Status& status);
 
-// Takes one call-port request into `core`: refuses a request that carries
-// no call, commit or failure report, or has a negative timeout, at once
-// (INVALID_ARGUMENT), else starts it with the deadline its timeout gives.
-// `reply` runs once, on any thread, possibly before this returns.
-void TakeCallPortRequest(Coordinator& core, const v1::CallPortRequest& request,
+// Takes one call-port request of a worker of `job` into `core`: refuses a
+// request that carries no call, commit or failure report, or has a negative
+// timeout, at once (INVALID_ARGUMENT), else starts it with the deadline its
+// timeout gives. `reply` runs once, on any thread, possibly before this
+// returns.
+void TakeCallPortRequest(Coordinator& core, const std::string& job,
+                         const v1::CallPortRequest& request,
                          std::function<void(v1::CallPortReply)> reply);
 
 }  // namespace chorus

@@ -38,6 +38,22 @@ void CountLost(const char* reason) {
 
 }  // namespace
 
+namespace {
+
+// " of job J", or nothing for the default job.
+std::string OfJob(const std::string& job) {
+  return job.empty() ? "" : absl::StrCat(" of job ", job);
+}
+
+// What a call on a group of a job with no registered worker gets: what an
+// unknown group gets.
+absl::Status UnknownJobGroup(const std::string& job, const std::string& group) {
+  return absl::NotFoundError(absl::StrCat("unknown group \"", group, "\"",
+                                          OfJob(job), "; join it first"));
+}
+
+}  // namespace
+
 absl::Time CoreDeadline(absl::Time now, absl::Time client_deadline,
                         absl::Duration max_wait) {
   const absl::Time deadline = std::min(now + max_wait, client_deadline);
@@ -105,9 +121,9 @@ absl::Time Coordinator::EvictExpired() {
     const std::string why =
         absl::StrCat("no heartbeat within the lease (",
                      absl::FormatDuration(registry_.lease_timeout()), ")");
-    PublishWorkerEvent(Event::Kind::kWorkerLost, r.id, r.registration.name,
-                       "evicted", why);
-    groups_.AbortWorker(r.id, r.registration.name, why);
+    PublishWorkerEvent(Event::Kind::kWorkerLost, r.id, r.registration.job,
+                       r.registration.name, "evicted", why);
+    AbortWorker(r.registration.job, r.id, r.registration.name, why);
   }
   // Just after the earliest lease can expire, and at least once a lease
   // period (a worker registered meanwhile expires no earlier than that).
@@ -116,13 +132,33 @@ absl::Time Coordinator::EvictExpired() {
 }
 
 absl::Time Coordinator::ExpireDeadlines() {
-  groups_.ExpireDeadlines();
-  return groups_.NextDeadline();
+  for (GroupTable* table : groups_.All()) table->ExpireDeadlines();
+  return NextDeadline();
+}
+
+absl::Time Coordinator::NextDeadline() const {
+  absl::Time next = absl::InfiniteFuture();
+  for (GroupTable* table : groups_.All()) {
+    next = std::min(next, table->NextDeadline());
+  }
+  return next;
+}
+
+std::vector<std::string> Coordinator::NewStalls(absl::Duration threshold) {
+  std::vector<std::string> stalls;
+  for (GroupTable* table : groups_.All()) {
+    for (std::string& stall : table->NewStalls(threshold)) {
+      if (!table->options().job.empty()) {
+        absl::StrAppend(&stall, " (job ", table->options().job, ")");
+      }
+      stalls.push_back(std::move(stall));
+    }
+  }
+  return stalls;
 }
 
 absl::Time Coordinator::ReportStalls() {
-  for (const std::string& stall :
-       groups_.NewStalls(options_.stall_report_after)) {
+  for (const std::string& stall : NewStalls(options_.stall_report_after)) {
     LOG(WARNING) << "stalled: " << stall;
   }
   return clock_->Now() +
@@ -130,12 +166,14 @@ absl::Time Coordinator::ReportStalls() {
 }
 
 void Coordinator::PublishWorkerEvent(Event::Kind kind, uint64_t id,
+                                     const std::string& job,
                                      const std::string& name,
                                      std::string reason, std::string text) {
   Event event;
   event.time = clock_->Now();
   event.kind = kind;
   event.worker_id = id;
+  event.job = job;
   event.worker_name = name;
   event.reason = std::move(reason);
   event.text =
@@ -158,6 +196,8 @@ void Coordinator::DeadlineAdded(absl::Time deadline) {
 
 absl::StatusOr<RegisterResult> Coordinator::Register(
     const WorkerRegistration& request) {
+  // Before the registry: a worker that can join has its job's groups.
+  groups_.Make(request.job);
   absl::StatusOr<RegisterResult> result = registry_.Register(request);
   if (!result.ok() || result->retried) return result;
   CountRegistered();
@@ -165,11 +205,12 @@ absl::StatusOr<RegisterResult> Coordinator::Register(
     CountLost("restarted");
     const std::string why = "it restarted with a new incarnation";
     PublishWorkerEvent(Event::Kind::kWorkerLost, result->replaced_id,
-                       request.name, "replaced", why);
-    groups_.AbortWorker(result->replaced_id, request.name, why);
+                       request.job, request.name, "replaced", why);
+    AbortWorker(request.job, result->replaced_id, request.name, why);
   }
   PublishWorkerEvent(
-      Event::Kind::kWorkerRegistered, result->worker_id, request.name, "",
+      Event::Kind::kWorkerRegistered, result->worker_id, request.job,
+      request.name, "",
       absl::StrCat("registered at ", request.address, " (host ", request.host,
                    ", incarnation ", request.incarnation, ") with ",
                    absl::StrJoin(request.devices, ",",
@@ -184,7 +225,11 @@ absl::Status Coordinator::Heartbeat(uint64_t id, uint64_t incarnation,
                                     HeartbeatReply* reply) {
   absl::Status status = registry_.Renew(id, incarnation);
   if (!status.ok()) return status;
-  reply->aborts = groups_.AbortsFor(id, aborts_seen, &reply->aborts_latest);
+  absl::StatusOr<std::string> job = registry_.JobOf(id);
+  GroupTable* table = groups_.Find(job.ok() ? *job : "");
+  if (table != nullptr) {
+    reply->aborts = table->AbortsFor(id, aborts_seen, &reply->aborts_latest);
+  }
   return absl::OkStatus();
 }
 
@@ -194,8 +239,10 @@ absl::Status Coordinator::Deregister(uint64_t id, uint64_t incarnation) {
   LOG(INFO) << "deregistered worker " << id;
   CountLost("deregistered");
   PublishWorkerEvent(Event::Kind::kWorkerLost, record->id,
-                     record->registration.name, "deregistered", "it shut down");
-  groups_.AbortWorker(record->id, record->registration.name, "it shut down");
+                     record->registration.job, record->registration.name,
+                     "deregistered", "it shut down");
+  AbortWorker(record->registration.job, record->id, record->registration.name,
+              "it shut down");
   return absl::OkStatus();
 }
 
@@ -203,14 +250,38 @@ std::vector<WorkerRecord> Coordinator::Workers() const {
   return registry_.List();
 }
 
-std::vector<GroupSummary> Coordinator::Groups() const { return groups_.List(); }
+void Coordinator::AbortWorker(const std::string& job, uint64_t id,
+                              const std::string& name, const std::string& why) {
+  if (GroupTable* table = groups_.Find(job)) table->AbortWorker(id, name, why);
+}
+
+std::vector<GroupSummary> Coordinator::Groups() const {
+  std::vector<GroupSummary> all;
+  for (GroupTable* table : groups_.All()) {
+    for (GroupSummary& group : table->List()) all.push_back(std::move(group));
+  }
+  return all;
+}
+
+std::vector<FormingSummary> Coordinator::Forming() const {
+  std::vector<FormingSummary> all;
+  for (GroupTable* table : groups_.All()) {
+    for (FormingSummary& group : table->Forming()) {
+      all.push_back(std::move(group));
+    }
+  }
+  return all;
+}
 
 absl::StatusOr<std::vector<TraceEntry>> Coordinator::Trace(
-    const std::string& group) const {
-  std::vector<TraceEntry> entries = groups_.Trace(group);
+    const std::string& job, const std::string& group) const {
+  GroupTable* table = groups_.Find(job);
+  std::vector<TraceEntry> entries;
+  if (table != nullptr) entries = table->Trace(group);
   if (entries.empty()) {
-    return absl::NotFoundError(absl::StrCat(
-        "the flight recorder has no collectives of group ", group));
+    return absl::NotFoundError(
+        absl::StrCat("the flight recorder has no collectives of group ", group,
+                     job.empty() ? "" : " of job ", job));
   }
   return entries;
 }
@@ -218,29 +289,47 @@ absl::StatusOr<std::vector<TraceEntry>> Coordinator::Trace(
 void Coordinator::Join(JoinRequest request, JoinCallback done) {
   const absl::Time deadline = CoreDeadlineFor(request.deadline);
   request.deadline = deadline;
-  groups_.Join(std::move(request), std::move(done));
+  // An unknown worker's join goes to the default job's table, which
+  // answers that the worker is registering again.
+  absl::StatusOr<std::string> job = registry_.JobOf(request.worker_id);
+  GroupTable* table = groups_.Find(job.ok() ? *job : "");
+  if (table == nullptr) table = &groups_.default_table();
+  table->Join(std::move(request), std::move(done));
   DeadlineAdded(deadline);
 }
 
 void Coordinator::Collective(CollectiveCall call, CollectiveCallback done) {
+  GroupTable* table = groups_.Find(call.job);
+  if (table == nullptr) {
+    done(UnknownJobGroup(call.job, call.group));
+    return;
+  }
   const absl::Time deadline = CoreDeadlineFor(call.deadline);
   call.deadline = deadline;
-  groups_.Collective(std::move(call), std::move(done));
+  table->Collective(std::move(call), std::move(done));
   DeadlineAdded(deadline);
 }
 
 void Coordinator::Commit(CommitCall call, CommitCallback done) {
+  GroupTable* table = groups_.Find(call.job);
+  if (table == nullptr) {
+    done(UnknownJobGroup(call.job, call.group));
+    return;
+  }
   const absl::Time deadline = CoreDeadlineFor(call.deadline);
   call.deadline = deadline;
-  groups_.Commit(std::move(call), std::move(done));
+  table->Commit(std::move(call), std::move(done));
   DeadlineAdded(deadline);
 }
 
 absl::Status Coordinator::ReportFailure(
-    const std::string& group, uint64_t epoch, int rank, uint64_t sequence,
-    const absl::Status& failure, const std::vector<int>& lost, bool leaving) {
-  absl::Status verdict = groups_.ReportFailure(group, epoch, rank, sequence,
-                                               failure, lost, leaving);
+    const std::string& job, const std::string& group, uint64_t epoch, int rank,
+    uint64_t sequence, const absl::Status& failure,
+    const std::vector<int>& lost, bool leaving) {
+  GroupTable* table = groups_.Find(job);
+  if (table == nullptr) return UnknownJobGroup(job, group);
+  absl::Status verdict = table->ReportFailure(group, epoch, rank, sequence,
+                                              failure, lost, leaving);
   if (absl::IsAborted(verdict))
     LOG(WARNING) << verdict.ToString(
         absl::StatusToStringMode::kWithNoExtraData);
@@ -248,33 +337,42 @@ absl::Status Coordinator::ReportFailure(
 }
 
 uint64_t Coordinator::LatestAbortNotice() const {
-  uint64_t latest = 0;
-  groups_.AbortsFor(0, 0, &latest);
-  return latest;
+  uint64_t newest = 0;
+  for (GroupTable* table : groups_.All()) {
+    uint64_t latest = 0;
+    table->AbortsFor(0, 0, &latest);
+    newest = std::max(newest, latest);
+  }
+  return newest;
 }
 
 void Coordinator::Shutdown(const absl::Status& status) {
-  groups_.AbortAll(status);
+  for (GroupTable* table : groups_.All()) table->AbortAll(status);
   events_.Close();
 }
 
-absl::Status Coordinator::AuthorizeWorker(const std::string& caller,
+absl::Status Coordinator::AuthorizeWorker(const Identity& caller,
                                           uint64_t id) const {
   absl::StatusOr<std::string> name = registry_.NameOf(id);
-  if (!name.ok() || *name == caller) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat("worker \"", caller,
-                                                  "\" may not act for worker ",
-                                                  id, " \"", *name, "\""));
+  absl::StatusOr<std::string> job = registry_.JobOf(id);
+  if (!name.ok() || !job.ok() || (*name == caller.name && *job == caller.job)) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker \"", caller.name, "\"", OfJob(caller.job),
+      " may not act for worker ", id, " \"", *name, "\"", OfJob(*job)));
 }
 
-absl::Status Coordinator::AuthorizeRank(const std::string& caller,
+absl::Status Coordinator::AuthorizeRank(const Identity& caller,
                                         const std::string& group,
                                         uint64_t epoch, int rank) const {
+  GroupTable* table = groups_.Find(caller.job);
+  if (table == nullptr) return absl::OkStatus();  // the call is refused
   absl::StatusOr<std::string> name =
-      groups_.MemberWorkerName(group, epoch, rank);
-  if (!name.ok() || *name == caller) return absl::OkStatus();
+      table->MemberWorkerName(group, epoch, rank);
+  if (!name.ok() || *name == caller.name) return absl::OkStatus();
   return absl::PermissionDeniedError(
-      absl::StrCat("worker \"", caller, "\" may not act for rank ", rank,
+      absl::StrCat("worker \"", caller.name, "\" may not act for rank ", rank,
                    " of group ", group, ": worker \"", *name, "\" holds it"));
 }
 

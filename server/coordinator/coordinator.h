@@ -3,12 +3,14 @@
 // span them: a worker that is evicted (no heartbeat within its lease), that
 // deregisters, or that registers again with a new incarnation aborts every
 // group with one of its devices, and the workers holding those groups hear
-// of it in their next heartbeat. It owns the event hub (event_hub.h) that
-// the event stream reads: workers registered and lost here, groups formed
-// and aborted, stalls, mismatches and deadlines in the group table. It
-// knows nothing about gRPC or sockets:
-// the gRPC service, the call port and the fuzzers translate wire messages
-// into these calls and statuses back into wire statuses.
+// of it in their next heartbeat. Each job's groups are apart from the
+// others' (job_groups.h): a worker's joins go to its job's groups, and the
+// doors name the caller's job on every call. It owns the event hub
+// (event_hub.h) that the event stream reads: workers registered and lost here,
+// groups formed and aborted, stalls, mismatches and deadlines in the group
+// table. It knows nothing about gRPC or sockets: the gRPC service, the call
+// port and the fuzzers translate wire messages into these calls and statuses
+// back into wire statuses.
 //
 // Every waiting call (join, collective, commit) carries the deadline its
 // client set (InfiniteFuture() for none); the core ends it a little before
@@ -39,9 +41,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/transport_security.h"
 #include "common/wakeup_loop.h"
 #include "server/coordinator/event_hub.h"
 #include "server/coordinator/group_table.h"
+#include "server/coordinator/job_groups.h"
 #include "server/coordinator/registry.h"
 
 namespace chorus {
@@ -127,45 +131,49 @@ class Coordinator {
   // Every registered worker, ordered by id.
   std::vector<WorkerRecord> Workers() const;
 
-  // Every formed group, ordered by name.
+  // Every formed group, the default job's first, then by job; each job's
+  // ordered by name.
   std::vector<GroupSummary> Groups() const;
 
-  // Every group with ranks waiting in a join, ordered by name.
-  std::vector<FormingSummary> Forming() const { return groups_.Forming(); }
+  // Every group with ranks waiting in a join, in the order of Groups().
+  std::vector<FormingSummary> Forming() const;
 
-  // The flight recorder's entries of `group`, oldest first (earlier epochs
-  // too). NOT_FOUND for a group it does not remember.
-  absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& group) const;
+  // The flight recorder's entries of `job`'s `group`, oldest first (earlier
+  // epochs too). NOT_FOUND for a group it does not remember.
+  absl::StatusOr<std::vector<TraceEntry>> Trace(const std::string& job,
+                                                const std::string& group) const;
 
   // GroupTable::Join, Collective and Commit (see there for the verdicts),
   // with `deadline` in the request being the client's and the core's own
-  // deadline derived from it.
+  // deadline derived from it. A join goes to the groups of its worker's
+  // job; a call or commit to those of its `job` (NOT_FOUND, as for an
+  // unknown group, when no worker of that job registered).
   void Join(JoinRequest request, JoinCallback done);
   void Collective(CollectiveCall call, CollectiveCallback done);
   void Commit(CommitCall call, CommitCallback done);
 
-  // GroupTable::ReportFailure: the group's abort status (ABORTED), or
-  // NOT_FOUND / FAILED_PRECONDITION for an unknown group or stale epoch; an
-  // elastic group goes on without the ranks that are gone.
-  absl::Status ReportFailure(const std::string& group, uint64_t epoch, int rank,
-                             uint64_t sequence, const absl::Status& failure,
+  // GroupTable::ReportFailure on `job`'s `group`: the group's abort status
+  // (ABORTED), or NOT_FOUND / FAILED_PRECONDITION for an unknown group or
+  // stale epoch; an elastic group goes on without the ranks that are gone.
+  absl::Status ReportFailure(const std::string& job, const std::string& group,
+                             uint64_t epoch, int rank, uint64_t sequence,
+                             const absl::Status& failure,
                              const std::vector<int>& lost = {},
                              bool leaving = false);
 
-  // Authorization of a caller that proved, with its certificate, to be the
-  // worker named `caller`: OK when worker `id` registered under that name,
-  // or when no worker has that id (the call itself then gets NOT_FOUND);
-  // PERMISSION_DENIED naming both names otherwise. Ids are never reused, so
-  // the answer cannot change between the check and the call.
-  absl::Status AuthorizeWorker(const std::string& caller, uint64_t id) const;
+  // Authorization of a caller that proved, with its certificate, to be
+  // worker `caller` (its job and name): OK when worker `id` registered under
+  // that job and name, or when no worker has that id (the call itself then
+  // gets NOT_FOUND); PERMISSION_DENIED naming both otherwise. Ids are never
+  // reused, so the answer cannot change between the check and the call.
+  absl::Status AuthorizeWorker(const Identity& caller, uint64_t id) const;
 
-  // As AuthorizeWorker for a call as `rank` of `group` at `epoch`: OK when
-  // that rank's worker is `caller`, or when the group has no such rank at
-  // that epoch (the call is then refused anyway); PERMISSION_DENIED
-  // otherwise.
-  absl::Status AuthorizeRank(const std::string& caller,
-                             const std::string& group, uint64_t epoch,
-                             int rank) const;
+  // As AuthorizeWorker for a call as `rank` of the caller's job's `group` at
+  // `epoch`: OK when that rank's worker is `caller`, or when the group has
+  // no such rank at that epoch (the call is then refused anyway);
+  // PERMISSION_DENIED otherwise.
+  absl::Status AuthorizeRank(const Identity& caller, const std::string& group,
+                             uint64_t epoch, int rank) const;
 
   // Subscribes to the event stream (EventHub::Subscribe): returns the
   // subscriber's id; `wake` runs, on another thread and without the core's
@@ -190,15 +198,15 @@ class Coordinator {
   // For tests and fuzzers, what the timers look at: the earliest pending
   // deadline (InfiniteFuture() for none), the newest abort notice id, and
   // the stall lines not reported before (see GroupTable::NewStalls).
-  absl::Time NextDeadline() const { return groups_.NextDeadline(); }
+  absl::Time NextDeadline() const;
   uint64_t LatestAbortNotice() const;
-  std::vector<std::string> NewStalls(absl::Duration threshold) {
-    return groups_.NewStalls(threshold);
-  }
+  std::vector<std::string> NewStalls(absl::Duration threshold);
 
   Clock* clock() const { return clock_; }
   absl::Duration lease_timeout() const { return registry_.lease_timeout(); }
-  const GroupTableOptions& group_options() const { return groups_.options(); }
+  const GroupTableOptions& group_options() const {
+    return groups_.default_table().options();
+  }
 
  private:
   // The core's deadline for a call from a client whose deadline is
@@ -213,18 +221,21 @@ class Coordinator {
   absl::Time ExpireDeadlines();
   // Logs the collectives newly stalled; returns when to look again.
   absl::Time ReportStalls();
-  // Publishes a `kind` event about worker `id` "`name`" saying `text`, and
-  // wakes the subscribers.
-  void PublishWorkerEvent(Event::Kind kind, uint64_t id,
+  // Publishes a `kind` event about worker `id` "`name`" of `job` saying
+  // `text`, and wakes the subscribers.
+  void PublishWorkerEvent(Event::Kind kind, uint64_t id, const std::string& job,
                           const std::string& name, std::string reason,
                           std::string text);
+  // Aborts the groups of worker `id` of `job` (GroupTable::AbortWorker).
+  void AbortWorker(const std::string& job, uint64_t id, const std::string& name,
+                   const std::string& why);
 
   Clock* const clock_;  // not owned
   const CoordinatorOptions options_;
   // Before the group table, which publishes to it.
   EventHub events_;
   Registry registry_;
-  GroupTable groups_;
+  JobGroups groups_;
 
   // When the deadline timer will next look (unix ns); kComputing while it
   // computes, so that every new call pokes it then.

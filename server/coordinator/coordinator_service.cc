@@ -41,16 +41,16 @@ absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
              : absl::FromChrono(client);
 }
 
-// With TLS on, the name of the worker whose certificate made the call
+// With TLS on, the worker whose certificate made the call
 // (PERMISSION_DENIED for an identity the authorization table does not let
 // use `action`, a method's full name); nullopt
 // with TLS off, where anyone may act for any worker.
-absl::StatusOr<std::optional<std::string>> CallingWorker(
+absl::StatusOr<std::optional<Identity>> CallingWorker(
     const grpc::CallbackServerContext& context, absl::string_view action) {
   if (!TlsEnabled()) return std::nullopt;
   absl::StatusOr<Identity> caller = RequireIdentity(context, action);
   if (!caller.ok()) return caller.status();
-  return caller->name;
+  return *std::move(caller);
 }
 
 // One WatchEvents stream: a subscription to the core's events, written one
@@ -171,21 +171,25 @@ class EventStream final : public grpc::ServerWriteReactor<v1::Event> {
 absl::Status CoordinatorService::AuthorizeWorkerId(
     const grpc::CallbackServerContext& context, absl::string_view action,
     uint64_t id) const {
-  absl::StatusOr<std::optional<std::string>> caller =
+  absl::StatusOr<std::optional<Identity>> caller =
       CallingWorker(context, action);
   if (!caller.ok()) return caller.status();
   if (!caller->has_value()) return absl::OkStatus();
   return core_->AuthorizeWorker(**caller, id);
 }
 
-absl::Status CoordinatorService::AuthorizeRank(
+absl::StatusOr<std::string> CoordinatorService::AuthorizeRank(
     const grpc::CallbackServerContext& context, absl::string_view action,
     const std::string& group, uint64_t epoch, int rank) const {
-  absl::StatusOr<std::optional<std::string>> caller =
+  absl::StatusOr<std::optional<Identity>> caller =
       CallingWorker(context, action);
   if (!caller.ok()) return caller.status();
-  if (!caller->has_value()) return absl::OkStatus();
-  return core_->AuthorizeRank(**caller, group, epoch, rank);
+  if (!caller->has_value()) return std::string();
+  if (absl::Status allowed = core_->AuthorizeRank(**caller, group, epoch, rank);
+      !allowed.ok()) {
+    return allowed;
+  }
+  return (*caller)->job;
 }
 
 CoordinatorService::CoordinatorService(Coordinator* core,
@@ -199,19 +203,20 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  absl::StatusOr<std::optional<std::string>> caller =
+  absl::StatusOr<std::optional<Identity>> caller =
       CallingWorker(*context, "chorus.v1.Coordinator/RegisterWorker");
   if (!caller.ok()) return Finish(context, caller.status());
-  if (caller->has_value() && **caller != request->name()) {
+  if (caller->has_value() && (*caller)->name != request->name()) {
     LOG(WARNING) << "refused registration of worker \"" << request->name()
-                 << "\" by worker \"" << **caller << "\" from "
-                 << context->peer();
+                 << "\" by " << (*caller)->Uri() << " from " << context->peer();
     return Finish(context, absl::PermissionDeniedError(absl::StrCat(
-                               "the certificate of worker \"", **caller,
+                               "the certificate of worker \"", (*caller)->name,
                                "\" may not register a worker named \"",
                                request->name(), "\"")));
   }
-  const WorkerRegistration registration = RegistrationFromProto(*request);
+  WorkerRegistration registration = RegistrationFromProto(*request);
+  // The job is the certificate's, never the request's.
+  if (caller->has_value()) registration.job = (*caller)->job;
   absl::StatusOr<RegisterResult> result = core_->Register(registration);
   if (!result.ok()) {
     LOG(WARNING) << "refused registration of worker \"" << request->name()
@@ -294,6 +299,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
     v1::WorkerInfo* info = response->add_workers();
     info->set_worker_id(record.id);
     info->set_name(record.registration.name);
+    info->set_job(record.registration.job);
     info->set_host(record.registration.host);
     info->set_address(record.registration.address);
     info->set_incarnation(record.registration.incarnation);
@@ -373,15 +379,16 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed =
-          AuthorizeRank(*context, "chorus.v1.Coordinator/Collective",
-                        request->group(), request->epoch(), request->rank());
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  absl::StatusOr<std::string> job =
+      AuthorizeRank(*context, "chorus.v1.Coordinator/Collective",
+                    request->group(), request->epoch(), request->rank());
+  if (!job.ok()) return Finish(context, job.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  CollectiveCall call =
+      CollectiveCallFromProto(*request, ClientDeadline(*context));
+  call.job = *std::move(job);
   core_->Collective(
-      CollectiveCallFromProto(*request, ClientDeadline(*context)),
+      std::move(call),
       [this, reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
         if (outcome.ok()) {
           CollectiveOutcomeToProto(
@@ -408,6 +415,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
   for (const GroupSummary& summary : core_->Groups()) {
     v1::GroupInfo* info = response->add_groups();
     info->set_name(summary.view.name);
+    info->set_job(summary.job);
     info->set_world_size(summary.view.world_size);
     info->set_epoch(summary.view.epoch);
     info->set_completed(summary.completed);
@@ -431,6 +439,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListGroups(
   for (const FormingSummary& summary : core_->Forming()) {
     v1::GroupInfo* info = response->add_forming();
     info->set_name(summary.name);
+    info->set_job(summary.job);
     info->set_world_size(summary.world_size);
     for (const GroupMember& m : summary.joined) {
       *info->add_members() = MemberToProto(m);
@@ -453,7 +462,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetTrace(
     return Finish(context, allowed);
   }
   absl::StatusOr<std::vector<TraceEntry>> entries =
-      core_->Trace(request->group());
+      core_->Trace(request->job(), request->group());
   if (entries.ok()) {
     for (const TraceEntry& entry : *entries) {
       *response->add_entries() = TraceEntryToProto(entry);
@@ -468,17 +477,16 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed =
-          AuthorizeRank(*context, "chorus.v1.Coordinator/Commit",
-                        request->group(), request->epoch(), request->rank());
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  absl::StatusOr<std::string> job =
+      AuthorizeRank(*context, "chorus.v1.Coordinator/Commit", request->group(),
+                    request->epoch(), request->rank());
+  if (!job.ok()) return Finish(context, job.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Commit(CommitCallFromProto(*request, ClientDeadline(*context)),
-                [reactor](absl::Status status) {
-                  reactor->Finish(ToGrpcStatus(status));
-                });
+  CommitCall commit = CommitCallFromProto(*request, ClientDeadline(*context));
+  commit.job = *std::move(job);
+  core_->Commit(std::move(commit), [reactor](absl::Status status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
 }
 
@@ -489,13 +497,11 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportFailure(
   if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
     return Finish(context, leading);
   }
-  if (absl::Status allowed =
-          AuthorizeRank(*context, "chorus.v1.Coordinator/ReportFailure",
-                        request->group(), request->epoch(), request->rank());
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
-  return Finish(context, ReportFailureToCore(*core_, *request, response));
+  absl::StatusOr<std::string> job =
+      AuthorizeRank(*context, "chorus.v1.Coordinator/ReportFailure",
+                    request->group(), request->epoch(), request->rank());
+  if (!job.ok()) return Finish(context, job.status());
+  return Finish(context, ReportFailureToCore(*core_, *job, *request, response));
 }
 
 grpc::ServerWriteReactor<v1::Event>* CoordinatorService::WatchEvents(

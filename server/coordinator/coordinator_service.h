@@ -99,10 +99,12 @@ class CoordinatorService final
   // `action` was; OK with TLS off.
   absl::Status AuthorizeWorkerId(const grpc::CallbackServerContext& context,
                                  absl::string_view action, uint64_t id) const;
-  // As AuthorizeWorkerId, for a call as `rank` of `group` at `epoch`.
-  absl::Status AuthorizeRank(const grpc::CallbackServerContext& context,
-                             absl::string_view action, const std::string& group,
-                             uint64_t epoch, int rank) const;
+  // As AuthorizeWorkerId, for a call as `rank` of `group` at `epoch` of the
+  // caller's job. Returns that job (empty: the default job, and with TLS
+  // off).
+  absl::StatusOr<std::string> AuthorizeRank(
+      const grpc::CallbackServerContext& context, absl::string_view action,
+      const std::string& group, uint64_t epoch, int rank) const;
 
   // The serialized JoinGroupResponse for `view`, made once per group epoch.
   grpc::ByteBuffer JoinResponseBytes(const GroupView& view);

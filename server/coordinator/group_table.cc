@@ -33,6 +33,7 @@ std::string GroupTable::CallName(const std::string& group, uint64_t sequence,
 void GroupTable::PublishLocked(Event event, Completions* completions) {
   if (events_ == nullptr) return;
   event.time = clock_->Now();
+  event.job = options_.job;
   if (events_->Publish(event)) {
     completions->push_back([events = events_] { events->Wake(); });
   }
@@ -187,6 +188,7 @@ std::vector<GroupSummary> GroupTable::List() const {
   std::vector<GroupSummary> out;
   for (const auto& [name, group] : groups_) {
     GroupSummary summary;
+    summary.job = options_.job;
     summary.view = group.view;
     summary.completed = group.completed;
     summary.aborted = group.aborted;
@@ -217,6 +219,7 @@ std::vector<FormingSummary> GroupTable::Forming() const {
   for (const auto& [name, formation] : forming_) {
     if (formation.joined == 0) continue;
     FormingSummary summary;
+    summary.job = options_.job;
     summary.name = name;
     summary.world_size = formation.world_size;
     summary.since = formation.first_join;

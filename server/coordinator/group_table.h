@@ -117,6 +117,8 @@ struct JoinRequest {
 };
 
 struct CollectiveCall {
+  // The caller's job (empty: the default one), for the coordinator's routing.
+  std::string job;
   std::string group;
   uint64_t epoch = 0;
   int rank = 0;
@@ -145,6 +147,8 @@ struct CollectiveOutcome {
 };
 
 struct CommitCall {
+  // As CollectiveCall::job.
+  std::string job;
   std::string group;
   uint64_t epoch = 0;
   int rank = 0;
@@ -166,6 +170,8 @@ struct AbortNotice {
 };
 
 struct GroupSummary {
+  // The job the group belongs to (empty: the default job).
+  std::string job;
   GroupView view;
   // Collectives that ended (with a result or a failure verdict).
   uint64_t completed = 0;
@@ -186,6 +192,7 @@ struct GroupSummary {
 
 // A group still forming: the ranks that joined and wait for the others.
 struct FormingSummary {
+  std::string job;
   std::string name;
   int world_size = 0;
   // The ranks that joined, with their workers, ordered by rank.
@@ -197,6 +204,8 @@ struct FormingSummary {
 };
 
 struct GroupTableOptions {
+  // The job whose groups it holds (job_groups.h), for summaries and events.
+  std::string job;
   int max_world_size = 4096;
   // How far ahead of its oldest unissued collective a rank may call
   // (asynchronous calls can reach the coordinator out of order); a sequence

@@ -55,7 +55,7 @@ absl::StatusOr<RegisterResult> Registry::Register(
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   RegisterResult result;
-  auto by_name = id_by_name_.find(request.name);
+  auto by_name = id_by_name_.find(std::make_pair(request.job, request.name));
   if (by_name != id_by_name_.end()) {
     WorkerRecord& existing = workers_.at(by_name->second);
     if (existing.registration.incarnation == request.incarnation) {
@@ -75,7 +75,7 @@ absl::StatusOr<RegisterResult> Registry::Register(
   record.registration = request;
   record.registered_at = now;
   record.renewed_at = now;
-  id_by_name_[request.name] = record.id;
+  id_by_name_[std::make_pair(request.job, request.name)] = record.id;
   result.worker_id = record.id;
   workers_.emplace(record.id, std::move(record));
   return result;
@@ -109,7 +109,8 @@ absl::StatusOr<WorkerRecord> Registry::Deregister(uint64_t id,
   absl::Status found = FindLocked(id, incarnation);
   if (!found.ok()) return found;
   WorkerRecord record = std::move(workers_.at(id));
-  id_by_name_.erase(record.registration.name);
+  id_by_name_.erase(
+      std::make_pair(record.registration.job, record.registration.name));
   workers_.erase(id);
   return record;
 }
@@ -127,7 +128,8 @@ std::vector<WorkerRecord> Registry::EvictExpired() {
   const absl::Time now = clock_->Now();
   for (auto it = workers_.begin(); it != workers_.end();) {
     if (now - it->second.renewed_at > lease_timeout_) {
-      id_by_name_.erase(it->second.registration.name);
+      id_by_name_.erase(std::make_pair(it->second.registration.job,
+                                       it->second.registration.name));
       evicted.push_back(std::move(it->second));
       it = workers_.erase(it);
     } else {
@@ -144,6 +146,15 @@ absl::StatusOr<std::string> Registry::NameOf(uint64_t id) const {
     return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
   }
   return it->second.registration.name;
+}
+
+absl::StatusOr<std::string> Registry::JobOf(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
+  }
+  return it->second.registration.job;
 }
 
 absl::StatusOr<WorkerRecord> Registry::ResolveMember(

@@ -1,9 +1,11 @@
 // Registry: the coordinator's record of live workers and their devices.
 //
-// A worker registers with a name, an incarnation (new each time its process
-// starts) and its devices, and gets a worker id and a lease. Registering
-// again with the same name and incarnation is a retry and returns the same
-// id; a new incarnation under the same name replaces the old entry. A worker
+// A worker registers with a name (and the job of its certificate), an
+// incarnation (new each time its process starts) and its devices, and gets a
+// worker id and a lease. Registering again with the same job, name and
+// incarnation is a retry and returns the same id; a new incarnation under
+// the same job and name replaces the old entry (a worker of another job with
+// the same name is another worker). A worker
 // whose lease is not renewed within the lease timeout is evicted by
 // EvictExpired().
 //
@@ -15,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -31,6 +34,9 @@ namespace chorus {
 
 struct WorkerRegistration {
   std::string name;
+  // The job the worker's certificate names (transport_security.h); empty:
+  // the default job. Names are unique within a job.
+  std::string job;
   std::string host;
   // Machine and network namespace (RegisterWorkerRequest.machine); may be
   // empty.
@@ -103,6 +109,10 @@ class Registry {
   // has that id.
   absl::StatusOr<std::string> NameOf(uint64_t id) const;
 
+  // Returns the job of worker `id` (empty: the default job); NOT_FOUND when
+  // no worker has that id.
+  absl::StatusOr<std::string> JobOf(uint64_t id) const;
+
   // Returns the registered workers ordered by id.
   std::vector<WorkerRecord> List() const;
 
@@ -122,7 +132,9 @@ class Registry {
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::btree_map<uint64_t, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint64_t> id_by_name_ ABSL_GUARDED_BY(mu_);
+  // By (job, name).
+  absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> id_by_name_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -68,6 +68,11 @@ std::string Table(const char* id, const std::vector<const char*>& headings,
   return out + "</table>\n";
 }
 
+// `name`, with its job when that is not the default one: "g (job blue)".
+std::string WithJob(const std::string& name, const std::string& job) {
+  return job.empty() ? name : absl::StrCat(name, " (job ", job, ")");
+}
+
 std::string WorkersTable(const Coordinator& core, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const WorkerRecord& worker : core.Workers()) {
@@ -75,10 +80,11 @@ std::string WorkersTable(const Coordinator& core, absl::Time now) {
     for (const Device& device : worker.registration.devices) {
       devices.push_back(CanonicalName(device));
     }
-    rows.push_back({absl::StrCat(worker.id), Html(worker.registration.name),
-                    Html(worker.registration.address),
-                    Html(absl::StrJoin(devices, ", ")),
-                    Age(now - worker.renewed_at)});
+    rows.push_back(
+        {absl::StrCat(worker.id),
+         Html(WithJob(worker.registration.name, worker.registration.job)),
+         Html(worker.registration.address), Html(absl::StrJoin(devices, ", ")),
+         Age(now - worker.renewed_at)});
   }
   return Table("workers",
                {"id", "name", "address", "devices", "last heartbeat"}, rows,
@@ -111,11 +117,11 @@ std::string GroupsTable(const std::vector<GroupSummary>& groups,
                       group.view.max_world_size, ", ", group.joiners_waiting,
                       " newcomers waiting");
     }
-    rows.push_back({Html(group.view.name), absl::StrCat(group.view.epoch),
-                    absl::StrCat(group.view.world_size),
-                    Html(absl::StrJoin(members, "; ")),
-                    absl::StrCat(group.completed), Html(state),
-                    Waiting(group, now)});
+    rows.push_back(
+        {Html(WithJob(group.view.name, group.job)),
+         absl::StrCat(group.view.epoch), absl::StrCat(group.view.world_size),
+         Html(absl::StrJoin(members, "; ")), absl::StrCat(group.completed),
+         Html(state), Waiting(group, now)});
   }
   return Table("groups",
                {"group", "epoch", "world", "members (rank: worker device)",
@@ -131,7 +137,8 @@ std::string FormingTable(const std::vector<FormingSummary>& forming,
     for (const GroupMember& member : group.joined) {
       joined.push_back(absl::StrCat(member.rank, ": ", member.worker_name));
     }
-    rows.push_back({Html(group.name), absl::StrCat(group.world_size),
+    rows.push_back({Html(WithJob(group.name, group.job)),
+                    absl::StrCat(group.world_size),
                     Html(absl::StrJoin(joined, "; ")),
                     Html(absl::StrCat(FormatRanks(group.missing_ranks),
                                       " since ", Age(now - group.since)))});
@@ -147,11 +154,11 @@ std::string VerdictsTable(const Coordinator& core,
   std::vector<std::pair<std::string, TraceEntry>> ended;
   for (const GroupSummary& group : groups) {
     absl::StatusOr<std::vector<TraceEntry>> entries =
-        core.Trace(group.view.name);
+        core.Trace(group.job, group.view.name);
     if (!entries.ok()) continue;
     for (TraceEntry& entry : *entries) {
       if (entry.ended == absl::InfinitePast()) continue;
-      ended.emplace_back(group.view.name, std::move(entry));
+      ended.emplace_back(WithJob(group.view.name, group.job), std::move(entry));
     }
   }
   std::sort(ended.begin(), ended.end(), [](const auto& a, const auto& b) {

@@ -137,7 +137,7 @@ void Run(const uint8_t* data, size_t size) {
       taken.push_back(Taken{request.call_id(), request.kind_case(), 0});
       Taken* mine = &taken.back();
       TakeCallPortRequest(
-          core.core(), request, [mine](v1::CallPortReply reply) {
+          core.core(), "", request, [mine](v1::CallPortReply reply) {
             ++mine->replies;
             FUZZ_CHECK(reply.call_id() == mine->call_id,
                        absl::StrCat("reply for call ", reply.call_id(),

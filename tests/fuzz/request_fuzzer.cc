@@ -544,7 +544,7 @@ class Harness {
   void ReportFailure(const v1::ReportFailureRequest& request) {
     const std::string before = Fingerprint();
     v1::ReportFailureResponse response;
-    absl::Status verdict = ReportFailureToCore(core_, request, &response);
+    absl::Status verdict = ReportFailureToCore(core_, "", request, &response);
     if (verdict.ok()) {
       FUZZ_CHECK(response.has_abort() &&
                      response.abort().code() ==

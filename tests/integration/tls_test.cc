@@ -36,6 +36,7 @@
 #include "server/worker/dataplane/wire_frame.h"
 #include "tests/testing/certs.h"
 #include "tests/testing/daemons.h"
+#include "tests/testing/local_calls.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {
@@ -226,26 +227,14 @@ class TlsTest : public ::testing::Test {
         auto stub = v1::WorkerLocal::NewStub(
             MakeChannel(absl::StrCat("unix:", Socket(absl::StrCat("w", r))),
                         Role::kWorker));
-        v1::LocalCollectiveRequest request;
-        request.set_group(group);
-        request.set_rank(r);
-        request.set_epoch(epoch);
-        request.set_sequence(sequence);
-        *request.mutable_spec() = SpecToProto(SumOfOneI64());
+        v1::LocalCollectiveRequest request =
+            OneI64Sum(group, epoch, r, sequence, r + 1);
         request.set_algorithm(algorithm);
-        const int64_t value = r + 1;
-        request.set_data(
-            std::string(reinterpret_cast<const char*>(&value), sizeof(value)));
         v1::LocalCollectiveResponse response;
         auto context = Context();
         const grpc::Status status =
             stub->Collective(context.get(), request, &response);
-        int64_t sum = -1;
-        if (status.ok() && response.data().size() == sizeof(sum)) {
-          memcpy(&sum, response.data().data(), sizeof(sum));
-        }
-        results[r] =
-            status.ok() ? absl::StrCat("OK ", sum) : status.error_message();
+        results[r] = SumOrError(status, response);
       });
     }
     for (std::thread& t : ranks) t.join();

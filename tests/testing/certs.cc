@@ -41,10 +41,15 @@ absl::StatusOr<std::string> MakeDevCerts(const std::string& parent,
   if (mkdtemp(dir.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("mkdtemp in ", parent));
   }
-  absl::Status made = RunShell(absl::StrCat(
-      CHORUS_DEV_CERTS_SCRIPT, " --out=", dir, " ", absl::StrJoin(args, " ")));
+  absl::Status made = AddDevCerts(dir, args);
   if (!made.ok()) return made;
   return dir;
+}
+
+absl::Status AddDevCerts(const std::string& dir,
+                         const std::vector<std::string>& args) {
+  return RunShell(absl::StrCat(CHORUS_DEV_CERTS_SCRIPT, " --out=", dir, " ",
+                               absl::StrJoin(args, " ")));
 }
 
 absl::StatusOr<std::string> MakeExpiredWorkerCert(const std::string& dir,

@@ -20,6 +20,12 @@ namespace chorus::test {
 absl::StatusOr<std::string> MakeDevCerts(const std::string& parent,
                                          const std::vector<std::string>& args);
 
+// Runs scripts/dev_certs.sh --out=`dir` with `args` on a directory it made
+// before (its CA is kept), e.g. to add a job's certificates with
+// "--job=blue". Returns INTERNAL with the script's output when it fails.
+absl::Status AddDevCerts(const std::string& dir,
+                         const std::vector<std::string>& args);
+
 // Writes DIR/expired-worker-NAME/{ca.pem,cert.pem,key.pem}: a worker
 // certificate for NAME signed by DIR's CA that expired in 2021. Returns
 // INTERNAL with openssl's output when it fails.

@@ -3,9 +3,13 @@
 #ifndef CHORUS_TESTS_TESTING_LOCAL_CALLS_H_
 #define CHORUS_TESTS_TESTING_LOCAL_CALLS_H_
 
+#include <grpcpp/support/status.h>
+
 #include <cstdint>
+#include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "chorus/v1/worker.pb.h"
 
 namespace chorus::test {
@@ -28,6 +32,29 @@ inline v1::LocalCollectiveRequest OneU32AllReduce(const std::string& group,
   const uint32_t value = 1;
   call.set_data(std::string(reinterpret_cast<const char*>(&value), 4));
   return call;
+}
+
+// Rank `rank`'s all_reduce (sum) of one i64 of `value` as its call
+// #`sequence` of `group` at `epoch`.
+inline v1::LocalCollectiveRequest OneI64Sum(const std::string& group,
+                                            uint64_t epoch, int rank,
+                                            uint64_t sequence, int64_t value) {
+  v1::LocalCollectiveRequest call =
+      OneU32AllReduce(group, epoch, rank, sequence);
+  call.mutable_spec()->set_dtype(v1::DTYPE_I64);
+  call.set_data(std::string(reinterpret_cast<const char*>(&value), 8));
+  return call;
+}
+
+// "OK <sum>" for the answer to a OneI64Sum call, or `status`'s message.
+inline std::string SumOrError(const grpc::Status& status,
+                              const v1::LocalCollectiveResponse& response) {
+  if (!status.ok()) return status.error_message();
+  int64_t sum = -1;
+  if (response.data().size() == sizeof(sum)) {
+    memcpy(&sum, response.data().data(), sizeof(sum));
+  }
+  return absl::StrCat("OK ", sum);
 }
 
 }  // namespace chorus::test

@@ -30,6 +30,10 @@ Device Cpu() {
   return d;
 }
 
+Identity WorkerIdentity(const std::string& name) {
+  return Identity{Role::kWorker, name, ""};
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   CoordinatorTest() : core_(&clock_, Options()) {
@@ -211,27 +215,30 @@ TEST_F(CoordinatorTest, SweepLeases_OnTime_ExpiredLeaseEvicted) {
 }
 
 TEST_F(CoordinatorTest, AuthorizeWorker_OwnOtherAndUnknownIds) {
-  EXPECT_TRUE(core_.AuthorizeWorker("w0", ids_[0]).ok());
-  const absl::Status other = core_.AuthorizeWorker("w0", ids_[1]);
+  EXPECT_TRUE(core_.AuthorizeWorker(WorkerIdentity("w0"), ids_[0]).ok());
+  const absl::Status other =
+      core_.AuthorizeWorker(WorkerIdentity("w0"), ids_[1]);
   EXPECT_TRUE(absl::IsPermissionDenied(other)) << other;
   EXPECT_THAT(other.message(), HasSubstr("\"w0\" may not act for worker"));
   // An unknown id is the call's own NOT_FOUND to give.
-  EXPECT_TRUE(core_.AuthorizeWorker("w0", 999).ok());
+  EXPECT_TRUE(core_.AuthorizeWorker(WorkerIdentity("w0"), 999).ok());
 }
 
 TEST_F(CoordinatorTest, AuthorizeRank_OwnOtherStaleAndUnknownRanks) {
   const uint64_t epoch = FormGroup();
-  EXPECT_TRUE(core_.AuthorizeRank("w0", "g", epoch, 0).ok());
-  EXPECT_TRUE(core_.AuthorizeRank("w1", "g", epoch, 1).ok());
-  const absl::Status other = core_.AuthorizeRank("w0", "g", epoch, 1);
+  EXPECT_TRUE(core_.AuthorizeRank(WorkerIdentity("w0"), "g", epoch, 0).ok());
+  EXPECT_TRUE(core_.AuthorizeRank(WorkerIdentity("w1"), "g", epoch, 1).ok());
+  const absl::Status other =
+      core_.AuthorizeRank(WorkerIdentity("w0"), "g", epoch, 1);
   EXPECT_TRUE(absl::IsPermissionDenied(other)) << other;
   EXPECT_THAT(other.message(),
               HasSubstr("may not act for rank 1 of group g: worker \"w1\" "
                         "holds it"));
   // The calls themselves refuse these.
-  EXPECT_TRUE(core_.AuthorizeRank("w0", "g", epoch + 1, 1).ok());
-  EXPECT_TRUE(core_.AuthorizeRank("w0", "g", epoch, 7).ok());
-  EXPECT_TRUE(core_.AuthorizeRank("w0", "nope", epoch, 1).ok());
+  EXPECT_TRUE(
+      core_.AuthorizeRank(WorkerIdentity("w0"), "g", epoch + 1, 1).ok());
+  EXPECT_TRUE(core_.AuthorizeRank(WorkerIdentity("w0"), "g", epoch, 7).ok());
+  EXPECT_TRUE(core_.AuthorizeRank(WorkerIdentity("w0"), "nope", epoch, 1).ok());
   // Checking changed nothing: rank 1's barrier is still its first call.
   std::optional<absl::Status>* first = Barrier(epoch, 0, 1, absl::Seconds(5));
   std::optional<absl::Status>* second = Barrier(epoch, 1, 1, absl::Seconds(5));

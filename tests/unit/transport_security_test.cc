@@ -14,7 +14,8 @@ using ::testing::HasSubstr;
 TEST(ParseIdentityUriTest, EveryRole_ParsedAndPrintedBack) {
   for (const char* uri :
        {"chorus://coordinator", "chorus://worker/node-1",
-        "chorus://admin/alice", "chorus://client/trainer.3"}) {
+        "chorus://admin/alice", "chorus://client/trainer.3",
+        "chorus://job/train-7/worker/w0", "chorus://job/a/client/c_1"}) {
     absl::StatusOr<Identity> identity = ParseIdentityUri(uri);
     ASSERT_TRUE(identity.ok()) << uri << ": " << identity.status();
     EXPECT_EQ(identity->Uri(), uri);
@@ -23,6 +24,16 @@ TEST(ParseIdentityUriTest, EveryRole_ParsedAndPrintedBack) {
   ASSERT_TRUE(worker.ok());
   EXPECT_EQ(worker->role, Role::kWorker);
   EXPECT_EQ(worker->name, "w0");
+  EXPECT_EQ(worker->job, "");
+}
+
+TEST(ParseIdentityUriTest, JobWorker_JobAndNameApart) {
+  absl::StatusOr<Identity> worker =
+      ParseIdentityUri("chorus://job/blue/worker/w0");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ(worker->role, Role::kWorker);
+  EXPECT_EQ(worker->name, "w0");
+  EXPECT_EQ(worker->job, "blue");
 }
 
 TEST(ParseIdentityUriTest, MalformedUris_InvalidArgument) {
@@ -30,7 +41,10 @@ TEST(ParseIdentityUriTest, MalformedUris_InvalidArgument) {
        {"", "chorus://", "chorus://worker/", "chorus://worker",
         "chorus://worker/a/b", "chorus://root/x", "spiffe://chorus/worker/w0",
         "https://example.com", "chorus://coordinator/extra",
-        "CHORUS://worker/w0"}) {
+        "CHORUS://worker/w0", "chorus://job/blue/admin/a",
+        "chorus://job//worker/w0", "chorus://job/blue/coordinator",
+        "chorus://job/blue", "chorus://job/b c/worker/w0",
+        "chorus://worker/w 0", "chorus://job/blue/worker/a/b"}) {
     absl::StatusOr<Identity> identity = ParseIdentityUri(uri);
     EXPECT_EQ(identity.status().code(), absl::StatusCode::kInvalidArgument)
         << "'" << uri << "'";
