@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/revocation.h"
 
 namespace chorus {
 namespace {
@@ -78,6 +79,9 @@ absl::Status Authorize(absl::string_view entry, const Identity& caller) {
   if (it == by_name->end()) {
     return absl::InternalError(
         absl::StrCat(entry, " is not in the authorization table"));
+  }
+  if (absl::Status kept = CheckNotRevoked(caller.certificate_id); !kept.ok()) {
+    return kept;
   }
   const DoorEntry* found = it->second;
   if ((found->roles & RoleBit(caller.role)) != 0) {

@@ -51,7 +51,8 @@ struct DoorEntry {
 // Every entry, in the order of the doors.
 const std::vector<DoorEntry>& AuthorizationTable();
 
-// Returns OK when `caller` may use `entry`; PERMISSION_DENIED "ENTRY needs
+// Returns OK when `caller` may use `entry`; UNAUTHENTICATED when its
+// certificate was revoked (revocation.h); PERMISSION_DENIED "ENTRY needs
 // a ROLE certificate; the caller is URI" otherwise, or "ENTRY serves job J
 // here; the caller is URI" for a caller of another job at an own_job entry
 // (the serving job is this process's, OwnIdentity()); INTERNAL for an entry

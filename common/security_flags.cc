@@ -20,6 +20,11 @@ ABSL_FLAG(std::string, tls_cert, "",
           "cert.pem.");
 ABSL_FLAG(std::string, tls_key, "",
           "PEM private key of --tls_cert; overrides --tls_dir's key.pem.");
+ABSL_FLAG(std::string, tls_crl, "",
+          "PEM certificate revocation list of the CA (scripts/dev_certs.sh "
+          "writes DIR/crl.pem; --revoke adds to it): certificates it lists "
+          "are refused, also on connections already open (at their next "
+          "call). Re-read every --tls_refresh when it changes.");
 ABSL_FLAG(absl::Duration, tls_refresh, absl::Seconds(10),
           "How often the TLS files are checked for changes; a changed "
           "certificate is used for new connections without a restart.");
@@ -46,6 +51,7 @@ absl::StatusOr<std::optional<Identity>> ApplySecurityFlags() {
   Override(absl::GetFlag(FLAGS_tls_cert), &files.cert_path);
   Override(absl::GetFlag(FLAGS_tls_key), &files.key_path);
   files.refresh_interval = absl::GetFlag(FLAGS_tls_refresh);
+  files.crl_path = absl::GetFlag(FLAGS_tls_crl);
   if (files.ca_path.empty() && files.cert_path.empty() &&
       files.key_path.empty()) {
     return std::nullopt;

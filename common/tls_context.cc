@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/certificate_check.h"
+#include "common/revocation.h"
 
 namespace chorus {
 namespace {
@@ -124,10 +125,14 @@ absl::StatusOr<Identity> PeerIdentity(const SSL* ssl) {
     return absl::UnavailableError("the peer sent no certificate");
   }
   const std::vector<std::string> uris = CertificateUris(cert);
+  const std::string id = CertificateId(cert);
   X509_free(cert);
   for (const std::string& uri : uris) {
     absl::StatusOr<Identity> identity = ParseIdentityUri(uri);
-    if (identity.ok()) return identity;
+    if (identity.ok()) {
+      identity->certificate_id = id;
+      return identity;
+    }
   }
   return absl::UnavailableError(
       "the peer's certificate names no chorus:// identity");

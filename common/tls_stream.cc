@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/revocation.h"
 #include "common/tcp_socket.h"
 
 namespace chorus {
@@ -147,6 +148,10 @@ absl::StatusOr<std::unique_ptr<TlsStream>> TlsStream::Connect(
     peer = absl::UnavailableError(absl::StrCat("the peer's certificate names ",
                                                peer->Uri(), ", not ",
                                                RoleWithArticle(server_role)));
+  } else if (peer.ok() && !CheckNotRevoked(peer->certificate_id).ok()) {
+    peer = absl::UnavailableError(
+        absl::StrCat("the peer's certificate (", peer->Uri(), ") ",
+                     CheckNotRevoked(peer->certificate_id).message()));
   } else if (peer.ok() && !server_name.empty() &&
              (peer->name != server_name || peer->job != OwnIdentity().job)) {
     Identity expected{server_role, std::string(server_name), OwnIdentity().job};

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "common/authorization.h"
 #include "common/certificate_check.h"
+#include "common/revocation.h"
 #include "common/tcp_socket.h"
 
 namespace chorus {
@@ -54,7 +55,16 @@ class RoleVerifier : public grpc::experimental::ExternalCertificateVerifier {
       names.emplace_back(uri.data(), uri.size());
       absl::StatusOr<Identity> identity = ParseIdentityUri(names.back());
       if (identity.ok() && identity->role == expected_) {
-        *sync_status = grpc::Status::OK;
+        const grpc::string_ref pem = request->peer_cert();
+        const absl::Status kept = CheckNotRevoked(
+            RevocationEnabled()
+                ? CertificateIdOfPem(absl::string_view(pem.data(), pem.size()))
+                : "");
+        *sync_status =
+            kept.ok()
+                ? grpc::Status::OK
+                : grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                               absl::StrCat("the server's ", kept.message()));
         return true;
       }
     }
@@ -198,6 +208,13 @@ absl::StatusOr<Identity> EnableTls(const TlsFiles& files) {
         "certificates); it names ",
         uris->empty() ? "no URI" : absl::StrJoin(*uris, ", ")));
   }
+  if (!files.crl_path.empty()) {
+    if (absl::Status revocation = EnableRevocation(
+            files.crl_path, files.ca_path, files.refresh_interval);
+        !revocation.ok()) {
+      return revocation;
+    }
+  }
   auto* state = new TlsState;
   state->files = files;
   state->identity = identities.front();
@@ -276,6 +293,13 @@ absl::StatusOr<Caller> CallerOf(const grpc::ServerContextBase& context) {
     if (identity.ok()) {
       caller.authenticated = true;
       caller.identity = *std::move(identity);
+      if (RevocationEnabled()) {
+        const std::vector<std::string> pem =
+            PropertyValues(*auth, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+        if (!pem.empty()) {
+          caller.identity.certificate_id = CertificateIdOfPem(pem.front());
+        }
+      }
       return caller;
     }
   }

@@ -56,6 +56,9 @@ struct Identity {
   // The job a worker or client belongs to; empty for the default job (and
   // for the coordinator and admins, which serve every job).
   std::string job;
+  // Which certificate proved it, as the revocation list knows certificates
+  // (revocation.h); empty where none was looked at.
+  std::string certificate_id;
 
   // Returns the identity's URI, e.g. "chorus://worker/w0" or
   // "chorus://job/train/client/c0".
@@ -72,7 +75,9 @@ struct TlsFiles {
   std::string ca_path;    // PEM certificates of the CA peers must chain to
   std::string cert_path;  // PEM certificate chain of this process
   std::string key_path;   // PEM private key of cert_path
-  // How often gRPC re-reads the files for changes.
+  // PEM certificate revocation list of the CA (revocation.h); empty: none.
+  std::string crl_path;
+  // How often gRPC re-reads the files for changes (and the CRL is looked at).
   absl::Duration refresh_interval = absl::Seconds(10);
 };
 

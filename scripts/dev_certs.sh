@@ -18,7 +18,7 @@ usage() {
   cat <<'EOF'
 Usage: scripts/dev_certs.sh --out=DIR [--workers=w0,w1] [--admins=admin]
                             [--clients=app] [--hosts=10.0.0.1,node1]
-                            [--days=365] [--job=JOB]
+                            [--days=365] [--job=JOB] [--revoke=CERT]
 Writes DIR/ca.pem (and DIR/ca.key) and, each with ca.pem, cert.pem, key.pem:
   DIR/coordinator/      identity chorus://coordinator
   DIR/worker-NAME/      identity chorus://worker/NAME, one per --workers name
@@ -28,12 +28,16 @@ Writes DIR/ca.pem (and DIR/ca.key) and, each with ca.pem, cert.pem, key.pem:
 With --job=JOB, the workers and clients belong to job JOB (identities
 chorus://job/JOB/worker/NAME, chorus://job/JOB/client/NAME) and land in
 DIR/job-JOB/worker-NAME/ and DIR/job-JOB/client-NAME/; admins serve every
-job, so --job issues none, and the coordinator's is kept if DIR has one.
+job, so --job issues none. The coordinator's certificate is made when DIR has
+none, or again when --hosts is given.
 An existing CA in DIR is reused, so certificates can be added later.
+DIR/crl.pem is the CA's certificate revocation list (the daemons' --tls_crl),
+empty at first; --revoke=CERT (e.g. DIR/client-app/cert.pem) adds CERT to it
+and writes it again (a daemon given --tls_crl reads it within --tls_refresh).
 EOF
 }
 
-out="" workers="" admins="admin" clients="" hosts="" days=365 job=""
+out="" workers="" admins="admin" clients="" hosts="" days=365 job="" revoke=""
 admins_given=false
 for arg in "$@"; do
   case "$arg" in
@@ -44,6 +48,7 @@ for arg in "$@"; do
     --hosts=*) hosts=${arg#*=} ;;
     --days=*) days=${arg#*=} ;;
     --job=*) job=${arg#*=} ;;
+    --revoke=*) revoke=${arg#*=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "dev_certs.sh: unknown argument $arg" >&2; usage >&2; exit 2 ;;
   esac
@@ -99,6 +104,8 @@ check_name() {
   fi
 }
 
+# --revoke alone issues nothing.
+if [ -n "$revoke" ] && ! $admins_given; then admins=""; fi
 job_uri="" job_dir=""
 if [ -n "$job" ]; then
   check_name "$job"
@@ -110,7 +117,8 @@ if [ -n "$job" ]; then
   mkdir -p "$out/job-$job"
 fi
 
-if [ -z "$job" ] || [ ! -s "$out/coordinator/cert.pem" ]; then
+# The coordinator's certificate is made once, and again for new --hosts.
+if [ -n "$hosts" ] || [ ! -s "$out/coordinator/cert.pem" ]; then
   issue coordinator "chorus-coordinator" "URI:chorus://coordinator,$server_sans"
 fi
 for list_kind in workers admins clients; do
@@ -127,3 +135,31 @@ for list_kind in workers admins clients; do
     esac
   done
 done
+
+# The revocation list: openssl's CA database in DIR/crl-db, the list itself
+# written to a temporary file and renamed, so a daemon never reads half of it.
+crl_db="$out/crl-db"
+if [ ! -s "$crl_db/ca.cnf" ]; then
+  mkdir -p "$crl_db"
+  : >"$crl_db/index.txt"
+  echo 01 >"$crl_db/crlnumber"
+  printf '[ca]\ndefault_ca=c\n[c]\ndatabase=%s\ndefault_md=sha256\ncrlnumber=%s\n' \
+    "$crl_db/index.txt" "$crl_db/crlnumber" >"$crl_db/ca.cnf"
+fi
+if [ -n "$revoke" ]; then
+  if [ ! -s "$revoke" ]; then
+    echo "dev_certs.sh: --revoke: no certificate at $revoke" >&2
+    exit 2
+  fi
+  serial=$(openssl x509 -in "$revoke" -noout -serial | cut -d= -f2)
+  if ! grep -q "^R.*[[:space:]]$serial[[:space:]]" "$crl_db/index.txt"; then
+    openssl ca -config "$crl_db/ca.cnf" -keyfile "$out/ca.key" \
+      -cert "$out/ca.pem" -revoke "$revoke" 2>/dev/null
+  fi
+  echo "revoked $revoke (serial $serial)"
+fi
+if [ -n "$revoke" ] || [ ! -s "$out/crl.pem" ]; then
+  openssl ca -gencrl -config "$crl_db/ca.cnf" -keyfile "$out/ca.key" \
+    -cert "$out/ca.pem" -crldays "$days" -out "$out/crl.pem.tmp" 2>/dev/null
+  mv "$out/crl.pem.tmp" "$out/crl.pem"
+fi

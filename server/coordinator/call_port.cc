@@ -74,7 +74,8 @@ absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
         if (!allowed.ok()) {
           reply.Send(CallPortStatusReply(request.call_id(), allowed)
                          .SerializeAsString());
-          return true;
+          // A revoked certificate's connection closes after the refusal.
+          return !absl::IsUnauthenticated(allowed);
         }
         // In the order sent: each call is in the core before the next is
         // read.

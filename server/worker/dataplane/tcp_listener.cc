@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/authorization.h"
 #include "common/collective_metrics.h"
+#include "common/revocation.h"
 #include "common/tcp_socket.h"
 #include "common/tls_stream.h"
 #include "common/transport_security.h"
@@ -285,6 +286,17 @@ bool TcpListener::Admit(const std::shared_ptr<Connection>& connection,
   return false;
 }
 
+bool TcpListener::StillTrusted(const Connection& connection,
+                               const TlsStream& tls, uint64_t* checked) {
+  if (*checked == RevocationGeneration()) return true;
+  *checked = RevocationGeneration();
+  const absl::Status kept = CheckNotRevoked(tls.peer().certificate_id);
+  if (kept.ok()) return true;
+  LOG(WARNING) << "data plane: closing the connection from " << connection.peer
+               << ": " << kept.message();
+  return false;
+}
+
 void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
   std::unique_ptr<TlsStream> tls;
   if (TlsEnabled()) {
@@ -315,7 +327,12 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
   RecentGroups recent;
   SocketSource source(connection->fd, tls.get());
   PeerDirectory::Admitted admitted;
+  // The revocation list this connection was last checked against.
+  uint64_t checked = RevocationGeneration();
   auto on_message = [&](MessageKey key, std::string data) {
+    if (tls != nullptr && !StillTrusted(*connection, *tls, &checked)) {
+      return false;
+    }
     if (tls != nullptr &&
         !admitted.Covers(key.group, key.epoch, key.from_rank)) {
       if (!Admit(connection, tls->peer().name, key)) return false;

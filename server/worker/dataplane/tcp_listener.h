@@ -38,6 +38,8 @@
 
 namespace chorus {
 
+class TlsStream;
+
 class TcpListener {
  public:
   // Listens on `host` at `port` (0: any free port). `directory` (not
@@ -70,6 +72,10 @@ class TcpListener {
   // by then, or the listener stops first).
   bool Admit(const std::shared_ptr<Connection>& connection,
              const std::string& caller, const MessageKey& key);
+  // Returns false (logging why) when the certificate of the peer of `tls`
+  // was revoked since the list `*checked` counts (then updated).
+  static bool StillTrusted(const Connection& connection, const TlsStream& tls,
+                           uint64_t* checked);
   // Marks `connection` ended and ends its socket for the peer.
   static void EndConnection(Connection& connection);
   // Keeps at most kMaxHandshakes connections in their handshake, counting

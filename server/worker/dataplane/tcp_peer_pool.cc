@@ -14,6 +14,7 @@
 #include "common/collective_metrics.h"
 #include "common/grpc_status.h"
 #include "common/net.h"
+#include "common/revocation.h"
 #include "common/tcp_socket.h"
 #include "server/worker/dataplane/wire_frame.h"
 
@@ -66,6 +67,11 @@ void TcpPeerPool::DropIfStaleLocked(Peer& peer) {
   if (peer.fd >= 0 && peer.connected_as != Learned(peer)) {
     // The old process is gone, or the coordinator evicted it and its
     // connection may sit in a partition's retransmission backoff.
+    CloseLocked(peer, /*goodbye=*/false);
+  } else if (peer.tls != nullptr &&
+             !CheckNotRevoked(peer.tls->peer().certificate_id).ok()) {
+    // Its certificate was revoked since; opening a connection again
+    // refuses it (TlsStream::Connect).
     CloseLocked(peer, /*goodbye=*/false);
   }
 }

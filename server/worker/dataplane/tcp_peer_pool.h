@@ -125,7 +125,7 @@ class TcpPeerPool final : public PeerSender {
   Peer* GetPeer(const std::string& address);
   static PeerRegistration Learned(Peer& peer);
   // Closes the connection when it was opened for another identity than
-  // the one learned last.
+  // the one learned last, or the peer's certificate was revoked.
   static void DropIfStaleLocked(Peer& peer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peer.mu);
   // Connects to the learned data port, or asks the peer for its TCP port
