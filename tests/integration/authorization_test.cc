@@ -10,13 +10,11 @@
 
 #include "common/authorization.h"
 
-#include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <openssl/ssl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,6 +42,7 @@
 #include "tests/testing/daemons.h"
 #include "tests/testing/etcd.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/raw_clients.h"
 
 namespace chorus::test {
 namespace {
@@ -109,68 +108,6 @@ class GenericCall final
   grpc::ByteBuffer reply_;
   grpc::Status status_;
   absl::Notification done_;
-};
-
-// A blocking TLS client connection with `folder`'s certificate.
-class TlsClient {
- public:
-  TlsClient(int port, const std::string& folder) {
-    ctx_ = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_use_certificate_chain_file(ctx_, (folder + "/cert.pem").c_str());
-    SSL_CTX_use_PrivateKey_file(ctx_, (folder + "/key.pem").c_str(),
-                                SSL_FILETYPE_PEM);
-    SSL_CTX_load_verify_locations(ctx_, (folder + "/ca.pem").c_str(), nullptr);
-    absl::StatusOr<int> fd = ConnectTcp("127.0.0.1", port, absl::Now() + kWait);
-    EXPECT_TRUE(fd.ok()) << fd.status();
-    fd_ = fd.ok() ? *fd : -1;
-    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-    ssl_ = SSL_new(ctx_);
-    SSL_set_fd(ssl_, fd_);
-    connected_ = SSL_connect(ssl_) == 1;
-  }
-  ~TlsClient() {
-    SSL_free(ssl_);
-    SSL_CTX_free(ctx_);
-    if (fd_ >= 0) close(fd_);
-  }
-
-  bool Send(absl::string_view bytes) {
-    return connected_ &&
-           SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size())) ==
-               static_cast<int>(bytes.size());
-  }
-
-  // Reads what arrives first within `wait`; sets *closed when the server
-  // closed instead.
-  std::string ReadFor(absl::Duration wait, bool* closed) {
-    const timeval timeout = absl::ToTimeval(wait);
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    std::string out;
-    char buffer[4096];
-    *closed = !connected_;
-    while (connected_) {
-      const int n = SSL_read(ssl_, buffer, sizeof(buffer));
-      if (n > 0) {
-        out.append(buffer, static_cast<size_t>(n));
-        break;
-      }
-      // A read timeout is EAGAIN under WANT_READ (or SYSCALL); anything
-      // else (end of file, an alert) means the server closed.
-      const int error = SSL_get_error(ssl_, n);
-      const bool timed_out =
-          (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_SYSCALL) &&
-          (errno == EAGAIN || errno == EWOULDBLOCK);
-      *closed = !timed_out;
-      break;
-    }
-    return out;
-  }
-
- private:
-  SSL_CTX* ctx_ = nullptr;
-  SSL* ssl_ = nullptr;
-  int fd_ = -1;
-  bool connected_ = false;
 };
 
 class AuthorizationTest : public ::testing::Test {
@@ -271,7 +208,7 @@ class AuthorizationTest : public ::testing::Test {
     }
     std::string bytes(kCallHello);
     AppendCallFrame(request.SerializeAsString(), &bytes);
-    TlsClient client(call_port_, caller.folder);
+    RawClient client(call_port_, caller.folder);
     EXPECT_TRUE(client.Send(bytes));
     bool closed = false;
     CallFrameParser frames(1 << 20);
@@ -291,7 +228,7 @@ class AuthorizationTest : public ::testing::Test {
   }
 
   Outcome TryDataPort(const Holder& caller, bool allowed) {
-    TlsClient client(data_port_, caller.folder);
+    RawClient client(data_port_, caller.folder);
     client.Send(kWireHello);
     bool closed = false;
     client.ReadFor(allowed ? kLetThrough : kWait, &closed);

@@ -4,10 +4,8 @@
 // certificates (or none). Each attack gets its code and changes nothing: the
 // registry and the group are checked afterwards.
 
-#include <fcntl.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <openssl/ssl.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -37,6 +35,7 @@
 #include "tests/testing/certs.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/local_calls.h"
+#include "tests/testing/raw_clients.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {
@@ -401,57 +400,6 @@ std::string HelloAndFrame(const std::string& group, uint64_t epoch) {
   return absl::StrCat(kWireHello, *EncodeFrameHeader(key, 6), group, "forged");
 }
 
-// An OpenSSL client context (the caller frees it) trusting `tls_dir`'s CA
-// and presenting its certificate when `present_certificate`.
-SSL_CTX* ClientContext(const std::string& tls_dir, bool present_certificate) {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  if (present_certificate) {
-    SSL_CTX_use_certificate_chain_file(ctx, (tls_dir + "/cert.pem").c_str());
-    SSL_CTX_use_PrivateKey_file(ctx, (tls_dir + "/key.pem").c_str(),
-                                SSL_FILETYPE_PEM);
-  }
-  SSL_CTX_load_verify_locations(ctx, (tls_dir + "/ca.pem").c_str(), nullptr);
-  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
-  return ctx;
-}
-
-// Connects to the TCP data plane at 127.0.0.1:`port`, over TLS with the
-// certificate of `who` unless it is empty, sends `bytes` and returns whether
-// the worker closed the connection (within 30 s) rather than keeping it
-// open for more frames.
-bool ClosedAfterSending(int port, const std::string& who,
-                        const std::string& bytes) {
-  absl::StatusOr<int> fd =
-      ConnectTcp("127.0.0.1", port, absl::Now() + kRpcTimeout);
-  EXPECT_TRUE(fd.ok()) << fd.status();
-  if (!fd.ok()) return false;
-  const int flags = fcntl(*fd, F_GETFL);
-  fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK);
-  // Far longer than the worker's 5 s handshake timeout.
-  const timeval timeout = absl::ToTimeval(absl::Seconds(30));
-  setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  bool closed = false;
-  char byte;
-  if (who.empty()) {
-    EXPECT_EQ(send(*fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(bytes.size()));
-    closed = recv(*fd, &byte, 1, 0) == 0;
-  } else {
-    SSL_CTX* ctx = ClientContext(TlsDir(who), true);
-    SSL* ssl = SSL_new(ctx);
-    SSL_set_fd(ssl, *fd);
-    EXPECT_EQ(SSL_connect(ssl), 1);
-    EXPECT_EQ(SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())),
-              static_cast<int>(bytes.size()));
-    // 0: the worker closed its end; a timeout would be -1 with EAGAIN.
-    closed = SSL_read(ssl, &byte, 1) <= 0 && errno != EAGAIN;
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
-  }
-  close(*fd);
-  return closed;
-}
-
 TEST_F(TlsTest, DataPlane_FramesFromNonMember_ClosedGroupGoesOn) {
   const uint64_t epoch = JoinThroughSockets("g");
   // w2 has a valid worker certificate but is not in the group.
@@ -462,7 +410,8 @@ TEST_F(TlsTest, DataPlane_FramesFromNonMember_ClosedGroupGoesOn) {
   const int port = DataPort(workers_[0].address);
   ASSERT_NE(port, 0);
   EXPECT_TRUE(ClosedAfterSending(port, "", HelloAndFrame("g", epoch)));
-  EXPECT_TRUE(ClosedAfterSending(port, "worker-w2", HelloAndFrame("g", epoch)));
+  EXPECT_TRUE(
+      ClosedAfterSending(port, TlsDir("worker-w2"), HelloAndFrame("g", epoch)));
   // A connection that never starts its handshake is closed too (after the
   // listener's 5 s handshake timeout; the client waits up to 30 s).
   EXPECT_TRUE(ClosedAfterSending(port, "", ""));
@@ -563,81 +512,6 @@ int CallPortInLog(const std::string& log) {
   const size_t at = log.find(", call port ");
   if (at == std::string::npos) return 0;
   return std::atoi(log.c_str() + at + std::strlen(", call port "));
-}
-
-// One exchange on the call port at 127.0.0.1:`port`: the hello and
-// `request`, over TLS with the files of `tls_dir` (cert.pem and key.pem
-// only when `present_certificate`) or in plaintext when `tls_dir` is empty.
-// Returns the reply, or UNAVAILABLE saying how the connection ended
-// without one ("closed" after `bytes` the port sent, which are then no
-// frame of a reply).
-absl::StatusOr<v1::CallPortReply> CallPortExchange(
-    int port, const std::string& tls_dir, bool present_certificate,
-    const v1::CallPortRequest& request) {
-  absl::StatusOr<int> fd =
-      ConnectTcp("127.0.0.1", port, absl::Now() + kRpcTimeout);
-  if (!fd.ok()) return fd.status();
-  fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
-  const timeval timeout = absl::ToTimeval(absl::Seconds(30));
-  setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  std::string bytes(kCallHello);
-  AppendCallFrame(request.SerializeAsString(), &bytes);
-  absl::StatusOr<v1::CallPortReply> result = absl::UnavailableError("no reply");
-  CallFrameParser frames(1 << 20);
-  auto take = [&](const char* data, int n) {
-    frames.Append(absl::string_view(data, static_cast<size_t>(n)));
-    std::string payload;
-    absl::StatusOr<bool> next = frames.Next(&payload);
-    if (next.ok() && *next) {
-      v1::CallPortReply reply;
-      if (reply.ParseFromString(payload)) result = reply;
-      return true;
-    }
-    return false;
-  };
-  char buffer[4096];
-  if (tls_dir.empty()) {
-    send(*fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    std::string received;
-    while (true) {
-      const ssize_t n = recv(*fd, buffer, sizeof(buffer), 0);
-      if (n < 0) result = absl::UnavailableError("still open after 30 s");
-      if (n <= 0 || take(buffer, static_cast<int>(n))) break;
-      received.append(buffer, static_cast<size_t>(n));
-    }
-    if (!result.ok() && result.status().message() == "no reply") {
-      // A TLS alert record (content type 21) may precede the close.
-      result = absl::UnavailableError(
-          received.empty()
-              ? "closed"
-              : (received[0] == 21 ? "closed after a TLS alert"
-                                   : "closed after bytes that are no reply"));
-    }
-  } else {
-    SSL_CTX* ctx = ClientContext(tls_dir, present_certificate);
-    SSL* ssl = SSL_new(ctx);
-    SSL_set_fd(ssl, *fd);
-    if (SSL_connect(ssl) != 1) {
-      result = absl::UnavailableError("handshake failed");
-    } else if (SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())) <=
-               0) {
-      result = absl::UnavailableError("closed");
-    } else {
-      while (true) {
-        const int n = SSL_read(ssl, buffer, sizeof(buffer));
-        if (n <= 0) {
-          result = absl::UnavailableError(
-              errno == EAGAIN ? "still open after 30 s" : "closed");
-          break;
-        }
-        if (take(buffer, n)) break;
-      }
-    }
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
-  }
-  close(*fd);
-  return result;
 }
 
 // A call-port request: all_reduce #`sequence` of `group` as `rank`.
