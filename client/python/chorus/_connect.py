@@ -11,6 +11,7 @@ is given.
 
 import ipaddress
 import os
+import re
 import socket
 import ssl
 import stat
@@ -87,10 +88,16 @@ def _host_port(target: str) -> Optional[Tuple[str, int]]:
     return host, int(port)
 
 
+# A worker's identity, of the default job or of one named.
+_WORKER_URI = re.compile(
+    r"chorus://(job/[A-Za-z0-9._-]+/)?worker/[A-Za-z0-9._-]+")
+
+
 def check_worker_certificate(target: str, tls_dir: str, source: str,
                              timeout: float) -> None:
     """Checks that the server at the TCP `target` presents a certificate
-    that names a Chorus worker (chorus://worker/NAME), as Chorus's own
+    that names a Chorus worker (chorus://worker/NAME, or
+    chorus://job/JOB/worker/NAME for a job's), as Chorus's own
     channels check the role they dial. gRPC's Python channel checks only
     the CA and the host name, so this makes a TLS handshake of its own with
     the files of `tls_dir` and reads the certificate's names.
@@ -120,7 +127,7 @@ def check_worker_certificate(target: str, tls_dir: str, source: str,
             f"TLS with the worker at {target} (with {source}) failed: "
             f"{e}") from None
     uris = [value for kind, value in names if kind == "URI"]
-    if not any(uri.startswith("chorus://worker/") for uri in uris):
+    if not any(_WORKER_URI.fullmatch(uri) for uri in uris):
         raise Unavailable(
             f"the server at {target} is no Chorus worker: its certificate "
             f"names {', '.join(uris) or 'no chorus:// identity'}, not "
