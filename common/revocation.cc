@@ -106,7 +106,7 @@ class Revocations {
     const int64_t stamp = Stamp(crl_path);
     absl::StatusOr<RevokedSet> revoked = LoadRevoked(crl_path, ca_path);
     if (!revoked.ok()) return revoked.status();
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     if (enabled_.load()) {
       return absl::FailedPreconditionError("revocation is already on");
     }
@@ -116,13 +116,16 @@ class Revocations {
     revoked_ = *std::move(revoked);
     generation_.store(1);
     enabled_.store(true);
+    LOG(INFO) << "revocation list " << crl_path << ": " << revoked_.size()
+              << " certificates revoked";
+    // Only this call gets here (enabled_ was false under the lock); the
+    // poller takes the lock itself, so it starts after it is released.
+    lock.Release();
     poller_ = std::make_unique<WakeupLoop>([this, refresh] {
       Reload();
       return absl::Now() + refresh;
     });
     poller_->Start();
-    LOG(INFO) << "revocation list " << crl_path << ": " << revoked_.size()
-              << " certificates revoked";
     return absl::OkStatus();
   }
 
@@ -166,6 +169,7 @@ class Revocations {
   std::string ca_path_ ABSL_GUARDED_BY(mu_);
   int64_t stamp_ ABSL_GUARDED_BY(mu_) = -1;
   RevokedSet revoked_ ABSL_GUARDED_BY(mu_);
+  // Made once, by the one Enable that succeeds; never destroyed.
   std::unique_ptr<WakeupLoop> poller_;
 };
 
