@@ -85,11 +85,10 @@ absl::Status Authorize(absl::string_view entry, const Identity& caller) {
   }
   const DoorEntry* found = it->second;
   if ((found->roles & RoleBit(caller.role)) != 0) {
-    const std::string& served = TlsEnabled() ? OwnIdentity().job : "";
-    if (!found->own_job || caller.role == Role::kAdmin ||
-        caller.job == served) {
-      return absl::OkStatus();
-    }
+    if (!found->own_job || caller.role == Role::kAdmin) return absl::OkStatus();
+    static const std::string* const kNoJob = new std::string;
+    const std::string& served = TlsEnabled() ? OwnIdentity().job : *kNoJob;
+    if (caller.job == served) return absl::OkStatus();
     return absl::PermissionDeniedError(absl::StrCat(
         entry, " serves ", JobName(served), " here; the caller is ",
         caller.Uri(), " of ", JobName(caller.job)));
