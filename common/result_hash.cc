@@ -30,13 +30,32 @@ inline uint64_t Term(uint64_t index, uint32_t low, uint32_t high) {
 #define CHORUS_HASH_CLONES
 #endif
 
+// Every NaN of a floating-point element reads as one canonical NaN: a
+// NaN's sign and payload depend on the hardware that made it (a GPU
+// canonicalises, a CPU propagates the payload), not on the result.
+// `nan.exponent` is 0 for integer types, which then read as they are.
 template <typename T>
-uint64_t SumTerms(const char* data, uint64_t count, uint64_t first) {
+struct NanForm {
+  T exponent = 0;  // all ones in a NaN
+  T mantissa = 0;  // not all zeros in a NaN
+  T canonical = 0;
+};
+
+template <typename T>
+inline T Canonical(T v, const NanForm<T>& nan) {
+  const bool is_nan = nan.exponent != 0 && (v & nan.exponent) == nan.exponent &&
+                      (v & nan.mantissa) != 0;
+  return is_nan ? nan.canonical : v;
+}
+
+template <typename T>
+uint64_t SumTerms(const char* data, uint64_t count, uint64_t first,
+                  NanForm<T> nan) {
   uint64_t sum = 0;
   for (uint64_t k = 0; k < count; ++k) {
     T v;
     std::memcpy(&v, data + k * sizeof(T), sizeof(T));
-    const uint32_t w = static_cast<uint32_t>(v);
+    const uint32_t w = static_cast<uint32_t>(Canonical(v, nan));
     sum += Term(first + k, w, w);
   }
   return sum;
@@ -44,29 +63,47 @@ uint64_t SumTerms(const char* data, uint64_t count, uint64_t first) {
 
 CHORUS_HASH_CLONES uint64_t SumTerms8(const char* data, uint64_t count,
                                       uint64_t first) {
-  return SumTerms<uint8_t>(data, count, first);
+  return SumTerms<uint8_t>(data, count, first, {});
 }
 
 CHORUS_HASH_CLONES uint64_t SumTerms16(const char* data, uint64_t count,
-                                       uint64_t first) {
-  return SumTerms<uint16_t>(data, count, first);
+                                       uint64_t first, NanForm<uint16_t> nan) {
+  return SumTerms<uint16_t>(data, count, first, nan);
 }
 
 CHORUS_HASH_CLONES uint64_t SumTerms32(const char* data, uint64_t count,
-                                       uint64_t first) {
-  return SumTerms<uint32_t>(data, count, first);
+                                       uint64_t first, NanForm<uint32_t> nan) {
+  return SumTerms<uint32_t>(data, count, first, nan);
 }
 
 CHORUS_HASH_CLONES uint64_t SumTerms64(const char* data, uint64_t count,
-                                       uint64_t first) {
+                                       uint64_t first, NanForm<uint64_t> nan) {
   uint64_t sum = 0;
   for (uint64_t k = 0; k < count; ++k) {
     uint64_t v;
     std::memcpy(&v, data + k * 8, 8);
+    v = Canonical(v, nan);
     sum += Term(first + k, static_cast<uint32_t>(v),
                 static_cast<uint32_t>(v >> 32));
   }
   return sum;
+}
+
+// The NaN form of `dtype` for its elements, `T`; none for other dtypes.
+template <typename T>
+NanForm<T> NanFormOf(DType dtype) {
+  if constexpr (sizeof(T) == 2) {
+    if (dtype == DType::kF16) return {0x7c00, 0x03ff, 0x7e00};
+    if (dtype == DType::kBF16) return {0x7f80, 0x007f, 0x7fc0};
+  } else if constexpr (sizeof(T) == 4) {
+    if (dtype == DType::kF32) return {0x7f800000u, 0x007fffffu, 0x7fc00000u};
+  } else {
+    if (dtype == DType::kF64) {
+      return {0x7ff0000000000000ull, 0x000fffffffffffffull,
+              0x7ff8000000000000ull};
+    }
+  }
+  return {};
 }
 
 // A 64-bit finaliser, so that the sum's low and high bits both matter.
@@ -81,7 +118,8 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-ResultHash::ResultHash(DType dtype) : element_size_(DTypeSize(dtype)) {}
+ResultHash::ResultHash(DType dtype)
+    : dtype_(dtype), element_size_(DTypeSize(dtype)) {}
 
 void ResultHash::Add(uint64_t offset, absl::string_view bytes) {
   const uint64_t first = offset / element_size_;
@@ -91,13 +129,16 @@ void ResultHash::Add(uint64_t offset, absl::string_view bytes) {
       sum_ += SumTerms8(bytes.data(), count, first);
       break;
     case 2:
-      sum_ += SumTerms16(bytes.data(), count, first);
+      sum_ +=
+          SumTerms16(bytes.data(), count, first, NanFormOf<uint16_t>(dtype_));
       break;
     case 4:
-      sum_ += SumTerms32(bytes.data(), count, first);
+      sum_ +=
+          SumTerms32(bytes.data(), count, first, NanFormOf<uint32_t>(dtype_));
       break;
     default:
-      sum_ += SumTerms64(bytes.data(), count, first);
+      sum_ +=
+          SumTerms64(bytes.data(), count, first, NanFormOf<uint64_t>(dtype_));
       break;
   }
   bytes_ += bytes.size();

@@ -6,8 +6,10 @@
 // bits), so it can be built from the pieces of a result in any order and
 // any split into whole elements: a rank adds each chunk as it stores it,
 // and ranks that wrote their output in different pieces agree whenever
-// their bytes agree. It detects corruption, not tampering: it is not a
-// cryptographic hash.
+// their bytes agree. Floating-point NaNs hash alike whatever their sign and
+// payload (hardware differs there: a GPU canonicalises NaNs, a CPU keeps
+// the payload), so only a difference in value counts. It detects
+// corruption, not tampering: it is not a cryptographic hash.
 //
 // Lifecycle: one per call. Thread safety: thread-compatible.
 #ifndef CHORUS_COMMON_RESULT_HASH_H_
@@ -36,6 +38,7 @@ class ResultHash {
   uint64_t value() const;
 
  private:
+  const DType dtype_;
   const uint64_t element_size_;
   uint64_t sum_ = 0;
   uint64_t bytes_ = 0;
