@@ -138,6 +138,7 @@ class AttackTableTest : public ::testing::Test {
   void FormGroup() {
     std::vector<std::thread> ranks;
     std::vector<std::string> sums(2);
+    std::vector<uint64_t> epochs(2);
     for (int r = 0; r < 2; ++r) {
       ranks.emplace_back([&, r] {
         auto local = v1::WorkerLocal::NewStub(
@@ -153,7 +154,7 @@ class AttackTableTest : public ::testing::Test {
           sums[r] = status.error_message();
           return;
         }
-        epoch_ = joined.epoch();
+        epochs[r] = joined.epoch();
         v1::LocalCollectiveResponse response;
         status = local->Collective(Context().get(),
                                    OneI64Sum("g", joined.epoch(), r, 1, r + 1),
@@ -163,6 +164,8 @@ class AttackTableTest : public ::testing::Test {
     }
     for (std::thread& rank : ranks) rank.join();
     ASSERT_EQ(sums, std::vector<std::string>({"OK 3", "OK 3"}));
+    ASSERT_EQ(epochs[0], epochs[1]);
+    epoch_ = epochs[0];
   }
 
   std::string Tls(const std::string& who) const {
