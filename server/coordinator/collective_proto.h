@@ -28,8 +28,12 @@ WorkerRegistration RegistrationFromProto(
 JoinRequest JoinFromProto(const v1::JoinGroupRequest& request,
                           absl::Time client_deadline);
 
+// The most replays (CollectiveRequest.replays) a call's conversion keeps.
+inline constexpr size_t kMaxReplays = 16;
+
 // Returns the core's call for `request`, from a client whose deadline is
-// `client_deadline`. The inline data is copied; the core validates the rest.
+// `client_deadline`, with at most kMaxReplays of its replays (theirs
+// dropped). The inline data is copied; the core validates the rest.
 CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
                                        absl::Time client_deadline);
 

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -64,7 +65,7 @@ Coordinator::Coordinator(Clock* clock, CoordinatorOptions options)
     : clock_(clock),
       options_(std::move(options)),
       events_(options_.event_queue_limit),
-      registry_(clock, options_.lease_timeout),
+      registry_(clock, options_.lease_timeout, options_.groups.log),
       groups_(clock, &registry_, options_.groups, &events_) {}
 
 Coordinator::~Coordinator() {
@@ -92,6 +93,17 @@ void Coordinator::StartTimers() {
   sweeper_->Start();
   deadlines_->Start();
   stall_reporter_->Start();
+}
+
+void Coordinator::Restore(const StoredState& state) {
+  registry_.Restore(state.workers);
+  std::map<std::string, std::vector<StoredGroup>> by_job;
+  for (const StoredGroup& group : state.groups) {
+    by_job[group.job].push_back(group);
+  }
+  for (const auto& [job, groups] : by_job) groups_.Make(job).Restore(groups);
+  LOG(INFO) << "took over " << state.workers.size() << " workers and "
+            << state.groups.size() << " groups from the previous leader";
 }
 
 void Coordinator::RunTimers() {

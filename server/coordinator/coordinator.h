@@ -47,6 +47,7 @@
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/job_groups.h"
 #include "server/coordinator/registry.h"
+#include "server/coordinator/state_log.h"
 
 namespace chorus {
 
@@ -95,6 +96,12 @@ class Coordinator {
 
   // Starts the timer threads (for a real clock). Call once.
   void StartTimers();
+
+  // Takes over the workers and groups the coordinator that led before
+  // wrote (state_log.h): the workers keep their ids and get a fresh lease,
+  // the groups their epochs. Call once, before serving, on a core that
+  // has served nothing.
+  void Restore(const StoredState& state);
 
   // Does at once what the timers do when they are due: evicts the workers
   // whose leases expired (aborting their groups) and ends every join and

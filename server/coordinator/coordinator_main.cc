@@ -172,9 +172,10 @@ absl::Status CheckFlags() {
 // --metrics_listen, if given. Returns StartMetricsFromFlags' errors.
 absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> StartStatusPage(
     const chorus::Coordinator& core, const chorus::CallPort* call_port,
-    absl::Duration stall_after, const chorus::LeaderElection* election) {
+    absl::Duration stall_after, const chorus::Election* started) {
   chorus::ExportCoordinatorGauges(&core, call_port, stall_after);
-  if (election != nullptr) chorus::ExportElectionGauges(election);
+  const chorus::LeaderElection* election = started->election.get();
+  if (election != nullptr) chorus::ExportElectionGauges(started);
   return chorus::StartMetricsFromFlags({chorus::HttpPage{
       "/", "text/html; charset=utf-8",
       [&core, election](const std::map<std::string, std::string>&) {
@@ -210,6 +211,22 @@ absl::StatusOr<chorus::Election> ElectionOf(
                                      chorus::RestartProcess(command_line);
                                      std::_Exit(3);
                                    });
+}
+
+// With --etcd: once elected, the coordinator fences its writes on its
+// leader key and takes over the workers and groups the leaders before it
+// wrote, before it serves anything.
+void TakeOverWhenElected(chorus::Election& election,
+                         chorus::Coordinator& core) {
+  if (election.election == nullptr) return;
+  chorus::EtcdStateLog* state = election.state.get();
+  election.election->OnElected([state, &core](int64_t fence) {
+    state->SetFence(fence);
+    absl::StatusOr<chorus::StoredState> loaded = state->Load();
+    if (!loaded.ok()) return loaded.status();
+    core.Restore(*loaded);
+    return absl::OkStatus();
+  });
 }
 
 // Logs where the coordinator serves and writes --port_file. Returns
@@ -251,15 +268,17 @@ int main(int argc, char** argv) {
   }
 
   chorus::Clock* clock = chorus::RealClock::Get();
-  const chorus::CoordinatorOptions core_options =
+  chorus::CoordinatorOptions core_options =
       CoreOptionsFromFlags(absl::ToUnixMicros(clock->Now()));
-  chorus::Coordinator core(clock, core_options);
   absl::StatusOr<chorus::Election> election =
       ElectionOf(core_options, command_line);
   if (!election.ok()) {
     LOG(ERROR) << election.status();
     return 2;
   }
+  core_options.groups.log = election->state.get();
+  chorus::Coordinator core(clock, core_options);
+  TakeOverWhenElected(*election, core);
   const chorus::Leadership* leadership = election->election.get();
   chorus::CoordinatorService service(&core, leadership);
 
@@ -285,7 +304,7 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<chorus::HttpEndpoint>> metrics =
       StartStatusPage(core, call_port->get(), core_options.stall_report_after,
-                      election->election.get());
+                      &*election);
   if (!metrics.ok()) {
     LOG(ERROR) << metrics.status().ToString(
         absl::StatusToStringMode::kWithNoExtraData);

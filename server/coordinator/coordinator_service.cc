@@ -233,6 +233,7 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterWorker(
               << DeviceNames(registration.devices);
   }
   response->set_worker_id(result->worker_id);
+  response->set_kept(result->retried);
   const absl::Duration lease = core_->lease_timeout();
   response->set_lease_timeout_ms(absl::ToInt64Milliseconds(lease));
   response->set_heartbeat_interval_ms(

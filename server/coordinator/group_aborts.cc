@@ -76,6 +76,7 @@ void GroupTable::AbortWorker(uint64_t worker_id, const std::string& worker_name,
         ++it;
       }
     }
+    SaveChangedLocked();
   }
   for (auto& complete : completions) complete();
 }
@@ -94,6 +95,7 @@ void GroupTable::AbortGroupLocked(Group& group, const absl::Status& status,
       {"reason"});
   aborts->With({reason})->Add();
   group.aborted = status;
+  unsaved_.insert(group.view.name);
   recorder_.EndAll(group.view.name, group.view.epoch, status, clock_->Now());
   Event event = GroupEvent(Event::Kind::kGroupAborted, group.view, 0,
                            std::string(status.message()));
@@ -166,6 +168,9 @@ void GroupTable::AbortAll(const absl::Status& status) {
     }
     groups_.clear();
     notices_.clear();
+    // A coordinator that shuts down leaves its groups written for the
+    // coordinator that leads next.
+    unsaved_.clear();
   }
   for (auto& complete : completions) complete();
 }

@@ -67,7 +67,11 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
     if (found.ok()) {
       Group& group = **found;
       auto it = group.commits.find(call.sequence);
-      if (call.rank < 0 || call.rank >= group.view.world_size) {
+      const bool in_range = call.rank >= 0 && call.rank < group.view.world_size;
+      if (in_range && it == group.commits.end()) {
+        it = AdoptCommitLocked(group, call);
+      }
+      if (!in_range) {
         status = absl::InvalidArgumentError(absl::StrCat(
             "rank ", call.rank, " is out of range for group ", call.group));
       } else if (it == group.commits.end()) {
@@ -104,6 +108,7 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
     if (commit == nullptr) {
       completions.push_back([done = std::move(done), status] { done(status); });
     }
+    SaveChangedLocked();
   }
   for (auto& complete : completions) complete();
 }
@@ -136,6 +141,7 @@ absl::Status GroupTable::ReportFailure(
       verdict =
           AbortForFailureLocked(group, rank, sequence, failure, &completions);
     }
+    SaveChangedLocked();
   }
   for (auto& complete : completions) complete();
   return verdict;

@@ -235,6 +235,7 @@ void GroupTable::EndEpochLocked(Group& group, const absl::Status& status,
   }
   group.commits.clear();
   group.aborted = status;
+  unsaved_.insert(group.view.name);
 }
 
 void GroupTable::RevokeLocked(Group& group, std::vector<int> lost,
@@ -324,6 +325,7 @@ std::shared_ptr<const GroupView> GroupTable::FormNextEpochLocked(
   Group& group = groups_[view.name];
   group = Group{};
   group.view = view;
+  unsaved_.insert(view.name);
   group.next_sequence.assign(view.world_size, 1);
   group.called_ahead.resize(view.world_size);
   group.last_outcome.resize(view.world_size);

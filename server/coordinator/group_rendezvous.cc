@@ -129,6 +129,7 @@ void GroupTable::Join(JoinRequest request, JoinCallback done) {
     if (!AnswerRetriedJoinLocked(request, done, &completions)) {
       JoinLocked(std::move(request), std::move(done), &completions);
     }
+    SaveChangedLocked();
   }
   for (auto& complete : completions) complete();
 }
@@ -308,6 +309,7 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
   }
   Group& group = groups_[name];
   group.view = view;
+  unsaved_.insert(name);
   group.next_sequence.assign(view.world_size, 1);
   group.called_ahead.resize(view.world_size);
   group.last_outcome.resize(view.world_size);

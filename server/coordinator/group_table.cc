@@ -110,6 +110,7 @@ void GroupTable::ExpireDeadlines() {
       ExpireMatchesLocked(group, now, &completions);
       ExpireCommitsLocked(group, now, &completions);
     }
+    SaveChangedLocked();
   }
   for (auto& complete : completions) complete();
 }

@@ -54,154 +54,12 @@
 #include "common/device.h"
 #include "server/coordinator/event_hub.h"
 #include "server/coordinator/flight_recorder.h"
+#include "server/coordinator/group_types.h"
 #include "server/coordinator/planner.h"
 #include "server/coordinator/registry.h"
+#include "server/coordinator/state_log.h"
 
 namespace chorus {
-
-struct GroupMember {
-  int rank = 0;
-  uint64_t worker_id = 0;
-  std::string worker_name;
-  std::string host;
-  // Machine and network namespace of the member's worker; may be empty.
-  std::string machine;
-  // Where the member's worker serves its peers, its TCP data-plane port
-  // (0: not given) and the incarnation it registered with.
-  std::string address;
-  uint32_t data_port = 0;
-  uint64_t incarnation = 0;
-  Device device;
-};
-
-struct GroupView {
-  std::string name;
-  uint64_t epoch = 0;
-  int world_size = 0;
-  std::vector<GroupMember> members;
-  // Every member's worker reported the same (non-empty) host.
-  bool same_host = false;
-  // An elastic group (min_world_size > 0) goes on without lost members
-  // while it keeps at least min_world_size, and admits newcomers up to
-  // max_world_size.
-  int min_world_size = 0;
-  int max_world_size = 0;
-  // The rank of the join this view answers, where the join did not name it
-  // (a newcomer, or a rank following its group into the next epoch); -1
-  // otherwise.
-  int rank = -1;
-};
-
-struct JoinRequest {
-  std::string group;
-  int world_size = 0;
-  int rank = 0;
-  uint64_t worker_id = 0;
-  Device device;
-  absl::Time deadline = absl::InfiniteFuture();
-  // Identifies a retried join: a join with the same non-empty id from the
-  // same worker replaces the pending one, or gets the group it formed.
-  std::string request_id;
-  // Elastic groups (group_elastic.cc): every rank of a forming group names
-  // the same bounds (0: not elastic). A newcomer joins a formed elastic group
-  // without a rank and waits to be admitted; a rank of a revoked epoch
-  // follows its group into the next one (`rank` is its old rank there).
-  int min_world_size = 0;
-  int max_world_size = 0;
-  bool newcomer = false;
-  uint64_t follow_epoch = 0;
-  // Whether the newcomer's worker withdrew the join (its caller went away
-  // while it waited); such a newcomer is never admitted. Null: never.
-  // Called under the table's lock: it must not block.
-  std::function<bool()> withdrawn;
-};
-
-struct CollectiveCall {
-  // The caller's job (empty: the default one), for the coordinator's routing.
-  std::string job;
-  std::string group;
-  uint64_t epoch = 0;
-  int rank = 0;
-  // 1 for the rank's first call on the group, then 2, 3, ...
-  uint64_t sequence = 0;
-  CollectiveSpec spec;
-  // The device the rank's buffers live on; the member's device when unset.
-  std::optional<Device> device;
-  Algorithm algorithm = Algorithm::kUnspecified;
-  // The rank's input, when it rides with the call (CarriesInlineData).
-  bool has_data = false;
-  std::string data;
-  absl::Time deadline = absl::InfiniteFuture();
-};
-
-struct CollectiveOutcome {
-  uint64_t sequence = 0;
-  Plan plan;
-  // The rank's output under the inline plan.
-  std::string data;
-  // Newcomers waiting to join the (elastic) group when it was decided.
-  int joiners_waiting = 0;
-  // A sync that admitted newcomers: the group's next epoch (the members keep
-  // their ranks; the newcomers follow them).
-  std::shared_ptr<const GroupView> next;
-};
-
-struct CommitCall {
-  // As CollectiveCall::job.
-  std::string job;
-  std::string group;
-  uint64_t epoch = 0;
-  int rank = 0;
-  uint64_t sequence = 0;
-  // The hash of the rank's output (CommitRequest.result_hash), when sent.
-  std::optional<uint64_t> result_hash;
-  absl::Time deadline = absl::InfiniteFuture();
-};
-
-// A group epoch that was aborted, for the workers that hold its members.
-struct AbortNotice {
-  // Increases with every abort; workers ask for notices after the last id
-  // they saw.
-  uint64_t id = 0;
-  std::string group;
-  uint64_t epoch = 0;
-  absl::Status status;
-  std::vector<uint64_t> worker_ids;
-};
-
-struct GroupSummary {
-  // The job the group belongs to (empty: the default job).
-  std::string job;
-  GroupView view;
-  // Collectives that ended (with a result or a failure verdict).
-  uint64_t completed = 0;
-  // Collectives some rank called that still wait for the other ranks'
-  // calls, and data-plane collectives that wait for their commits.
-  uint64_t matching = 0;
-  uint64_t committing = 0;
-  // For the oldest pending collective, if any: its sequence and the ranks
-  // that have not called it yet.
-  uint64_t pending_sequence = 0;
-  std::vector<int> missing_ranks;
-  absl::Time pending_since;
-  // Set when the group epoch was aborted; every call on it gets this.
-  absl::Status aborted;
-  // Elastic groups: newcomers waiting to be admitted at the next sync.
-  int joiners_waiting = 0;
-};
-
-// A group still forming: the ranks that joined and wait for the others.
-struct FormingSummary {
-  std::string job;
-  std::string name;
-  int world_size = 0;
-  // The ranks that joined, with their workers, ordered by rank.
-  std::vector<GroupMember> joined;
-  // The ranks that have not joined yet.
-  std::vector<int> missing_ranks;
-  // When the first of the waiting ranks joined.
-  absl::Time since;
-};
 
 struct GroupTableOptions {
   // The job whose groups it holds (job_groups.h), for summaries and events.
@@ -215,6 +73,9 @@ struct GroupTableOptions {
   // start time in microseconds so a restarted coordinator never reuses an
   // epoch workers still remember.
   uint64_t first_epoch = 0;
+  // Where each group's epoch is written when it changes (state_log.h); not
+  // owned, may be null.
+  StateLog* log = nullptr;
   PlannerOptions planner;
   // The flight recorder keeps this many collectives per group (0: none),
   // of this many groups.
@@ -323,6 +184,12 @@ class GroupTable {
   absl::StatusOr<std::string> MemberWorkerName(const std::string& group,
                                                uint64_t epoch, int rank) const;
 
+  // Takes over `groups`, as the coordinator that led before wrote them
+  // (state_log.h; group_restore.cc): same epochs and members, each rank's
+  // sequence learned from its first call or commit here. Call before
+  // serving, on an empty table.
+  void Restore(const std::vector<StoredGroup>& groups);
+
   const GroupTableOptions& options() const { return options_; }
 
  private:
@@ -395,6 +262,10 @@ class GroupTable {
     // already called (calls issued together may arrive out of order).
     std::vector<uint64_t> next_sequence;
     std::vector<absl::flat_hash_set<uint64_t>> called_ahead;
+    // A restored group: the first sequence each rank called or committed
+    // here (0: none yet; its sequence is not known).
+    bool restored = false;
+    std::vector<uint64_t> first_here;
     std::map<uint64_t, Match> pending;
     // Verdicts of failed matches that some rank has not reached yet.
     std::map<uint64_t, absl::Status> failed;
@@ -439,6 +310,17 @@ class GroupTable {
   void FormGroupLocked(const std::string& name, Formation formation,
                        Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- Restored groups (group_restore.cc) ----
+  // Writes the epochs of the groups in unsaved_ to the log, if any.
+  void SaveChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Matches the replays `call` carries (CollectiveCall::replays) where its
+  // group is restored, learning the rank's sequence from them.
+  void TakeReplaysLocked(CollectiveCall& call, Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A commit of a restored group for a collective the previous leader
+  // decided: the commit match it joins (made on its first commit), or end.
+  std::map<uint64_t, CommitMatch>::iterator AdoptCommitLocked(
+      Group& group, const CommitCall& call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateCallLocked(const CollectiveCall& call, Group** group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the match of `sequence`, now complete, with one verdict for every
@@ -643,6 +525,8 @@ class GroupTable {
       ABSL_GUARDED_BY(mu_);
   // Elastic groups below their minimum, by name.
   std::map<std::string, Refill> refills_ ABSL_GUARDED_BY(mu_);
+  // Groups whose epoch changed since the log was last written.
+  std::set<std::string> unsaved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

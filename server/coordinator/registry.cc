@@ -1,8 +1,10 @@
 #include "server/coordinator/registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/coordinator/state_log.h"
 
 namespace chorus {
 namespace {
@@ -44,8 +46,8 @@ absl::Status ValidateRegistration(const WorkerRegistration& request) {
 
 }  // namespace
 
-Registry::Registry(Clock* clock, absl::Duration lease_timeout)
-    : clock_(clock), lease_timeout_(lease_timeout) {}
+Registry::Registry(Clock* clock, absl::Duration lease_timeout, StateLog* log)
+    : clock_(clock), lease_timeout_(lease_timeout), log_(log) {}
 
 absl::StatusOr<RegisterResult> Registry::Register(
     const WorkerRegistration& request) {
@@ -69,6 +71,7 @@ absl::StatusOr<RegisterResult> Registry::Register(
     workers_.erase(existing.id);
     id_by_name_.erase(by_name);
     result.replaced = true;
+    if (log_ != nullptr) log_->DropWorker(result.replaced_id);
   }
   WorkerRecord record;
   record.id = next_id_++;
@@ -77,6 +80,7 @@ absl::StatusOr<RegisterResult> Registry::Register(
   record.renewed_at = now;
   id_by_name_[std::make_pair(request.job, request.name)] = record.id;
   result.worker_id = record.id;
+  if (log_ != nullptr) log_->SaveWorker(record);
   workers_.emplace(record.id, std::move(record));
   return result;
 }
@@ -112,6 +116,7 @@ absl::StatusOr<WorkerRecord> Registry::Deregister(uint64_t id,
   id_by_name_.erase(
       std::make_pair(record.registration.job, record.registration.name));
   workers_.erase(id);
+  if (log_ != nullptr) log_->DropWorker(id);
   return record;
 }
 
@@ -130,6 +135,7 @@ std::vector<WorkerRecord> Registry::EvictExpired() {
     if (now - it->second.renewed_at > lease_timeout_) {
       id_by_name_.erase(std::make_pair(it->second.registration.job,
                                        it->second.registration.name));
+      if (log_ != nullptr) log_->DropWorker(it->first);
       evicted.push_back(std::move(it->second));
       it = workers_.erase(it);
     } else {
@@ -183,6 +189,19 @@ absl::StatusOr<WorkerRecord> Registry::ResolveMember(
   return UnsupportedDeviceError(
       device,
       absl::StrCat("worker \"", registration.name, "\" did not register it"));
+}
+
+void Registry::Restore(const std::vector<WorkerRecord>& workers) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (WorkerRecord record : workers) {
+    record.registered_at = now;
+    record.renewed_at = now;
+    next_id_ = std::max(next_id_, record.id + 1);
+    id_by_name_[std::make_pair(record.registration.job,
+                               record.registration.name)] = record.id;
+    workers_[record.id] = std::move(record);
+  }
 }
 
 std::vector<WorkerRecord> Registry::List() const {

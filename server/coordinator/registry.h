@@ -32,6 +32,8 @@
 
 namespace chorus {
 
+class StateLog;
+
 struct WorkerRegistration {
   std::string name;
   // The job the worker's certificate names (transport_security.h); empty:
@@ -69,8 +71,10 @@ struct RegisterResult {
 
 class Registry {
  public:
-  // `clock` is not owned.
-  Registry(Clock* clock, absl::Duration lease_timeout);
+  // `clock` is not owned; nor is `log`, which may be null (nothing is
+  // written): registrations, replacements, deregistrations and evictions
+  // are written to it (state_log.h) before they are answered.
+  Registry(Clock* clock, absl::Duration lease_timeout, StateLog* log = nullptr);
 
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
@@ -113,6 +117,12 @@ class Registry {
   // no worker has that id.
   absl::StatusOr<std::string> JobOf(uint64_t id) const;
 
+  // Takes over `workers`, as the coordinator that led before wrote them
+  // (state_log.h): each keeps its id and gets a fresh lease from now, in
+  // which its heartbeat reaches this coordinator; ids given from now on
+  // are above theirs. Call before serving, on an empty registry.
+  void Restore(const std::vector<WorkerRecord>& workers);
+
   // Returns the registered workers ordered by id.
   std::vector<WorkerRecord> List() const;
 
@@ -128,6 +138,7 @@ class Registry {
 
   Clock* const clock_;  // not owned
   const absl::Duration lease_timeout_;
+  StateLog* const log_;  // not owned; may be null
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -32,17 +32,8 @@ constexpr absl::Duration kLease = absl::Seconds(2);
 // Generous: a loaded two-core machine; the figures come from the benches.
 constexpr absl::Duration kTakeover = absl::Seconds(30);
 
-class CoordinatorFailoverTest : public ::testing::Test {
+class CoordinatorFailoverTest : public EtcdTest {
  protected:
-  void SetUp() override {
-    if (EtcdBinary().empty()) {
-      GTEST_SKIP() << "etcd is not installed (scripts/setup.sh installs it)";
-    }
-    absl::StatusOr<Etcd> etcd = StartEtcd();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
-  }
-
   // A coordinator on a fixed port (it keeps it when it restarts as a
   // standby), campaigning on this test's etcd.
   // `metrics_port` > 0 serves the status page and metrics there;
@@ -86,8 +77,6 @@ class CoordinatorFailoverTest : public ::testing::Test {
     }
     return detail->leader();
   }
-
-  Etcd etcd_;
 };
 
 TEST_F(CoordinatorFailoverTest, ListWorkers_OnStandby_UnavailableNamesLeader) {

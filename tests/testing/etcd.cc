@@ -96,4 +96,13 @@ absl::StatusOr<Etcd> StartEtcd() {
   return etcd;
 }
 
+void EtcdTest::SetUp() {
+  if (EtcdBinary().empty()) {
+    GTEST_SKIP() << "etcd is not installed (scripts/setup.sh installs it)";
+  }
+  absl::StatusOr<Etcd> etcd = StartEtcd();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  etcd_ = *std::move(etcd);
+}
+
 }  // namespace chorus::test

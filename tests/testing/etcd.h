@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 #include "tests/testing/process.h"
 
 namespace chorus::test {
@@ -41,6 +42,16 @@ absl::StatusOr<Etcd> StartEtcd();
 // Starts `etcd` again (after it was killed) on its ports and data. Errors
 // as StartEtcd.
 absl::Status RestartEtcd(Etcd& etcd);
+
+// A test that needs etcd: SetUp() starts one (etcd_), or skips the test
+// when etcd is not installed. A subclass's SetUp() calls it first and
+// returns when IsSkipped() or a fatal failure says so.
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+
+  Etcd etcd_;
+};
 
 }  // namespace chorus::test
 

@@ -104,6 +104,9 @@ absl::StatusOr<Election> ElectionFromFlags(
   while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
   options.key = absl::StrCat(prefix, "/leader");
   options.lease = LeaseFromFlags(lease_timeout);
+  started.state = std::make_unique<EtcdStateLog>(
+      started.etcd.get(), prefix, options.key,
+      static_cast<int>(etcd.endpoints.size()), on_deposed);
   started.election = std::make_unique<LeaderElection>(
       started.etcd.get(), options, std::move(on_deposed));
   return started;
@@ -118,7 +121,9 @@ void StartElection(Election& election, const std::string& listen_host,
   election.election->Start(address);
 }
 
-void ExportElectionGauges(const LeaderElection* election) {
+void ExportElectionGauges(const Election* started) {
+  const LeaderElection* election = started->election.get();
+  const EtcdStateLog* state = started->state.get();
   MetricsRegistry& metrics = DefaultMetrics();
   metrics.Gauge("chorus_coordinator_leading",
                 "1 while this coordinator leads the cluster, 0 while it is a "
@@ -134,10 +139,13 @@ void ExportElectionGauges(const LeaderElection* election) {
                 });
   metrics.Gauge(
       "chorus_coordinator_etcd_writes",
-      "Writes this coordinator made to etcd (leases, the leader "
-      "key); none per collective.",
-      {}, [election] {
-        return GaugeSample{{{}, static_cast<double>(election->EtcdWrites())}};
+      "Writes this coordinator made to etcd (leases, the leader key, "
+      "workers and groups as their membership changes); none per "
+      "collective.",
+      {}, [election, state] {
+        return GaugeSample{
+            {{},
+             static_cast<double>(election->EtcdWrites() + state->Writes())}};
       });
 }
 

@@ -15,13 +15,16 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/coordinator/election/etcd_client.h"
+#include "server/coordinator/election/etcd_state_log.h"
 #include "server/coordinator/election/leader_election.h"
 
 namespace chorus {
 
-// The election the flags ask for; both null without --etcd.
+// The election the flags ask for, and where the leader writes its state;
+// all null without --etcd.
 struct Election {
   std::unique_ptr<EtcdClient> etcd;
+  std::unique_ptr<EtcdStateLog> state;
   std::unique_ptr<LeaderElection> election;
 };
 
@@ -43,8 +46,9 @@ void StartElection(Election& election, const std::string& listen_host,
 
 // Adds the election's gauges to the process's registry:
 // chorus_coordinator_leading (1 or 0), chorus_coordinator_leader_changes
-// and chorus_coordinator_etcd_writes. `election` must outlive every render.
-void ExportElectionGauges(const LeaderElection* election);
+// and chorus_coordinator_etcd_writes. `election` (with --etcd) must
+// outlive every render.
+void ExportElectionGauges(const Election* election);
 
 // Replaces this process with a fresh run of `argv` (its own program): a
 // deposed leader drops everything it decided with and comes back as a

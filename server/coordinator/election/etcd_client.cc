@@ -225,6 +225,72 @@ absl::StatusOr<EtcdCreate> EtcdClient::CreateIfAbsent(const std::string& key,
   return created;
 }
 
+absl::Status EtcdClient::FencedWrite(const std::string& fence_key,
+                                     int64_t fence_revision,
+                                     const std::vector<EtcdWrite>& writes) {
+  std::string endpoint;
+  auto kv = etcdserverpb::KV::NewStub(Current(&endpoint));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(rpc_timeout_));
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* fence = request.add_compare();
+  fence->set_key(fence_key);
+  fence->set_target(etcdserverpb::Compare::CREATE);
+  fence->set_result(etcdserverpb::Compare::EQUAL);
+  fence->set_create_revision(fence_revision);
+  for (const EtcdWrite& write : writes) {
+    etcdserverpb::RequestOp* op = request.add_success();
+    if (write.value.has_value()) {
+      op->mutable_request_put()->set_key(write.key);
+      op->mutable_request_put()->set_value(*write.value);
+    } else {
+      op->mutable_request_delete_range()->set_key(write.key);
+    }
+  }
+  etcdserverpb::TxnResponse response;
+  absl::Status done =
+      Note(FromGrpcStatus(kv->Txn(&context, request, &response)), endpoint);
+  if (!done.ok()) return done;
+  if (!response.succeeded()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd key ", fence_key,
+                     " is no longer the one this leader created "
+                     "(revision ",
+                     fence_revision, "): another coordinator leads"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+EtcdClient::List(const std::string& prefix) {
+  std::string endpoint;
+  auto kv = etcdserverpb::KV::NewStub(Current(&endpoint));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(rpc_timeout_));
+  etcdserverpb::RangeRequest request;
+  request.set_key(prefix);
+  // Every key with the prefix: up to the prefix with its last byte raised.
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) {
+    end.pop_back();
+  }
+  if (end.empty()) {
+    end.assign(1, '\0');
+  } else {
+    end.back() = static_cast<char>(end.back() + 1);
+  }
+  request.set_range_end(end);
+  etcdserverpb::RangeResponse response;
+  absl::Status read =
+      Note(FromGrpcStatus(kv->Range(&context, request, &response)), endpoint);
+  if (!read.ok()) return read;
+  std::vector<std::pair<std::string, std::string>> found;
+  for (const etcdserverpb::KeyValue& held : response.kvs()) {
+    found.emplace_back(held.key(), held.value());
+  }
+  return found;
+}
+
 absl::StatusOr<EtcdValue> EtcdClient::Get(const std::string& key) {
   std::string endpoint;
   auto kv = etcdserverpb::KV::NewStub(Current(&endpoint));

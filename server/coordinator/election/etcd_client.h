@@ -1,6 +1,7 @@
 // EtcdClient: the coordinator's connection to an etcd cluster (its v3 gRPC
-// API), with just what leader election needs: leases, a conditional
-// create, reads, and waiting for a key to change.
+// API), with just what leader election and the leader's state need: leases,
+// a conditional create, writes fenced by the leader's key, reads, and
+// waiting for a key to change.
 //
 // It holds one channel per endpoint and uses one at a time; a call that
 // finds its endpoint unreachable (UNAVAILABLE) moves to the next endpoint
@@ -14,7 +15,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -60,6 +63,12 @@ struct EtcdCreate {
   int64_t revision = 0;
 };
 
+// One key to write (a value) or delete (no value).
+struct EtcdWrite {
+  std::string key;
+  std::optional<std::string> value;
+};
+
 class EtcdClient {
  public:
   // Parses the endpoints and reads the PEM files. INVALID_ARGUMENT for an
@@ -91,6 +100,18 @@ class EtcdClient {
   absl::StatusOr<EtcdCreate> CreateIfAbsent(const std::string& key,
                                             const std::string& value,
                                             int64_t lease);
+  // Makes `writes` in one transaction, only if `fence_key` still has the
+  // create revision `fence_revision` (the leader's key as this leader
+  // created it). Returns OK when written; FAILED_PRECONDITION when the key
+  // is another's or gone (nothing was written); UNAVAILABLE or
+  // DEADLINE_EXCEEDED when etcd cannot be reached (it may have been).
+  absl::Status FencedWrite(const std::string& fence_key, int64_t fence_revision,
+                           const std::vector<EtcdWrite>& writes);
+  // Reads every key that starts with `prefix`, with its value, in key
+  // order. Returns etcd's status when it cannot.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(
+      const std::string& prefix);
+
   // Reads `key`. Returns its value, NOT_FOUND when it does not exist, or
   // etcd's status.
   absl::StatusOr<EtcdValue> Get(const std::string& key);

@@ -135,6 +135,15 @@ void LeaderElection::Run() {
     }
     if (campaign->created) etcd_writes_.fetch_add(1);
     if (campaign->created || campaign->current.lease == lease_id_) {
+      absl::Status taken = on_elected_
+                               ? on_elected_(campaign->current.create_revision)
+                               : absl::OkStatus();
+      if (!taken.ok()) {
+        LOG(ERROR) << "elected, but cannot take over: " << taken;
+        etcd_->RevokeLease(lease_id_).IgnoreError();
+        on_deposed_(taken);
+        return;
+      }
       leading_until_.store(renewed_at + absl::ToInt64Nanoseconds(*ttl),
                            std::memory_order_release);
       SetLeader(address);

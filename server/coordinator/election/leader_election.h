@@ -59,6 +59,14 @@ class LeaderElection final : public Leadership {
   LeaderElection(const LeaderElection&) = delete;
   LeaderElection& operator=(const LeaderElection&) = delete;
 
+  // Sets what runs each time this coordinator wins the key, before it
+  // leads: it gets the key's create revision (the fence of the leader's
+  // writes) and takes over the state; an error gives the leadership up as
+  // a deposition does. Call before Start().
+  void OnElected(std::function<absl::Status(int64_t fence)> on_elected) {
+    on_elected_ = std::move(on_elected);
+  }
+
   // Starts campaigning as `address` (this coordinator's address as
   // workers and clients reach it). Until it leads, CheckLeading() refuses.
   void Start(const std::string& address);
@@ -97,6 +105,7 @@ class LeaderElection final : public Leadership {
   EtcdClient* const etcd_;
   const ElectionOptions options_;
   const std::function<void(const absl::Status&)> on_deposed_;
+  std::function<absl::Status(int64_t)> on_elected_;
 
   // Until when (steady clock, nanoseconds) this coordinator surely leads;
   // 0 while it does not.

@@ -1,0 +1,129 @@
+// GroupTable's part in failover (state_log.h): writing each group's epoch
+// when it changes, and taking groups over from the coordinator that led
+// before.
+//
+// Why a collective decided by the old leader is never decided differently
+// by the new one: the old leader wrote the group's epoch (members,
+// devices) before any rank could call on it, and a verdict depends only on
+// that epoch and the ranks' calls (agreement, the plan and an inline result
+// are pure functions of them; the planner reads nothing else). Sequences
+// and matches are not written; a restored group learns each rank's
+// sequence from its first call here. A rank whose answer was lost sends the
+// same call again; a rank that got its answer and moved on sends its
+// answered calls along with its next call (CollectiveCall::replays), so the
+// new leader matches the same calls of the same epoch and reaches the same
+// verdict, which it tells only the ranks that still wait for it. The only
+// verdicts that could differ are those a deadline or an abort gave; an
+// abort is written before it is told, and a deadline the old leader gave is
+// given here too, as the ranks that met it do not call again. A collective
+// that every rank saw planned is committed here as it was planned
+// (AdoptCommitLocked).
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "server/coordinator/group_table.h"
+
+namespace chorus {
+
+void GroupTable::SaveChangedLocked() {
+  if (unsaved_.empty()) return;
+  if (options_.log != nullptr) {
+    for (const std::string& name : unsaved_) {
+      auto it = groups_.find(name);
+      if (it == groups_.end()) {
+        options_.log->DropGroup(options_.job, name);
+        continue;
+      }
+      options_.log->SaveGroup(
+          StoredGroup{options_.job, it->second.view, it->second.aborted});
+    }
+  }
+  unsaved_.clear();
+}
+
+void GroupTable::Restore(const std::vector<StoredGroup>& stored) {
+  absl::MutexLock lock(&mu_);
+  for (const StoredGroup& from : stored) {
+    const GroupView& view = from.view;
+    Group& group = groups_[view.name];
+    group = Group{};
+    group.view = view;
+    group.view.rank = -1;
+    group.aborted = from.aborted;
+    group.restored = true;
+    group.first_here.assign(view.world_size, 0);
+    group.next_sequence.assign(view.world_size, 1);
+    group.called_ahead.resize(view.world_size);
+    group.last_outcome.resize(view.world_size);
+    group.request_ids.assign(view.world_size, "");
+    uint64_t& last = epochs_[view.name];
+    last = std::max(last, view.epoch);
+  }
+}
+
+void GroupTable::TakeReplaysLocked(CollectiveCall& call,
+                                   Completions* completions) {
+  std::vector<CollectiveCall> replays = std::move(call.replays);
+  call.replays.clear();
+  auto it = groups_.find(call.group);
+  if (it == groups_.end()) return;
+  Group& group = it->second;
+  if (!group.restored || call.epoch != group.view.epoch || call.rank < 0 ||
+      call.rank >= group.view.world_size || call.sequence == 0 ||
+      group.first_here[call.rank] != 0) {
+    return;
+  }
+  // Only the rank's own earlier calls of this epoch count.
+  replays.erase(std::remove_if(replays.begin(), replays.end(),
+                               [&](const CollectiveCall& replay) {
+                                 return replay.sequence == 0 ||
+                                        replay.sequence >= call.sequence;
+                               }),
+                replays.end());
+  std::sort(replays.begin(), replays.end(),
+            [](const CollectiveCall& a, const CollectiveCall& b) {
+              return a.sequence < b.sequence;
+            });
+  const uint64_t first =
+      replays.empty() ? call.sequence : replays.front().sequence;
+  group.first_here[call.rank] = first;
+  group.next_sequence[call.rank] = first;
+  for (CollectiveCall& replay : replays) {
+    if (CalledLocked(group, call.rank, replay.sequence)) continue;
+    replay.job = call.job;
+    replay.group = call.group;
+    replay.epoch = call.epoch;
+    replay.rank = call.rank;
+    replay.deadline = call.deadline;
+    replay.replays.clear();
+    CollectiveLocked(
+        std::move(replay), [](const absl::StatusOr<CollectiveOutcome>&) {},
+        completions);
+  }
+}
+
+std::map<uint64_t, GroupTable::CommitMatch>::iterator
+GroupTable::AdoptCommitLocked(Group& group, const CommitCall& call) {
+  const int rank = call.rank;
+  const uint64_t first = group.first_here[rank];
+  // Only a collective this coordinator never matched for the rank: one
+  // the old leader planned.
+  if (!group.restored || !group.aborted.ok() || call.sequence == 0 ||
+      (first != 0 && call.sequence >= first) ||
+      group.pending.count(call.sequence) > 0) {
+    return group.commits.end();
+  }
+  if (first == 0) {
+    group.first_here[rank] = call.sequence;
+    group.next_sequence[rank] = call.sequence + 1;
+  }
+  CommitMatch& commit = group.commits[call.sequence];
+  if (commit.calls.empty()) {
+    commit.calls.resize(group.view.world_size);
+    commit.done.resize(group.view.world_size);
+  }
+  return group.commits.find(call.sequence);
+}
+
+}  // namespace chorus

@@ -1,0 +1,301 @@
+// A coordinator that takes over from the leader before it (state_log.h):
+// what the registry and group tables write, and how restored groups answer
+// the ranks whose answers the old leader never sent.
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/group_table.h"
+#include "server/coordinator/registry.h"
+#include "server/coordinator/state_log.h"
+#include "tests/testing/fake_clock.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr int kWorld = 3;
+
+// A log in memory: what a leader wrote, as a new leader reads it.
+class MemoryLog final : public StateLog {
+ public:
+  void SaveWorker(const WorkerRecord& record) override {
+    ++writes;
+    workers[record.id] = record;
+  }
+  void DropWorker(uint64_t id) override {
+    ++writes;
+    workers.erase(id);
+  }
+  void SaveGroup(const StoredGroup& group) override {
+    ++writes;
+    groups[group.view.name] = group;
+  }
+  void DropGroup(const std::string&, const std::string& name) override {
+    ++writes;
+    groups.erase(name);
+  }
+  StoredState State() const {
+    StoredState state;
+    for (const auto& [id, record] : workers) state.workers.push_back(record);
+    for (const auto& [name, group] : groups) state.groups.push_back(group);
+    return state;
+  }
+
+  int writes = 0;
+  std::map<uint64_t, WorkerRecord> workers;
+  std::map<std::string, StoredGroup> groups;
+};
+
+Device Cpu() {
+  Device d;
+  d.kind = DeviceKind::kCpu;
+  return d;
+}
+
+std::string I64(int64_t value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+int64_t ValueOf(const std::string& bytes) {
+  int64_t value = -1;
+  if (bytes.size() == sizeof(value)) memcpy(&value, bytes.data(), 8);
+  return value;
+}
+
+// What a callback got.
+struct Answer {
+  int calls = 0;
+  std::optional<absl::StatusOr<CollectiveOutcome>> outcome;
+  std::function<void(absl::StatusOr<CollectiveOutcome>)> Callback() {
+    return [this](absl::StatusOr<CollectiveOutcome> got) {
+      ++calls;
+      outcome = std::move(got);
+    };
+  }
+  absl::Status status() const {
+    return outcome ? outcome->status() : absl::UnknownError("no answer");
+  }
+  int64_t sum() const { return ValueOf((*outcome)->data); }
+};
+
+class GroupRestoreTest : public ::testing::Test {
+ protected:
+  GroupRestoreTest() : registry_(&clock_, absl::Hours(1), &log_) {
+    for (int i = 0; i < kWorld; ++i) {
+      WorkerRegistration r;
+      r.name = absl::StrCat("w", i);
+      r.address = absl::StrCat("10.0.0.", i, ":7100");
+      r.incarnation = 7;
+      r.devices = {Cpu()};
+      workers_.push_back(registry_.Register(r)->worker_id);
+    }
+    table_ = NewTable(&registry_);
+  }
+
+  std::unique_ptr<GroupTable> NewTable(Registry* registry) {
+    GroupTableOptions options;
+    options.log = &log_;
+    return std::make_unique<GroupTable>(&clock_, registry, options);
+  }
+
+  GroupView Form(GroupTable& table) {
+    std::vector<std::optional<absl::StatusOr<GroupView>>> views(kWorld);
+    for (int rank = 0; rank < kWorld; ++rank) {
+      JoinRequest request;
+      request.group = "g";
+      request.world_size = kWorld;
+      request.rank = rank;
+      request.worker_id = workers_[rank];
+      request.device = Cpu();
+      table.Join(request, [&views, rank](const absl::StatusOr<GroupView>& v) {
+        views[rank] = v;
+      });
+    }
+    EXPECT_TRUE(views[0].has_value() && views[0]->ok());
+    return **views[0];
+  }
+
+  // Rank `rank`'s all_reduce (sum) of one i64, (rank + 1) * sequence.
+  static CollectiveCall Call(const GroupView& view, int rank,
+                             uint64_t sequence) {
+    CollectiveCall call;
+    call.group = view.name;
+    call.epoch = view.epoch;
+    call.rank = rank;
+    call.sequence = sequence;
+    call.spec.kind = CollectiveKind::kAllReduce;
+    call.spec.dtype = DType::kI64;
+    call.spec.count = 1;
+    call.spec.op = ReduceOp::kSum;
+    call.has_data = true;
+    call.data = I64((rank + 1) * static_cast<int64_t>(sequence));
+    return call;
+  }
+
+  // A new leader: a registry and table restored from what was written.
+  void TakeOver() {
+    const StoredState state = log_.State();
+    next_registry_ = std::make_unique<Registry>(&clock_, absl::Hours(1), &log_);
+    next_registry_->Restore(state.workers);
+    next_table_ = NewTable(next_registry_.get());
+    next_table_->Restore(state.groups);
+  }
+
+  FakeClock clock_;
+  MemoryLog log_;
+  Registry registry_;
+  std::vector<uint64_t> workers_;
+  std::unique_ptr<GroupTable> table_;
+  std::unique_ptr<Registry> next_registry_;
+  std::unique_ptr<GroupTable> next_table_;
+};
+
+TEST_F(GroupRestoreTest, Log_MembershipChanges_WrittenNeverPerCollective) {
+  EXPECT_EQ(log_.workers.size(), 3u);
+  const GroupView view = Form(*table_);
+  ASSERT_EQ(log_.groups.count("g"), 1u);
+  EXPECT_EQ(log_.groups["g"].view.epoch, view.epoch);
+  EXPECT_TRUE(log_.groups["g"].aborted.ok());
+  const int before = log_.writes;
+  for (uint64_t sequence = 1; sequence <= 100; ++sequence) {
+    std::vector<Answer> answers(kWorld);
+    for (int rank = 0; rank < kWorld; ++rank) {
+      table_->Collective(Call(view, rank, sequence), answers[rank].Callback());
+    }
+    ASSERT_TRUE(answers[2].status().ok()) << answers[2].status();
+  }
+  EXPECT_EQ(log_.writes, before);
+  table_->ReportFailure("g", view.epoch, 1, 0, absl::UnavailableError("gone"));
+  EXPECT_EQ(log_.writes, before + 1);
+  EXPECT_EQ(log_.groups["g"].aborted.code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(GroupRestoreTest, Registry_Restore_KeepsIdsAndGivesNewOnesAbove) {
+  ASSERT_TRUE(registry_.Deregister(workers_[1], 7).ok());
+  EXPECT_EQ(log_.workers.size(), 2u);
+  TakeOver();
+  std::vector<uint64_t> ids;
+  for (const WorkerRecord& record : next_registry_->List()) {
+    ids.push_back(record.id);
+  }
+  EXPECT_THAT(ids, ElementsAre(workers_[0], workers_[2]));
+  // The worker registers again with the new leader: the same id, kept.
+  WorkerRegistration again = next_registry_->List()[0].registration;
+  absl::StatusOr<RegisterResult> kept = next_registry_->Register(again);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->retried);
+  EXPECT_EQ(kept->worker_id, workers_[0]);
+  WorkerRegistration fresh = again;
+  fresh.name = "w9";
+  EXPECT_GT(next_registry_->Register(fresh)->worker_id, workers_[2]);
+}
+
+TEST_F(GroupRestoreTest, Restore_RanksMovedOn_ReplaysAnswerTheRankLeftBehind) {
+  const GroupView view = Form(*table_);
+  // The old leader decides #1 and answers ranks 0 and 1; rank 2's answer
+  // is lost when it dies.
+  std::vector<Answer> old(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    table_->Collective(Call(view, rank, 1), old[rank].Callback());
+  }
+  ASSERT_EQ(old[0].sum(), 6);
+  TakeOver();
+  // Ranks 0 and 1 go on with #2, carrying #1 as a replay.
+  std::vector<Answer> second(kWorld);
+  for (int rank = 0; rank < 2; ++rank) {
+    CollectiveCall call = Call(view, rank, 2);
+    call.replays.push_back(Call(view, rank, 1));
+    next_table_->Collective(call, second[rank].Callback());
+    EXPECT_EQ(second[rank].calls, 0);
+  }
+  // Rank 2 sends #1 again: the same verdict the others got.
+  Answer retried;
+  next_table_->Collective(Call(view, 2, 1), retried.Callback());
+  ASSERT_TRUE(retried.status().ok()) << retried.status();
+  EXPECT_EQ(retried.sum(), old[0].sum());
+  next_table_->Collective(Call(view, 2, 2), second[2].Callback());
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_TRUE(second[rank].status().ok()) << second[rank].status();
+    EXPECT_EQ(second[rank].sum(), 12);
+  }
+}
+
+TEST_F(GroupRestoreTest, Restore_ReplayOfAnotherSequence_ChangesNothing) {
+  const GroupView view = Form(*table_);
+  TakeOver();
+  // A replay is only of an earlier call of the same rank: one "from the
+  // future" or of a sequence 0 is dropped, and the call matches as sent.
+  std::vector<Answer> answers(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    CollectiveCall call = Call(view, rank, 4);
+    call.replays.push_back(Call(view, rank, 9));
+    call.replays.push_back(Call(view, rank, 0));
+    next_table_->Collective(call, answers[rank].Callback());
+  }
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ASSERT_TRUE(answers[rank].status().ok()) << answers[rank].status();
+    EXPECT_EQ(answers[rank].sum(), 24);
+  }
+}
+
+TEST_F(GroupRestoreTest, Restore_AbortedGroup_CallsGetTheSameAbort) {
+  const GroupView view = Form(*table_);
+  const absl::Status aborted = table_->ReportFailure(
+      "g", view.epoch, 1, 0, absl::UnavailableError("client gone"));
+  TakeOver();
+  Answer answer;
+  next_table_->Collective(Call(view, 0, 1), answer.Callback());
+  EXPECT_EQ(answer.status(), aborted);
+}
+
+TEST_F(GroupRestoreTest, Commit_PlannedByOldLeader_CommitsOnTheNewOne) {
+  const GroupView view = Form(*table_);
+  std::vector<Answer> planned(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    CollectiveCall call = Call(view, rank, 1);
+    call.algorithm = Algorithm::kRing;
+    call.has_data = false;
+    call.data.clear();
+    table_->Collective(call, planned[rank].Callback());
+  }
+  ASSERT_TRUE(planned[0].status().ok()) << planned[0].status();
+  ASSERT_EQ((*planned[0].outcome)->plan.algorithm, Algorithm::kRing);
+  TakeOver();
+  std::vector<absl::Status> verdicts(kWorld, absl::UnknownError("none"));
+  for (int rank = 0; rank < kWorld; ++rank) {
+    CommitCall commit;
+    commit.group = "g";
+    commit.epoch = view.epoch;
+    commit.rank = rank;
+    commit.sequence = 1;
+    commit.result_hash = rank == 2 ? 2 : 1;
+    next_table_->Commit(
+        commit, [&verdicts, rank](absl::Status s) { verdicts[rank] = s; });
+  }
+  // The commits matched; rank 2's result differs, as the old leader would
+  // have said.
+  for (const absl::Status& verdict : verdicts) {
+    EXPECT_EQ(verdict.code(), absl::StatusCode::kDataLoss) << verdict;
+  }
+  // The ranks' next call goes on at #2.
+  std::vector<Answer> next(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
+  }
+  EXPECT_EQ(next[0].sum(), 12);
+  EXPECT_THAT(next_table_->Forming(), IsEmpty());
+}
+
+}  // namespace
+}  // namespace chorus
