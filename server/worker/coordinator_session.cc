@@ -96,6 +96,8 @@ absl::Status CoordinatorSession::RegisterOnce(bool followed) {
   absl::MutexLock lock(&mu_);
   worker_id_ = response.worker_id();
   call_port_ = static_cast<int>(response.call_port());
+  kept_ = response.kept();
+  ++registrations_;
   heartbeat_interval_ = absl::Milliseconds(
       std::max<int64_t>(1, response.heartbeat_interval_ms()));
   lease_ =
@@ -172,6 +174,10 @@ void CoordinatorSession::HeartbeatLoop() {
       if (stop_requested_) break;
       // This beat serves the checks asked for so far.
       checked.swap(after_check_);
+      for (std::function<void()>& then : after_beat_) {
+        checked.push_back(std::move(then));
+      }
+      after_beat_.clear();
     }
     Beat(&beats);
     for (std::function<void()>& then : checked) then();
@@ -181,6 +187,10 @@ void CoordinatorSession::HeartbeatLoop() {
     absl::MutexLock lock(&mu_);
     heartbeating_ = false;
     left.swap(after_check_);
+    for (std::function<void()>& then : after_beat_) {
+      left.push_back(std::move(then));
+    }
+    after_beat_.clear();
   }
   for (std::function<void()>& then : left) then();
 }
@@ -228,26 +238,16 @@ void CoordinatorSession::Beat(Beats* beats) {
     return;
   }
   if (absl::IsNotFound(status) || absl::IsFailedPrecondition(status)) {
-    // The coordinator forgot us: it restarted, or evicted us.
-    LOG(WARNING) << "coordinator does not know this worker (" << status
-                 << "); registering again";
-    aborts_seen_ = 0;
-    if (options_.on_forgotten) {
-      options_.on_forgotten(absl::UnavailableError(
-          "the coordinator restarted or lost this worker; join the group "
-          "again"));
-    }
-    absl::Status registered = RegisterOnce();
-    beats->coordinator_lost = !registered.ok();
-    if (!registered.ok()) {
-      LOG(ERROR) << "registering again failed: " << registered;
-    }
+    RegisterAgain(status, beats);
     return;
   }
   if (!beats->coordinator_lost) {
     LOG(WARNING) << "heartbeat to " << to << " failed: "
                  << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
-  } else if (++beats->failed == 2 && options_.on_forgotten) {
+  } else if (++beats->failed == 2 && options_.on_forgotten &&
+             target_.size() == 1) {
+    // (With several coordinators, the one that takes over keeps the
+    // groups and their planned collectives commit there.)
     // Unreachable for a while: the collectives it planned cannot commit.
     options_.on_forgotten(absl::UnavailableError(absl::StrCat(
         "the coordinator at ", to,
@@ -255,6 +255,34 @@ void CoordinatorSession::Beat(Beats* beats) {
         status.ToString(absl::StatusToStringMode::kWithNoExtraData), ")")));
   }
   beats->coordinator_lost = true;
+}
+
+void CoordinatorSession::RegisterAgain(const absl::Status& why, Beats* beats) {
+  // The coordinator does not know us: it restarted or evicted us, or we
+  // moved to another coordinator, which may have taken over our
+  // registration from the leader before it.
+  LOG(WARNING) << "coordinator does not know this worker (" << why
+               << "); registering again";
+  aborts_seen_ = 0;
+  absl::Status registered = RegisterOnce();
+  beats->coordinator_lost = !registered.ok();
+  bool kept = false;
+  if (registered.ok()) {
+    absl::MutexLock lock(&mu_);
+    kept = kept_;
+  } else {
+    LOG(ERROR) << "registering again failed: " << registered;
+  }
+  if (kept) {
+    LOG(INFO) << "the coordinator at " << target_.address()
+              << " kept this worker's registration and groups";
+    return;
+  }
+  if (options_.on_forgotten) {
+    options_.on_forgotten(absl::UnavailableError(
+        "the coordinator restarted or lost this worker; join the group "
+        "again"));
+  }
 }
 
 bool CoordinatorSession::StopOrCheckLocked() const {
@@ -270,6 +298,22 @@ void CoordinatorSession::CheckRegistrationThen(std::function<void()> then) {
     }
   }
   then();
+}
+
+void CoordinatorSession::AfterNextBeat(std::function<void()> then) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (heartbeating_ && !stop_requested_) {
+      after_beat_.push_back(std::move(then));
+      return;
+    }
+  }
+  then();
+}
+
+uint64_t CoordinatorSession::registrations() const {
+  absl::MutexLock lock(&mu_);
+  return registrations_;
 }
 
 void CoordinatorSession::RequestStop() {

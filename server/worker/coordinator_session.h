@@ -94,6 +94,18 @@ class CoordinatorSession {
   // block for long: heartbeats wait for it.
   void CheckRegistrationThen(std::function<void()> then);
 
+  // Runs `then` on the heartbeat thread after the next heartbeat that is
+  // due anyway (within retry_interval while the coordinator cannot be
+  // reached, within the heartbeat interval otherwise), once it and any
+  // registration it led to ended; at once when no heartbeats run. For
+  // calls that wait for the cluster to fail over to another coordinator
+  // without hurrying the heartbeats. `then` must not block for long.
+  void AfterNextBeat(std::function<void()> then);
+
+  // How many times this worker registered, with any coordinator: it
+  // changes when the worker moved to another coordinator (a failover).
+  uint64_t registrations() const;
+
   // The id the coordinator gave this worker (0 before registration). It
   // changes when the worker registers again after a coordinator restart.
   uint64_t worker_id() const;
@@ -103,6 +115,9 @@ class CoordinatorSession {
   // The coordinator the worker talks to now ("host:port"), and a stub for
   // it: after the leader changed, the new leader's.
   std::string coordinator() const { return target_.address(); }
+  // How many coordinators the session may move between (more than one:
+  // the cluster fails over, and calls wait for it rather than fail).
+  size_t coordinators() const { return target_.size(); }
   std::shared_ptr<v1::Coordinator::Stub> stub() const;
   // Moves to another coordinator as CoordinatorTarget::Follow() says for a
   // call to `tried` that failed with `status`; true when it moved (the
@@ -130,6 +145,10 @@ class CoordinatorSession {
   void Beat(Beats* beats);
   // Whether the heartbeat thread should stop waiting: a stop, or a check
   // asked for.
+  // Registers again after the coordinator said it does not know this
+  // worker (`why`); runs on_forgotten unless the coordinator kept the
+  // registration (a failover to a coordinator that took it over).
+  void RegisterAgain(const absl::Status& why, Beats* beats);
   bool StopOrCheckLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `deadline` or a stop request; returns true if stopping.
   bool WaitForStopUntil(absl::Time deadline);
@@ -143,6 +162,11 @@ class CoordinatorSession {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t worker_id_ ABSL_GUARDED_BY(mu_) = 0;
   int call_port_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether the last registration was one the coordinator already held.
+  bool kept_ ABSL_GUARDED_BY(mu_) = false;
+  // What runs after the next heartbeat that is due anyway.
+  std::vector<std::function<void()>> after_beat_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   // Whether the heartbeat thread runs (from Start() until it stops).

@@ -176,21 +176,10 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
   absl::Status prepared =
       PrepareCall(membership, sequence, spec, buffers, options, &call);
   if (!prepared.ok()) return prepared;
-  v1::CollectiveResponse response;
-  if (CallPortReady(call.deadline)) {
-    absl::StatusOr<v1::CollectiveResponse> answered =
-        call_port_->Call(std::move(call.request), call.deadline);
-    if (!answered.ok()) return answered.status();
-    response = *std::move(answered);
-  } else {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(call.deadline));
-    absl::Status status = FromCoordinator(
-        session_->stub()->Collective(&context, call.request, &response),
-        options_.coordinator, CallName(membership, sequence), call.start);
-    if (!status.ok()) return status;
-  }
-  return FinishCall(membership, sequence, spec, buffers, call, response);
+  absl::StatusOr<v1::CollectiveResponse> answered =
+      AskCoordinator(membership, sequence, &call);
+  if (!answered.ok()) return answered.status();
+  return FinishCall(membership, sequence, spec, buffers, call, *answered);
 }
 
 absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
@@ -307,27 +296,63 @@ void WorkerRuntime::RunAsync(
     run->done(Counted(spec, start, prepared));
     return;
   }
-  PendingRun* raw = run.release();
+  SendRun(run.release(), call_port);
+}
+
+void WorkerRuntime::SendRun(PendingRun* run, bool call_port) {
+  const bool may_fail_over = session_->coordinators() > 1;
+  const uint64_t registrations = session_->registrations();
+  if (may_fail_over) {
+    answered_calls_.AttachReplays(&run->call.request, registrations);
+  }
   if (call_port) {
     call_port_->CallAsync(
-        std::move(raw->call.request), deadline,
-        [this, raw](absl::StatusOr<v1::CollectiveResponse> answered) {
-          if (answered.ok()) raw->response = *std::move(answered);
-          OnRunAnswered(raw, answered.status());
+        may_fail_over ? run->call.request : std::move(run->call.request),
+        run->call.deadline,
+        [this, run,
+         registrations](absl::StatusOr<v1::CollectiveResponse> answered) {
+          if (answered.ok()) run->response = *std::move(answered);
+          OnRunAnswered(run, answered.status(), registrations);
         });
     return;
   }
   session_->stub()->async()->Collective(
-      raw->context.get(), &raw->call.request, &raw->response,
-      [this, raw](grpc::Status answer) {
-        OnRunAnswered(raw,
+      run->context.get(), &run->call.request, &run->response,
+      [this, run, registrations](grpc::Status answer) {
+        OnRunAnswered(run,
                       FromCoordinator(answer, options_.coordinator,
-                                      CallName(raw->membership, raw->sequence),
-                                      raw->call.start));
+                                      CallName(run->membership, run->sequence),
+                                      run->call.start),
+                      registrations);
       });
 }
 
-void WorkerRuntime::OnRunAnswered(PendingRun* run, absl::Status answer) {
+void WorkerRuntime::ResendRun(PendingRun* run) {
+  if (closing_.load()) {
+    OnRunAnswered(run, absl::UnavailableError("this worker is shutting down"),
+                  0);
+    return;
+  }
+  const absl::Time deadline = run->call.deadline;
+  const bool call_port = CallPortReady(deadline);
+  if (!call_port) {
+    absl::MutexLock lock(&runs_mu_);
+    run->context = std::make_unique<grpc::ClientContext>();
+    run->context->set_deadline(absl::ToChronoTime(deadline));
+  }
+  SendRun(run, call_port);
+}
+
+void WorkerRuntime::OnRunAnswered(PendingRun* run, absl::Status answer,
+                                  uint64_t registrations) {
+  if (answer.ok() && session_->coordinators() > 1) {
+    answered_calls_.Record(run->call.request, registrations);
+  }
+  if (RetriesAfterFailover(answer, run->call.deadline)) {
+    // The run stays pending (CloseRuns() waits for it) until it went again.
+    session_->AfterNextBeat([this, run] { ResendRun(run); });
+    return;
+  }
   {
     absl::MutexLock lock(&runs_mu_);
     runs_.erase(run);
@@ -362,7 +387,16 @@ void WorkerRuntime::RunPlannedAsync(PendingRun* run) {
     // The verdict ends the run on the call port's completion thread: the
     // rank's answer needs no hand-off back to this one.
     call_port_->CommitAsync(
-        commit, deadline, [this, run, result](absl::Status verdict) {
+        commit, deadline, [this, run, result, commit](absl::Status verdict) {
+          if (RetriesAfterFailover(verdict, run->call.deadline)) {
+            // After a failover: commit again on a task thread (it waits).
+            planned_runs_.Spawn([this, run, result, commit] {
+              const absl::Status again = Commit(commit, run->call.deadline);
+              EndRun(run, EndCall(again, run->buffers, run->buffers.host_output,
+                                  result));
+            });
+            return;
+          }
           EndRun(run, EndCall(verdict, run->buffers, run->buffers.host_output,
                               result));
         });

@@ -131,20 +131,28 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
                       absl::StrCat("the join of group ", request.group(),
                                    " as rank ", request.rank()),
                       join->start);
-  if (absl::IsUnavailable(status) && join->attempt == 0) {
+  const bool retry_now = absl::IsUnavailable(status) && join->attempt == 0;
+  if (retry_now || RetriesAfterFailover(status, join->deadline)) {
     // The connection to the coordinator broke, or the coordinator does not
-    // know this worker's id (it restarted): once the session has checked
-    // with a heartbeat, registering again if need be, the join goes again
-    // under the id this worker holds then.
+    // know this worker's id (it restarted), or another coordinator leads
+    // now: once the session has checked with a heartbeat (at once on the
+    // first retry; at the heartbeats' pace while the cluster fails over),
+    // registering again if need be, the join goes again under the id this
+    // worker holds then.
     ++join->attempt;
-    session_->CheckRegistrationThen([this, join, status] {
-      if (absl::Now() >= join->deadline) {
+    auto again = [this, join, status] {
+      if (absl::Now() >= join->deadline || closing_.load()) {
         EndJoin(join, status);
         return;
       }
       join->request.set_worker_id(session_->worker_id());
       SendJoin(join);
-    });
+    };
+    if (retry_now) {
+      session_->CheckRegistrationThen(std::move(again));
+    } else {
+      session_->AfterNextBeat(std::move(again));
+    }
     return;
   }
   if (status.ok()) {

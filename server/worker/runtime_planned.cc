@@ -206,8 +206,8 @@ bool WorkerRuntime::CallPortReady(absl::Time deadline) {
          call_port_->Ready(deadline).ok();
 }
 
-absl::Status WorkerRuntime::Commit(const v1::CommitRequest& request,
-                                   absl::Time deadline) {
+absl::Status WorkerRuntime::CommitOnce(const v1::CommitRequest& request,
+                                       absl::Time deadline) {
   if (CallPortReady(deadline)) return call_port_->Commit(request, deadline);
   v1::CommitResponse response;
   grpc::ClientContext context;

@@ -141,6 +141,7 @@ WorkerRuntime::~WorkerRuntime() { Shutdown(); }
 void WorkerRuntime::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  closing_.store(true);
   // Calls waiting on peers end now rather than at their deadlines.
   inbox_.AbortAllSeen(absl::UnavailableError("this worker is shutting down"));
   if (call_port_ != nullptr) call_port_->Shutdown();

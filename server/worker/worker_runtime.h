@@ -34,6 +34,7 @@
 #include "common/collective.h"
 #include "common/device.h"
 #include "common/net.h"
+#include "server/worker/answered_calls.h"
 #include "server/worker/call_port_client.h"
 #include "server/worker/coordinator_session.h"
 #include "server/worker/dataplane/inbox.h"
@@ -307,9 +308,32 @@ class WorkerRuntime final : public CallRuntime {
                                        const CallBuffers& buffers,
                                        const PreparedCall& call,
                                        v1::CollectiveResponse& response);
+  // Sends `run`'s call to the coordinator (with its replays after a
+  // failover); through the call port when `call_port`.
+  void SendRun(PendingRun* run, bool call_port);
+  // Sends `run` again after a failover, or ends it when shutting down.
+  void ResendRun(PendingRun* run);
   // Takes the coordinator's `answer` to `run` (its response in
-  // run->response): ends it here, or runs its plan on a task thread.
-  void OnRunAnswered(PendingRun* run, absl::Status answer);
+  // run->response), sent when the session had `registrations`: sends it
+  // again after a failover, ends it here, or runs its plan on a task
+  // thread.
+  void OnRunAnswered(PendingRun* run, absl::Status answer,
+                     uint64_t registrations);
+  // ---- Failover (runtime_failover.cc) ----
+  // Sends `call` to the coordinator and returns its answer; with several
+  // coordinators, sends it again (with its replays) after a failover until
+  // its deadline.
+  absl::StatusOr<v1::CollectiveResponse> AskCoordinator(
+      const Membership& membership, uint64_t sequence, PreparedCall* call);
+  // Whether a call that failed with `status` goes again: the cluster has
+  // several coordinators, the coordinator could not be reached or was not
+  // the leader (UNAVAILABLE), `deadline` has not passed and this worker is
+  // not shutting down.
+  bool RetriesAfterFailover(const absl::Status& status,
+                            absl::Time deadline) const;
+  // Blocks until the session's next heartbeat ended (it follows the
+  // leader), or until `deadline`.
+  void WaitForNextBeat(absl::Time deadline);
   // Runs `run`'s callback with `result`, forgets and deletes it.
   void EndRun(PendingRun* run, absl::StatusOr<RunResult> result);
   // Cancels the gRPC calls of pending runs, refuses new ones, and waits
@@ -373,6 +397,9 @@ class WorkerRuntime final : public CallRuntime {
   // committed it. Returns the group's verdict, or UNAVAILABLE /
   // DEADLINE_EXCEEDED when the coordinator did not give one.
   absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
+  // One attempt of Commit().
+  absl::Status CommitOnce(const v1::CommitRequest& request,
+                          absl::Time deadline);
   // Reports a data-plane failure and returns the group's verdict (ABORTED),
   // or `failure` itself when it already is a verdict or cannot be reported
   // (the report waits until about `answer_by`, the call's deadline). The
@@ -409,6 +436,10 @@ class WorkerRuntime final : public CallRuntime {
   absl::flat_hash_set<PendingRun*> runs_ ABSL_GUARDED_BY(runs_mu_);
   bool runs_closed_ ABSL_GUARDED_BY(runs_mu_) = false;
   bool shut_down_ = false;
+  // Set when Shutdown() starts: calls no longer wait for a failover.
+  std::atomic<bool> closing_{false};
+  // Calls answered lately, for replays after a failover.
+  AnsweredCalls answered_calls_;
   std::atomic<bool> corrupt_results_for_testing_{false};
   // Data-plane halves of RunAsync() calls. Last: it is destroyed first,
   // waiting for them while the rest of the runtime is still whole.
