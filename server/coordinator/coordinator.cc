@@ -114,6 +114,12 @@ void Coordinator::RunTimers() {
 absl::Time Coordinator::SweepLeases(absl::Time due) {
   const absl::Duration lease = registry_.lease_timeout();
   const absl::Duration late = clock_->Now() - due;
+  if (!CheckLeading(options_.leadership).ok()) {
+    // A standby, or a leader unsure of its etcd lease: its doors refuse
+    // heartbeats, so nobody could renew.
+    registry_.RenewAll();
+    return clock_->Now() + lease / 4;
+  }
   if (due != absl::InfiniteFuture() && late > lease / 2) {
     const int renewed = registry_.RenewAll();
     LOG(WARNING) << "the lease timer ran " << absl::FormatDuration(late)

@@ -46,6 +46,7 @@
 #include "server/coordinator/event_hub.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/job_groups.h"
+#include "server/coordinator/leadership.h"
 #include "server/coordinator/registry.h"
 #include "server/coordinator/state_log.h"
 
@@ -63,6 +64,10 @@ struct CoordinatorOptions {
   // Events each event subscriber may fall behind by before it loses the
   // oldest.
   size_t event_queue_limit = EventHub::kDefaultQueueLimit;
+  // With --etcd: whether this coordinator leads (not owned; null: it always
+  // does). While it does not, its doors refuse heartbeats, so its lease
+  // timer evicts nobody (every worker gets a fresh lease instead).
+  const Leadership* leadership = nullptr;
   GroupTableOptions groups;
 };
 
@@ -114,7 +119,8 @@ class Coordinator {
   // was due means this process did not run meanwhile (SIGSTOP, a paused or
   // swapping machine): the workers' heartbeats could not be heard, so
   // instead of evicting them all, it gives every worker a fresh lease in
-  // which to send one. The timer thread calls it; public for tests.
+  // which to send one. So does every step while this coordinator does not
+  // lead (options.leadership). The timer thread calls it; public for tests.
   absl::Time SweepLeases(absl::Time due);
 
   // Registers a worker (see Registry::Register for the codes: INVALID_ARGUMENT

@@ -277,6 +277,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   core_options.groups.log = election->state.get();
+  core_options.leadership = election->election.get();
   chorus::Coordinator core(clock, core_options);
   TakeOverWhenElected(*election, core);
   const chorus::Leadership* leadership = election->election.get();

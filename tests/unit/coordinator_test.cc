@@ -206,6 +206,45 @@ TEST_F(CoordinatorTest, SweepLeases_RunsLateAfterPause_FreshLeaseNotEviction) {
   EXPECT_TRUE(absl::IsAborted(**later)) << **later;
 }
 
+// Whether a coordinator leads, as a test says.
+class SwitchedLeadership final : public Leadership {
+ public:
+  absl::Status CheckLeading() const override {
+    return leading ? absl::OkStatus()
+                   : absl::UnavailableError("a standby for this test");
+  }
+  bool leading = true;
+};
+
+TEST(CoordinatorLeadershipTest, SweepLeases_NotLeading_FreshLeaseNotEviction) {
+  FakeClock clock;
+  SwitchedLeadership leadership;
+  CoordinatorOptions options;
+  options.lease_timeout = kLease;
+  options.leadership = &leadership;
+  Coordinator core(&clock, options);
+  WorkerRegistration worker;
+  worker.name = "w0";
+  worker.address = "h0:7000";
+  worker.incarnation = 1;
+  worker.devices = {Cpu()};
+  ASSERT_TRUE(core.Register(worker).ok());
+  // Its doors refuse heartbeats while it is unsure it leads: the silence
+  // is not the worker's.
+  leadership.leading = false;
+  clock.Advance(kLease + absl::Milliseconds(1));
+  core.SweepLeases(clock.Now());
+  EXPECT_THAT(core.Workers(), SizeIs(1));
+  // Leading again, the worker has a lease from then on to heartbeat in.
+  leadership.leading = true;
+  clock.Advance(kLease / 2);
+  core.SweepLeases(clock.Now());
+  EXPECT_THAT(core.Workers(), SizeIs(1));
+  clock.Advance(kLease);
+  core.SweepLeases(clock.Now());
+  EXPECT_THAT(core.Workers(), SizeIs(0));
+}
+
 TEST_F(CoordinatorTest, SweepLeases_OnTime_ExpiredLeaseEvicted) {
   FormGroup();
   clock_.Advance(kLease + absl::Milliseconds(1));
