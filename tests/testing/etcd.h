@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,6 +43,13 @@ absl::StatusOr<Etcd> StartEtcd();
 // Starts `etcd` again (after it was killed) on its ports and data. Errors
 // as StartEtcd.
 absl::Status RestartEtcd(Etcd& etcd);
+
+// Starts an etcd cluster of `members` members on free ports and returns
+// them once each answers a read (a quorum formed). Errors as StartEtcd.
+absl::StatusOr<std::vector<Etcd>> StartEtcdCluster(int members);
+
+// The client URLs of `cluster`, comma-separated, for --etcd.
+std::string EtcdEndpoints(const std::vector<Etcd>& cluster);
 
 // A test that needs etcd: SetUp() starts one (etcd_), or skips the test
 // when etcd is not installed. A subclass's SetUp() calls it first and
