@@ -16,7 +16,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "chorus/communicator.h"
@@ -25,6 +28,7 @@
 #include "tests/testing/collective_reference.h"
 #include "tests/testing/daemons.h"
 #include "tests/testing/etcd.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/wait.h"
 
 namespace chorus::test {
@@ -41,12 +45,18 @@ constexpr int kBefore = 20;
 constexpr int kAfter = 20;
 
 // A coordinator campaigning on `etcd` (comma-separated client URLs) with
-// `lease` as its etcd lease and the workers'.
-Daemon StartCandidate(const std::string& etcd, absl::Duration lease = kLease) {
-  absl::StatusOr<Daemon> started = StartCoordinator(
-      {absl::StrCat("--listen=127.0.0.1:", PickFreePort()),
-       absl::StrCat("--etcd=", etcd), "--etcd_prefix=/loop",
-       absl::StrCat("--lease_timeout=", absl::FormatDuration(lease))});
+// `lease` as its etcd lease and the workers', serving its metrics on
+// `metrics_port` (0: none).
+Daemon StartCandidate(const std::string& etcd, absl::Duration lease = kLease,
+                      int metrics_port = 0) {
+  std::vector<std::string> flags = {
+      absl::StrCat("--listen=127.0.0.1:", PickFreePort()),
+      absl::StrCat("--etcd=", etcd), "--etcd_prefix=/loop",
+      absl::StrCat("--lease_timeout=", absl::FormatDuration(lease))};
+  if (metrics_port > 0) {
+    flags.push_back(absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port));
+  }
+  absl::StatusOr<Daemon> started = StartCoordinator(flags);
   EXPECT_TRUE(started.ok()) << started.status();
   return started.ok() ? *std::move(started) : Daemon();
 }
@@ -184,6 +194,57 @@ TEST_F(FailoverLoopTest, LeaderKilled_EmbeddedRanksGetEveryResult) {
                                       PatientJoin());
   });
   LoopThroughKill(ranks);
+  ranks.clear();
+  RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+}
+
+// The value of `name` in a Prometheus text page; -1 when it is not there.
+double MetricValue(const std::string& page, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (!absl::ConsumePrefix(&line, name) || !absl::ConsumePrefix(&line, " ")) {
+      continue;
+    }
+    double value = -1;
+    if (absl::SimpleAtod(line, &value)) return value;
+  }
+  return -1;
+}
+
+TEST(EtcdWritesTest, StableMembership_NoEtcdWritePerCollective) {
+  if (EtcdBinary().empty()) {
+    GTEST_SKIP() << "etcd is not installed (scripts/setup.sh installs it)";
+  }
+  absl::StatusOr<Etcd> etcd = StartEtcd();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const int metrics = PickFreePort();
+  Daemon leader = StartCandidate(etcd->endpoint, kLease, metrics);
+  ASSERT_TRUE(WaitUntil([&] { return Leads(leader.address); }, kTakeover));
+  std::vector<std::unique_ptr<LocalWorker>> workers =
+      StartEmbedded(leader.address);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kRanks));
+  std::vector<std::unique_ptr<Communicator>> ranks = JoinAll([&](int rank) {
+    return Communicator::JoinEmbedded(workers[rank].get(), "steady", kRanks,
+                                      rank, PatientJoin());
+  });
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+  const std::string writes = "chorus_coordinator_etcd_writes";
+  const double before = MetricValue(HttpGet(metrics, "/metrics"), writes);
+  ASSERT_GT(before, 0);  // the lease, the key, 3 workers, the group
+  constexpr int kCollectives = 1000;
+  RunOnRanks(kRanks, [&](int rank) {
+    for (int call = 0; call < kCollectives; ++call) {
+      std::vector<int64_t> out;
+      ASSERT_TRUE(ranks[rank]
+                      ->AllReduce(std::vector<int64_t>{1}, &out, ReduceOp::kSum)
+                      .ok());
+    }
+  });
+  const double after = MetricValue(HttpGet(metrics, "/metrics"), writes);
+  // Lease renewals are not writes; nothing per collective.
+  EXPECT_EQ(after, before);
+  std::cout << "etcd writes per " << kCollectives
+            << " collectives with a stable membership: " << after - before
+            << "\n";
   ranks.clear();
   RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
 }

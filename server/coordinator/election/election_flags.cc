@@ -18,8 +18,10 @@ ABSL_FLAG(std::string, etcd, "",
           "etcd endpoints, http(s)://host:port[,...]: run as one of several "
           "coordinators of a cluster, elected on etcd. The leader serves; the "
           "others are standbys that answer every call with UNAVAILABLE naming "
-          "the leader and take over when it is gone. Empty: this coordinator "
-          "alone, state in memory.");
+          "the leader and take over when it is gone, with the workers and "
+          "groups the leader wrote there (under --etcd_prefix, as membership "
+          "changes, never per collective). Empty: this coordinator alone, "
+          "state in memory.");
 ABSL_FLAG(std::string, etcd_prefix, "/chorus/default",
           "Key prefix of this cluster in etcd: coordinators with the same "
           "prefix elect one leader among them.");
