@@ -16,8 +16,9 @@
 //
 // The implementation is split by concept: group_rendezvous.cc (joins),
 // group_matching.cc (calls, agreement, plans, inline runs), group_commit.cc
-// (commits and failure reports), group_aborts.cc (aborts and notices) and
-// group_table.cc (deadlines, stalls, listing).
+// (commits and failure reports), group_aborts.cc (aborts and notices),
+// group_restore.cc (each epoch written to the state log, groups taken over
+// from the leader before) and group_table.cc (deadlines, stalls, listing).
 //
 // Events (a group formed or aborted, a stall started or ended, a mismatch,
 // a deadline) are published to the event hub under the table's lock, so
