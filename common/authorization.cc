@@ -41,6 +41,9 @@ const std::vector<DoorEntry>& AuthorizationTable() {
       {"chorus.v1.Coordinator/ListGroups", kAdmin, kToLook},
       {"chorus.v1.Coordinator/GetTrace", kAdmin, kToLook},
       {"chorus.v1.Coordinator/WatchEvents", kAdmin, kToLook},
+      {"chorus.v1.Coordinator/Store", kWorker | kClient,
+       "the store holds a job's rendezvous keys: for its ranks (workers and "
+       "clients of the job)"},
       // The coordinator's call port: the same requests as frames.
       {"call port: Collective", kWorker, kForItself},
       {"call port: Commit", kWorker, kForItself},

@@ -87,6 +87,18 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   return call;
 }
 
+StoreOp StoreOpFromProto(const v1::StoreRequest& request,
+                         absl::Time client_deadline) {
+  StoreOp op;
+  op.kind = static_cast<StoreOpKind>(request.op());
+  op.keys.assign(request.keys().begin(), request.keys().end());
+  op.value = request.value();
+  op.expected = request.expected();
+  op.amount = request.amount();
+  op.deadline = client_deadline;
+  return op;
+}
+
 CommitCall CommitCallFromProto(const v1::CommitRequest& request,
                                absl::Time client_deadline) {
   CommitCall call;

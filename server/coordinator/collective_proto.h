@@ -28,6 +28,11 @@ WorkerRegistration RegistrationFromProto(
 JoinRequest JoinFromProto(const v1::JoinGroupRequest& request,
                           absl::Time client_deadline);
 
+// Returns the core's store operation for `request`, from a client whose
+// deadline is `client_deadline`; the core validates it.
+StoreOp StoreOpFromProto(const v1::StoreRequest& request,
+                         absl::Time client_deadline);
+
 // The most replays (CollectiveRequest.replays) a call's conversion keeps.
 inline constexpr size_t kMaxReplays = 16;
 

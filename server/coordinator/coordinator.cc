@@ -66,7 +66,8 @@ Coordinator::Coordinator(Clock* clock, CoordinatorOptions options)
       options_(std::move(options)),
       events_(options_.event_queue_limit),
       registry_(clock, options_.lease_timeout, options_.groups.log),
-      groups_(clock, &registry_, options_.groups, &events_) {}
+      groups_(clock, &registry_, options_.groups, &events_),
+      store_(clock, options_.store, options_.groups.log) {}
 
 Coordinator::~Coordinator() {
   // Stopped before the registry and groups go: their steps use both.
@@ -102,8 +103,10 @@ void Coordinator::Restore(const StoredState& state) {
     by_job[group.job].push_back(group);
   }
   for (const auto& [job, groups] : by_job) groups_.Make(job).Restore(groups);
-  LOG(INFO) << "took over " << state.workers.size() << " workers and "
-            << state.groups.size() << " groups from the previous leader";
+  store_.Restore(state.keys);
+  LOG(INFO) << "took over " << state.workers.size() << " workers, "
+            << state.groups.size() << " groups and " << state.keys.size()
+            << " store keys from the previous leader";
 }
 
 void Coordinator::RunTimers() {
@@ -151,11 +154,12 @@ absl::Time Coordinator::EvictExpired() {
 
 absl::Time Coordinator::ExpireDeadlines() {
   for (GroupTable* table : groups_.All()) table->ExpireDeadlines();
+  store_.ExpireWaits();
   return NextDeadline();
 }
 
 absl::Time Coordinator::NextDeadline() const {
-  absl::Time next = absl::InfiniteFuture();
+  absl::Time next = store_.NextDeadline();
   for (GroupTable* table : groups_.All()) {
     next = std::min(next, table->NextDeadline());
   }
@@ -328,6 +332,14 @@ void Coordinator::Collective(CollectiveCall call, CollectiveCallback done) {
   DeadlineAdded(deadline);
 }
 
+void Coordinator::Store(const std::string& job, StoreOp op,
+                        KeyStore::Done done) {
+  const absl::Time deadline = CoreDeadlineFor(op.deadline);
+  op.deadline = deadline;
+  store_.Run(job, std::move(op), std::move(done));
+  DeadlineAdded(deadline);
+}
+
 void Coordinator::Commit(CommitCall call, CommitCallback done) {
   GroupTable* table = groups_.Find(call.job);
   if (table == nullptr) {
@@ -366,6 +378,7 @@ uint64_t Coordinator::LatestAbortNotice() const {
 
 void Coordinator::Shutdown(const absl::Status& status) {
   for (GroupTable* table : groups_.All()) table->AbortAll(status);
+  store_.Shutdown(status);
   events_.Close();
 }
 

@@ -46,6 +46,7 @@
 #include "server/coordinator/event_hub.h"
 #include "server/coordinator/group_table.h"
 #include "server/coordinator/job_groups.h"
+#include "server/coordinator/key_store.h"
 #include "server/coordinator/leadership.h"
 #include "server/coordinator/registry.h"
 #include "server/coordinator/state_log.h"
@@ -69,6 +70,7 @@ struct CoordinatorOptions {
   // timer evicts nobody (every worker gets a fresh lease instead).
   const Leadership* leadership = nullptr;
   GroupTableOptions groups;
+  StoreLimits store;
 };
 
 // What a heartbeat returns besides its status.
@@ -165,6 +167,10 @@ class Coordinator {
   void Collective(CollectiveCall call, CollectiveCallback done);
   void Commit(CommitCall call, CommitCallback done);
 
+  // KeyStore::Run on `job`'s store (see there for the codes), with
+  // `op.deadline` the client's and the core's own deadline derived from it.
+  void Store(const std::string& job, StoreOp op, KeyStore::Done done);
+
   // GroupTable::ReportFailure on `job`'s `group`: the group's abort status
   // (ABORTED), or NOT_FOUND / FAILED_PRECONDITION for an unknown group or
   // stale epoch; an elastic group goes on without the ranks that are gone.
@@ -249,6 +255,7 @@ class Coordinator {
   EventHub events_;
   Registry registry_;
   JobGroups groups_;
+  KeyStore store_;
 
   // When the deadline timer will next look (unix ns); kComputing while it
   // computes, so that every new call pokes it then.

@@ -41,10 +41,11 @@ absl::Time ClientDeadline(const grpc::CallbackServerContext& context) {
              : absl::FromChrono(client);
 }
 
-// With TLS on, the worker whose certificate made the call
-// (PERMISSION_DENIED for an identity the authorization table does not let
-// use `action`, a method's full name); nullopt
-// with TLS off, where anyone may act for any worker.
+// With TLS on, the identity (a worker's, or a client's where the table lets
+// clients use `action`) whose certificate made the call (PERMISSION_DENIED
+// for an identity the authorization table does not let use `action`, a
+// method's full name); nullopt with TLS off, where anyone may act for any
+// worker.
 absl::StatusOr<std::optional<Identity>> CallingWorker(
     const grpc::CallbackServerContext& context, absl::string_view action) {
   if (!TlsEnabled()) return std::nullopt;
@@ -519,6 +520,30 @@ grpc::ServerWriteReactor<v1::Event>* CoordinatorService::WatchEvents(
         ToGrpcStatus(allowed));
   }
   return new EventStream(core_);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Store(
+    grpc::CallbackServerContext* context, const v1::StoreRequest* request,
+    v1::StoreResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
+  // The job is the certificate's; without TLS, the default job.
+  absl::StatusOr<std::optional<Identity>> caller =
+      CallingWorker(*context, "chorus.v1.Coordinator/Store");
+  if (!caller.ok()) return Finish(context, caller.status());
+  const std::string job = caller->has_value() ? (*caller)->job : "";
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  core_->Store(job, StoreOpFromProto(*request, ClientDeadline(*context)),
+               [reactor, response](absl::StatusOr<StoreResult> result) {
+                 if (result.ok()) {
+                   response->set_value(std::move(result->value));
+                   response->set_number(result->number);
+                   response->set_flag(result->flag);
+                 }
+                 reactor->Finish(ToGrpcStatus(result.status()));
+               });
+  return reactor;
 }
 
 }  // namespace chorus

@@ -89,6 +89,10 @@ class CoordinatorService final
   grpc::ServerWriteReactor<v1::Event>* WatchEvents(
       grpc::CallbackServerContext* context,
       const v1::WatchEventsRequest* request) override;
+  // A store operation on the caller's job's keys (Coordinator::Store).
+  grpc::ServerUnaryReactor* Store(grpc::CallbackServerContext* context,
+                                  const v1::StoreRequest* request,
+                                  v1::StoreResponse* response) override;
 
   // Tells workers that register from now on about the call port (0: none).
   void SetCallPort(int port) { call_port_.store(port); }

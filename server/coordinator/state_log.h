@@ -1,10 +1,11 @@
 // StateLog: where the leading coordinator of a highly available cluster
 // (--etcd) writes what must outlive it, so that the coordinator elected
 // after it takes over the same workers and groups: each worker's
-// registration under its id, and each group's current epoch (its members,
-// elastic bounds, and the abort that ended it, if one did). It is written
-// when membership changes (a worker registers, is replaced, leaves or is
-// evicted; a group forms, goes on at a new epoch, or is aborted), never per
+// registration under its id, each group's current epoch (its members,
+// elastic bounds, and the abort that ended it, if one did), and the keys of
+// each job's store (key_store.h). It is written when membership changes (a
+// worker registers, is replaced, leaves or is evicted; a group forms, goes
+// on at a new epoch, or is aborted) and when a store key changes, never per
 // collective: matching and sequences stay in memory (group_restore.cc says
 // how a restored group takes its ranks' sequences back).
 //
@@ -41,10 +42,18 @@ struct StoredGroup {
   absl::Status aborted;
 };
 
+// A key of a job's store (key_store.h).
+struct StoredKey {
+  std::string job;
+  std::string key;
+  std::string value;
+};
+
 // Everything a log holds, as a new leader reads it.
 struct StoredState {
   std::vector<WorkerRecord> workers;
   std::vector<StoredGroup> groups;
+  std::vector<StoredKey> keys;
 };
 
 class StateLog {
@@ -60,6 +69,9 @@ class StateLog {
   virtual void SaveGroup(const StoredGroup& group) = 0;
   // Forgets `job`'s group `name`.
   virtual void DropGroup(const std::string& job, const std::string& name) = 0;
+  // Writes a store key over the one written before / forgets it.
+  virtual void SaveKey(const StoredKey& key) = 0;
+  virtual void DropKey(const std::string& job, const std::string& key) = 0;
 };
 
 }  // namespace chorus

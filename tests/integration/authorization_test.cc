@@ -316,6 +316,7 @@ TEST(AuthorizationTableTest, Table_IsThePolicy) {
       {"chorus.v1.Coordinator/ListGroups", "admin"},
       {"chorus.v1.Coordinator/GetTrace", "admin"},
       {"chorus.v1.Coordinator/WatchEvents", "admin"},
+      {"chorus.v1.Coordinator/Store", "client worker"},
       {"call port: Collective", "worker"},
       {"call port: Commit", "worker"},
       {"call port: ReportFailure", "worker"},

@@ -86,7 +86,10 @@ TEST_F(EtcdStateLogTest, Load_AfterWrites_ReturnsWhatTheLeaderWrote) {
   group.aborted = WithErrorDetail(absl::AbortedError("rank 0 is gone"),
                                   MakeErrorDetail("RANK_GONE", "train", 77, 0));
   log_->SaveGroup(group);
-  EXPECT_EQ(log_->Writes(), 4);
+  log_->SaveKey(StoredKey{"blue", "rank/0", "10.0.0.1:29500"});
+  log_->SaveKey(StoredKey{"", "a/b", "x"});
+  log_->DropKey("", "a/b");
+  EXPECT_EQ(log_->Writes(), 7);
 
   absl::StatusOr<StoredState> loaded = log_->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -110,6 +113,10 @@ TEST_F(EtcdStateLogTest, Load_AfterWrites_ReturnsWhatTheLeaderWrote) {
   EXPECT_EQ(read.view.members[0].machine, "m1");
   EXPECT_EQ(read.aborted, group.aborted);
   EXPECT_EQ(ErrorDetailOf(read.aborted)->reason(), "RANK_GONE");
+  ASSERT_EQ(loaded->keys.size(), 1u);
+  EXPECT_EQ(loaded->keys[0].job, "blue");
+  EXPECT_EQ(loaded->keys[0].key, "rank/0");
+  EXPECT_EQ(loaded->keys[0].value, "10.0.0.1:29500");
   EXPECT_TRUE(lost_.empty());
 }
 

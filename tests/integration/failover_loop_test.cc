@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "chorus/communicator.h"
+#include "common/grpc_status.h"
 #include "gtest/gtest.h"
 #include "server/worker/local/local_worker.h"
 #include "tests/testing/collective_reference.h"
@@ -196,6 +197,42 @@ TEST_F(FailoverLoopTest, LeaderKilled_EmbeddedRanksGetEveryResult) {
   LoopThroughKill(ranks);
   ranks.clear();
   RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+}
+
+// A store request to the coordinator at `address`: the answer, or its
+// status.
+absl::StatusOr<v1::StoreResponse> StoreAt(const std::string& address,
+                                          v1::StoreOp op,
+                                          const std::string& key,
+                                          const std::string& value = "") {
+  v1::StoreRequest request;
+  request.set_op(op);
+  request.add_keys(key);
+  request.set_value(value);
+  request.set_amount(1);
+  v1::StoreResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  const grpc::Status status =
+      NewCoordinatorStub(address)->Store(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+TEST_F(FailoverLoopTest, LeaderKilled_StoreKeysOnTheNewLeader) {
+  ASSERT_TRUE(
+      StoreAt(leader_.address, v1::STORE_OP_SET, "master", "10.0.0.1").ok());
+  ASSERT_TRUE(StoreAt(leader_.address, v1::STORE_OP_ADD, "arrived").ok());
+  ASSERT_TRUE(leader_.process->Signal(SIGKILL).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Leads(standby_.address); }, kTakeover));
+  absl::StatusOr<v1::StoreResponse> got =
+      StoreAt(standby_.address, v1::STORE_OP_GET, "master");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->value(), "10.0.0.1");
+  absl::StatusOr<v1::StoreResponse> added =
+      StoreAt(standby_.address, v1::STORE_OP_ADD, "arrived");
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(added->number(), 2);
 }
 
 // The value of `name` in a Prometheus text page; -1 when it is not there.

@@ -45,6 +45,14 @@ class MemoryLog final : public StateLog {
     ++writes;
     groups.erase(name);
   }
+  void SaveKey(const StoredKey& key) override {
+    ++writes;
+    keys[key.key] = key;
+  }
+  void DropKey(const std::string&, const std::string& key) override {
+    ++writes;
+    keys.erase(key);
+  }
   StoredState State() const {
     StoredState state;
     for (const auto& [id, record] : workers) state.workers.push_back(record);
@@ -55,6 +63,7 @@ class MemoryLog final : public StateLog {
   int writes = 0;
   std::map<uint64_t, WorkerRecord> workers;
   std::map<std::string, StoredGroup> groups;
+  std::map<std::string, StoredKey> keys;
 };
 
 Device Cpu() {

@@ -163,6 +163,19 @@ void EtcdStateLog::DropGroup(const std::string& job, const std::string& name) {
   Write(GroupKey(job, name), {});
 }
 
+std::string EtcdStateLog::StoreKey(const std::string& job,
+                                   const std::string& key) const {
+  return absl::StrCat(prefix_, "/store/", job, "/", key);
+}
+
+void EtcdStateLog::SaveKey(const StoredKey& key) {
+  Write(StoreKey(key.job, key.key), key.value);
+}
+
+void EtcdStateLog::DropKey(const std::string& job, const std::string& key) {
+  Write(StoreKey(job, key), {});
+}
+
 absl::StatusOr<StoredState> EtcdStateLog::Load() {
   StoredState state;
   for (const char* kind : {"/workers/", "/groups/"}) {
@@ -185,6 +198,21 @@ absl::StatusOr<StoredState> EtcdStateLog::Load() {
         state.groups.push_back(GroupFromProto(group));
       }
     }
+  }
+  // Store keys: PREFIX/store/JOB/KEY (a job's name has no '/').
+  const std::string stored = absl::StrCat(prefix_, "/store/");
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> keys =
+      etcd_->List(stored);
+  if (!keys.ok()) return keys.status();
+  for (const auto& [path, value] : *keys) {
+    const std::string rest = path.substr(stored.size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string::npos) {
+      return absl::DataLossError(
+          absl::StrCat("etcd key ", path, " names no job's store key"));
+    }
+    state.keys.push_back(
+        StoredKey{rest.substr(0, slash), rest.substr(slash + 1), value});
   }
   return state;
 }

@@ -1,7 +1,7 @@
 // EtcdStateLog: the StateLog (state_log.h) of a coordinator elected on etcd.
-// Keys: PREFIX/workers/ID (a chorus.v1.StoredWorker) and
+// Keys: PREFIX/workers/ID (a chorus.v1.StoredWorker),
 // PREFIX/groups/JOB/NAME (a chorus.v1.StoredGroup; JOB empty for the
-// default job). Every write is one etcd transaction fenced on the leader's
+// default job) and PREFIX/store/JOB/KEY (the store key's value). Every write is one etcd transaction fenced on the leader's
 // key: it is made only while that key is still the one this leader
 // created (its create revision), so a deposed leader can never overwrite
 // what the next leader decided. A write etcd refuses (the fence failed) or
@@ -50,6 +50,8 @@ class EtcdStateLog final : public StateLog {
   void DropWorker(uint64_t id) override;
   void SaveGroup(const StoredGroup& group) override;
   void DropGroup(const std::string& job, const std::string& name) override;
+  void SaveKey(const StoredKey& key) override;
+  void DropKey(const std::string& job, const std::string& key) override;
 
   // Writes made (each a transaction).
   int64_t Writes() const { return writes_.load(); }
@@ -57,6 +59,7 @@ class EtcdStateLog final : public StateLog {
  private:
   std::string WorkerKey(uint64_t id) const;
   std::string GroupKey(const std::string& job, const std::string& name) const;
+  std::string StoreKey(const std::string& job, const std::string& key) const;
   // Writes `value` at `key` (deletes it without one), or runs on_lost_.
   void Write(const std::string& key, std::optional<std::string> value);
 
