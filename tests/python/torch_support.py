@@ -101,10 +101,12 @@ class RankProcesses:
 
     def __init__(self, addresses: Sequence[Optional[str]],
                  group: Optional[str], timeout: float = CALL_TIMEOUT,
-                 coordinator: Optional[str] = None) -> None:
+                 coordinator: Optional[str] = None,
+                 init_method: Optional[str] = None) -> None:
         """Starts the ranks and returns once every one has initialized its
         process group (with `timeout` seconds as torch's timeout), as the
-        Chorus group `group` ($CHORUS_GROUP; None leaves it unset).
+        Chorus group `group` ($CHORUS_GROUP; None leaves it unset); through
+        `init_method` when given, else through the test process's store.
         """
         self.world_size = len(addresses)
         self.group = group
@@ -124,7 +126,8 @@ class RankProcesses:
                 env = dict(os.environ, PYTHONPATH=path,
                            RANK=str(rank), WORLD_SIZE=str(self.world_size),
                            CHORUS_TEST_STORE=f"127.0.0.1:{self._store.port}",
-                           CHORUS_TEST_TIMEOUT=str(timeout))
+                           CHORUS_TEST_TIMEOUT=str(timeout),
+                           CHORUS_TEST_INIT_METHOD=init_method or "")
                 for name in ("CHORUS_RANK", "CHORUS_WORLD_SIZE",
                              "CHORUS_GROUP", "CHORUS_WORKER",
                              "CHORUS_COORDINATOR"):
@@ -314,10 +317,15 @@ def serve() -> None:
     host, port = os.environ["CHORUS_TEST_STORE"].rsplit(":", 1)
     timeout = datetime.timedelta(
         seconds=float(os.environ["CHORUS_TEST_TIMEOUT"]))
-    store = dist.TCPStore(host, int(port), world_size, False,
-                          datetime.timedelta(seconds=START_TIMEOUT))
-    dist.init_process_group("chorus", store=store, rank=rank,
-                            world_size=world_size, timeout=timeout)
+    init_method = os.environ.get("CHORUS_TEST_INIT_METHOD")
+    if init_method:
+        dist.init_process_group("chorus", init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=timeout)
+    else:
+        store = dist.TCPStore(host, int(port), world_size, False,
+                              datetime.timedelta(seconds=START_TIMEOUT))
+        dist.init_process_group("chorus", store=store, rank=rank,
+                                world_size=world_size, timeout=timeout)
     _send({"kind": "ready", "rank": rank})
     context = RankContext(rank, world_size)
     for line in sys.stdin:

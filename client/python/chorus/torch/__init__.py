@@ -14,8 +14,10 @@ own process for the coordinator at $CHORUS_COORDINATOR, and
 DistributedDataParallel,
 dist.all_reduce and the other collectives run on it. torch's own
 rendezvous (env://: MASTER_ADDR and MASTER_PORT, as torchrun sets them)
-still provides the store torch needs for the barrier in init_process_group
-and new_group; see README.md next to the chorus package.
+provides the store torch needs for the barrier in init_process_group and
+new_group, unless init_method="chorus://host:7000[,...]" keeps it in the
+Chorus coordinator (ChorusStore: mutual TLS, per job, no TCPStore); see
+README.md next to the chorus package.
 
 torch's own groups cannot change size: for training that goes on when
 ranks leave or join, use ElasticGroup (chorus.torch.elastic), which hands
@@ -30,12 +32,15 @@ except ImportError as e:  # pragma: no cover - depends on the host
         f"chorus.torch needs PyTorch with torch.distributed ({e}); on "
         "Debian: apt-get install python3-torch") from e
 
+from chorus.torch._store import ChorusStore, register_rendezvous
 from chorus.torch._work import ChorusWork
 from chorus.torch.elastic import ElasticGroup
 from chorus.torch.backend import (BACKEND, Options, ProcessGroupChorus,
                                   create_process_group, register)
 
 register()
+register_rendezvous()
 
-__all__ = ["BACKEND", "Options", "ProcessGroupChorus", "ChorusWork",
-           "ElasticGroup", "create_process_group", "register"]
+__all__ = ["BACKEND", "Options", "ProcessGroupChorus", "ChorusStore",
+           "ChorusWork", "ElasticGroup", "create_process_group", "register",
+           "register_rendezvous"]
