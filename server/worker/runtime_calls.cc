@@ -349,8 +349,11 @@ void WorkerRuntime::OnRunAnswered(PendingRun* run, absl::Status answer,
     answered_calls_.Record(run->call.request, registrations);
   }
   if (RetriesAfterFailover(answer, run->call.deadline)) {
-    // The run stays pending (CloseRuns() waits for it) until it went again.
-    session_->AfterNextBeat([this, run] { ResendRun(run); });
+    // The run stays pending (CloseRuns() waits for it) until it went again,
+    // from a task thread (reaching the call port may take a while; the
+    // heartbeat thread must not wait for it).
+    session_->AfterNextBeat(
+        [this, run] { planned_runs_.Spawn([this, run] { ResendRun(run); }); });
     return;
   }
   {
