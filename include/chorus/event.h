@@ -50,6 +50,9 @@ struct Event {
     kMembershipChanged = 10,
     // A newcomer waits to join elastic `group` at its next sync.
     kJoinerWaiting = 11,
+    // This coordinator was elected leader (--etcd) and took over what the
+    // leader before it wrote (`text` says how much).
+    kLeaderElected = 12,
   };
 
   // When it happened.
@@ -107,6 +110,8 @@ inline const char* EventKindName(Event::Kind kind) {
       return "MEMBERSHIP_CHANGED";
     case Event::Kind::kJoinerWaiting:
       return "JOINER_WAITING";
+    case Event::Kind::kLeaderElected:
+      return "LEADER_ELECTED";
   }
   return "UNSPECIFIED";
 }

@@ -104,9 +104,15 @@ void Coordinator::Restore(const StoredState& state) {
   }
   for (const auto& [job, groups] : by_job) groups_.Make(job).Restore(groups);
   store_.Restore(state.keys);
-  LOG(INFO) << "took over " << state.workers.size() << " workers, "
-            << state.groups.size() << " groups and " << state.keys.size()
-            << " store keys from the previous leader";
+  Event event;
+  event.time = clock_->Now();
+  event.kind = Event::Kind::kLeaderElected;
+  event.text =
+      absl::StrCat("elected leader; took over ", state.workers.size(),
+                   " workers, ", state.groups.size(), " groups and ",
+                   state.keys.size(), " store keys from the leader before");
+  LOG(INFO) << event.text;
+  if (events_.Publish(event)) events_.Wake();
 }
 
 void Coordinator::RunTimers() {

@@ -104,10 +104,10 @@ class Coordinator {
   // Starts the timer threads (for a real clock). Call once.
   void StartTimers();
 
-  // Takes over the workers and groups the coordinator that led before
-  // wrote (state_log.h): the workers keep their ids and get a fresh lease,
-  // the groups their epochs. Call once, before serving, on a core that
-  // has served nothing.
+  // Takes over the workers, groups and store keys the coordinator that led
+  // before wrote (state_log.h): the workers keep their ids and get a fresh
+  // lease, the groups their epochs; publishes a kLeaderElected event. Call
+  // once, before serving, on a core that has served nothing.
   void Restore(const StoredState& state);
 
   // Does at once what the timers do when they are due: evicts the workers

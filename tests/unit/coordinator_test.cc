@@ -245,6 +245,35 @@ TEST(CoordinatorLeadershipTest, SweepLeases_NotLeading_FreshLeaseNotEviction) {
   EXPECT_THAT(core.Workers(), SizeIs(0));
 }
 
+TEST(CoordinatorLeadershipTest, Restore_TakesOverAndPublishesLeaderElected) {
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.lease_timeout = kLease;
+  Coordinator core(&clock, options);
+  const uint64_t watcher = core.SubscribeEvents([] {});
+  StoredState state;
+  WorkerRecord worker;
+  worker.id = 7;
+  worker.registration.name = "w7";
+  worker.registration.address = "h7:7000";
+  worker.registration.incarnation = 3;
+  worker.registration.devices = {Cpu()};
+  state.workers = {worker};
+  state.keys = {StoredKey{"", "k", "v"}};
+  core.Restore(state);
+  Event event;
+  ASSERT_EQ(core.NextEvent(watcher, &event), EventHub::Poll::kEvent);
+  EXPECT_EQ(event.kind, Event::Kind::kLeaderElected);
+  EXPECT_THAT(event.text, HasSubstr("1 workers, 0 groups and 1 store keys"));
+  // The worker heartbeats under its id; a new one gets a higher id.
+  HeartbeatReply reply;
+  EXPECT_TRUE(core.Heartbeat(7, 3, 0, &reply).ok());
+  WorkerRegistration fresh = worker.registration;
+  fresh.name = "w8";
+  EXPECT_GT(core.Register(fresh)->worker_id, 7u);
+  core.UnsubscribeEvents(watcher);
+}
+
 TEST_F(CoordinatorTest, SweepLeases_OnTime_ExpiredLeaseEvicted) {
   FormGroup();
   clock_.Advance(kLease + absl::Milliseconds(1));
