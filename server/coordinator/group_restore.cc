@@ -105,11 +105,12 @@ void GroupTable::TakeReplaysLocked(CollectiveCall& call,
 
 std::map<uint64_t, GroupTable::CommitMatch>::iterator
 GroupTable::AdoptCommitLocked(Group& group, const CommitCall& call) {
+  if (!group.restored) return group.commits.end();
   const int rank = call.rank;
   const uint64_t first = group.first_here[rank];
   // Only a collective this coordinator never matched for the rank: one
   // the old leader planned.
-  if (!group.restored || !group.aborted.ok() || call.sequence == 0 ||
+  if (!group.aborted.ok() || call.sequence == 0 ||
       (first != 0 && call.sequence >= first) ||
       group.pending.count(call.sequence) > 0) {
     return group.commits.end();
