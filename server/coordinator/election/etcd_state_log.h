@@ -1,13 +1,13 @@
 // EtcdStateLog: the StateLog (state_log.h) of a coordinator elected on etcd.
 // Keys: PREFIX/workers/ID (a chorus.v1.StoredWorker),
 // PREFIX/groups/JOB/NAME (a chorus.v1.StoredGroup; JOB empty for the
-// default job) and PREFIX/store/JOB/KEY (the store key's value). Every write is one etcd transaction fenced on the leader's
-// key: it is made only while that key is still the one this leader
-// created (its create revision), so a deposed leader can never overwrite
-// what the next leader decided. A write etcd refuses (the fence failed) or
-// cannot take while this coordinator still leads (each etcd endpoint tried
-// twice) runs `on_lost`, which must not return: the coordinator re-executes
-// itself as a standby.
+// default job) and PREFIX/store/JOB/KEY (the store key's value). Every write is
+// one etcd transaction fenced on the leader's key: it is made only while that
+// key is still the one this leader created (its create revision), so a deposed
+// leader can never overwrite what the next leader decided. A write etcd refuses
+// (the fence failed) or cannot take while this coordinator still leads (each
+// etcd endpoint tried twice) runs `on_lost`, which must not return: the
+// coordinator re-executes itself as a standby.
 //
 // Lifecycle: made with the election; SetFence() once elected, before the
 // first write. Thread safety: every method is thread-safe.
