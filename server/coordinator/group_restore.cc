@@ -53,6 +53,7 @@ void GroupTable::Restore(const std::vector<StoredGroup>& stored) {
     group.aborted = from.aborted;
     group.restored = true;
     group.first_here.assign(view.world_size, 0);
+    unlearned_ranks_ += view.world_size;
     group.next_sequence.assign(view.world_size, 1);
     group.called_ahead.resize(view.world_size);
     group.last_outcome.resize(view.world_size);
@@ -64,6 +65,9 @@ void GroupTable::Restore(const std::vector<StoredGroup>& stored) {
 
 void GroupTable::TakeReplaysLocked(CollectiveCall& call,
                                    Completions* completions) {
+  // The common case, off the matcher's path: no restored rank waits to be
+  // learned, and the call carries nothing.
+  if (unlearned_ranks_ == 0 && call.replays.empty()) return;
   std::vector<CollectiveCall> replays = std::move(call.replays);
   call.replays.clear();
   auto it = groups_.find(call.group);
@@ -88,6 +92,7 @@ void GroupTable::TakeReplaysLocked(CollectiveCall& call,
   const uint64_t first =
       replays.empty() ? call.sequence : replays.front().sequence;
   group.first_here[call.rank] = first;
+  --unlearned_ranks_;
   group.next_sequence[call.rank] = first;
   for (CollectiveCall& replay : replays) {
     if (CalledLocked(group, call.rank, replay.sequence)) continue;
@@ -116,6 +121,7 @@ GroupTable::AdoptCommitLocked(Group& group, const CommitCall& call) {
     return group.commits.end();
   }
   if (first == 0) {
+    --unlearned_ranks_;
     group.first_here[rank] = call.sequence;
     group.next_sequence[rank] = call.sequence + 1;
   }

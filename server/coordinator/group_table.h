@@ -528,6 +528,9 @@ class GroupTable {
   std::map<std::string, Refill> refills_ ABSL_GUARDED_BY(mu_);
   // Groups whose epoch changed since the log was last written.
   std::set<std::string> unsaved_ ABSL_GUARDED_BY(mu_);
+  // Ranks of restored groups whose sequence is not learned yet (an upper
+  // bound: a restored group formed again keeps its count).
+  int64_t unlearned_ranks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace chorus
