@@ -36,21 +36,10 @@ v1::StoredWorker WorkerToProto(const WorkerRecord& record) {
 }
 
 WorkerRecord WorkerFromProto(const v1::StoredWorker& stored) {
-  const v1::RegisterWorkerRequest& from = stored.registration();
   WorkerRecord record;
   record.id = stored.worker_id();
-  WorkerRegistration& to = record.registration;
-  to.job = stored.job();
-  to.name = from.name();
-  to.host = from.host();
-  to.machine = from.machine();
-  to.address = from.address();
-  to.data_port = from.data_port();
-  to.incarnation = from.incarnation();
-  to.cuda_support = from.cuda_support();
-  for (const v1::Device& device : from.devices()) {
-    to.devices.push_back(DeviceFromProto(device));
-  }
+  record.registration = RegistrationFromProto(stored.registration());
+  record.registration.job = stored.job();
   return record;
 }
 
