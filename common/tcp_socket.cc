@@ -118,8 +118,8 @@ absl::StatusOr<Listener> ListenTcp(const std::string& host, int port) {
     return listener;
   }
   freeaddrinfo(found);
-  return absl::UnavailableError(absl::StrCat(
-      "cannot listen for the data plane on ", host, ":", port, ": ", why));
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on ", host, ":", port, ": ", why));
 }
 
 absl::StatusOr<Listener> ListenUnix(const std::string& path) {

@@ -19,6 +19,7 @@ usage() {
 Usage: scripts/dev_certs.sh --out=DIR [--workers=w0,w1] [--admins=admin]
                             [--clients=app] [--hosts=10.0.0.1,node1]
                             [--days=365] [--job=JOB] [--revoke=CERT]
+                            [--etcd=HOST,...]
 Writes DIR/ca.pem (and DIR/ca.key) and, each with ca.pem, cert.pem, key.pem:
   DIR/coordinator/      identity chorus://coordinator
   DIR/worker-NAME/      identity chorus://worker/NAME, one per --workers name
@@ -34,10 +35,16 @@ An existing CA in DIR is reused, so certificates can be added later.
 DIR/crl.pem is the CA's certificate revocation list (the daemons' --tls_crl),
 empty at first; --revoke=CERT (e.g. DIR/client-app/cert.pem) adds CERT to it
 and writes it again (a daemon given --tls_crl reads it within --tls_refresh).
+--etcd=HOST,... makes a second CA for etcd, DIR/etcd/ca.pem, so that no
+Chorus identity is an etcd client: DIR/etcd/server/ for the etcd members
+(serving and peer certificate naming localhost, 127.0.0.1 and each HOST,
+e.g. *.chorus-etcd.chorus.svc.cluster.local) and DIR/etcd/client/ for the
+coordinators (--etcd_ca, --etcd_cert, --etcd_key).
 EOF
 }
 
 out="" workers="" admins="admin" clients="" hosts="" days=365 job="" revoke=""
+etcd_hosts=""
 admins_given=false
 for arg in "$@"; do
   case "$arg" in
@@ -49,6 +56,7 @@ for arg in "$@"; do
     --days=*) days=${arg#*=} ;;
     --job=*) job=${arg#*=} ;;
     --revoke=*) revoke=${arg#*=} ;;
+    --etcd=*) etcd_hosts=${arg#*=} ;;
     -h|--help) usage; exit 0 ;;
     *) echo "dev_certs.sh: unknown argument $arg" >&2; usage >&2; exit 2 ;;
   esac
@@ -61,39 +69,49 @@ fi
 mkdir -p "$out"
 umask 077
 
-if [ ! -s "$out/ca.pem" ]; then
+# make_ca DIR COMMON_NAME: a CA in DIR/ca.pem and DIR/ca.key, unless there.
+make_ca() {
+  [ ! -s "$1/ca.pem" ] || return 0
+  mkdir -p "$1"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-    -keyout "$out/ca.key" -out "$out/ca.pem" -days "$days" \
-    -subj "/CN=Chorus development CA" \
+    -keyout "$1/ca.key" -out "$1/ca.pem" -days "$days" \
+    -subj "/CN=$2" \
     -addext "basicConstraints=critical,CA:TRUE" \
     -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
-fi
+}
+make_ca "$out" "Chorus development CA"
 
+# host_sans HOST,...: localhost, 127.0.0.1 and each host as SANs.
+host_sans() {
+  local sans="DNS:localhost,IP:127.0.0.1" host list
+  IFS=',' read -r -a list <<<"$1"
+  for host in "${list[@]}"; do
+    [ -n "$host" ] || continue
+    if [[ "$host" =~ ^[0-9.]+$ || "$host" == *:* ]]; then
+      sans+=",IP:$host"
+    else
+      sans+=",DNS:$host"
+    fi
+  done
+  echo "$sans"
+}
 # The host names and addresses every server certificate carries.
-server_sans="DNS:localhost,IP:127.0.0.1"
-IFS=',' read -r -a host_list <<<"$hosts"
-for host in "${host_list[@]}"; do
-  [ -n "$host" ] || continue
-  if [[ "$host" =~ ^[0-9.]+$ || "$host" == *:* ]]; then
-    server_sans+=",IP:$host"
-  else
-    server_sans+=",DNS:$host"
-  fi
-done
+server_sans=$(host_sans "$hosts")
 
-# issue DIRNAME COMMON_NAME SANS
+# issue DIRNAME COMMON_NAME SANS [CA_DIR]: a certificate signed by the CA in
+# CA_DIR (default DIR).
 issue() {
-  local dir="$out/$1" cn=$2 sans=$3
+  local dir="$out/$1" cn=$2 sans=$3 ca=${4:-$out}
   mkdir -p "$dir"
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
     -keyout "$dir/key.pem" -out "$dir/cert.csr" -subj "/CN=$cn" 2>/dev/null
-  openssl x509 -req -in "$dir/cert.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" \
+  openssl x509 -req -in "$dir/cert.csr" -CA "$ca/ca.pem" -CAkey "$ca/ca.key" \
     -CAcreateserial -out "$dir/cert.pem" -days "$days" \
     -extfile <(printf '%s\n' "subjectAltName=$sans" \
       "extendedKeyUsage=serverAuth,clientAuth" \
       "keyUsage=critical,digitalSignature,keyEncipherment") 2>/dev/null
   rm -f "$dir/cert.csr"
-  cp "$out/ca.pem" "$dir/ca.pem"
+  cp "$ca/ca.pem" "$dir/ca.pem"
   echo "$dir"
 }
 
@@ -135,6 +153,13 @@ for list_kind in workers admins clients; do
     esac
   done
 done
+
+# etcd's own CA: its members and the coordinators, no Chorus identity.
+if [ -n "$etcd_hosts" ]; then
+  make_ca "$out/etcd" "Chorus etcd development CA"
+  issue etcd/server "chorus-etcd" "$(host_sans "$etcd_hosts")" "$out/etcd"
+  issue etcd/client "chorus-coordinator" "DNS:chorus-coordinator" "$out/etcd"
+fi
 
 # The revocation list: openssl's CA database in DIR/crl-db, the list itself
 # written to a temporary file and renamed, so a daemon never reads half of it.

@@ -18,9 +18,13 @@ import os
 import re
 import shlex
 import shutil
+import socket
+import ssl
 import subprocess
 import tempfile
 import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -37,6 +41,8 @@ NAMESPACE = "chorus"
 COORDINATOR_SERVICE = "chorus-coordinator"
 # The first argument of each daemon's container (the entry point's program).
 COORDINATOR, WORKER = "coordinator", "worker"
+# The command of the etcd members' container (etcd's own image).
+ETCD = "etcd"
 
 # Where each kind is served: (API group, version, resource, namespaced). A
 # manifest of another kind fails test_manifests_kinds_known_are_served;
@@ -174,7 +180,7 @@ def test_manifests_kinds_known_are_served(manifests: List[Manifest]) -> None:
         else:
             assert "namespace" not in m["metadata"], where
     kinds = {m["kind"] for m in manifests}
-    assert {"Namespace", "Service", "Deployment"} <= kinds
+    assert {"Namespace", "Service", "StatefulSet"} <= kinds
     assert kinds & {"StatefulSet", "DaemonSet"}, "no workers"
     assert [m["metadata"]["name"] for m in of_kind(manifests, "Namespace")
             ] == [NAMESPACE]
@@ -182,15 +188,68 @@ def test_manifests_kinds_known_are_served(manifests: List[Manifest]) -> None:
     assert manifests[0]["kind"] == "Namespace"
 
 
-def test_manifests_both_daemons_run_one_each(
-        manifests: List[Manifest]) -> None:
-    """One coordinator, in a Deployment of one replica that never runs two
-    at once; workers in a StatefulSet or DaemonSet.
+def named(manifests: List[Manifest], kind: str, name: str) -> Manifest:
+    """The one object of `kind` called `name`."""
+    [found] = [m for m in of_kind(manifests, kind)
+               if m["metadata"]["name"] == name]
+    return found
+
+
+def replica_hosts(manifests: List[Manifest], workload: Manifest) -> List[str]:
+    """The DNS names of a StatefulSet's pods on its headless Service:
+    NAME-i.SERVICE.NAMESPACE.svc.cluster.local for each replica i.
     """
-    coordinator, _ = workload_running(manifests, COORDINATOR)
-    assert coordinator["kind"] == "Deployment"
-    assert coordinator["spec"].get("replicas", 1) == 1
-    assert coordinator["spec"]["strategy"]["type"] == "Recreate"
+    name = workload["metadata"]["name"]
+    service = workload["spec"]["serviceName"]
+    return [f"{name}-{i}.{service}.{NAMESPACE}.svc.cluster.local"
+            for i in range(workload["spec"]["replicas"])]
+
+
+def etcd_workload(manifests: List[Manifest]) -> Tuple[Manifest, Dict]:
+    """The one workload and container running etcd."""
+    found = [(w, c) for w in workloads(manifests) for c in containers(w)
+             if c.get("command", [None])[0] == ETCD]
+    assert len(found) == 1, f"expected one etcd container, found {found}"
+    return found[0]
+
+
+def test_manifests_coordinators_replicated_on_etcd(
+        manifests: List[Manifest]) -> None:
+    """Three coordinators in a StatefulSet elect a leader on a three-member
+    etcd StatefulSet: their --etcd names every member's client port, each
+    advertises its own name on the headless Service (published before it is
+    ready, so a standby can name the leader), etcd's --initial-cluster names
+    every member, and disruption budgets take one pod of each at a time.
+    """
+    coordinator, container = workload_running(manifests, COORDINATOR)
+    assert coordinator["kind"] == "StatefulSet"
+    assert coordinator["spec"]["replicas"] == 3
+    flags = flags_of(container["args"])
+    etcd, etcd_container = etcd_workload(manifests)
+    assert etcd["kind"] == "StatefulSet" and etcd["spec"]["replicas"] == 3
+    client_port = declared_ports(etcd_container)["client"]
+    peer_port = declared_ports(etcd_container)["peer"]
+    assert flags["etcd"].split(",") == [
+        f"https://{host}:{client_port}"
+        for host in replica_hosts(manifests, etcd)]
+    etcd_flags = flags_of(etcd_container["args"])
+    assert etcd_flags["initial-cluster"].split(",") == [
+        f"{host.split('.')[0]}=https://{host}:{peer_port}"
+        for host in replica_hosts(manifests, etcd)]
+    assert etcd_flags["client-cert-auth"] == "true"
+    assert {"etcd_ca", "etcd_cert", "etcd_key"} <= set(flags)
+    service = coordinator["spec"]["serviceName"]
+    assert flags["advertise"] == (
+        f"$(POD_NAME).{service}.{NAMESPACE}.svc.cluster.local:"
+        f"{port_of(flags['listen'])}")
+    for workload in (coordinator, etcd):
+        headless = named(manifests, "Service",
+                         workload["spec"]["serviceName"])
+        assert headless["spec"].get("publishNotReadyAddresses") is True
+        [budget] = [b for b in of_kind(manifests, "PodDisruptionBudget")
+                    if selects(b["spec"]["selector"]["matchLabels"],
+                               workload)]
+        assert budget["spec"]["maxUnavailable"] == 1
     worker, _ = workload_running(manifests, WORKER)
     assert worker["kind"] in ("StatefulSet", "DaemonSet")
 
@@ -264,26 +323,27 @@ def test_manifests_services_target_declared_ports(
 
 def test_manifests_worker_coordinator_address_is_the_service(
         manifests: List[Manifest]) -> None:
-    """The workers' --coordinator is the coordinator Service's DNS name in
-    the namespace and the Service port that reaches the coordinator's
-    --listen port.
+    """The workers' --coordinator lists every coordinator replica by its
+    name on the headless Service, at the Service port that reaches the
+    coordinator's --listen port; the ClusterIP Service for clients selects
+    the coordinators too.
     """
     _, worker = workload_running(manifests, WORKER)
-    target = flags_of(worker["args"])["coordinator"]
-    host, port = target.rsplit(":", 1)
-    assert host in (
-        f"{COORDINATOR_SERVICE}.{NAMESPACE}.svc.cluster.local",
-        f"{COORDINATOR_SERVICE}.{NAMESPACE}.svc"), target
-    [service] = [s for s in of_kind(manifests, "Service")
-                 if s["metadata"]["name"] == COORDINATOR_SERVICE]
-    assert service["spec"].get("type", "ClusterIP") == "ClusterIP"
+    targets = flags_of(worker["args"])["coordinator"].split(",")
     coordinator_workload, coordinator = workload_running(manifests,
                                                          COORDINATOR)
-    assert selects(service["spec"]["selector"], coordinator_workload)
     listen = port_of(flags_of(coordinator["args"])["listen"])
-    [service_port] = [p for p in service["spec"]["ports"]
-                      if p["port"] == int(port)]
-    assert resolve_port(coordinator, service_port["targetPort"]) == listen
+    headless = named(manifests, "Service",
+                     coordinator_workload["spec"]["serviceName"])
+    [service_port] = [p for p in headless["spec"]["ports"]
+                      if resolve_port(coordinator, p["targetPort"]) ==
+                      listen]
+    assert targets == [
+        f"{host}:{service_port['port']}"
+        for host in replica_hosts(manifests, coordinator_workload)]
+    service = named(manifests, "Service", COORDINATOR_SERVICE)
+    assert service["spec"].get("type", "ClusterIP") == "ClusterIP"
+    assert selects(service["spec"]["selector"], coordinator_workload)
 
 
 def test_manifests_worker_advertises_its_pod_ip(
@@ -322,10 +382,15 @@ def test_manifests_paths_in_flags_are_mounted(
     names a volume of its pod; the containers run as a non-root user.
     """
     path_flags = ("tls_dir", "tls_ca", "tls_cert", "tls_key",
-                  "local_socket", "port_file", "metrics_port_file")
+                  "local_socket", "port_file", "metrics_port_file",
+                  "etcd_ca", "etcd_cert", "etcd_key", "data-dir",
+                  "trusted-ca-file", "cert-file", "key-file",
+                  "peer-trusted-ca-file", "peer-cert-file", "peer-key-file")
     for workload in workloads(manifests):
         pod = workload["spec"]["template"]["spec"]
         volumes = {v["name"] for v in pod.get("volumes", [])}
+        volumes |= {c["metadata"]["name"] for c in
+                    workload["spec"].get("volumeClaimTemplates", [])}
         assert pod["securityContext"]["runAsNonRoot"] is True
         for container in containers(workload):
             mounts = container.get("volumeMounts", [])
@@ -549,6 +614,10 @@ def test_flags_in_manifests_exist_in_help(
     used: Dict[str, Set[str]] = {}
     for workload in workloads(manifests):
         for container in containers(workload):
+            if container.get("command", [None])[0] == ETCD:
+                used.setdefault(ETCD, set()).update(
+                    flags_of(container["args"]))
+                continue
             program, *args = container["args"]
             used.setdefault(program, set()).update(flags_of(args))
             for _, probe in probes(container):
@@ -556,7 +625,14 @@ def test_flags_in_manifests_exist_in_help(
                 if command[:1] == ["chorusctl"]:
                     used.setdefault("chorusctl", set()).update(
                         flags_of(command[1:]))
-    assert {COORDINATOR, WORKER} <= set(used)
+    assert {COORDINATOR, WORKER, ETCD} <= set(used)
+    etcd_flags = used.pop(ETCD)
+    if shutil.which(ETCD) is not None:
+        text = subprocess.run([ETCD, "--help"], capture_output=True,
+                              text=True, timeout=60).stdout
+        listed = set(re.findall(r"^\s+--([a-z0-9-]+)\b", text, re.MULTILINE))
+        assert etcd_flags <= listed, (
+            f"etcd: {sorted(etcd_flags - listed)} not in its --help")
     for program, flags in used.items():
         listed = help_flags(program_help(bins, program))
         assert listed, f"{program} --help lists no flags"
@@ -615,24 +691,127 @@ def local_args(args: List[str], paths: Dict[str, Path],
         name, eq, value = arg.partition("=")
         if eq and value.startswith("0.0.0.0:"):
             arg = f"{name}=127.0.0.1:0"
-        elif eq and name == "--data_port":
+        elif eq and name in ("--data_port", "--call_port"):
             arg = f"{name}=0"
         out.append(arg)
     return out
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class LocalEtcd:
+    """One etcd member on loopback run with the manifest's own TLS flags
+    and paths (the cluster's addresses are the manifest's DNS names, so
+    one member on free loopback ports stands in for the three).
+    """
+
+    CLUSTER_FLAGS = ("name", "data-dir", "listen-client-urls",
+                     "advertise-client-urls", "listen-peer-urls",
+                     "initial-advertise-peer-urls", "initial-cluster",
+                     "listen-metrics-urls")
+
+    def __init__(self, spec: Dict[str, Any], paths: Dict[str, Path],
+                 folder: Path) -> None:
+        self.client_url = f"https://127.0.0.1:{free_port()}"
+        peer_url = f"https://127.0.0.1:{free_port()}"
+        self.health_url = f"http://127.0.0.1:{free_port()}/health"
+        kept = [a for a in local_args(spec["args"], paths, {})
+                if a[2:].partition("=")[0] not in self.CLUSTER_FLAGS]
+        args = [ETCD, *kept, "--name=chorus-etcd-0",
+                f"--data-dir={folder / 'etcd-data'}",
+                f"--listen-client-urls={self.client_url}",
+                f"--advertise-client-urls={self.client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=chorus-etcd-0={peer_url}",
+                f"--listen-metrics-urls={self.health_url[:-7]}"]
+        self.paths_ca = paths["/etc/etcd/tls"] / "ca.pem"
+        self.log_path = folder / "etcd.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+        self._wait_healthy(time.monotonic() + 60)
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log_path.read_text()
+            try:
+                with urllib.request.urlopen(self.health_url,
+                                            timeout=2) as answer:
+                    if json.load(answer).get("health") == "true":
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"etcd not healthy:\n{self.log_path.read_text()}")
+
+    def answers(self, tls_dir: Path) -> bool:
+        """Whether the member serves /version to a client showing the
+        certificate in tls_dir (False when the handshake or call fails).
+        """
+        context = ssl.create_default_context(
+            cafile=str(self.paths_ca))
+        context.check_hostname = False
+        context.load_cert_chain(str(tls_dir / "cert.pem"),
+                                str(tls_dir / "key.pem"))
+        try:
+            with urllib.request.urlopen(f"{self.client_url}/version",
+                                        timeout=10, context=context) as got:
+                return got.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Kills the member and reaps it."""
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+
+def run_exec_probes(spec: Dict[str, Any], paths: Dict[str, Path],
+                    address: str, env: Dict[str, str]) -> List[str]:
+    """Runs the container's exec probes here, dialing `address` where they
+    dial a coordinator; asserts each passes. Returns their outputs.
+    """
+    outputs = []
+    for kind, probe in probes(spec):
+        if "exec" not in probe:
+            continue
+        command = local_args(probe["exec"]["command"], paths, {})
+        command = [f"--coordinator={address}"
+                   if a.startswith("--coordinator=") else a for a in command]
+        done = subprocess.run(command, capture_output=True, text=True,
+                              timeout=30, env=env)
+        assert done.returncode == 0, (
+            f"{spec['name']} {kind} {command}: {done.stdout}{done.stderr}")
+        outputs.append(done.stdout)
+    return outputs
+
+
 def test_manifests_args_and_probes_work_on_real_daemons(
         manifests: List[Manifest], bins: Dict[str, Path],
         tmp_path: Path) -> None:
-    """The coordinator and a worker started with the manifests' own args
-    (on loopback, with certificates laid out as deploy/README.md puts them
-    in the Secrets) serve mutual TLS; the worker registers under its pod's
-    name, and every exec probe of the manifests passes.
+    """etcd with the manifest's TLS flags, two coordinators and a worker
+    started with the manifests' own args (on loopback, with certificates
+    laid out as deploy/README.md puts them in the Secrets) serve mutual
+    TLS: the coordinators elect a leader over TLS to etcd, the worker
+    registers under its pod's name through the list, and every exec probe
+    of the manifests passes on the leader and on the standby.
     """
-
+    if shutil.which(ETCD) is None:
+        pytest.skip("etcd is not on the PATH (scripts/setup.sh installs "
+                    "Debian's etcd-server)")
     pod = "chorus-worker-0"
     certs = make_certs(tmp_path / "certs", workers=(pod,), clients=(),
                        admins=("probe",))
+    subprocess.run(["bash", str(REPO / "scripts" / "dev_certs.sh"),
+                    f"--out={certs}", "--admins=", "--etcd=localhost"],
+                   check=True, capture_output=True, timeout=120)
     # chorus-worker-tls: ca.pem and NAME.cert.pem, NAME.key.pem per worker.
     worker_tls = tmp_path / "worker-tls"
     worker_tls.mkdir()
@@ -642,49 +821,48 @@ def test_manifests_args_and_probes_work_on_real_daemons(
                     worker_tls / f"{pod}.{part}.pem")
     run_dir = short_temp_dir()
     paths = {"/etc/chorus/tls": certs / "coordinator",
-             "/etc/chorus/probe": certs / "admin-probe"}
+             "/etc/chorus/probe": certs / "admin-probe",
+             "/etc/chorus/etcd": certs / "etcd" / "client",
+             "/etc/etcd/tls": certs / "etcd" / "server",
+             "/run/chorus": run_dir}
     _, coordinator_spec = workload_running(manifests, COORDINATOR)
     _, worker_spec = workload_running(manifests, WORKER)
+    etcd = LocalEtcd(etcd_workload(manifests)[1], paths, tmp_path)
+    # Only the coordinators' etcd certificate is an etcd client; no Chorus
+    # identity is, the coordinator's included.
+    assert etcd.answers(paths["/etc/chorus/etcd"])
+    assert not etcd.answers(paths["/etc/chorus/tls"])
     daemons: List[Daemon] = []
     try:
-        coordinator = Daemon("coordinator", [
-            str(bins["chorus-coordinator"]),
-            *local_args(coordinator_spec["args"][1:], paths, {})],
-            tmp_path)
-        daemons.append(coordinator)
-        worker_paths = {"/etc/chorus/tls": worker_tls, "/run/chorus": run_dir}
+        for i in range(2):
+            args = [a for a in local_args(coordinator_spec["args"][1:],
+                                          paths, {"POD_NAME": f"c{i}"})
+                    if not a.startswith("--advertise=")]
+            args = [f"--etcd={etcd.client_url}" if a.startswith("--etcd=")
+                    else a for a in args]
+            daemons.append(Daemon(f"coordinator{i}", [
+                str(bins["chorus-coordinator"]), *args], tmp_path))
+        addresses = ",".join(d.address for d in daemons)
+        worker_paths = dict(paths, **{"/etc/chorus/tls": worker_tls})
         worker_args = local_args(worker_spec["args"][1:], worker_paths,
                                  {"POD_NAME": pod, "POD_IP": "127.0.0.1"})
         worker_args = [a if not a.startswith("--coordinator=") else
-                       f"--coordinator={coordinator.address}"
-                       for a in worker_args]
+                       f"--coordinator={addresses}" for a in worker_args]
         # Daemon adds --port_file=run_dir/worker.port, the manifest's.
         assert f"--port_file={run_dir}/worker.port" in worker_args
         daemons.append(Daemon("worker", [str(bins["chorus-worker"]),
                                          *worker_args], run_dir))
-        probe_paths = dict(paths, **{"/run/chorus": run_dir})
         bin_path = os.pathsep.join(sorted({str(p.parent)
                                            for p in bins.values()}))
         env = dict(os.environ,
                    PATH=f"{bin_path}{os.pathsep}{os.environ['PATH']}")
-        for spec, daemon in ((coordinator_spec, coordinator),
-                             (worker_spec, daemons[1])):
-            for kind, probe in probes(spec):
-                if "exec" not in probe:
-                    continue
-                command = local_args(probe["exec"]["command"], probe_paths,
-                                     {})
-                command = [f"--coordinator={coordinator.address}"
-                           if a.startswith("--coordinator=") else a
-                           for a in command]
-                done = subprocess.run(command, capture_output=True,
-                                      text=True, timeout=30, env=env)
-                assert done.returncode == 0, (
-                    f"{spec['name']} {kind} {command}: {done.stdout}"
-                    f"{done.stderr}\n{daemon.log_tail()}")
-                if command[0] == "chorusctl":
-                    assert pod in done.stdout, done.stdout
+        for coordinator in daemons[:2]:
+            for output in run_exec_probes(coordinator_spec, paths,
+                                          coordinator.address, env):
+                assert pod in output, output
+        run_exec_probes(worker_spec, paths, addresses, env)
     finally:
         for daemon in reversed(daemons):
             daemon.stop()
+        etcd.stop()
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -81,7 +81,11 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(
         "a TLS data plane needs the directory of group members");
   }
   absl::StatusOr<Listener> listener = ListenTcp(host, port);
-  if (!listener.ok()) return listener.status();
+  if (!listener.ok()) {
+    return absl::Status(
+        listener.status().code(),
+        absl::StrCat("data plane: ", listener.status().message()));
+  }
   std::unique_ptr<TcpListener> out(
       new TcpListener(listener->fd, listener->port, inbox, directory));
   out->accept_thread_ = std::thread([raw = out.get()] { raw->AcceptLoop(); });
