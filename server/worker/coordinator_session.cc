@@ -272,10 +272,15 @@ void CoordinatorSession::RegisterAgain(const absl::Status& why, Beats* beats) {
     kept = kept_;
   } else {
     LOG(ERROR) << "registering again failed: " << registered;
+    // With several coordinators none may lead yet (the old leader's etcd
+    // lease runs out first): nobody said this worker was forgotten, and
+    // the next one to lead may keep it. The next heartbeat tries again.
+    if (target_.size() > 1) return;
   }
   if (kept) {
     LOG(INFO) << "the coordinator at " << target_.address()
               << " kept this worker's registration and groups";
+    if (options_.on_kept) options_.on_kept();
     return;
   }
   if (options_.on_forgotten) {
