@@ -77,11 +77,13 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   call.has_data = request.has_inline_data();
   call.data = request.inline_data();
   call.deadline = client_deadline;
+  call.running = request.running();
   for (const v1::CollectiveRequest& replay : request.replays()) {
     if (call.replays.size() == kMaxReplays) break;
     // A replay's own replays mean nothing.
     v1::CollectiveRequest alone = replay;
     alone.clear_replays();
+    alone.clear_running();
     call.replays.push_back(CollectiveCallFromProto(alone, client_deadline));
   }
   return call;

@@ -128,9 +128,11 @@ void GroupTable::Collective(CollectiveCall call, CollectiveCallback done) {
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
-    TakeReplaysLocked(call, &completions);
-    if (!AnswerRetriedCallLocked(call, done, &completions)) {
-      CollectiveLocked(std::move(call), std::move(done), &completions);
+    if (!call.running || TakeRunningLocked(call, done, &completions)) {
+      TakeReplaysLocked(call, &completions);
+      if (!AnswerRetriedCallLocked(call, done, &completions)) {
+        CollectiveLocked(std::move(call), std::move(done), &completions);
+      }
     }
     SaveChangedLocked();
   }

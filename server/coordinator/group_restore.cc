@@ -17,7 +17,12 @@
 // abort is written before it is told, and a deadline the old leader gave is
 // given here too, as the ranks that met it do not call again. A collective
 // that every rank saw planned is committed here as it was planned
-// (AdoptCommitLocked).
+// (AdoptCommitLocked). One that only some ranks saw planned is planned
+// here again: the ranks running it send it again as running calls
+// (CollectiveCall::running) when they move, the others send it again as
+// they would any unanswered call, and the plan is a pure function of the
+// same calls; should every rank turn out to have had the plan, their
+// commits are taken as the old leader's.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -108,18 +113,45 @@ void GroupTable::TakeReplaysLocked(CollectiveCall& call,
   }
 }
 
+bool GroupTable::TakeRunningLocked(const CollectiveCall& call,
+                                   CollectiveCallback& done,
+                                   Completions* completions) {
+  completions->push_back([answer = std::move(done), sequence = call.sequence] {
+    CollectiveOutcome nothing;
+    nothing.sequence = sequence;
+    answer(std::move(nothing));
+  });
+  done = [](const absl::StatusOr<CollectiveOutcome>&) {};
+  auto it = groups_.find(call.group);
+  return it != groups_.end() && it->second.restored &&
+         it->second.view.epoch == call.epoch;
+}
+
+bool GroupTable::OnlyRunningLocked(const Group& group, uint64_t sequence) {
+  auto it = group.pending.find(sequence);
+  if (it == group.pending.end()) return false;
+  for (const std::optional<ArrivedCall>& arrived : it->second.calls) {
+    if (arrived.has_value() && !arrived->call.running) return false;
+  }
+  return true;
+}
+
 std::map<uint64_t, GroupTable::CommitMatch>::iterator
 GroupTable::AdoptCommitLocked(Group& group, const CommitCall& call) {
   if (!group.restored) return group.commits.end();
   const int rank = call.rank;
   const uint64_t first = group.first_here[rank];
-  // Only a collective this coordinator never matched for the rank: one
-  // the old leader planned.
+  // Only a collective this coordinator never decided: one the old leader
+  // planned, which no rank called here or only ranks running that plan
+  // did (their calls are dropped: the plan runs).
+  const bool only_running = OnlyRunningLocked(group, call.sequence);
   if (!group.aborted.ok() || call.sequence == 0 ||
-      (first != 0 && call.sequence >= first) ||
-      group.pending.count(call.sequence) > 0) {
+      (first != 0 && call.sequence >= first &&
+       !(only_running && call.sequence == first)) ||
+      (group.pending.count(call.sequence) > 0 && !only_running)) {
     return group.commits.end();
   }
+  if (only_running) group.pending.erase(call.sequence);
   if (first == 0) {
     --unlearned_ranks_;
     group.first_here[rank] = call.sequence;

@@ -318,6 +318,16 @@ class GroupTable {
   // group is restored, learning the rank's sequence from them.
   void TakeReplaysLocked(CollectiveCall& call, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A running call (CollectiveCall::running): answers `done` at once with
+  // nothing and puts a callback that drops the verdict in its place.
+  // Returns whether the call is to be matched: its group is restored, at
+  // its epoch.
+  bool TakeRunningLocked(const CollectiveCall& call, CollectiveCallback& done,
+                         Completions* completions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `sequence` is pending in `group` with running calls only (every
+  // rank that called it runs the previous leader's plan).
+  static bool OnlyRunningLocked(const Group& group, uint64_t sequence);
   // A commit of a restored group for a collective the previous leader
   // decided: the commit match it joins (made on its first commit), or end.
   std::map<uint64_t, CommitMatch>::iterator AdoptCommitLocked(

@@ -100,6 +100,9 @@ struct CollectiveCall {
   // coordinator restored (group_restore.cc) matches them again for the
   // ranks whose answer was lost; their own answers go nowhere.
   std::vector<CollectiveCall> replays;
+  // After a failover: the rank runs this call under the old leader's plan
+  // (CollectiveRequest.running); matched, answered at once with nothing.
+  bool running = false;
 };
 
 struct CollectiveOutcome {

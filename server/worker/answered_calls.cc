@@ -31,4 +31,25 @@ void AnsweredCalls::AttachReplays(v1::CollectiveRequest* request,
   }
 }
 
+void AnsweredCalls::Running(const v1::CollectiveRequest& request,
+                            absl::Time deadline) {
+  RunningCall call{request, deadline};
+  call.request.clear_replays();
+  call.request.set_running(true);
+  absl::MutexLock lock(&mu_);
+  running_[{request.group(), request.sequence()}] = std::move(call);
+}
+
+void AnsweredCalls::Ran(const std::string& group, uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  running_.erase({group, sequence});
+}
+
+std::vector<AnsweredCalls::RunningCall> AnsweredCalls::RunningCalls() {
+  absl::MutexLock lock(&mu_);
+  std::vector<RunningCall> calls;
+  for (const auto& [key, call] : running_) calls.push_back(call);
+  return calls;
+}
+
 }  // namespace chorus

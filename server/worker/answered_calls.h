@@ -12,17 +12,26 @@
 // after the move. At most kKept calls per group epoch, and only the newest
 // epoch of each group.
 //
+// It also keeps the answered calls whose plan is running (from the plan
+// until the data plane ended): after a move they go to the new leader as
+// running calls (CollectiveRequest.running), so that ranks whose plan was
+// lost get the same plan there.
+//
 // Lifecycle: owned by the worker runtime. Thread safety: thread-safe.
 #ifndef CHORUS_SERVER_WORKER_ANSWERED_CALLS_H_
 #define CHORUS_SERVER_WORKER_ANSWERED_CALLS_H_
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
 
 namespace chorus {
@@ -41,6 +50,19 @@ class AnsweredCalls {
   // than `registrations`; otherwise clears its replays.
   void AttachReplays(v1::CollectiveRequest* request, uint64_t registrations);
 
+  // Keeps `request` (without its replays, marked running) until Ran() for
+  // its group and sequence, with the deadline of its run.
+  void Running(const v1::CollectiveRequest& request, absl::Time deadline);
+  void Ran(const std::string& group, uint64_t sequence);
+
+  // A call whose plan is running, and its run's deadline.
+  struct RunningCall {
+    v1::CollectiveRequest request;
+    absl::Time deadline;
+  };
+  // The calls kept by Running() and not yet Ran().
+  std::vector<RunningCall> RunningCalls();
+
  private:
   struct Epoch {
     uint64_t epoch = 0;
@@ -51,6 +73,9 @@ class AnsweredCalls {
   absl::Mutex mu_;
   // By group name.
   absl::flat_hash_map<std::string, Epoch> groups_ ABSL_GUARDED_BY(mu_);
+  // By group name and sequence.
+  std::map<std::pair<std::string, uint64_t>, RunningCall> running_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace chorus

@@ -57,6 +57,10 @@ struct SessionOptions {
   // Runs on the heartbeat thread when the coordinator no longer knows this
   // worker (it restarted, or evicted us): every group formed before is gone.
   std::function<void(const absl::Status& why)> on_forgotten;
+  // Runs on the heartbeat thread when the worker registered again with a
+  // coordinator that kept its registration and groups (a new leader of
+  // several, after a failover).
+  std::function<void()> on_kept;
 };
 
 class CoordinatorSession {

@@ -208,9 +208,8 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
     }
   } else {
     v1::CommitRequest commit;
-    status =
-        RunPlanned(membership, sequence, spec, &result, call.device, buffers,
-                   call.host_input, host_output, call.deadline, &commit);
+    status = RunPlannedKept(membership, sequence, spec, &result, call, buffers,
+                            host_output, &commit);
     if (status.ok()) status = Commit(commit, call.deadline);
   }
   return EndCall(status, buffers, host_output, result);
@@ -383,9 +382,9 @@ void WorkerRuntime::RunPlannedAsync(PendingRun* run) {
   std::string* host_output = run->buffers.host_output;
   const absl::Time deadline = run->call.deadline;
   v1::CommitRequest commit;
-  absl::Status status = RunPlanned(
-      run->membership, run->sequence, run->spec, &result, run->call.device,
-      run->buffers, run->call.host_input, host_output, deadline, &commit);
+  absl::Status status =
+      RunPlannedKept(run->membership, run->sequence, run->spec, &result,
+                     run->call, run->buffers, host_output, &commit);
   if (status.ok() && CallPortReady(deadline)) {
     // The verdict ends the run on the call port's completion thread: the
     // rank's answer needs no hand-off back to this one.

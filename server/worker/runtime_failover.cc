@@ -2,9 +2,13 @@
 // coordinators on etcd): a call, commit or join the old leader could not
 // answer goes again to the new one once the session followed it, until the
 // call's deadline; a collective carries the calls the old leader answered
-// (answered_calls.h), so the new leader answers every rank the same.
+// (answered_calls.h), so the new leader answers every rank the same, and
+// the calls whose plan is running go there again as running calls, so
+// that ranks whose plan was lost get it.
+#include <glog/logging.h>
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -66,6 +70,38 @@ absl::StatusOr<v1::CollectiveResponse> WorkerRuntime::AskCoordinator(
       return answered;
     }
     WaitForNextBeat(call->deadline);
+  }
+}
+
+absl::Status WorkerRuntime::RunPlannedKept(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    RunResult* result, const PreparedCall& call, const CallBuffers& buffers,
+    std::string* host_output, v1::CommitRequest* commit) {
+  const bool kept = session_->coordinators() > 1;
+  if (kept) answered_calls_.Running(call.request, call.deadline);
+  absl::Status status =
+      RunPlanned(membership, sequence, spec, result, call.device, buffers,
+                 call.host_input, host_output, call.deadline, commit);
+  if (kept) answered_calls_.Ran(membership.group, sequence);
+  return status;
+}
+
+void WorkerRuntime::ResendRunningCalls() {
+  for (AnsweredCalls::RunningCall& call : answered_calls_.RunningCalls()) {
+    planned_runs_.Spawn([this, call = std::move(call)] {
+      if (closing_.load()) return;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(
+          std::min(call.deadline, absl::Now() + options_.rpc_timeout)));
+      v1::CollectiveResponse ignored;
+      const grpc::Status sent =
+          session_->stub()->Collective(&context, call.request, &ignored);
+      LOG(INFO) << "collective #" << call.request.sequence() << " of group "
+                << call.request.group()
+                << " runs under the previous leader's plan; telling the new "
+                   "leader: "
+                << (sent.ok() ? std::string("done") : sent.error_message());
+    });
   }
 }
 

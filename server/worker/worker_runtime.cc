@@ -118,6 +118,7 @@ void WorkerRuntime::StartSession(const RuntimeOptions& options,
   session.on_forgotten = [this](const absl::Status& why) {
     inbox_.AbortAllSeen(why);
   };
+  session.on_kept = [this] { ResendRunningCalls(); };
   session_ = std::make_unique<CoordinatorSession>(session);
   if (!options.call_port) return;
   CoordinatorSession* session_ptr = session_.get();

@@ -334,6 +334,17 @@ class WorkerRuntime final : public CallRuntime {
   // Blocks until the session's next heartbeat ended (it follows the
   // leader), or until `deadline`.
   void WaitForNextBeat(absl::Time deadline);
+  // RunPlanned, with `call` kept as running meanwhile when there are
+  // several coordinators (AnsweredCalls::Running).
+  absl::Status RunPlannedKept(const Membership& membership, uint64_t sequence,
+                              const CollectiveSpec& spec, RunResult* result,
+                              const PreparedCall& call,
+                              const CallBuffers& buffers,
+                              std::string* host_output,
+                              v1::CommitRequest* commit);
+  // After the session registered with a coordinator that kept it (a new
+  // leader): sends every running call there, once, from a task thread.
+  void ResendRunningCalls();
   // Runs `run`'s callback with `result`, forgets and deletes it.
   void EndRun(PendingRun* run, absl::StatusOr<RunResult> result);
   // Cancels the gRPC calls of pending runs, refuses new ones, and waits

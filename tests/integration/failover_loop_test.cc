@@ -111,13 +111,25 @@ JoinOptions PatientJoin() {
   return options;
 }
 
-// Runs kBefore + kAfter all_reduces (sum of rank + 1 times the call's
-// number) on every rank of `ranks`, running `act` once every rank finished
-// kBefore. Expects every result right; returns the longest time from `act`
-// to a rank's next completed collective.
+// The collectives a loop runs: `before` + `after` all_reduces (sum) of
+// `count` i64 each, under `algorithm`; `mid_call`: the act happens as
+// every rank starts call `before` + 1 (its data plane most likely running),
+// else between the calls.
+struct LoopShape {
+  int before = kBefore;
+  int after = kAfter;
+  size_t count = 1;
+  Algorithm algorithm = Algorithm::kUnspecified;
+  bool mid_call = false;
+};
+
+// Runs the loop's all_reduces (rank r's input: (r + 1) times the call's
+// number in every element) on every rank of `ranks`, running `act` once
+// every rank finished `before` calls. Expects every result right; returns
+// the longest time from `act` to a rank's next completed collective.
 absl::Duration LoopThrough(
     const std::vector<std::unique_ptr<Communicator>>& ranks,
-    const std::function<void()>& act) {
+    const std::function<void()>& act, const LoopShape& shape = LoopShape()) {
   std::atomic<int> before_done{0};
   absl::Mutex mu;
   absl::Time acted = absl::InfiniteFuture();
@@ -131,27 +143,35 @@ absl::Duration LoopThrough(
     acted = absl::Now();
   });
   RunOnRanks(kRanks, [&](int rank) {
-    for (int call = 1; call <= kBefore + kAfter; ++call) {
-      if (call == kBefore + 1) {
+    for (int call = 1; call <= shape.before + shape.after; ++call) {
+      if (call == shape.before + 1) {
         ++before_done;
         absl::MutexLock lock(&mu);
-        mu.Await(absl::Condition(
-            +[](absl::Time* t) { return *t != absl::InfiniteFuture(); },
-            &acted));
+        if (!shape.mid_call) {
+          mu.Await(absl::Condition(
+              +[](absl::Time* t) { return *t != absl::InfiniteFuture(); },
+              &acted));
+        }
       }
       CallOptions options;
       options.timeout = kCallTimeout;
+      options.algorithm = shape.algorithm;
       std::vector<int64_t> out;
       const absl::Status status = ranks[rank]->AllReduce(
-          std::vector<int64_t>{(rank + 1) * int64_t{call}}, &out,
+          std::vector<int64_t>(shape.count, (rank + 1) * int64_t{call}), &out,
           ReduceOp::kSum, options);
       absl::MutexLock lock(&mu);
-      if (call == kBefore + 1) longest = std::max(longest, absl::Now() - acted);
+      if (call == shape.before + 1 && !shape.mid_call) {
+        longest = std::max(longest, absl::Now() - acted);
+      }
       const int64_t want = 6 * int64_t{call};
-      if (!status.ok() || out.size() != 1 || out[0] != want) {
-        failures.push_back(
-            absl::StrCat("rank ", rank, " call ", call, ": ", status.ToString(),
-                         " got ", out.empty() ? -1 : out[0], " want ", want));
+      const bool right = out.size() == shape.count &&
+                         std::all_of(out.begin(), out.end(),
+                                     [want](int64_t v) { return v == want; });
+      if (!status.ok() || !right) {
+        failures.push_back(absl::StrCat(
+            "rank ", rank, " call ", call, ": ", status.ToString(), " got ",
+            out.empty() ? -1 : out[0], " want ", want, " in ", shape.count));
       }
     }
   });
@@ -186,6 +206,31 @@ class FailoverLoopTest : public EtcdTest {
   Daemon standby_;
   std::string both_;
 };
+
+TEST_F(FailoverLoopTest, LeaderKilledMidDataPlane_EmbeddedRanksGetEveryResult) {
+  std::vector<std::unique_ptr<LocalWorker>> workers = StartEmbedded(both_);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kRanks));
+  std::vector<std::unique_ptr<Communicator>> ranks = JoinAll([&](int rank) {
+    return Communicator::JoinEmbedded(workers[rank].get(), "ring", kRanks, rank,
+                                      PatientJoin());
+  });
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+  // 32 MiB rings: the kill most likely lands while they run, after every
+  // rank got its plan (the runs go on, their calls go to the new leader as
+  // running calls, and their commits are taken there); or before the plan
+  // (the calls go again). Every result must be right either way.
+  LoopShape shape;
+  shape.before = 2;
+  shape.after = 2;
+  shape.count = 4 << 20;
+  shape.algorithm = Algorithm::kRing;
+  shape.mid_call = true;
+  LoopThrough(
+      ranks, [&] { EXPECT_TRUE(leader_.process->Signal(SIGKILL).ok()); },
+      shape);
+  ranks.clear();
+  RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+}
 
 TEST_F(FailoverLoopTest, LeaderKilled_EmbeddedRanksGetEveryResult) {
   std::vector<std::unique_ptr<LocalWorker>> workers = StartEmbedded(both_);

@@ -152,6 +152,29 @@ class GroupRestoreTest : public ::testing::Test {
     return call;
   }
 
+  // Call(), planned for the data plane (a ring), without inline data.
+  static CollectiveCall RingCall(const GroupView& view, int rank,
+                                 uint64_t sequence) {
+    CollectiveCall call = Call(view, rank, sequence);
+    call.algorithm = Algorithm::kRing;
+    call.has_data = false;
+    call.data.clear();
+    return call;
+  }
+
+  // Rank `rank`'s commit of #`sequence` with an agreeing result hash;
+  // sets *verdict to its verdict.
+  static void CommitOn(GroupTable& table, const GroupView& view, int rank,
+                       uint64_t sequence, absl::Status* verdict) {
+    CommitCall commit;
+    commit.group = view.name;
+    commit.epoch = view.epoch;
+    commit.rank = rank;
+    commit.sequence = sequence;
+    commit.result_hash = 1;
+    table.Commit(commit, [verdict](absl::Status s) { *verdict = s; });
+  }
+
   // A new leader: a registry and table restored from what was written.
   void TakeOver() {
     const StoredState state = log_.State();
@@ -304,6 +327,94 @@ TEST_F(GroupRestoreTest, Commit_PlannedByOldLeader_CommitsOnTheNewOne) {
   }
   EXPECT_EQ(next[0].sum(), 12);
   EXPECT_THAT(next_table_->Forming(), IsEmpty());
+}
+
+TEST_F(GroupRestoreTest,
+       Collective_PlanLostForOneRank_RunningCallsPlanItAgain) {
+  const GroupView view = Form(*table_);
+  // The old leader planned #1, and died before rank 2 heard it.
+  std::vector<Answer> planned(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    table_->Collective(RingCall(view, rank, 1), planned[rank].Callback());
+  }
+  ASSERT_EQ((*planned[0].outcome)->plan.algorithm, Algorithm::kRing);
+  TakeOver();
+  // Rank 2 calls again; ranks 0 and 1, running the plan, send running
+  // calls, answered at once.
+  Answer left_behind;
+  next_table_->Collective(RingCall(view, 2, 1), left_behind.Callback());
+  std::vector<Answer> running(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    CollectiveCall call = RingCall(view, rank, 1);
+    call.running = true;
+    next_table_->Collective(call, running[rank].Callback());
+    EXPECT_EQ(running[rank].calls, 1);
+    EXPECT_TRUE(running[rank].status().ok()) << running[rank].status();
+  }
+  // Rank 2 got the same plan.
+  ASSERT_TRUE(left_behind.status().ok()) << left_behind.status();
+  EXPECT_EQ((*left_behind.outcome)->plan.algorithm, Algorithm::kRing);
+  EXPECT_EQ((*left_behind.outcome)->plan.chunk_bytes,
+            (*planned[2].outcome)->plan.chunk_bytes);
+  EXPECT_EQ(running[0].calls, 1);  // the verdict went nowhere
+  // Every rank commits it here, and goes on at #2.
+  std::vector<absl::Status> verdicts(kWorld, absl::UnknownError("none"));
+  for (int rank = 0; rank < kWorld; ++rank) {
+    CommitOn(*next_table_, view, rank, 1, &verdicts[rank]);
+  }
+  for (const absl::Status& verdict : verdicts) EXPECT_TRUE(verdict.ok());
+  std::vector<Answer> next(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
+  }
+  EXPECT_EQ(next[0].sum(), 12);
+}
+
+TEST_F(GroupRestoreTest, Commit_EveryRankHadThePlan_RunningCallsGiveWay) {
+  const GroupView view = Form(*table_);
+  std::vector<Answer> planned(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    table_->Collective(RingCall(view, rank, 1), planned[rank].Callback());
+  }
+  TakeOver();
+  // Ranks 0 and 1 moved while running #1; rank 2 finished it first and
+  // commits; then the others commit.
+  Answer running;
+  for (int rank = 0; rank < 2; ++rank) {
+    CollectiveCall call = RingCall(view, rank, 1);
+    call.running = true;
+    next_table_->Collective(call, running.Callback());
+  }
+  std::vector<absl::Status> verdicts(kWorld, absl::UnknownError("none"));
+  for (int rank : {2, 0, 1}) {
+    CommitOn(*next_table_, view, rank, 1, &verdicts[rank]);
+  }
+  for (const absl::Status& verdict : verdicts) {
+    EXPECT_TRUE(verdict.ok()) << verdict;
+  }
+  std::vector<Answer> next(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
+  }
+  EXPECT_EQ(next[0].sum(), 12);
+  EXPECT_EQ(running.calls, 2);
+}
+
+TEST_F(GroupRestoreTest,
+       Collective_RunningOnGroupNotRestored_AnsweredMatchesNothing) {
+  const GroupView view = Form(*table_);
+  Answer running;
+  CollectiveCall call = RingCall(view, 0, 1);
+  call.running = true;
+  table_->Collective(call, running.Callback());
+  EXPECT_EQ(running.calls, 1);
+  // #1 is still the ranks' to call: nothing of it was matched.
+  std::vector<Answer> first(kWorld);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    table_->Collective(Call(view, rank, 1), first[rank].Callback());
+  }
+  ASSERT_TRUE(first[0].status().ok()) << first[0].status();
+  EXPECT_EQ(first[0].sum(), 6);
 }
 
 }  // namespace
