@@ -40,8 +40,9 @@ void GroupTable::SaveChangedLocked() {
         options_.log->DropGroup(options_.job, name);
         continue;
       }
-      options_.log->SaveGroup(
-          StoredGroup{options_.job, it->second.view, it->second.aborted});
+      options_.log->SaveGroup(StoredGroup{options_.job, it->second.view,
+                                          it->second.aborted,
+                                          it->second.request_ids});
     }
   }
   unsaved_.clear();
@@ -62,7 +63,8 @@ void GroupTable::Restore(const std::vector<StoredGroup>& stored) {
     group.next_sequence.assign(view.world_size, 1);
     group.called_ahead.resize(view.world_size);
     group.last_outcome.resize(view.world_size);
-    group.request_ids.assign(view.world_size, "");
+    group.request_ids = from.request_ids;
+    group.request_ids.resize(view.world_size);
     uint64_t& last = epochs_[view.name];
     last = std::max(last, view.epoch);
   }

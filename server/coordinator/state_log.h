@@ -40,6 +40,8 @@ struct StoredGroup {
   GroupView view;
   // OK while the epoch is live; the abort that ended it otherwise.
   absl::Status aborted;
+  // The join request id of each rank (empty where unknown).
+  std::vector<std::string> request_ids;
 };
 
 // A key of a job's store (key_store.h).

@@ -83,6 +83,7 @@ TEST_F(EtcdStateLogTest, Load_AfterWrites_ReturnsWhatTheLeaderWrote) {
   member.address = "10.0.0.1:7100";
   member.incarnation = 42;
   group.view.members = {member};
+  group.request_ids = {"join-7"};
   group.aborted = WithErrorDetail(absl::AbortedError("rank 0 is gone"),
                                   MakeErrorDetail("RANK_GONE", "train", 77, 0));
   log_->SaveGroup(group);
@@ -111,6 +112,7 @@ TEST_F(EtcdStateLogTest, Load_AfterWrites_ReturnsWhatTheLeaderWrote) {
   EXPECT_EQ(read.view.max_world_size, 4);
   ASSERT_EQ(read.view.members.size(), 1u);
   EXPECT_EQ(read.view.members[0].machine, "m1");
+  EXPECT_EQ(read.request_ids, std::vector<std::string>{"join-7"});
   EXPECT_EQ(read.aborted, group.aborted);
   EXPECT_EQ(ErrorDetailOf(read.aborted)->reason(), "RANK_GONE");
   ASSERT_EQ(loaded->keys.size(), 1u);

@@ -127,6 +127,7 @@ class GroupRestoreTest : public ::testing::Test {
       request.rank = rank;
       request.worker_id = workers_[rank];
       request.device = Cpu();
+      request.request_id = absl::StrCat("join-", rank);
       table.Join(request, [&views, rank](const absl::StatusOr<GroupView>& v) {
         views[rank] = v;
       });
@@ -415,6 +416,26 @@ TEST_F(GroupRestoreTest,
   }
   ASSERT_TRUE(first[0].status().ok()) << first[0].status();
   EXPECT_EQ(first[0].sum(), 6);
+}
+
+TEST_F(GroupRestoreTest, Join_AnswerLostAtFailover_RetryGetsTheFormedGroup) {
+  const GroupView view = Form(*table_);
+  TakeOver();
+  // Rank 1's answer was lost; its join goes again to the new leader.
+  JoinRequest again;
+  again.group = "g";
+  again.world_size = kWorld;
+  again.rank = 1;
+  again.worker_id = workers_[1];
+  again.device = Cpu();
+  again.request_id = "join-1";
+  std::optional<absl::StatusOr<GroupView>> got;
+  next_table_->Join(again,
+                    [&got](const absl::StatusOr<GroupView>& v) { got = v; });
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status();
+  EXPECT_EQ((*got)->epoch, view.epoch);
+  EXPECT_EQ((*got)->members.size(), static_cast<size_t>(kWorld));
 }
 
 }  // namespace

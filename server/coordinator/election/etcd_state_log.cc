@@ -57,6 +57,7 @@ v1::StoredGroup GroupToProto(const StoredGroup& group) {
     *to->mutable_member() = MemberToProto(member);
     to->set_machine(member.machine);
   }
+  for (const std::string& id : group.request_ids) stored.add_request_ids(id);
   if (!group.aborted.ok()) {
     stored.set_aborted_code(static_cast<int>(group.aborted.code()));
     stored.set_aborted_message(std::string(group.aborted.message()));
@@ -89,6 +90,8 @@ StoredGroup GroupFromProto(const v1::StoredGroup& stored) {
   }
   view.world_size = static_cast<int>(view.members.size());
   view.same_host = stored.same_host();
+  group.request_ids.assign(stored.request_ids().begin(),
+                           stored.request_ids().end());
   if (stored.aborted_code() != 0) {
     group.aborted =
         StatusWithDetail(static_cast<absl::StatusCode>(stored.aborted_code()),
