@@ -15,10 +15,11 @@
 // GPU: at most `max_idle_sets` sets per GPU and `max_idle_bytes` of device
 // and pinned host memory per GPU stay allocated while idle.
 //
-// Built from device_buffers_cuda.cc with CUDA and device_buffers_none.cc
-// without; without CUDA every call returns the device refusal
-// (UNIMPLEMENTED, "Distributed operations are not supported for device
-// Cuda(n): this worker was built without CUDA").
+// The GPU's operations come from a DeviceRuntime (device_runtime.h): this
+// build's (CUDA's; without CUDA every call returns the device refusal,
+// UNIMPLEMENTED, "Distributed operations are not supported for device
+// Cuda(n): this worker was built without CUDA"), or an emulated one in
+// tests.
 //
 // Lifecycle: one per worker, outliving the buffers it hands out.
 // Thread safety: DeviceBuffers is thread-safe; each DeviceReduceBuffer is
@@ -35,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "common/collective.h"
 #include "server/worker/algorithms/reduce_buffer.h"
+#include "server/worker/gpu/device_runtime.h"
 
 namespace chorus {
 
@@ -54,7 +56,9 @@ class DeviceReduceBuffer : public ReduceBuffer {
 
 class DeviceBuffers {
  public:
-  explicit DeviceBuffers(int max_idle_sets = 2,
+  // `runtime` (not owned) must outlive this.
+  explicit DeviceBuffers(DeviceRuntime* runtime = BuiltInDeviceRuntime(),
+                         int max_idle_sets = 2,
                          uint64_t max_idle_bytes = uint64_t{1} << 30);
   ~DeviceBuffers();
   DeviceBuffers(const DeviceBuffers&) = delete;
@@ -80,9 +84,10 @@ class DeviceBuffers {
                               std::string* out);
   absl::Status CopyToDevice(int device, absl::string_view src, void* dst);
 
-  // Returns OK when `ptr` is memory of Cuda(`device`) or `bytes` is 0;
-  // INVALID_ARGUMENT naming `what` ("input pointer") otherwise, without
-  // reading the memory. Codes as FromHost() for a device it cannot use.
+  // Returns OK when [ptr, ptr + bytes) is memory of Cuda(`device`) or
+  // `bytes` is 0; INVALID_ARGUMENT naming `what` ("input pointer")
+  // otherwise, without reading the memory (DeviceRuntime::CheckPointer). Codes
+  // as FromHost() for a device it cannot use.
   absl::Status CheckPointer(int device, const void* ptr, uint64_t bytes,
                             absl::string_view what);
 
@@ -99,6 +104,7 @@ class DeviceBuffers {
   // Copies `bytes` bytes between host and device memory and waits.
   absl::Status Copy(int device, void* dst, const void* src, uint64_t bytes);
 
+  DeviceRuntime* const runtime_;  // not owned
   std::unique_ptr<Pool> pool_;
 };
 

@@ -1,0 +1,175 @@
+// The DeviceRuntime of a build with CUDA: the CUDA runtime API and Chorus's
+// CUDA kernels. Each operation makes its device current for the calling
+// thread and restores the previous one.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "server/reduce/cuda/cuda_reduce.h"
+#include "server/reduce/cuda/cuda_status.h"
+#include "server/worker/gpu/device_runtime.h"
+
+namespace chorus {
+namespace {
+
+using cuda_reduce::CudaError;
+using cuda_reduce::ScopedDevice;
+
+cudaStream_t AsCuda(DeviceRuntime::Stream stream) {
+  return reinterpret_cast<cudaStream_t>(stream);
+}
+cudaEvent_t AsCuda(DeviceRuntime::Event event) {
+  return reinterpret_cast<cudaEvent_t>(event);
+}
+
+class CudaDeviceRuntime final : public DeviceRuntime {
+ public:
+  absl::StatusOr<Stream> NewStream(int device) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    cudaStream_t stream = nullptr;
+    if (cudaError_t e =
+            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
+      return CudaError(device, e, "creating a stream");
+    }
+    return reinterpret_cast<Stream>(stream);
+  }
+
+  void DeleteStream(int device, Stream stream) override {
+    ScopedDevice scope;
+    if (stream == nullptr || !scope.Enter(device).ok()) return;
+    cudaStreamSynchronize(AsCuda(stream));
+    cudaStreamDestroy(AsCuda(stream));
+  }
+
+  absl::StatusOr<Event> NewEvent(int device) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    cudaEvent_t event = nullptr;
+    // A waiting thread blocks instead of spinning.
+    if (cudaError_t e = cudaEventCreateWithFlags(
+            &event, cudaEventBlockingSync | cudaEventDisableTiming);
+        e != cudaSuccess) {
+      return CudaError(device, e, "creating an event");
+    }
+    return reinterpret_cast<Event>(event);
+  }
+
+  void DeleteEvent(int device, Event event) override {
+    ScopedDevice scope;
+    if (event != nullptr && scope.Enter(device).ok()) {
+      cudaEventDestroy(AsCuda(event));
+    }
+  }
+
+  absl::StatusOr<void*> AllocDevice(int device, uint64_t bytes) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    void* memory = nullptr;
+    if (cudaError_t e = cudaMalloc(&memory, bytes); e != cudaSuccess) {
+      return CudaError(device, e,
+                       absl::StrCat("allocating ", bytes, " bytes of memory"));
+    }
+    return memory;
+  }
+
+  void FreeDevice(int device, void* memory) override {
+    ScopedDevice scope;
+    if (memory != nullptr && scope.Enter(device).ok()) cudaFree(memory);
+  }
+
+  absl::StatusOr<char*> AllocPinned(int device, uint64_t bytes) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    void* memory = nullptr;
+    if (cudaError_t e = cudaMallocHost(&memory, bytes); e != cudaSuccess) {
+      return CudaError(
+          device, e,
+          absl::StrCat("allocating ", bytes, " bytes of pinned host memory"));
+    }
+    return static_cast<char*>(memory);
+  }
+
+  void FreePinned(int device, char* memory) override {
+    ScopedDevice scope;
+    if (memory != nullptr && scope.Enter(device).ok()) cudaFreeHost(memory);
+  }
+
+  absl::Status CopyAsync(int device, void* dst, const void* src, uint64_t bytes,
+                         Stream stream, absl::string_view doing) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    // cudaMemcpyDefault tells host and device memory apart (unified
+    // addressing).
+    if (cudaError_t e =
+            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, AsCuda(stream));
+        e != cudaSuccess) {
+      return CudaError(device, e, doing);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Reduce(int device, ReduceOp op, DType dtype, void* dst,
+                      const void* a, const void* b, size_t count,
+                      Stream stream) override {
+    return cuda_reduce::Reduce(device, op, dtype, dst, a, b, count,
+                               AsCuda(stream));
+  }
+
+  absl::Status FinalizeAvg(int device, DType dtype, void* data, size_t count,
+                           int world_size, Stream stream) override {
+    return cuda_reduce::FinalizeAvg(device, dtype, data, count, world_size,
+                                    AsCuda(stream));
+  }
+
+  absl::Status Record(int device, Event event, Stream stream) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    if (cudaError_t e = cudaEventRecord(AsCuda(event), AsCuda(stream));
+        e != cudaSuccess) {
+      return CudaError(device, e, "recording an event");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Wait(int device, Event event, absl::string_view what) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    if (cudaError_t e = cudaEventSynchronize(AsCuda(event)); e != cudaSuccess) {
+      return CudaError(device, e, absl::StrCat("waiting for ", what));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPointer(int device, const void* ptr, uint64_t bytes,
+                            absl::string_view what) override {
+    if (bytes == 0) return absl::OkStatus();
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    cudaPointerAttributes attributes = {};
+    if (cudaError_t e = cudaPointerGetAttributes(&attributes, ptr);
+        e != cudaSuccess) {
+      return CudaError(device, e, absl::StrCat("looking up the ", what));
+    }
+    const bool on_gpu = attributes.type == cudaMemoryTypeDevice ||
+                        attributes.type == cudaMemoryTypeManaged;
+    if (!on_gpu || attributes.device != device) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Name(device), ": the ", what, " 0x",
+                       absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
+                       " is not memory of this GPU"));
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+DeviceRuntime* BuiltInDeviceRuntime() {
+  static CudaDeviceRuntime* const runtime = new CudaDeviceRuntime();
+  return runtime;
+}
+
+}  // namespace chorus
