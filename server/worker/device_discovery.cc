@@ -31,6 +31,18 @@ DiscoveredDevices DiscoverDevices() {
   return discovered;
 }
 
+DiscoveredDevices DiscoverEmulated(const std::vector<Device>& gpus) {
+  DiscoveredDevices discovered = DiscoverDevices();
+  discovered.devices.resize(1);  // the CPU
+  discovered.devices.insert(discovered.devices.end(), gpus.begin(),
+                            gpus.end());
+  discovered.support.cuda_built = true;
+  discovered.support.cuda_device_count = static_cast<int>(gpus.size());
+  discovered.support.cuda_unavailable_reason.clear();
+  discovered.support.cuda_refused.clear();
+  return discovered;
+}
+
 absl::StatusOr<std::vector<Device>> SelectDevices(
     const std::vector<Device>& requested, const DiscoveredDevices& discovered) {
   if (requested.empty()) return discovered.devices;

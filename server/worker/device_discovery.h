@@ -24,6 +24,9 @@ struct DiscoveredDevices {
 // Returns the devices this process can serve.
 DiscoveredDevices DiscoverDevices();
 
+// DiscoverDevices() with `gpus` (an emulation's, for tests) as the GPUs.
+DiscoveredDevices DiscoverEmulated(const std::vector<Device>& gpus);
+
 // Returns the devices a worker should register: `requested` when not empty
 // (each checked against `discovered`, with the descriptive fields of the
 // matching discovered device copied in), else every discovered device.

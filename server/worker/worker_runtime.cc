@@ -2,7 +2,9 @@
 
 #include <glog/logging.h>
 
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/coordinator_target.h"
@@ -29,7 +31,11 @@ absl::Status WorkerRuntime::Register() { return session_->Start(); }
 absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     RuntimeOptions options) {
   std::unique_ptr<WorkerRuntime> runtime(new WorkerRuntime());
-  const DiscoveredDevices discovered = DiscoverDevices();
+  const std::optional<std::vector<Device>> gpus =
+      options.device_runtime != nullptr ? options.device_runtime->Gpus()
+                                        : std::nullopt;
+  const DiscoveredDevices discovered =
+      gpus.has_value() ? DiscoverEmulated(*gpus) : DiscoverDevices();
   absl::StatusOr<std::vector<Device>> devices =
       SelectDevices(options.devices, discovered);
   if (!devices.ok()) return devices.status();
@@ -76,7 +82,9 @@ absl::Status WorkerRuntime::StartDataPlane(const RuntimeOptions& options) {
   sender_ = std::make_unique<TcpPeerPool>([this] {
     return session_ != nullptr ? session_->lease() : absl::ZeroDuration();
   });
-  device_buffers_ = std::make_unique<DeviceBuffers>();
+  device_buffers_ = std::make_unique<DeviceBuffers>(
+      options.device_runtime != nullptr ? options.device_runtime
+                                        : BuiltInDeviceRuntime());
   return absl::OkStatus();
 }
 

@@ -93,6 +93,10 @@ struct RuntimeOptions {
   // When set, the server also listens on this Unix domain socket (its owner
   // readies it and keeps it private: local/local_worker.h).
   std::string unix_socket_path;
+  // Where GPU memory, streams and kernels come from (not owned; must
+  // outlive the runtime); null: this build's (CUDA's, or none). Tests pass
+  // an EmulatedDeviceRuntime, whose GPUs are then the ones discovered.
+  DeviceRuntime* device_runtime = nullptr;
 };
 
 class WorkerRuntime final : public CallRuntime {

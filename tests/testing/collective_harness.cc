@@ -14,7 +14,8 @@ namespace chorus::test {
 
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     int workers, const std::vector<std::string>& coordinator_flags,
-    CallRoute calls, const std::vector<Device>& devices) {
+    CallRoute calls, const std::vector<Device>& devices,
+    DeviceRuntime* device_runtime) {
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   absl::StatusOr<Daemon> coordinator = StartCoordinator(coordinator_flags);
   if (!coordinator.ok()) return coordinator.status();
@@ -25,6 +26,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     options.listen = "127.0.0.1:0";
     options.name = absl::StrCat("embedded-", i);
     options.devices = devices;
+    options.device_runtime = device_runtime;
     options.call_port = calls == CallRoute::kCallPort ||
                         (calls == CallRoute::kMixed && i % 2 == 0);
     // Every collective's result is checked at its commit, so the matrix

@@ -55,13 +55,16 @@ class EmbeddedCluster {
 
   // Starts the coordinator (with `coordinator_flags` added, e.g.
   // "--chunk_bytes=1000") and the runtimes, each registering `devices`
-  // (the CPU alone unless told; GPU tests add Cuda(0)). Returns the
-  // harness's errors, or a runtime's own (e.g. UNIMPLEMENTED for a device
-  // this machine lacks).
+  // (the CPU alone unless told; GPU tests add Cuda(0)), their GPUs from
+  // `device_runtime` (not owned; null: this build's, else e.g. an
+  // EmulatedDeviceRuntime, shared by every runtime). Returns the harness's
+  // errors, or a runtime's own (e.g. UNIMPLEMENTED for a device this
+  // machine lacks).
   static absl::StatusOr<std::unique_ptr<EmbeddedCluster>> Start(
       int workers, const std::vector<std::string>& coordinator_flags = {},
       CallRoute calls = CallRoute::kCallPort,
-      const std::vector<Device>& devices = {JoinOptions::CpuDevice()});
+      const std::vector<Device>& devices = {JoinOptions::CpuDevice()},
+      DeviceRuntime* device_runtime = nullptr);
 
   ~EmbeddedCluster();
 

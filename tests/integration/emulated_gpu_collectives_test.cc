@@ -1,0 +1,240 @@
+// Collectives of ranks on Cuda(n) GPUs emulated in host memory
+// (EmulatedDeviceRuntime): the worker's whole device path (staging through
+// pinned memory, streams and events, the pool, pointer checks, faults) runs
+// on every machine, with a real coordinator process and embedded worker
+// runtimes whose GPUs are the emulation's. The same cases run on a real GPU
+// in tests/gpu/gpu_collectives_test.cc.
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/worker/gpu/emulated_device_runtime.h"
+#include "tests/testing/collective_harness.h"
+
+namespace chorus::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+Device Gpu(int index) {
+  Device d;
+  d.kind = DeviceKind::kCuda;
+  d.index = index;
+  return d;
+}
+
+class EmulatedGpuCollectivesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Every runtime registers the CPU and both GPUs, as a worker daemon on
+    // a two-GPU machine does by default; they share the emulated GPUs as
+    // processes share a machine's.
+    auto cluster = EmbeddedCluster::Start(
+        4, {}, EmbeddedCluster::CallRoute::kCallPort,
+        {JoinOptions::CpuDevice(), Gpu(0), Gpu(1)}, &gpus_);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  std::vector<std::unique_ptr<Communicator>> Join(const std::string& name,
+                                                  int world) {
+    auto group = cluster_->JoinGroup(name, world);
+    EXPECT_TRUE(group.ok()) << group.status();
+    if (!group.ok()) return {};
+    return *std::move(group);
+  }
+
+  // Runs one rank's call through RunOnDevice on memory of `device`: the
+  // input copied there, the output copied back for the harness to check.
+  absl::StatusOr<CallResult> RunInGpuMemory(const Device& device,
+                                            Communicator& comm,
+                                            const CollectiveSpec& spec,
+                                            const std::string& input,
+                                            std::string* output,
+                                            const CallOptions& options) {
+    const uint64_t element = DTypeSize(spec.dtype);
+    const uint64_t out_bytes =
+        OutputBytes(spec, comm.world_size(), comm.rank());
+    absl::StatusOr<void*> in = gpus_.AllocDevice(device.index, input.size());
+    absl::StatusOr<void*> out = gpus_.AllocDevice(device.index, out_bytes);
+    if (!in.ok() || !out.ok()) return absl::InternalError("no device memory");
+    std::memcpy(*in, input.data(), input.size());
+    DeviceTensor in_tensor;
+    in_tensor.device = device;
+    in_tensor.data = *in;
+    in_tensor.count = input.size() / element;
+    in_tensor.dtype = spec.dtype;
+    DeviceTensor out_tensor = in_tensor;
+    out_tensor.data = *out;
+    out_tensor.count = out_bytes / element;
+    CallOptions on_gpu = options;
+    on_gpu.device.reset();
+    absl::StatusOr<CallResult> result =
+        comm.RunOnDevice(spec, in_tensor, out_tensor, on_gpu);
+    output->assign(static_cast<const char*>(*out), out_bytes);
+    gpus_.FreeDevice(device.index, *in);
+    gpus_.FreeDevice(device.index, *out);
+    return result;
+  }
+
+  EmulatedDeviceRuntime gpus_{2};
+  std::unique_ptr<EmbeddedCluster> cluster_;
+};
+
+TEST_F(EmulatedGpuCollectivesTest, AllReduce_TwoRanksOnGpus_MatchReference) {
+  auto group = Join("gpu2", 2);
+  ASSERT_EQ(group.size(), 2u);
+  CheckOptions check;
+  check.devices = {Gpu(0), Gpu(1)};
+  check.same_host = false;  // a rank on a GPU never uses shared memory
+  uint64_t seed = 1;
+  for (Algorithm plan : {Algorithm::kUnspecified, Algorithm::kRing,
+                         Algorithm::kRecursiveDoubling}) {
+    for (DType dtype : AllDTypes()) {
+      for (ReduceOp op : AllReduceOps()) {
+        for (uint64_t count : {uint64_t{1}, uint64_t{17}, uint64_t{1} << 16}) {
+          CollectiveCase c;
+          c.spec = Spec(CollectiveKind::kAllReduce, dtype, count, op);
+          c.algorithm = plan;
+          c.seed = seed++;
+          ASSERT_TRUE(RunAndCheck(Pointers(group), c, check));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(EmulatedGpuCollectivesTest,
+       EveryReducingKind_MixedCpuAndGpus_MatchReference) {
+  auto group = Join("mixed", 4);
+  ASSERT_EQ(group.size(), 4u);
+  CheckOptions check;
+  check.devices = {std::nullopt, Gpu(0), Gpu(1), Gpu(0)};
+  check.same_host = false;
+  uint64_t seed = 500;
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+        CollectiveKind::kReduceScatter}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI64}) {
+      for (uint64_t count : {uint64_t{17}, uint64_t{1} << 17}) {
+        CollectiveCase c;
+        c.spec = Spec(kind, dtype, count, ReduceOp::kSum, /*root=*/2);
+        c.algorithm = Algorithm::kRing;
+        c.seed = seed++;
+        ASSERT_TRUE(RunAndCheck(Pointers(group), c, check));
+      }
+    }
+  }
+}
+
+TEST_F(EmulatedGpuCollectivesTest, RunOnDevice_GpuMemory_MatchReference) {
+  auto group = Join("pointers", 4);
+  ASSERT_EQ(group.size(), 4u);
+  CheckOptions check;
+  check.run = [this](int rank, Communicator& comm, const CollectiveSpec& spec,
+                     const std::string& input, std::string* output,
+                     const CallOptions& options) {
+    return RunInGpuMemory(Gpu(rank % 2), comm, spec, input, output, options);
+  };
+  check.same_host = false;
+  uint64_t seed = 900;
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+        CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+    for (uint64_t count : {uint64_t{5}, uint64_t{1} << 17}) {
+      CollectiveCase c;
+      c.spec = Spec(kind, DType::kF32, count,
+                    KindReduces(kind) ? ReduceOp::kSum : ReduceOp::kUnspecified,
+                    /*root=*/1);
+      c.seed = seed++;
+      ASSERT_TRUE(RunAndCheck(Pointers(group), c, check));
+    }
+  }
+}
+
+TEST_F(EmulatedGpuCollectivesTest,
+       RunOnDevice_RangeNotWhollyOnGpu_RefusedBeforeSequence) {
+  auto group = Join("bad-range", 1);
+  ASSERT_EQ(group.size(), 1u);
+  const uint64_t count = 1 << 10;
+  // Device memory for half the elements the call names.
+  absl::StatusOr<void*> half = gpus_.AllocDevice(0, count * sizeof(float) / 2);
+  ASSERT_TRUE(half.ok());
+  std::vector<float> host(count, 1.0f);
+  CallOptions options;
+  options.algorithm = Algorithm::kRing;
+  options.timeout = kCallTimeout;
+  const CollectiveSpec spec =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum);
+  for (void* bad : {static_cast<void*>(host.data()), *half}) {
+    DeviceTensor tensor;
+    tensor.device = Gpu(0);
+    tensor.data = bad;
+    tensor.count = count;
+    tensor.dtype = DType::kF32;
+    absl::StatusOr<CallResult> r =
+        group[0]->RunOnDevice(spec, tensor, tensor, options);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr("Cuda(0): the input pointer 0x"));
+  }
+  gpus_.FreeDevice(0, *half);
+  // Refused before it took a sequence number: the next call is #1.
+  std::string out;
+  absl::StatusOr<CallResult> next = group[0]->Run(
+      spec, std::string(count * sizeof(float), '\0'), &out, options);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->sequence, 1u);
+}
+
+TEST_F(EmulatedGpuCollectivesTest,
+       KernelFault_EveryRankAnsweredOtherGpuGoesOn) {
+  auto group = Join("fault", 2);
+  ASSERT_EQ(group.size(), 2u);
+  gpus_.FaultAtKernel(1, 1, "an illegal memory access was encountered");
+  const uint64_t count = 1 << 16;
+  CallOptions options;
+  options.algorithm = Algorithm::kRing;
+  options.timeout = kCallTimeout;
+  const CollectiveSpec spec =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum);
+  std::vector<absl::Status> status(2);
+  RunOnRanks(2, [&](int rank) {
+    CallOptions on = options;
+    on.device = Gpu(rank);
+    std::string out;
+    status[rank] =
+        group[rank]->Run(spec, std::string(count * 4, '\1'), &out, on).status();
+  });
+  // Every rank gets the group's verdict: aborted, naming the rank whose GPU
+  // faulted and quoting the fault.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(status[rank].code(), absl::StatusCode::kAborted) << status[rank];
+    EXPECT_THAT(std::string(status[rank].message()),
+                HasSubstr("rank 1 failed collective #1"));
+    EXPECT_THAT(std::string(status[rank].message()), HasSubstr("Cuda(1): "));
+    EXPECT_THAT(std::string(status[rank].message()),
+                HasSubstr("device fault (emulated)"));
+  }
+  // Ranks on the healthy GPU go on in a group of their own.
+  auto healthy = Join("healthy", 2);
+  ASSERT_EQ(healthy.size(), 2u);
+  CheckOptions check;
+  check.devices = {Gpu(0), Gpu(0)};
+  check.same_host = false;
+  CollectiveCase c;
+  c.spec = spec;
+  c.algorithm = Algorithm::kRing;
+  ASSERT_TRUE(RunAndCheck(Pointers(healthy), c, check));
+}
+
+}  // namespace
+}  // namespace chorus::test
