@@ -156,6 +156,24 @@ TEST(DeviceBuffersTest, NotDeviceMemory_RefusedNamingDevice) {
   auto fresh = buffers.FromHost(0, spec, Ints(0, 4));
   EXPECT_TRUE(fresh.ok()) << fresh.status();
 }
+TEST(DeviceBuffersTest, RangePastTheAllocation_RefusedNamingWhatIsLeft) {
+  if (!HaveGpu())
+    GTEST_SKIP() << "no CUDA GPU: " << ProbeCuda().unavailable_reason;
+  DeviceBuffers buffers;
+  void* small = nullptr;
+  ASSERT_EQ(cudaMalloc(&small, 64), cudaSuccess);
+  const char* middle = static_cast<const char*>(small) + 32;
+  const CollectiveSpec spec = AllReduceSpec(DType::kI32, ReduceOp::kSum, 12);
+  auto buffer = buffers.FromDevice(0, spec, middle, 48);
+  EXPECT_EQ(buffer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(buffer.status().message()),
+              HasSubstr("has 32 bytes of this GPU's memory behind it, not 48"));
+  // The whole range is fine.
+  auto fits = buffers.FromDevice(0, spec, middle, 32);
+  EXPECT_TRUE(fits.ok()) << fits.status();
+  fits = absl::InternalError("released");
+  cudaFree(small);
+}
 #endif  // CHORUS_TEST_WITH_CUDA
 
 TEST(DeviceBuffersTest, BadRange_InvalidArgument) {

@@ -103,8 +103,9 @@ class DeviceRuntime {
 
   // Returns OK when all of [ptr, ptr + bytes) is memory of the device, or
   // `bytes` is 0; INVALID_ARGUMENT naming `what` ("input pointer")
-  // otherwise, without reading the memory. A runtime that cannot tell the
-  // size of an allocation checks where it starts.
+  // otherwise, without reading the memory. (CUDA's asks the driver for the
+  // allocation's extent; a driver without that entry point gets the start
+  // checked alone.)
   virtual absl::Status CheckPointer(int device, const void* ptr, uint64_t bytes,
                                     absl::string_view what) = 0;
 };

@@ -1,9 +1,11 @@
 // The DeviceRuntime of a build with CUDA: the CUDA runtime API and Chorus's
 // CUDA kernels. Each operation makes its device current for the calling
 // thread and restores the previous one.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "server/reduce/cuda/cuda_reduce.h"
@@ -21,6 +23,26 @@ cudaStream_t AsCuda(DeviceRuntime::Stream stream) {
 }
 cudaEvent_t AsCuda(DeviceRuntime::Event event) {
   return reinterpret_cast<cudaEvent_t>(event);
+}
+
+// The driver's cuMemGetAddressRange (an allocation's base and size), found
+// through the runtime so that the worker does not link the driver library
+// (it starts on machines without a driver); null when the driver has none.
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+AddressRangeFn AddressRange() {
+  static const AddressRangeFn found = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                         cudaEnableDefault,
+                                         &result) != cudaSuccess ||
+        result != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // not sticky; clear it
+      return static_cast<AddressRangeFn>(nullptr);
+    }
+    return reinterpret_cast<AddressRangeFn>(fn);
+  }();
+  return found;
 }
 
 class CudaDeviceRuntime final : public DeviceRuntime {
@@ -155,11 +177,23 @@ class CudaDeviceRuntime final : public DeviceRuntime {
     }
     const bool on_gpu = attributes.type == cudaMemoryTypeDevice ||
                         attributes.type == cudaMemoryTypeManaged;
+    const std::string named =
+        absl::StrCat(Name(device), ": the ", what, " 0x",
+                     absl::Hex(reinterpret_cast<uintptr_t>(ptr)));
     if (!on_gpu || attributes.device != device) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Name(device), ": the ", what, " 0x",
-                       absl::Hex(reinterpret_cast<uintptr_t>(ptr)),
-                       " is not memory of this GPU"));
+          absl::StrCat(named, " is not memory of this GPU"));
+    }
+    // The whole range: an over-long count would fault the context for good.
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    const CUdeviceptr at = reinterpret_cast<CUdeviceptr>(ptr);
+    if (AddressRangeFn range = AddressRange();
+        range != nullptr && range(&base, &size, at) == CUDA_SUCCESS &&
+        bytes > base + size - at) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(named, " has ", base + size - at,
+                       " bytes of this GPU's memory behind it, not ", bytes));
     }
     return absl::OkStatus();
   }
