@@ -137,6 +137,7 @@ RunOptions ToRunOptions(const CallOptions& options) {
   run.algorithm = options.algorithm;
   run.timeout = options.timeout;
   run.device = options.device;
+  run.stream = options.stream;
   return run;
 }
 

@@ -57,6 +57,11 @@ struct CallOptions {
   absl::Duration timeout = absl::Minutes(1);
   // The device this call's buffers live on; the rank's device when unset.
   std::optional<Device> device;
+  // RunOnDevice() on Cuda tensors: the CUDA stream (a cudaStream_t) the
+  // input was written on. The call reads the input only after the work
+  // enqueued there before the call; null: whatever wrote the input is
+  // complete (the caller synchronised).
+  void* stream = nullptr;
 };
 
 // A buffer in a device's memory: `count` elements of `dtype` at `data`,
@@ -159,8 +164,9 @@ class Communicator {
   // communicator joined with JoinEmbedded: a daemon cannot reach this
   // process's GPU memory, so through a daemon send host bytes with Run()
   // and name the device in CallOptions.device instead. Cpu tensors work on
-  // both paths. Whatever wrote `input` must be complete (synchronise its
-  // stream first); `output` is complete when this returns. Returns
+  // both paths. The input is read after the work enqueued on
+  // CallOptions.stream before the call (without one, whatever wrote `input`
+  // must be complete); `output` is complete when this returns. Returns
   // INVALID_ARGUMENT when the tensors' devices differ from each other or
   // from CallOptions.device, their dtype is not spec.dtype, or their counts
   // are not the spec's input and output sizes (an off-root rank of

@@ -63,6 +63,9 @@ struct RunOptions {
   // when set, the output lands there (the same_host plan writes it there
   // directly) and Run() leaves its `output` string empty.
   absl::Span<char> output_place;
+  // RunOnDevice(): the caller's stream its input was written on
+  // (CallOptions::stream); null: the input is ready.
+  void* stream = nullptr;
 };
 
 struct RunResult {

@@ -106,6 +106,10 @@ absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
   const Device device = options.device.value_or(membership.device);
   absl::Status valid =
       CheckDeviceMemory(membership, spec, device, input, output);
+  // Nothing reads the input before the caller's stream wrote it.
+  if (valid.ok() && options.stream != nullptr) {
+    valid = device_buffers_->WaitForStream(device.index, options.stream);
+  }
   if (!valid.ok()) return valid;
   CallBuffers buffers;
   buffers.device_input = input;

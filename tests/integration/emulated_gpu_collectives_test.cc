@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/worker/gpu/emulated_device_runtime.h"
 #include "tests/testing/collective_harness.h"
+#include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
@@ -193,6 +196,62 @@ TEST_F(EmulatedGpuCollectivesTest,
       spec, std::string(count * sizeof(float), '\0'), &out, options);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->sequence, 1u);
+}
+
+TEST_F(EmulatedGpuCollectivesTest,
+       RunOnDevice_InputStillBeingWritten_ReadAfterTheCallersStream) {
+  auto group = Join("stream", 2);
+  ASSERT_EQ(group.size(), 2u);
+  const uint64_t count = 1 << 12;
+  const uint64_t bytes = count * sizeof(float);
+  std::vector<std::string> outputs(2);
+  RunOnRanks(2, [&](int rank) {
+    // The rank's input is written on its own stream, which is still busy
+    // (held) when the call starts.
+    absl::StatusOr<void*> in = gpus_.AllocDevice(rank, bytes);
+    absl::StatusOr<void*> out = gpus_.AllocDevice(rank, bytes);
+    absl::StatusOr<char*> written = gpus_.AllocPinned(rank, bytes);
+    absl::StatusOr<DeviceRuntime::Stream> stream = gpus_.NewStream(rank);
+    ASSERT_TRUE(in.ok() && out.ok() && written.ok() && stream.ok());
+    std::vector<float> values(count, static_cast<float>(rank + 1));
+    std::memcpy(*written, values.data(), bytes);
+    std::function<void()> release = gpus_.Hold(*stream);
+    ASSERT_TRUE(
+        gpus_.CopyAsync(rank, *in, *written, bytes, *stream, "the input").ok());
+    std::thread releaser([&] {
+      // Once the call waits on the stream, the writer finishes.
+      EXPECT_TRUE(WaitUntil([&] { return gpus_.RecordedOn(*stream) > 0; },
+                            kCallTimeout));
+      release();
+    });
+    DeviceTensor input;
+    input.device = Gpu(rank);
+    input.data = *in;
+    input.count = count;
+    input.dtype = DType::kF32;
+    DeviceTensor output = input;
+    output.data = *out;
+    CallOptions options;
+    options.algorithm = Algorithm::kRing;
+    options.timeout = kCallTimeout;
+    options.stream = *stream;
+    absl::StatusOr<CallResult> result = group[rank]->RunOnDevice(
+        Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum),
+        input, output, options);
+    releaser.join();
+    EXPECT_TRUE(result.ok()) << result.status();
+    outputs[rank].assign(static_cast<const char*>(*out), bytes);
+    gpus_.DeleteStream(rank, *stream);
+    gpus_.FreePinned(rank, *written);
+    gpus_.FreeDevice(rank, *in);
+    gpus_.FreeDevice(rank, *out);
+  });
+  // Each rank's input as its stream wrote it: 1 + 2 everywhere.
+  const std::vector<float> want(count, 3.0f);
+  for (const std::string& out : outputs) {
+    ASSERT_EQ(out.size(), count * sizeof(float));
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size()), 0);
+  }
 }
 
 TEST_F(EmulatedGpuCollectivesTest,

@@ -420,6 +420,19 @@ absl::Status DeviceBuffers::Copy(int device, void* dst, const void* src,
   return status;
 }
 
+absl::Status DeviceBuffers::WaitForStream(int device, void* stream) {
+  absl::StatusOr<std::unique_ptr<StagingSet>> set = pool_->Take(device);
+  if (!set.ok()) return set.status();
+  StagingSet& staging = **set;
+  absl::Status status =
+      runtime_->Record(device, staging.read_done, static_cast<Stream>(stream));
+  if (status.ok()) {
+    status = runtime_->Wait(device, staging.read_done, "the caller's stream");
+  }
+  pool_->Give(*std::move(set), status.ok());
+  return status;
+}
+
 absl::Status DeviceBuffers::CopyFromDevice(int device, const void* src,
                                            uint64_t bytes, std::string* out) {
   if (absl::Status s = CheckPointer(device, src, bytes, "input pointer");

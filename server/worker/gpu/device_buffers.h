@@ -84,6 +84,12 @@ class DeviceBuffers {
                               std::string* out);
   absl::Status CopyToDevice(int device, absl::string_view src, void* dst);
 
+  // Returns once the work enqueued on `stream` (a stream of Cuda(`device`)
+  // the caller owns: a cudaStream_t, or an emulated runtime's stream) so far
+  // has completed; the calling thread blocks on an event, without spinning.
+  // Codes as FromHost(), and the stream's work's error.
+  absl::Status WaitForStream(int device, void* stream);
+
   // Returns OK when [ptr, ptr + bytes) is memory of Cuda(`device`) or
   // `bytes` is 0; INVALID_ARGUMENT naming `what` ("input pointer")
   // otherwise, without reading the memory (DeviceRuntime::CheckPointer). Codes

@@ -1,6 +1,7 @@
 #include "server/worker/gpu/emulated_device_runtime.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -30,6 +31,8 @@ class EmulatedStream {
     }
     thread_.join();
   }
+
+  std::atomic<int> records{0};
 
   void Enqueue(std::function<void()> work) {
     absl::MutexLock lock(&mu_);
@@ -130,6 +133,16 @@ void EmulatedDeviceRuntime::FaultAtKernel(int device, int kernels,
   if (device < 0 || device >= devices_) return;
   gpus_[device].kernels_until_fault = kernels;
   gpus_[device].planned_fault = why;
+}
+
+std::function<void()> EmulatedDeviceRuntime::Hold(Stream stream) {
+  auto released = std::make_shared<absl::Notification>();
+  AsEmulated(stream)->Enqueue([released] { released->WaitForNotification(); });
+  return [released] { released->Notify(); };
+}
+
+int EmulatedDeviceRuntime::RecordedOn(Stream stream) const {
+  return AsEmulated(stream)->records.load();
 }
 
 uint64_t EmulatedDeviceRuntime::AllocatedBytes(int device) const {
@@ -336,6 +349,7 @@ absl::Status EmulatedDeviceRuntime::Record(int device, Event event,
     return s;
   }
   EmulatedEvent* recorded = AsEmulated(event);
+  ++AsEmulated(stream)->records;
   uint64_t mark = 0;
   {
     absl::MutexLock lock(&recorded->mu);

@@ -22,6 +22,7 @@
 #define CHORUS_SERVER_WORKER_GPU_EMULATED_DEVICE_RUNTIME_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,6 +51,12 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
   // Faults `device` when the `kernels`-th kernel enqueued on it from now
   // (1: the next) runs; that kernel does nothing.
   void FaultAtKernel(int device, int kernels, const std::string& why);
+  // Holds `stream` (a test's stand-in for a caller's stream with work
+  // still running): what is enqueued on it after this waits until the
+  // returned function is called (once).
+  std::function<void()> Hold(Stream stream);
+  // How many events were recorded on `stream` so far.
+  int RecordedOn(Stream stream) const;
   // Bytes of device memory allocated on `device` now.
   uint64_t AllocatedBytes(int device) const;
 

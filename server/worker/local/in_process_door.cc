@@ -59,7 +59,8 @@ absl::StatusOr<RunResult> InProcessDoor::RunOnDevice(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     const void* input, void* output, const RunOptions& options) {
   return calls_->RunOnDevice(RequestOf(membership, sequence, spec, options),
-                             absl::Now() + options.timeout, input, output);
+                             absl::Now() + options.timeout, input, output,
+                             options.stream);
 }
 
 void InProcessDoor::RunFrame(v1::LocalCallFrame frame, LocalReplySink send) {

@@ -320,7 +320,7 @@ void LocalCalls::InPlace(const v1::LocalCollectiveRequest& request,
 
 absl::StatusOr<RunResult> LocalCalls::RunOnDevice(
     const v1::LocalCollectiveRequest& request, absl::Time deadline,
-    const void* input, void* output) {
+    const void* input, void* output, void* stream) {
   absl::Status bare = CheckNoPayload(request);
   if (!bare.ok()) return bare;
   // The buffers' sizes are the spec's: CheckDeviceMemory checks the spec.
@@ -331,6 +331,7 @@ absl::StatusOr<RunResult> LocalCalls::RunOnDevice(
   absl::Status usable =
       call->runtime->CheckDeviceMemory(m, call->spec, device, input, output);
   if (!usable.ok()) return usable;
+  call->options.stream = stream;
   call->on_device = true;
   call->device_input = input;
   call->device_output = output;

@@ -260,11 +260,12 @@ class LocalCalls {
 
   // Runs `request` on buffers in the memory of its device (Cuda(n)), on this
   // thread: `input` holds InputBytes() and `output` gets OutputBytes() (null
-  // where that is 0). Codes as RunInPlace(), and CallRuntime::
-  // CheckDeviceMemory's and RunOnDevice's.
+  // where that is 0), read after the work on the caller's `stream`
+  // (RunOptions::stream; null: ready). Codes as RunInPlace(), and
+  // CallRuntime::CheckDeviceMemory's and RunOnDevice's.
   absl::StatusOr<RunResult> RunOnDevice(
       const v1::LocalCollectiveRequest& request, absl::Time deadline,
-      const void* input, void* output);
+      const void* input, void* output, void* stream = nullptr);
 
  private:
   // A call handed to the runtime, until its end.
