@@ -78,6 +78,10 @@ absl::Status WorkerRuntime::CheckDeviceMemory(const Membership& membership,
   if (!registered) {
     return UnsupportedDeviceError(device, "this worker did not register it");
   }
+  if (absl::Status withdrawn = device_buffers_->Withdrawn(device.index);
+      !withdrawn.ok()) {
+    return withdrawn;
+  }
   absl::Status valid = ValidateSpec(spec, membership.world_size);
   if (!valid.ok()) return valid;
   const uint64_t in_bytes = DeviceInputBytes(membership, spec, input);

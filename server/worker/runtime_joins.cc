@@ -58,6 +58,14 @@ void WorkerRuntime::JoinAsync(
 void WorkerRuntime::JoinAsync(
     const JoinArgs& args, absl::Duration timeout,
     std::function<void(absl::StatusOr<Membership>)> done) {
+  // A GPU that faulted takes part in nothing more.
+  if (args.device.kind == DeviceKind::kCuda) {
+    if (absl::Status withdrawn = device_buffers_->Withdrawn(args.device.index);
+        !withdrawn.ok()) {
+      done(withdrawn);
+      return;
+    }
+  }
   auto* join = new PendingJoin;
   v1::JoinGroupRequest& request = join->request;
   request.set_group(args.group);

@@ -283,6 +283,14 @@ TEST_F(EmulatedGpuCollectivesTest,
     EXPECT_THAT(std::string(status[rank].message()),
                 HasSubstr("device fault (emulated)"));
   }
+  // The worker whose rank ran on the faulted GPU withdrew it: a join on it
+  // is refused with the device refusal quoting the fault.
+  absl::StatusOr<Membership> again =
+      cluster_->runtime(1)->Join("again", 1, 0, Gpu(1), kCallTimeout);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(again.status().message()),
+              HasSubstr("Distributed operations are not supported for device "
+                        "Cuda(1): it faulted ("));
   // Ranks on the healthy GPU go on in a group of their own.
   auto healthy = Join("healthy", 2);
   ASSERT_EQ(healthy.size(), 2u);

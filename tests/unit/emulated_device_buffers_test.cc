@@ -194,9 +194,16 @@ TEST_F(EmulatedDeviceBuffersTest, KernelFault_CallFailsDeviceStaysFaulted) {
             absl::StatusCode::kFailedPrecondition);
   buffer->reset();
   EXPECT_EQ(buffers.idle_sets(), 0);
-  // The device stays faulted; the other one works.
-  EXPECT_EQ(buffers.FromHost(0, spec, Ints(1, count)).status().code(),
-            absl::StatusCode::kInternal);
+  // The device is withdrawn: later calls get the device refusal quoting
+  // the fault; the other device works.
+  EXPECT_EQ(buffers.Withdrawn(0).code(), absl::StatusCode::kUnimplemented);
+  const absl::Status refused =
+      buffers.FromHost(0, spec, Ints(1, count)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(refused.message()),
+              StartsWith("Distributed operations are not supported for device "
+                         "Cuda(0): it faulted (Cuda(0): "));
+  EXPECT_TRUE(buffers.Withdrawn(1).ok());
   auto other = buffers.FromHost(1, spec, Ints(1, count));
   ASSERT_TRUE(other.ok()) << other.status();
   ASSERT_TRUE((*other)->CopyToHost(&result).ok());

@@ -3,6 +3,8 @@
 // pinned read buffer for chunks to send.
 #include "server/worker/gpu/device_buffers.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/collective_metrics.h"
+#include "common/device.h"
 #include "server/worker/gpu/device_runtime.h"
 
 namespace chorus {
@@ -121,10 +124,14 @@ struct DeviceBuffers::Pool {
         max_idle_sets(max_sets),
         max_idle_bytes(max_bytes) {}
 
-  // Returns an idle set of `device`, or a new one.
+  // Returns an idle set of `device`, or a new one; the refusal once the
+  // device faulted.
   absl::StatusOr<std::unique_ptr<StagingSet>> Take(int device) {
     {
       absl::MutexLock lock(&mu);
+      if (absl::Status refused = WithdrawnLocked(device); !refused.ok()) {
+        return refused;
+      }
       auto it = idle.find(device);
       if (it != idle.end() && !it->second.empty()) {
         std::unique_ptr<StagingSet> set = std::move(it->second.back());
@@ -154,6 +161,34 @@ struct DeviceBuffers::Pool {
     // `set` is freed here, outside the lock.
   }
 
+  // Records that `device` faulted when `status` says so (INTERNAL: a CUDA
+  // context that failed stays failed), dropping its idle sets. Returns
+  // `status`.
+  absl::Status Noted(int device, absl::Status status) {
+    if (status.code() != absl::StatusCode::kInternal) return status;
+    std::vector<std::unique_ptr<StagingSet>> dropped;
+    absl::MutexLock lock(&mu);
+    if (faults.emplace(device, status).second) {
+      dropped = std::move(idle[device]);
+      idle.erase(device);
+      idle_bytes[device] = 0;
+      LOG(ERROR) << status << "; withdrawing " << DeviceRuntime::Name(device);
+    }
+    return status;
+  }
+
+  absl::Status WithdrawnLocked(int device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = faults.find(device);
+    if (it == faults.end()) return absl::OkStatus();
+    Device gpu;
+    gpu.kind = DeviceKind::kCuda;
+    gpu.index = device;
+    return UnsupportedDeviceError(
+        gpu, absl::StrCat("it faulted (", it->second.message(),
+                          "); restart the worker to use it again"));
+  }
+
   DeviceRuntime* const runtime;  // not owned
   const int max_idle_sets;
   const uint64_t max_idle_bytes;
@@ -161,6 +196,8 @@ struct DeviceBuffers::Pool {
   std::map<int, std::vector<std::unique_ptr<StagingSet>>> idle
       ABSL_GUARDED_BY(mu);
   std::map<int, uint64_t> idle_bytes ABSL_GUARDED_BY(mu);
+  // Devices that faulted, with the fault.
+  std::map<int, absl::Status> faults ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -308,10 +345,11 @@ class StagedReduceBuffer : public DeviceReduceBuffer {
                      ": this call's device buffer failed earlier"));
   }
 
-  // Marks the buffer unhealthy when `status` is an error; returns it.
+  // Marks the buffer unhealthy when `status` is an error (and the device
+  // withdrawn when it faulted); returns it.
   absl::Status Check(absl::Status status) {
     if (!status.ok()) healthy_ = false;
-    return status;
+    return pool_->Noted(device_, std::move(status));
   }
 
   // Waits for everything enqueued on the call's stream.
@@ -417,7 +455,7 @@ absl::Status DeviceBuffers::Copy(int device, void* dst, const void* src,
   }
   if (status.ok()) status = runtime_->Wait(device, staging.read_done, "a copy");
   pool_->Give(*std::move(set), status.ok());
-  return status;
+  return pool_->Noted(device, std::move(status));
 }
 
 absl::Status DeviceBuffers::WaitForStream(int device, void* stream) {
@@ -430,7 +468,7 @@ absl::Status DeviceBuffers::WaitForStream(int device, void* stream) {
     status = runtime_->Wait(device, staging.read_done, "the caller's stream");
   }
   pool_->Give(*std::move(set), status.ok());
-  return status;
+  return pool_->Noted(device, std::move(status));
 }
 
 absl::Status DeviceBuffers::CopyFromDevice(int device, const void* src,
@@ -452,6 +490,11 @@ absl::Status DeviceBuffers::CopyToDevice(int device, absl::string_view src,
   }
   if (src.empty()) return absl::OkStatus();
   return Copy(device, dst, src.data(), src.size());
+}
+
+absl::Status DeviceBuffers::Withdrawn(int device) const {
+  absl::MutexLock lock(&pool_->mu);
+  return pool_->WithdrawnLocked(device);
 }
 
 int DeviceBuffers::idle_sets() const {

@@ -97,6 +97,13 @@ class DeviceBuffers {
   absl::Status CheckPointer(int device, const void* ptr, uint64_t bytes,
                             absl::string_view what);
 
+  // OK unless Cuda(`device`) faulted during a call (a CUDA error that
+  // leaves its context unusable: INTERNAL); then the device refusal
+  // (UNIMPLEMENTED, "Distributed operations are not supported for device
+  // Cuda(n): it faulted (...); restart the worker to use it again"), which
+  // every later call on it gets too.
+  absl::Status Withdrawn(int device) const;
+
   // Staging sets now idle in the pool, over all GPUs.
   int idle_sets() const;
 
