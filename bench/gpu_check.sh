@@ -99,6 +99,20 @@ if [ -z "${gpu_name}" ]; then
       "nothing to check"
   exit 0
 fi
+# What the machine has, first: the driver and CUDA version it supports, and
+# each GPU with its compute capability (the build has kernels for 8.0 and
+# 9.0 and PTX for 9.0; an older GPU is refused at registration).
+gpus_table=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus_table="$(nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version \
+                  --format=csv,noheader 2>/dev/null | sed 's/^/  /')"
+  cuda_line="$(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -n 1)"
+  say "driver: ${cuda_line:-CUDA version unknown}; GPUs (index, name, compute" \
+      "capability, memory, driver):"
+  printf '%s\n' "${gpus_table}"
+fi
+command -v nvcc >/dev/null 2>&1 &&
+  say "toolkit: $(nvcc --version | grep -o 'release [0-9.]*' | head -n 1)"
 
 # ---- Toolchain --------------------------------------------------------------
 if [ -n "${prebuilt}" ]; then
@@ -214,8 +228,10 @@ run_prebuilt_tests() {
 if [ -n "${prebuilt}" ]; then
   test_out="$(run_prebuilt_tests 2>&1)"
 else
-  test_out="$(timeout 300 ctest --test-dir "${tree}" -L gpu --output-on-failure \
-              2>&1)"
+  # Each test has its own time limit (ctest reports it by name); the
+  # outer one only stops a ctest that hangs as a whole.
+  test_out="$(timeout 1500 ctest --test-dir "${tree}" -L gpu --timeout 420 \
+              --output-on-failure 2>&1)"
 fi
 test_rc=$?
 printf '%s\n' "${test_out}" >>"${log}"
@@ -247,6 +263,7 @@ finished=$(date +%s)
 echo
 echo "== Chorus reduce engine GPU check =========================================="
 printf '%-12s %s\n' "GPU" "${gpu_name}"
+[ -z "${gpus_table}" ] || printf '%s\n' "${gpus_table}"
 printf '%-12s %s\n' "build" "${mode}: ${tree} ($((built - started)) s)"
 printf '%-12s %s\n' "gpu tests" "${tests} ($((tested - built)) s)"
 printf '%s\n' "${test_out}" | grep -E '^ *[0-9]+/[0-9]+ Test|^  [|] ' |
