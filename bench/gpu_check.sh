@@ -6,7 +6,7 @@
 # engine, device buffers, all-reduce of 2 and 4 ranks on GPU 0, mixed
 # Cpu/Cuda groups, GPU memory by pointer, ranks through daemons), runs the
 # kernel bandwidth benchmark, and prints one table. Without a GPU it says so
-# and exits 0. Meant to finish within 5 minutes (the full project's build is
+# and exits 0. Meant to finish within about 10 minutes (the full project's build is
 # most of it).
 #
 # A GPU machine that lacks the build's dependencies (Abseil, GoogleTest,
