@@ -1,5 +1,7 @@
 #include "server/reduce/cuda/cuda_status.h"
 
+#include <cuda.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace chorus {
@@ -36,8 +38,51 @@ absl::Status CudaError(int device, cudaError_t error, absl::string_view doing) {
                                          cudaGetErrorName(error), ")"));
 }
 
+namespace {
+
+// The driver's cuCtxGetCurrent and cuCtxSetCurrent, found through the
+// runtime (the library does not link the driver); null where the driver
+// lacks them.
+struct ContextCalls {
+  CUresult (*get)(CUcontext*) = nullptr;
+  CUresult (*set)(CUcontext) = nullptr;
+};
+
+const ContextCalls& Contexts() {
+  static const ContextCalls calls = [] {
+    ContextCalls found;
+    void* get = nullptr;
+    void* set = nullptr;
+    cudaDriverEntryPointQueryResult got = cudaDriverEntryPointSymbolNotFound;
+    cudaDriverEntryPointQueryResult put = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000,
+                                         cudaEnableDefault,
+                                         &got) == cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000,
+                                         cudaEnableDefault,
+                                         &put) == cudaSuccess &&
+        got == cudaDriverEntryPointSuccess &&
+        put == cudaDriverEntryPointSuccess) {
+      found.get = reinterpret_cast<CUresult (*)(CUcontext*)>(get);
+      found.set = reinterpret_cast<CUresult (*)(CUcontext)>(set);
+    }
+    cudaGetLastError();  // a lookup's failure is not sticky; clear it
+    return found;
+  }();
+  return calls;
+}
+
+}  // namespace
+
 ScopedDevice::~ScopedDevice() {
-  if (switched_) cudaSetDevice(previous_);
+  if (!switched_) return;
+  // The thread's own context back, or none: restoring "device 0" on a
+  // thread that had no context would create one on GPU 0.
+  if (saved_context_known_) {
+    Contexts().set(static_cast<CUcontext>(saved_context_));
+  } else {
+    cudaSetDevice(previous_);
+  }
 }
 
 absl::Status ScopedDevice::Enter(int device) {
@@ -49,6 +94,11 @@ absl::Status ScopedDevice::Enter(int device) {
     return CudaError(device, e, "querying the current device");
   }
   if (previous_ == device) return absl::OkStatus();
+  const ContextCalls& contexts = Contexts();
+  CUcontext current = nullptr;
+  saved_context_known_ = contexts.get != nullptr && contexts.set != nullptr &&
+                         contexts.get(&current) == CUDA_SUCCESS;
+  saved_context_ = current;
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
     return CudaError(device, e, "selecting the device");
   }

@@ -26,8 +26,9 @@ std::string CudaDeviceName(int device);
 // Clears the thread's last CUDA error.
 absl::Status CudaError(int device, cudaError_t error, absl::string_view doing);
 
-// Makes a device current for the calling thread and restores the previous
-// one when it goes out of scope.
+// Makes a device current for the calling thread and restores the thread's
+// previous context when it goes out of scope (none, for a thread that had
+// none: no context is made on GPU 0 for a thread that never used it).
 class ScopedDevice {
  public:
   ScopedDevice() = default;
@@ -42,6 +43,10 @@ class ScopedDevice {
  private:
   int previous_ = 0;
   bool switched_ = false;
+  // The thread's context before Enter() (a CUcontext; null: none), when the
+  // driver told it.
+  void* saved_context_ = nullptr;
+  bool saved_context_known_ = false;
 };
 
 }  // namespace cuda_reduce
