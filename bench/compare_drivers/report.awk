@@ -2,14 +2,16 @@
 #   system,ranks,bytes,count,plan,iters,time_us,min_us,p10_us,p90_us,max_us,
 #   algbw_gbps,busbw_gbps,wrong
 # one line per system, rank count and size. Variables from the command line:
-# tcp_mbps (iperf3, Mbit/s), memcpy_gbps (GB/s), iperf_seconds.
+# tcp_mbps (iperf3, Mbit/s), memcpy_gbps (GB/s), iperf_seconds, aes_gbps
+# (AES-128-GCM on one core, GB/s) and cores (this machine's).
 #
 # Prints one row per size x ranks x system (sizes and rank counts ascending,
 # systems in the order they ran) with the
 # median time, the p10-p90 spread, busbw, and the Chorus speedup
 # (peer time / Chorus time: above 1 Chorus is faster, below 1 the peer is),
 # then the machine limits and, for the largest size, each system's time as a
-# fraction of the loopback TCP ceiling of a ring all-reduce.
+# fraction of the loopback TCP ceiling of a ring all-reduce, and chorus-tls's
+# as a fraction of its crypto bound.
 
 # Adds `value` to the list `list` (count in list[0]) unless it is there.
 function add_unique(list, value,    i) {
@@ -118,5 +120,24 @@ END {
     ceiling_us = 2 * (n - 1) * largest / tcp_bps * 1e6
     printf "#   %d ranks %-10s ceiling %9.1f us, time %10.1f us: %5.1f%% of the ceiling\n",
            n, sysname[k], ceiling_us, time_us[k], 100 * ceiling_us / time_us[k]
+  }
+  if (aes_gbps + 0 <= 0) exit
+  printf "# crypto bound of chorus-tls at %s: a ring all-reduce sends 2(n-1) x size\n",
+         size_label(largest)
+  printf "# bytes in total, each encrypted once and decrypted once, so 4(n-1) x size\n"
+  printf "# bytes of AES-128-GCM (%.2f GB/s per core, openssl speed, 16 KiB blocks)\n",
+         aes_gbps
+  printf "# on min(n, %d cores); fraction = bound time / time (1 = at the bound)\n",
+         cores
+  for (i = 1; i <= rows; ++i) {
+    k = order[i]
+    if (bytes[k] != largest || sysname[k] != "chorus-tls" || time_us[k] <= 0) {
+      continue
+    }
+    n = ranks[k]
+    used = n < cores ? n : cores
+    bound_us = 4 * (n - 1) * largest / (aes_gbps * 1e9 * used) * 1e6
+    printf "#   %d ranks %-10s bound %11.1f us, time %10.1f us: %5.1f%% of the bound\n",
+           n, sysname[k], bound_us, time_us[k], 100 * bound_us / time_us[k]
   }
 }
