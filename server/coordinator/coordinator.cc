@@ -249,10 +249,21 @@ absl::StatusOr<RegisterResult> Coordinator::Register(
 }
 
 absl::Status Coordinator::Heartbeat(uint64_t id, uint64_t incarnation,
-                                    uint64_t aborts_seen,
-                                    HeartbeatReply* reply) {
+                                    uint64_t aborts_seen, HeartbeatReply* reply,
+                                    const std::vector<Device>& withdrawn) {
   absl::Status status = registry_.Renew(id, incarnation);
   if (!status.ok()) return status;
+  if (!withdrawn.empty()) {
+    absl::StatusOr<std::vector<Device>> dropped =
+        registry_.Withdraw(id, incarnation, withdrawn);
+    if (dropped.ok() && !dropped->empty()) {
+      LOG(WARNING) << "worker " << id << " withdrew "
+                   << absl::StrJoin(*dropped, ",",
+                                    [](std::string* out, const Device& d) {
+                                      out->append(CanonicalName(d));
+                                    });
+    }
+  }
   absl::StatusOr<std::string> job = registry_.JobOf(id);
   GroupTable* table = groups_.Find(job.ok() ? *job : "");
   if (table != nullptr) {

@@ -136,7 +136,8 @@ class Coordinator {
   // `aborts_seen`. Returns NOT_FOUND for an unknown (e.g. evicted) worker,
   // FAILED_PRECONDITION for another incarnation; `reply` is then untouched.
   absl::Status Heartbeat(uint64_t id, uint64_t incarnation,
-                         uint64_t aborts_seen, HeartbeatReply* reply);
+                         uint64_t aborts_seen, HeartbeatReply* reply,
+                         const std::vector<Device>& withdrawn = {});
 
   // Removes worker `id` (a kWorkerLost "deregistered" event) and aborts its
   // groups. Returns the codes of Heartbeat for an unknown worker or another

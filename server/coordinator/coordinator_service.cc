@@ -20,6 +20,9 @@
 namespace chorus {
 namespace {
 
+// HeartbeatRequest.withdrawn entries read at most.
+constexpr size_t kMaxWithdrawn = 64;
+
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                  const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -254,10 +257,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
       !allowed.ok()) {
     return Finish(context, allowed);
   }
+  std::vector<Device> withdrawn;
+  for (const v1::Device& device : request->withdrawn()) {
+    if (withdrawn.size() == kMaxWithdrawn) break;
+    withdrawn.push_back(DeviceFromProto(device));
+  }
   HeartbeatReply reply;
   absl::Status status =
       core_->Heartbeat(request->worker_id(), request->incarnation(),
-                       request->aborts_seen(), &reply);
+                       request->aborts_seen(), &reply, withdrawn);
   response->set_lease_timeout_ms(
       absl::ToInt64Milliseconds(core_->lease_timeout()));
   if (status.ok()) {

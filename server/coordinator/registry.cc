@@ -99,6 +99,26 @@ absl::Status Registry::FindLocked(uint64_t id, uint64_t incarnation) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<Device>> Registry::Withdraw(
+    uint64_t id, uint64_t incarnation, const std::vector<Device>& devices) {
+  absl::MutexLock lock(&mu_);
+  absl::Status found = FindLocked(id, incarnation);
+  if (!found.ok()) return found;
+  WorkerRecord& record = workers_.at(id);
+  std::vector<Device>& registered = record.registration.devices;
+  std::vector<Device> dropped;
+  for (const Device& device : devices) {
+    auto it = std::find_if(
+        registered.begin(), registered.end(),
+        [&](const Device& have) { return SameDevice(have, device); });
+    if (it == registered.end()) continue;
+    dropped.push_back(*it);
+    registered.erase(it);
+  }
+  if (!dropped.empty() && log_ != nullptr) log_->SaveWorker(record);
+  return dropped;
+}
+
 absl::Status Registry::Renew(uint64_t id, uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
   absl::Status found = FindLocked(id, incarnation);

@@ -94,6 +94,12 @@ class Registry {
   // FAILED_PRECONDITION as Renew.
   absl::StatusOr<WorkerRecord> Deregister(uint64_t id, uint64_t incarnation);
 
+  // Drops `devices` from the registration of worker `id` (it withdrew
+  // them). Returns the devices that were still registered (empty when
+  // nothing changed), NOT_FOUND or FAILED_PRECONDITION as Renew.
+  absl::StatusOr<std::vector<Device>> Withdraw(
+      uint64_t id, uint64_t incarnation, const std::vector<Device>& devices);
+
   // Renews every worker's lease as of now; returns how many there are.
   int RenewAll();
 

@@ -205,6 +205,11 @@ void CoordinatorSession::Beat(Beats* beats) {
   request.set_worker_id(id);
   request.set_incarnation(incarnation_);
   request.set_aborts_seen(aborts_seen_);
+  if (options_.withdrawn) {
+    for (const Device& device : options_.withdrawn()) {
+      *request.add_withdrawn() = DeviceToProto(device);
+    }
+  }
   v1::HeartbeatResponse response;
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(options_.rpc_timeout));

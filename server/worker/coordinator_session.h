@@ -61,6 +61,10 @@ struct SessionOptions {
   // coordinator that kept its registration and groups (a new leader of
   // several, after a failover).
   std::function<void()> on_kept;
+  // The devices this worker withdrew so far (GPUs whose context faulted),
+  // told the coordinator with every heartbeat; called on the heartbeat
+  // thread.
+  std::function<std::vector<Device>()> withdrawn;
 };
 
 class CoordinatorSession {

@@ -127,6 +127,7 @@ void WorkerRuntime::StartSession(const RuntimeOptions& options,
     inbox_.AbortAllSeen(why);
   };
   session.on_kept = [this] { ResendRunningCalls(); };
+  session.withdrawn = [this] { return device_buffers_->WithdrawnDevices(); };
   session_ = std::make_unique<CoordinatorSession>(session);
   if (!options.call_port) return;
   CoordinatorSession* session_ptr = session_.get();

@@ -5,6 +5,7 @@
 // runtimes whose GPUs are the emulation's. The same cases run on a real GPU
 // in tests/gpu/gpu_collectives_test.cc.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -291,6 +292,26 @@ TEST_F(EmulatedGpuCollectivesTest,
   EXPECT_THAT(std::string(again.status().message()),
               HasSubstr("Distributed operations are not supported for device "
                         "Cuda(1): it faulted ("));
+  // The coordinator learns it with the worker's next heartbeat and no
+  // longer lists the GPU for that worker.
+  std::unique_ptr<v1::Coordinator::Stub> coordinator =
+      NewCoordinatorStub(cluster_->coordinator_address());
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+            ListWorkers(*coordinator);
+        if (!workers.ok()) return false;
+        for (const v1::WorkerInfo& worker : *workers) {
+          if (worker.name() != "embedded-1") continue;
+          return std::none_of(worker.devices().begin(), worker.devices().end(),
+                              [](const v1::Device& d) {
+                                return d.kind() == v1::DEVICE_KIND_CUDA &&
+                                       d.index() == 1;
+                              });
+        }
+        return false;
+      },
+      kCallTimeout));
   // Ranks on the healthy GPU go on in a group of their own.
   auto healthy = Join("healthy", 2);
   ASSERT_EQ(healthy.size(), 2u);

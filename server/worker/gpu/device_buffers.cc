@@ -497,6 +497,18 @@ absl::Status DeviceBuffers::Withdrawn(int device) const {
   return pool_->WithdrawnLocked(device);
 }
 
+std::vector<Device> DeviceBuffers::WithdrawnDevices() const {
+  std::vector<Device> withdrawn;
+  absl::MutexLock lock(&pool_->mu);
+  for (const auto& [device, fault] : pool_->faults) {
+    Device gpu;
+    gpu.kind = DeviceKind::kCuda;
+    gpu.index = device;
+    withdrawn.push_back(gpu);
+  }
+  return withdrawn;
+}
+
 int DeviceBuffers::idle_sets() const {
   absl::MutexLock lock(&pool_->mu);
   int sets = 0;

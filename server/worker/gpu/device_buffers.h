@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -103,6 +104,8 @@ class DeviceBuffers {
   // Cuda(n): it faulted (...); restart the worker to use it again"), which
   // every later call on it gets too.
   absl::Status Withdrawn(int device) const;
+  // The GPUs withdrawn so far (Cuda(n) of each fault).
+  std::vector<Device> WithdrawnDevices() const;
 
   // Staging sets now idle in the pool, over all GPUs.
   int idle_sets() const;
