@@ -34,8 +34,7 @@ DiscoveredDevices DiscoverDevices() {
 DiscoveredDevices DiscoverEmulated(const std::vector<Device>& gpus) {
   DiscoveredDevices discovered = DiscoverDevices();
   discovered.devices.resize(1);  // the CPU
-  discovered.devices.insert(discovered.devices.end(), gpus.begin(),
-                            gpus.end());
+  discovered.devices.insert(discovered.devices.end(), gpus.begin(), gpus.end());
   discovered.support.cuda_built = true;
   discovered.support.cuda_device_count = static_cast<int>(gpus.size());
   discovered.support.cuda_unavailable_reason.clear();

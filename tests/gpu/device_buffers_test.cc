@@ -22,56 +22,18 @@
 #include "server/worker/algorithms/reduce_buffer.h"
 #include "server/worker/cuda_probe.h"
 #include "server/worker/gpu/device_buffers.h"
+#include "tests/testing/reduce_buffer_steps.h"
 
 namespace chorus {
 namespace {
 
+using test::AllReduceSpec;
+using test::Ints;
+using test::Steps;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 bool HaveGpu() { return !ProbeCuda().gpus.empty(); }
-
-CollectiveSpec AllReduceSpec(DType dtype, ReduceOp op, uint64_t count) {
-  CollectiveSpec spec;
-  spec.kind = CollectiveKind::kAllReduce;
-  spec.dtype = dtype;
-  spec.op = op;
-  spec.count = count;
-  return spec;
-}
-
-// `count` i32 values starting at `first`, as bytes.
-std::string Ints(int32_t first, uint64_t count) {
-  std::string bytes(count * sizeof(int32_t), '\0');
-  for (uint64_t i = 0; i < count; ++i) {
-    const int32_t v = first + static_cast<int32_t>(i * 7 % 1000) - 500;
-    std::memcpy(bytes.data() + i * sizeof(v), &v, sizeof(v));
-  }
-  return bytes;
-}
-
-// Applies the same steps to `buffer`: what a ring and recursive doubling do.
-absl::Status Steps(ReduceBuffer& buffer, uint64_t bytes) {
-  const Range first{0, bytes / 2 / 4 * 4};
-  const Range second{first.size, bytes - first.size};
-  if (absl::Status s = buffer.Combine(first, Ints(3, first.size / 4), false);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = buffer.Combine(second, Ints(9, second.size / 4), true);
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<absl::string_view> read = buffer.Read(second);
-  if (!read.ok()) return read.status();
-  const std::string copy(*read);
-  if (absl::Status s = buffer.Combine(first, Ints(-4, first.size / 4), true);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = buffer.Store(second, copy); !s.ok()) return s;
-  return buffer.FinalizeAvg(Range{0, bytes}, 3);
-}
 
 TEST(DeviceBuffersTest, Steps_SameBytesAsHostBuffer) {
   if (!HaveGpu())
