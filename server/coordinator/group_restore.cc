@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/coordinator/group_table.h"
 
 namespace chorus {
@@ -118,15 +119,24 @@ void GroupTable::TakeReplaysLocked(CollectiveCall& call,
 bool GroupTable::TakeRunningLocked(const CollectiveCall& call,
                                    CollectiveCallback& done,
                                    Completions* completions) {
-  completions->push_back([answer = std::move(done), sequence = call.sequence] {
-    CollectiveOutcome nothing;
-    nothing.sequence = sequence;
-    answer(std::move(nothing));
-  });
-  done = [](const absl::StatusOr<CollectiveOutcome>&) {};
   auto it = groups_.find(call.group);
-  return it != groups_.end() && it->second.restored &&
-         it->second.view.epoch == call.epoch;
+  const bool taken = it != groups_.end() && it->second.restored &&
+                     it->second.view.epoch == call.epoch;
+  absl::StatusOr<CollectiveOutcome> answer = absl::FailedPreconditionError(
+      absl::StrCat("collective #", call.sequence, " of group ", call.group,
+                   ": a running call is taken only for a group epoch this "
+                   "coordinator took over from the leader before it"));
+  if (taken) {
+    CollectiveOutcome nothing;
+    nothing.sequence = call.sequence;
+    answer = std::move(nothing);
+  }
+  completions->push_back(
+      [answer = std::move(done), outcome = std::move(answer)]() mutable {
+        answer(std::move(outcome));
+      });
+  done = [](const absl::StatusOr<CollectiveOutcome>&) {};
+  return taken;
 }
 
 bool GroupTable::OnlyRunningLocked(const Group& group, uint64_t sequence) {

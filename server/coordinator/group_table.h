@@ -318,10 +318,10 @@ class GroupTable {
   // group is restored, learning the rank's sequence from them.
   void TakeReplaysLocked(CollectiveCall& call, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A running call (CollectiveCall::running): answers `done` at once with
-  // nothing and puts a callback that drops the verdict in its place.
-  // Returns whether the call is to be matched: its group is restored, at
-  // its epoch.
+  // A running call (CollectiveCall::running): answers `done` at once (with
+  // nothing where its group is restored at its epoch, else
+  // FAILED_PRECONDITION) and puts a callback that drops the verdict in its
+  // place. Returns whether the call is to be matched (the group restored).
   bool TakeRunningLocked(const CollectiveCall& call, CollectiveCallback& done,
                          Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -402,13 +402,14 @@ TEST_F(GroupRestoreTest, Commit_EveryRankHadThePlan_RunningCallsGiveWay) {
 }
 
 TEST_F(GroupRestoreTest,
-       Collective_RunningOnGroupNotRestored_AnsweredMatchesNothing) {
+       Collective_RunningOnGroupNotRestored_RefusedMatchesNothing) {
   const GroupView view = Form(*table_);
   Answer running;
   CollectiveCall call = RingCall(view, 0, 1);
   call.running = true;
   table_->Collective(call, running.Callback());
   EXPECT_EQ(running.calls, 1);
+  EXPECT_EQ(running.status().code(), absl::StatusCode::kFailedPrecondition);
   // #1 is still the ranks' to call: nothing of it was matched.
   std::vector<Answer> first(kWorld);
   for (int rank = 0; rank < kWorld; ++rank) {
