@@ -59,7 +59,8 @@ struct CallOptions {
   std::optional<Device> device;
   // RunOnDevice() on Cuda tensors: the CUDA stream (a cudaStream_t) the
   // input was written on. The call reads the input only after the work
-  // enqueued there before the call; null: whatever wrote the input is
+  // enqueued there before the call, waiting as long as that work takes (the
+  // call's timeout counts from then); null: whatever wrote the input is
   // complete (the caller synchronised).
   void* stream = nullptr;
 };

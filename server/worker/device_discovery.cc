@@ -6,8 +6,10 @@
 
 namespace chorus {
 
-DiscoveredDevices DiscoverDevices() {
-  DiscoveredDevices discovered;
+namespace {
+
+// The CPU, with this machine's memory.
+Device Cpu() {
   Device cpu;
   cpu.kind = DeviceKind::kCpu;
   cpu.model = "cpu";
@@ -16,7 +18,14 @@ DiscoveredDevices DiscoverDevices() {
   if (pages > 0 && page_size > 0) {
     cpu.memory_bytes = static_cast<uint64_t>(pages) * page_size;
   }
-  discovered.devices.push_back(cpu);
+  return cpu;
+}
+
+}  // namespace
+
+DiscoveredDevices DiscoverDevices() {
+  DiscoveredDevices discovered;
+  discovered.devices.push_back(Cpu());
 
   CudaProbeResult cuda = ProbeCuda();
   discovered.support.cuda_built = cuda.built_with_cuda;
@@ -32,13 +41,11 @@ DiscoveredDevices DiscoverDevices() {
 }
 
 DiscoveredDevices DiscoverEmulated(const std::vector<Device>& gpus) {
-  DiscoveredDevices discovered = DiscoverDevices();
-  discovered.devices.resize(1);  // the CPU
+  DiscoveredDevices discovered;
+  discovered.devices.push_back(Cpu());
   discovered.devices.insert(discovered.devices.end(), gpus.begin(), gpus.end());
   discovered.support.cuda_built = true;
   discovered.support.cuda_device_count = static_cast<int>(gpus.size());
-  discovered.support.cuda_unavailable_reason.clear();
-  discovered.support.cuda_refused.clear();
   return discovered;
 }
 

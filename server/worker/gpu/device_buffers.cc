@@ -459,15 +459,15 @@ absl::Status DeviceBuffers::Copy(int device, void* dst, const void* src,
 }
 
 absl::Status DeviceBuffers::WaitForStream(int device, void* stream) {
-  absl::StatusOr<std::unique_ptr<StagingSet>> set = pool_->Take(device);
-  if (!set.ok()) return set.status();
-  StagingSet& staging = **set;
+  // An event of its own: no staging set (stream, buffers) is needed.
+  absl::StatusOr<Event> event = runtime_->NewEvent(device);
+  if (!event.ok()) return event.status();
   absl::Status status =
-      runtime_->Record(device, staging.read_done, static_cast<Stream>(stream));
+      runtime_->Record(device, *event, static_cast<Stream>(stream));
   if (status.ok()) {
-    status = runtime_->Wait(device, staging.read_done, "the caller's stream");
+    status = runtime_->Wait(device, *event, "the caller's stream");
   }
-  pool_->Give(*std::move(set), status.ok());
+  runtime_->DeleteEvent(device, *event);
   return pool_->Noted(device, std::move(status));
 }
 

@@ -74,8 +74,11 @@ struct EmulatedEvent {
 EmulatedStream* AsEmulated(DeviceRuntime::Stream stream) {
   return reinterpret_cast<EmulatedStream*>(stream);
 }
-EmulatedEvent* AsEmulated(DeviceRuntime::Event event) {
-  return reinterpret_cast<EmulatedEvent*>(event);
+// An event's handle holds it shared: work a stream still runs may mark it
+// after its owner deleted the handle.
+using SharedEvent = std::shared_ptr<EmulatedEvent>;
+const SharedEvent& AsEmulated(DeviceRuntime::Event event) {
+  return *reinterpret_cast<SharedEvent*>(event);
 }
 
 // Whether `at` lies in one of `ranges` (start -> size).
@@ -210,11 +213,12 @@ void EmulatedDeviceRuntime::DeleteStream(int, Stream stream) {
 absl::StatusOr<DeviceRuntime::Event> EmulatedDeviceRuntime::NewEvent(
     int device) {
   if (absl::Status s = Usable(device, "creating an event"); !s.ok()) return s;
-  return reinterpret_cast<Event>(new EmulatedEvent());
+  return reinterpret_cast<Event>(
+      new SharedEvent(std::make_shared<EmulatedEvent>()));
 }
 
 void EmulatedDeviceRuntime::DeleteEvent(int, Event event) {
-  delete AsEmulated(event);
+  delete reinterpret_cast<SharedEvent*>(event);
 }
 
 absl::StatusOr<void*> EmulatedDeviceRuntime::AllocDevice(int device,
@@ -348,7 +352,7 @@ absl::Status EmulatedDeviceRuntime::Record(int device, Event event,
   if (absl::Status s = Usable(device, "recording an event"); !s.ok()) {
     return s;
   }
-  EmulatedEvent* recorded = AsEmulated(event);
+  SharedEvent recorded = AsEmulated(event);
   ++AsEmulated(stream)->records;
   uint64_t mark = 0;
   {
@@ -364,7 +368,7 @@ absl::Status EmulatedDeviceRuntime::Record(int device, Event event,
 
 absl::Status EmulatedDeviceRuntime::Wait(int device, Event event,
                                          absl::string_view what) {
-  EmulatedEvent* waited = AsEmulated(event);
+  EmulatedEvent* waited = AsEmulated(event).get();
   {
     absl::MutexLock lock(&waited->mu);
     std::pair<EmulatedEvent*, uint64_t> until(waited, waited->recorded);
