@@ -329,8 +329,9 @@ void Coordinator::Join(JoinRequest request, JoinCallback done) {
   const absl::Time deadline = CoreDeadlineFor(request.deadline);
   request.deadline = deadline;
   // An unknown worker's join goes to the default job's table, which
-  // answers that the worker is registering again.
-  absl::StatusOr<std::string> job = registry_.JobOf(request.worker_id);
+  // answers that the worker is registering again. A known worker's join
+  // renews its lease.
+  absl::StatusOr<std::string> job = registry_.HeardFrom(request.worker_id);
   GroupTable* table = groups_.Find(job.ok() ? *job : "");
   if (table == nullptr) table = &groups_.default_table();
   table->Join(std::move(request), std::move(done));

@@ -183,6 +183,16 @@ absl::StatusOr<std::string> Registry::JobOf(uint64_t id) const {
   return it->second.registration.job;
 }
 
+absl::StatusOr<std::string> Registry::HeardFrom(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
+  }
+  it->second.renewed_at = clock_->Now();
+  return it->second.registration.job;
+}
+
 absl::StatusOr<WorkerRecord> Registry::ResolveMember(
     uint64_t id, const Device& device) const {
   absl::Status valid = ValidateDevice(device);

@@ -184,6 +184,25 @@ TEST_F(CoordinatorTest, RunTimers_LeasesRenewed_NothingAborted) {
   EXPECT_TRUE((*last)->ok()) << **last;
 }
 
+TEST_F(CoordinatorTest, RunTimers_JoinsButNoHeartbeat_LeaseKept) {
+  // Worker 0's heartbeats wait behind a burst of its joins; the joins
+  // arrive. Worker 1 sends nothing at all.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(kLease / 2);
+    JoinRequest join;
+    join.group = absl::StrCat("pending-", i);
+    join.world_size = 2;
+    join.rank = 0;
+    join.worker_id = ids_[0];
+    join.device = Cpu();
+    join.deadline = clock_.Now() + absl::Seconds(60);
+    core_.Join(std::move(join), [](absl::StatusOr<GroupView>) {});
+    core_.RunTimers();
+  }
+  ASSERT_THAT(core_.Workers(), SizeIs(1));
+  EXPECT_EQ(core_.Workers()[0].id, ids_[0]);
+}
+
 TEST_F(CoordinatorTest, SweepLeases_RunsLateAfterPause_FreshLeaseNotEviction) {
   const uint64_t epoch = FormGroup();
   // The timer was due a lease from now; the coordinator then stood still
