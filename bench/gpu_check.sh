@@ -5,7 +5,9 @@
 # daemons they start; runs the tests labelled gpu (kernels against the CPU
 # engine, device buffers, all-reduce of 2 and 4 ranks on GPU 0, mixed
 # Cpu/Cuda groups, GPU memory by pointer, ranks through daemons), runs the
-# kernel bandwidth benchmark, and prints one table. Without a GPU it says so
+# kernel bandwidth benchmark, then the torch tests marked gpu (CUDA tensors
+# through the chorus backend, DDP on GPUs) where /usr/bin/python3 has torch
+# with CUDA, and prints one table. Without a GPU it says so
 # and exits 0. Meant to finish within about 10 minutes (the full project's build is
 # most of it).
 #
@@ -167,7 +169,7 @@ if [ "${tree}" = "${build}/full" ]; then
   # The worker's GPU path: device buffers, and collectives of ranks on
   # Cuda(0) through a real coordinator and workers.
   targets+=(device_buffers_test gpu_collectives_test chorus-coordinator
-            chorus-worker)
+            chorus-worker chorusctl)
 fi
 if [ -z "${prebuilt}" ] &&
    ! timeout 360 ninja -C "${tree}" -j "${jobs}" "${targets[@]}" \
@@ -259,6 +261,45 @@ bench_rc=$?
 printf '%s\n' "${bench_out}" >>"${log}"
 finished=$(date +%s)
 
+# ---- torch on GPUs --------------------------------------------------------------
+# The chorus torch backend with CUDA tensors (tests/python, marked gpu:
+# collectives on daemon ranks, DDP of examples/python/ddp_train.py --device
+# cuda), where /usr/bin/python3 has torch with CUDA and the daemons exist.
+run_torch_tests() {
+  # Prebuilt: the packed folder of binaries; else the build tree.
+  local where=(CHORUS_BUILD_DIR="${tree}") daemons="${tree}/server/worker"
+  [ -z "${prebuilt}" ] || { where=(CHORUS_BIN_DIR="${tree}"); daemons="${tree}"; }
+  if ! /usr/bin/python3 -c 'import sys, torch
+sys.exit(0 if torch.cuda.is_available() else 1)' >>"${log}" 2>&1; then
+    echo "not run: /usr/bin/python3 has no torch that sees a GPU"
+    return 0
+  fi
+  if [ ! -x "${daemons}/chorus-worker" ]; then
+    echo "not run: the daemons were not built (${mode})"
+    return 0
+  fi
+  rm -rf "${build}/python"
+  if ! timeout 300 /usr/bin/python3 -m pip install --quiet --no-deps \
+       --no-build-isolation --no-index --target "${build}/python" \
+       --break-system-packages "${root}/client/python" >>"${log}" 2>&1; then
+    echo "FAILED: the chorus package did not install (see ${log})"
+    return 1
+  fi
+  local out
+  out="$(cd "${root}/tests/python" && env PYTHONPATH="${build}/python" \
+         "${where[@]}" timeout 600 /usr/bin/python3 -m pytest \
+         -q -m gpu -p no:cacheprovider 2>&1)"
+  local rc=$?
+  printf '%s\n' "${out}" >>"${log}"
+  [ ${rc} -eq 0 ] || printf '%s\n' "${out}" | tail -n 40 >&2
+  echo "$([ ${rc} -eq 0 ] && echo PASSED || echo "FAILED (exit ${rc})"):" \
+       "$(printf '%s\n' "${out}" | tail -n 1)"
+  return ${rc}
+}
+torch_line="$(run_torch_tests)"
+torch_rc=$?
+torched=$(date +%s)
+
 # ---- One table ----------------------------------------------------------------
 echo
 echo "== Chorus reduce engine GPU check =========================================="
@@ -268,8 +309,9 @@ printf '%-12s %s\n' "build" "${mode}: ${tree} ($((built - started)) s)"
 printf '%-12s %s\n' "gpu tests" "${tests} ($((tested - built)) s)"
 printf '%s\n' "${test_out}" | grep -E '^ *[0-9]+/[0-9]+ Test|^  [|] ' |
   sed 's/^/  /'
+printf '%-12s %s\n' "torch" "${torch_line} ($((torched - finished)) s)"
 printf '%-12s %s\n' "bench" "dst = op(dst, src) moves 3 x bytes; memcpy and finalize 2 x ($((finished - tested)) s)"
 echo "-----------------------------------------------------------------------------"
 printf '%s\n' "${bench_out}"
 echo "============================================================================="
-exit $(( test_rc == 0 ? 0 : 1 ))
+exit $(( test_rc == 0 && torch_rc == 0 ? 0 : 1 ))

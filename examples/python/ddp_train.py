@@ -20,6 +20,9 @@ worker's socket), prints rank 0's loss, and stops the daemons. --backend
 gloo runs the same training on torch's own gloo backend instead (no
 daemons). --single-process trains on the whole batch in this process,
 without torch.distributed: the parameters DDP must reproduce.
+--device cuda trains on GPUs instead: rank r on GPU r modulo the GPUs this
+host has (LOCAL_RANK under torchrun), with the chorus backend staging the
+gradients through pinned host memory on the current stream.
 
 With RANK and WORLD_SIZE set (torchrun sets them, with MASTER_ADDR and
 MASTER_PORT), it runs that one rank against daemons you started yourself,
@@ -88,17 +91,30 @@ def shard(x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     return x[rank * rows:(rank + 1) * rows]
 
 
+def rank_device(kind: str, rank: int) -> torch.device:
+    """The device rank `rank` trains on: the CPU, or for "cuda" GPU
+    LOCAL_RANK (or `rank`) modulo the GPUs this host has.
+    """
+    if kind == "cpu":
+        return torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    return torch.device("cuda", local % torch.cuda.device_count())
+
+
 def train(model: torch.nn.Module, steps: int, batch: int, lr: float,
           seed: int, rank: int = 0, world_size: int = 1,
-          log: bool = False) -> List[float]:
-    """Runs `steps` SGD steps on this rank's share of each batch and
-    returns this rank's losses.
+          log: bool = False,
+          device: Optional[torch.device] = None) -> List[float]:
+    """Runs `steps` SGD steps on this rank's share of each batch (moved to
+    `device`, the CPU when None) and returns this rank's losses.
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     losses = []
     for step in range(steps):
         x, y = make_batch(step, batch, seed)
         x, y = shard(x, rank, world_size), shard(y, rank, world_size)
+        if device is not None:
+            x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()  # DDP averages the gradients here
@@ -136,30 +152,37 @@ def run_rank(args: argparse.Namespace) -> None:
         args.backend, rank=rank, world_size=world_size,
         timeout=datetime.timedelta(seconds=args.timeout))
     try:
-        model = DistributedDataParallel(build_model(args.hidden, args.seed))
+        device = rank_device(args.device, rank)
+        model = build_model(args.hidden, args.seed).to(device)
+        model = DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None)
         started = time.monotonic()
         losses = train(model, args.steps, args.batch, args.lr, args.seed,
-                       rank, world_size, log=rank == 0 and not args.quiet)
+                       rank, world_size, log=rank == 0 and not args.quiet,
+                       device=device)
         elapsed = time.monotonic() - started
         if rank == 0:
             print(f"{args.backend}, {world_size} ranks: {args.steps} steps "
                   f"in {elapsed:.2f} s, final loss {losses[-1]:.6f}",
                   flush=True)
             if args.save:
-                torch.save(parameters_of(model).state_dict(), args.save)
+                torch.save(parameters_of(model).to("cpu").state_dict(),
+                           args.save)
     finally:
         dist.destroy_process_group()
 
 
 def run_single(args: argparse.Namespace) -> None:
     """The same training in one process on the whole batch."""
-    model = build_model(args.hidden, args.seed)
+    device = rank_device(args.device, 0)
+    model = build_model(args.hidden, args.seed).to(device)
     losses = train(model, args.steps, args.batch, args.lr, args.seed,
-                   log=not args.quiet)
+                   log=not args.quiet, device=device)
     print(f"single process: {args.steps} steps, final loss "
           f"{losses[-1]:.6f}", flush=True)
     if args.save:
-        torch.save(model.state_dict(), args.save)
+        torch.save(model.to("cpu").state_dict(), args.save)
 
 
 def _free_port() -> int:
@@ -228,6 +251,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("chorus", "gloo"),
                         default="chorus",
                         help="torch.distributed backend (default chorus)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="train on the CPU (default) or on GPUs: rank r "
+                        "on GPU LOCAL_RANK (or r) modulo the GPUs of the "
+                        "host")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds the join and each collective may take "
                         "(default 60)")
@@ -243,6 +270,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.world_size < 1 or args.steps < 1 or args.batch < 1:
         parser.error("--world-size, --steps and --batch must be at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device on this host")
     return args
 
 

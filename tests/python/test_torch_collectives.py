@@ -394,7 +394,8 @@ def rank_refusals(ctx: RankContext) -> Dict[str, str]:
             ("int16", lambda: dist.broadcast(
                 torch.ones(2, dtype=torch.int16), src=0)),
             ("send", lambda: dist.send(torch.ones(1), dst=(ctx.rank + 1) %
-                                       ctx.world_size))):
+                                       ctx.world_size)),
+            ("meta", lambda: dist.all_reduce(torch.ones(2, device="meta")))):
         try:
             call()
             refused[name] = ""
@@ -415,4 +416,7 @@ def test_unsupported_dtypes_and_send_are_refused_clearly(
             "torch.int16" in got["int16"]
         assert got["send"].startswith("NotImplementedError") and \
             "no send" in got["send"]
+        assert got["meta"].startswith("InvalidArgument") and \
+            "is on meta" in got["meta"] and \
+            "CPU and CUDA tensors" in got["meta"], got["meta"]
         assert got["after"] == str(float(WORLD))

@@ -70,5 +70,31 @@ def test_ddp_train_two_ranks_match_a_single_process_run(
 def test_ddp_train_help_names_its_modes() -> None:
     out = _run(["--help"])
     for option in ("--world-size", "--backend", "--single-process",
-                   "CHORUS_WORKER", "torchrun"):
+                   "--device", "CHORUS_WORKER", "torchrun"):
         assert option in out, out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_ddp_train_device_cuda_without_gpu_says_so() -> None:
+    done = subprocess.run([sys.executable, str(EXAMPLE), "--device", "cuda"],
+                          env=_env(), capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "torch sees no CUDA device" in done.stderr, done.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU visible")
+def test_ddp_train_on_gpus_matches_a_single_gpu_run(tmp_path: Path) -> None:
+    binaries()
+    ddp, single = tmp_path / "ddp.pt", tmp_path / "single.pt"
+    out = _run(["--world-size", "2", "--steps", str(STEPS), "--quiet",
+                "--device", "cuda", "--save", str(ddp)])
+    assert f"chorus, 2 ranks: {STEPS} steps" in out, out
+    _run(["--single-process", "--device", "cuda", "--steps", str(STEPS),
+          "--quiet", "--save", str(single)])
+    got, expected = torch.load(ddp), torch.load(single)
+    for name in expected:
+        # GPU kernels may sum in another order than one process does.
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-4,
+                                   atol=1e-5, msg=name)

@@ -12,7 +12,7 @@ numbers the calls in the order they reach it).
 """
 
 import sys
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -200,9 +200,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
         staged = Staged(tensor, "all_gather's input")
         count = tensor.numel()
         flat = _tensors.flat_buffer(tensor, self._world * count)
+        stream = _tensors.caller_stream(outputs[0])
 
         def finish(_: Any) -> List[torch.Tensor]:
-            self._unpack(flat, outputs, count)
+            self._unpack(flat, outputs, count, stream)
             return outputs
 
         def issue() -> "chorus.Work":
@@ -306,10 +307,11 @@ class ProcessGroupChorus(dist.ProcessGroup):
         count = tensor.numel()
         flat = (_tensors.flat_buffer(tensor, self._world * count)
                 if is_root else None)
+        stream = _tensors.caller_stream(outputs[0]) if outputs else None
 
         def finish(_: Any) -> List[torch.Tensor]:
             if flat is not None:
-                self._unpack(flat, outputs, count)
+                self._unpack(flat, outputs, count, stream)
             return outputs
 
         def issue() -> "chorus.Work":
@@ -463,10 +465,11 @@ class ProcessGroupChorus(dist.ProcessGroup):
         stacked = _tensors.stack_blocks(input_tensors, "all_to_all's inputs")
         count = stacked.shape[1]
         self._check_outputs(output_tensors, input_tensors[0], "all_to_all")
-        flat = _tensors.flat_buffer(stacked, self._world * count)
+        flat = _tensors.flat_buffer(input_tensors[0], self._world * count)
+        stream = _tensors.caller_stream(output_tensors[0])
 
         def finish(_: Any) -> List[torch.Tensor]:
-            self._unpack(flat, output_tensors, count)
+            self._unpack(flat, output_tensors, count, stream)
             return output_tensors
 
         def issue() -> "chorus.Work":
@@ -536,8 +539,11 @@ class ProcessGroupChorus(dist.ProcessGroup):
 
     @staticmethod
     def _unpack(flat: torch.Tensor, outputs: Sequence[torch.Tensor],
-                count: int) -> None:
-        """Copies block i of `flat` into outputs[i]."""
-        with torch.no_grad():
+                count: int, stream: Optional[Any]) -> None:
+        """Copies block i of `flat` into outputs[i]; into CUDA tensors, on
+        `stream` (the outputs' caller_stream when the call was issued).
+        """
+        with torch.no_grad(), _tensors.on_stream(stream):
             for i, t in enumerate(outputs):
-                t.copy_(flat[i * count:(i + 1) * count].view(t.shape))
+                t.copy_(flat[i * count:(i + 1) * count].view(t.shape),
+                        non_blocking=stream is not None)

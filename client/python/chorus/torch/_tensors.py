@@ -4,9 +4,17 @@ writes, without copies where the tensor allows it.
 Chorus moves host memory of ten element types; torch has eight of them
 (torch 1.13 has no uint32 or uint64). bfloat16 travels as its 16-bit
 patterns: the view is int16, sent with dtype "bf16".
+
+A CUDA tensor is staged through pinned host memory once each way, ordered
+on torch's current stream of its device as the collective was issued: the
+copy to the host follows the kernels that wrote the tensor (the issuing
+thread waits for that stream), and the result goes back with a copy
+enqueued on that same stream, so kernels the caller enqueues there after
+the work completed see it.
 """
 
-from typing import Dict, List, Optional
+import contextlib
+from typing import Any, ContextManager, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -28,20 +36,23 @@ for _name, _chorus in (("uint32", "u32"), ("uint64", "u64")):
         _CHORUS_DTYPES[getattr(torch, _name)] = _chorus
 
 
+# The devices whose tensors the backend takes.
+_DEVICE_TYPES = ("cpu", "cuda")
+
+
 def chorus_dtype(tensor: torch.Tensor, what: str) -> str:
     """Returns the Chorus dtype name of `tensor`'s elements, or raises
-    InvalidArgument for a tensor Chorus cannot move: not on the CPU, not
-    dense, or of a dtype Chorus does not have (bool, int16, complex is
-    viewed as real by torch before it gets here).
+    InvalidArgument for a tensor Chorus cannot move: neither on the CPU
+    nor on a CUDA device, not dense, or of a dtype Chorus does not have
+    (bool, int16, complex is viewed as real by torch before it gets here).
     """
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgument(
             f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if tensor.device.type not in _DEVICE_TYPES:
         raise InvalidArgument(
             f"{what} is on {tensor.device}; the chorus backend takes CPU "
-            f"tensors (move it with .cpu(); the worker daemon reduces on "
-            "its own device)")
+            "and CUDA tensors (move it with .cpu())")
     if tensor.layout != torch.strided:
         raise InvalidArgument(
             f"{what} has layout {tensor.layout}; the chorus backend takes "
@@ -100,52 +111,100 @@ def numpy_view(tensor: torch.Tensor) -> np.ndarray:
     return np.asarray(_Memory(plain.numpy()))
 
 
+def caller_stream(tensor: torch.Tensor) -> Optional[Any]:
+    """torch's current stream on a CUDA tensor's device, which the
+    collective is ordered on; None for a CPU tensor.
+    """
+    if tensor.device.type != "cuda":
+        return None
+    return torch.cuda.current_stream(tensor.device)
+
+
+def on_stream(stream: Optional[Any]) -> ContextManager[Any]:
+    """A context in which torch enqueues on `stream` (from caller_stream);
+    nothing changes for None.
+    """
+    if stream is None:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(stream)
+
+
+def host_tensor(like: torch.Tensor, shape: Any) -> torch.Tensor:
+    """Returns a new contiguous CPU tensor of `shape` and `like`'s dtype,
+    pinned when `like` is on a CUDA device (copies from and to it then run
+    asynchronously, and once each way).
+    """
+    return torch.empty(shape, dtype=like.dtype, device="cpu",
+                       pin_memory=like.device.type == "cuda")
+
+
+def host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """Returns `tensor` when it is a contiguous CPU tensor; otherwise a
+    contiguous CPU copy of it. A CUDA tensor is copied into pinned memory
+    on its device's current stream, which this thread then waits for: the
+    copy sees what the kernels enqueued before it wrote.
+    """
+    plain = tensor.detach()
+    if tensor.device.type != "cuda":
+        return plain if plain.is_contiguous() else plain.contiguous()
+    host = host_tensor(tensor, tensor.shape)
+    stream = caller_stream(tensor)
+    with on_stream(stream):
+        host.copy_(plain, non_blocking=True)
+    stream.synchronize()
+    return host
+
+
 class Staged:
     """One tensor a collective reads or writes, staged for the communicator.
 
-    `array` is a numpy view of the tensor itself when it is contiguous, and
-    of a contiguous copy otherwise; write_back() copies such a copy into the
-    tensor once the collective wrote it. `dtype` is the Chorus dtype name.
+    `array` is a numpy view of the tensor itself when it is a contiguous
+    CPU tensor, and of a contiguous host copy otherwise (pinned for a CUDA
+    tensor); write_back() copies such a copy into the tensor once the
+    collective wrote it. `dtype` is the Chorus dtype name; `stream` the
+    CUDA stream the tensor's copies are ordered on (None on the CPU).
     """
 
     def __init__(self, tensor: torch.Tensor, what: str,
                  read: bool = True) -> None:
         """Stages `tensor`; `read` says whether the collective reads its
-        contents (a non-contiguous output-only tensor is not copied).
+        contents (an output-only tensor that needs a host copy is not
+        copied in).
         """
         self.dtype: str = chorus_dtype(tensor, what)
         self.tensor: torch.Tensor = tensor
-        if tensor.is_contiguous():
+        self.stream: Optional[Any] = caller_stream(tensor)
+        if tensor.device.type == "cpu" and tensor.is_contiguous():
             self.work: torch.Tensor = tensor
         elif read:
-            self.work = tensor.detach().contiguous()
+            self.work = host_copy(tensor)
         else:
-            self.work = torch.empty_like(
-                tensor, memory_format=torch.contiguous_format)
+            self.work = host_tensor(tensor, tensor.shape)
         self.array: np.ndarray = numpy_view(self.work)
 
     def write_back(self) -> None:
         """Copies the staged result into the tensor, where it was staged in
-        a copy.
+        a copy: for a CUDA tensor, enqueued on `stream` without waiting.
         """
         if self.work is not self.tensor:
-            with torch.no_grad():
-                self.tensor.copy_(self.work)
+            with torch.no_grad(), on_stream(self.stream):
+                self.tensor.copy_(self.work,
+                                  non_blocking=self.stream is not None)
 
 
 def flat_buffer(like: torch.Tensor, elements: int) -> torch.Tensor:
     """Returns a new contiguous 1-D CPU tensor of `elements` elements of
-    `like`'s dtype.
+    `like`'s dtype (pinned when `like` is on a CUDA device).
     """
-    return torch.empty(elements, dtype=like.dtype, device="cpu")
+    return host_tensor(like, (elements,))
 
 
 def stack_blocks(tensors: List[torch.Tensor], what: str,
                  block: Optional[int] = None) -> torch.Tensor:
     """Returns the tensors' elements one after the other in a new
-    contiguous tensor of shape (len(tensors), block), checking that they
-    share a dtype and each holds `block` elements (the first one's count
-    when None).
+    contiguous CPU tensor of shape (len(tensors), block), checking that
+    they share a dtype and each holds `block` elements (the first one's
+    count when None).
     """
     if not tensors:
         raise InvalidArgument(f"{what} is empty")
@@ -163,4 +222,5 @@ def stack_blocks(tensors: List[torch.Tensor], what: str,
                 f"{what}[{i}] has {t.numel()} elements where the others "
                 f"have {block}; Chorus moves blocks of one size")
     with torch.no_grad():
-        return torch.stack([t.detach().reshape(-1) for t in tensors])
+        return host_copy(torch.stack([t.detach().reshape(-1)
+                                      for t in tensors]))
