@@ -541,9 +541,12 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def _unpack(flat: torch.Tensor, outputs: Sequence[torch.Tensor],
                 count: int, stream: Optional[Any]) -> None:
         """Copies block i of `flat` into outputs[i]; into CUDA tensors, on
-        `stream` (the outputs' caller_stream when the call was issued).
+        `stream` (the outputs' caller_stream when the call was issued):
+        `flat` goes to the device in one copy that torch keeps its pinned
+        memory alive for, and the blocks are copied from there.
         """
         with torch.no_grad(), _tensors.on_stream(stream):
+            if stream is not None:
+                flat = flat.to(outputs[0].device, non_blocking=True)
             for i, t in enumerate(outputs):
-                t.copy_(flat[i * count:(i + 1) * count].view(t.shape),
-                        non_blocking=stream is not None)
+                t.copy_(flat[i * count:(i + 1) * count].view(t.shape))
