@@ -56,6 +56,7 @@ absl::Status Exchange(
       }
       absl::Status used = on_chunk(piece, *data);
       if (!used.ok()) return used;
+      transport.Recycle(*std::move(data));
     }
   }
   return absl::OkStatus();

@@ -8,8 +8,30 @@
 
 namespace chorus {
 
+namespace {
+
+// Reads a payload of `size` bytes into `*data`: into a kept buffer of that
+// size when `buffers` has one, else growing in steps of kFrameReadStep.
+// Returns false when the bytes ended first.
+bool ReadPayload(ByteSource& source, uint64_t size, PayloadBuffers* buffers,
+                 std::string* data) {
+  if (buffers != nullptr && buffers->Take(size, data)) {
+    return source.Read(data->data(), data->size());
+  }
+  while (data->size() < size) {
+    const size_t have = data->size();
+    const size_t step =
+        static_cast<size_t>(std::min<uint64_t>(size - have, kFrameReadStep));
+    data->resize(have + step);
+    if (!source.Read(data->data() + have, step)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 StreamEnd ReadFrameStream(ByteSource& source, const FrameCallback& on_message,
-                          std::string* why) {
+                          std::string* why, PayloadBuffers* buffers) {
   auto malformed = [why](std::string reason) {
     if (why != nullptr) *why = std::move(reason);
     return StreamEnd::kMalformed;
@@ -30,12 +52,8 @@ StreamEnd ReadFrameStream(ByteSource& source, const FrameCallback& on_message,
       return StreamEnd::kClosed;
     }
     std::string data;
-    while (data.size() < frame->payload_bytes) {
-      const size_t have = data.size();
-      const size_t step = static_cast<size_t>(
-          std::min<uint64_t>(frame->payload_bytes - have, kFrameReadStep));
-      data.resize(have + step);
-      if (!source.Read(data.data() + have, step)) return StreamEnd::kClosed;
+    if (!ReadPayload(source, frame->payload_bytes, buffers, &data)) {
+      return StreamEnd::kClosed;
     }
     if (!on_message(std::move(key), std::move(data))) {
       return StreamEnd::kStopped;

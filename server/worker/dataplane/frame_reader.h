@@ -17,6 +17,7 @@
 #include <string>
 
 #include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/payload_buffers.h"
 
 namespace chorus {
 
@@ -43,9 +44,12 @@ using FrameCallback = std::function<bool(MessageKey key, std::string data)>;
 
 // Reads the hello and then frames from `source`, calling `on_message` for
 // each. Returns how the stream ended; `why` (if not null) gets a reason for
-// kMalformed.
+// kMalformed. A payload of a size `buffers` (if not null) keeps a buffer of
+// is read into that buffer at once (the announced size costs nothing more
+// than what was kept); others in steps as above.
 StreamEnd ReadFrameStream(ByteSource& source, const FrameCallback& on_message,
-                          std::string* why = nullptr);
+                          std::string* why = nullptr,
+                          PayloadBuffers* buffers = nullptr);
 
 }  // namespace chorus
 

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/worker/dataplane/payload_buffers.h"
 
 namespace chorus {
 
@@ -95,6 +96,9 @@ class Inbox {
   // that formed them is gone); group epochs seen later are unaffected.
   void AbortAllSeen(const absl::Status& status);
 
+  // The buffers large payloads delivered here are received into again.
+  PayloadBuffers& payloads() { return payloads_; }
+
  private:
   struct Stored {
     std::string data;
@@ -144,6 +148,7 @@ class Inbox {
   absl::flat_hash_map<std::string, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
   // "group/epoch" -> why a peer of it is gone (see PeerLost).
   absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+  PayloadBuffers payloads_;
 };
 
 }  // namespace chorus

@@ -78,6 +78,10 @@ absl::Status PeerTransport::Send(int to, absl::string_view data) {
   return absl::OkStatus();
 }
 
+void PeerTransport::Recycle(std::string message) {
+  inbox_->payloads().Give(std::move(message));
+}
+
 absl::StatusOr<std::string> PeerTransport::Recv(int from) {
   const uint32_t tag = received_[from]++;
   absl::StatusOr<std::string> message = inbox_->Take(

@@ -67,6 +67,9 @@ class PeerTransport final : public Transport {
   // As Transport::Recv.
   absl::StatusOr<std::string> Recv(int from) override;
 
+  // Keeps the message in the inbox's payload buffers (payload_buffers.h).
+  void Recycle(std::string message) override;
+
  private:
   MessageKey Key(int from, int to, uint32_t tag) const;
   // The name of the worker holding `rank`; empty when unknown.

@@ -362,7 +362,8 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     return !connection->stopping;
   };
   std::string why;
-  const StreamEnd end = ReadFrameStream(source, on_message, &why);
+  const StreamEnd end =
+      ReadFrameStream(source, on_message, &why, &inbox_->payloads());
   if (end == StreamEnd::kMalformed) {
     LOG(WARNING) << "data plane: closing the connection from "
                  << connection->peer << ": " << why;

@@ -47,6 +47,11 @@ class Transport {
   // ...", see PeerGoneError) when a peer of the call was lost, or the
   // group's abort status (usually ABORTED) once the coordinator aborted it.
   virtual absl::StatusOr<std::string> Recv(int from) = 0;
+
+  // Hands back a message Recv() returned once the rank is done with it, so
+  // that a later message of its size may be received into it; the default
+  // frees it.
+  virtual void Recycle(std::string message) {}
 };
 
 // The status a rank waiting for data gets once the data-plane stream of
