@@ -5,14 +5,17 @@
 // in f32, f16 and bf16 (accumulated in f32), f64, integer types and every
 // op, checked against the naive reference; and what ranks get when a peer
 // is lost, misses the deadline or the group is aborted.
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/worker/algorithms/algorithm.h"
 #include "tests/testing/in_process_group.h"
 
 namespace chorus::test {
@@ -108,6 +111,62 @@ CollectiveCase AllReduceCase(uint64_t count) {
   c.spec = Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum);
   c.algorithm = Algorithm::kRing;
   return c;
+}
+
+// Runs a ring all-reduce of `c` on `world` ranks whose output strings
+// start as `start(rank, input)`, with the input read from the output
+// string itself when `in_place`; returns each rank's output.
+std::vector<std::string> RingAllReduceFrom(
+    const CollectiveCase& c, int world, bool in_place,
+    const std::function<std::string(int, const std::string&)>& start) {
+  InProcessHub hub("g", world);
+  std::vector<std::string> outputs(world);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  RunOnRanks(world, [&](int rank) {
+    const std::string input = MakeInput(c, world, rank);
+    outputs[rank] = start(rank, input);
+    InProcessTransport transport(&hub, rank, 1, deadline);
+    AlgorithmArgs args;
+    args.spec = c.spec;
+    args.chunk_bytes = 64;
+    args.input = in_place ? absl::string_view(outputs[rank]) : input;
+    args.output = &outputs[rank];
+    args.transport = &transport;
+    EXPECT_TRUE(RunRing(args).ok()) << "rank " << rank;
+  });
+  return outputs;
+}
+
+TEST(RingAllReduceTest, InputIsTheOutputItself_SameAsOutOfPlace) {
+  const CollectiveCase c = AllReduceCase(1001);
+  const auto fresh = [](int, const std::string&) { return std::string(); };
+  const auto copy = [](int, const std::string& input) { return input; };
+  const std::vector<std::string> expected =
+      RingAllReduceFrom(c, 3, /*in_place=*/false, fresh);
+  EXPECT_EQ(RingAllReduceFrom(c, 3, /*in_place=*/true, copy), expected);
+}
+
+TEST(RingAllReduceTest, OutputHeldOtherBytes_Overwritten) {
+  const CollectiveCase c = AllReduceCase(1001);
+  const auto fresh = [](int, const std::string&) { return std::string(); };
+  // Longer, shorter and equally long garbage.
+  const auto garbage = [](int rank, const std::string& input) {
+    return std::string(input.size() + (rank - 1) * 40, '\x7f');
+  };
+  const std::vector<std::string> expected =
+      RingAllReduceFrom(c, 3, /*in_place=*/false, fresh);
+  EXPECT_EQ(RingAllReduceFrom(c, 3, /*in_place=*/false, garbage), expected);
+  for (int world : {1, 2}) {
+    const std::vector<std::string> outputs =
+        RingAllReduceFrom(c, world, /*in_place=*/false, garbage);
+    std::vector<std::string> inputs(world);
+    for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
+    const std::vector<Expected> want = Reference(c, world, inputs);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(MatchesExpected(c, want[r], outputs[r]))
+          << "world " << world << ", rank " << r;
+    }
+  }
 }
 
 TEST(RingFailureTest, PeerLost_EveryOtherRankUnavailableNamingIt) {

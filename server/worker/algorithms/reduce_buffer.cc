@@ -38,6 +38,20 @@ absl::StatusOr<absl::string_view> HostReduceBuffer::Read(const Range& range) {
   return absl::string_view(bytes_->data() + range.offset, range.size);
 }
 
+absl::Status HostReduceBuffer::CombineWith(const Range& range,
+                                           absl::string_view base,
+                                           absl::string_view data) {
+  absl::Status valid = CheckRange(range, size(), data.size());
+  if (valid.ok()) valid = CheckRange(range, size(), base.size());
+  if (!valid.ok()) return valid;
+  const absl::Time start = absl::Now();
+  absl::Status reduced = cpu_reduce::Reduce(
+      op_, dtype_, bytes_->data() + range.offset, base.data(), data.data(),
+      range.size / DTypeSize(dtype_));
+  RecordReduce("cpu", range.size, absl::Now() - start);
+  return reduced;
+}
+
 absl::Status HostReduceBuffer::Combine(const Range& range,
                                        absl::string_view data,
                                        bool data_first) {

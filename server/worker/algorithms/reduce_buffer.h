@@ -65,6 +65,13 @@ class HostReduceBuffer : public ReduceBuffer {
   absl::Status Store(const Range& range, absl::string_view data) override;
   absl::Status FinalizeAvg(const Range& range, int world_size) override;
 
+  // Sets [range] to `base` combined with `data` (base first), both
+  // range.size bytes: a combine that needs no copy of `base` here first.
+  // `base` may be these bytes themselves. Returns INVALID_ARGUMENT as
+  // Combine().
+  absl::Status CombineWith(const Range& range, absl::string_view base,
+                           absl::string_view data);
+
  private:
   const ReduceOp op_;
   const DType dtype_;

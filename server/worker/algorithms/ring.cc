@@ -120,6 +120,40 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
   return absl::OkStatus();
 }
 
+// The host all-reduce without widening: the reduce-scatter writes each
+// block of the output for the first time as `input op received` (a rank
+// receives each block there once) and sends its first block from the
+// input, so the input is never copied into the output first.
+template <typename BlockFn>
+absl::Status HostAllReduce(const Ring& ring, BlockFn block) {
+  const AlgorithmArgs& args = ring.args;
+  std::string& out = *args.output;
+  if (ring.world == 1) {
+    out.assign(args.input.data(), args.input.size());
+  } else if (out.size() != args.input.size()) {
+    out.resize(args.input.size());
+  }
+  HostReduceBuffer work(ring.work_spec, &out);
+  const ChunkSource input = [&](const Range& piece) {
+    return absl::StatusOr<absl::string_view>(
+        args.input.substr(piece.offset, piece.size));
+  };
+  for (int s = 0; s + 1 < ring.world; ++s) {
+    absl::Status status = Exchange(
+        *args.transport, ring.next, s == 0 ? input : SourceOf(work),
+        block(Mod(ring.rank - s - 1, ring.world)), ring.prev,
+        block(Mod(ring.rank - s - 2, ring.world)), ring.chunk,
+        [&](const Range& piece, const std::string& data) {
+          return work.CombineWith(
+              piece, args.input.substr(piece.offset, piece.size), data);
+        });
+    if (!status.ok()) return status;
+  }
+  absl::Status status = Finalize(args.spec, work, block(ring.rank), ring.world);
+  if (status.ok()) status = AllGatherRing(ring, work, block);
+  return status;
+}
+
 // Whether the reduction works in a wider type than the spec's (WorkSpec).
 bool Widens(const Ring& ring) {
   return ring.work_spec.dtype != ring.args.spec.dtype;
@@ -150,16 +184,18 @@ absl::Status AllReduce(const Ring& ring) {
   auto block = [&](int i) {
     return SplitRange(spec.count, ring.element, ring.world, i);
   };
+  if (!Widens(ring) && ring.args.work == nullptr) {
+    return HostAllReduce(ring, block);
+  }
   if (!Widens(ring)) {
-    // The host work buffer is the output itself.
-    return WithWorkBuffer(ring, *ring.args.output, [&](ReduceBuffer& work) {
-      absl::Status status = ReduceScatterRing(ring, work, block);
-      if (status.ok()) {
-        status = Finalize(spec, work, block(ring.rank), ring.world);
-      }
-      if (status.ok()) status = AllGatherRing(ring, work, block);
-      return status;
-    });
+    // The device's work buffer holds the input.
+    ReduceBuffer& work = *ring.args.work;
+    absl::Status status = ReduceScatterRing(ring, work, block);
+    if (status.ok()) {
+      status = Finalize(spec, work, block(ring.rank), ring.world);
+    }
+    if (status.ok()) status = AllGatherRing(ring, work, block);
+    return status;
   }
   // Partials travel in the work type; each rank rounds the block it reduced
   // to the spec's type once and the rounded blocks are gathered.
@@ -250,6 +286,7 @@ absl::Status Broadcast(const Ring& ring) {
           to < 0 ? TakeResultPiece(ring.args, corrupted, *data, copy)
                  : absl::string_view(*data);
       std::memcpy(out.data() + piece.offset, kept.data(), piece.size);
+      ring.args.transport->Recycle(*std::move(data));
     }
     if (hash != nullptr) {
       hash->Add(piece.offset,
