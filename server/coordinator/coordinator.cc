@@ -3,7 +3,9 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -329,12 +331,20 @@ void Coordinator::Join(JoinRequest request, JoinCallback done) {
   const absl::Time deadline = CoreDeadlineFor(request.deadline);
   request.deadline = deadline;
   // An unknown worker's join goes to the default job's table, which
-  // answers that the worker is registering again. A known worker's join
-  // renews its lease.
-  absl::StatusOr<std::string> job = registry_.HeardFrom(request.worker_id);
+  // answers that the worker is registering again.
+  const uint64_t worker_id = request.worker_id;
+  absl::StatusOr<std::string> job = registry_.JobOf(worker_id);
   GroupTable* table = groups_.Find(job.ok() ? *job : "");
   if (table == nullptr) table = &groups_.default_table();
-  table->Join(std::move(request), std::move(done));
+  // A join the table did not refuse at once renews its worker's lease, as
+  // a heartbeat does (a refused one changes nothing).
+  auto refused = std::make_shared<std::atomic<bool>>(false);
+  table->Join(std::move(request), [refused, done = std::move(done)](
+                                      absl::StatusOr<GroupView> view) {
+    if (!view.ok()) refused->store(true);
+    done(std::move(view));
+  });
+  if (!refused->load()) registry_.HeardFrom(worker_id);
   DeadlineAdded(deadline);
 }
 

@@ -162,9 +162,9 @@ class Coordinator {
   // GroupTable::Join, Collective and Commit (see there for the verdicts),
   // with `deadline` in the request being the client's and the core's own
   // deadline derived from it. A join goes to the groups of its worker's
-  // job (and renews that worker's lease, as its heartbeat does); a call or
-  // commit to those of its `job` (NOT_FOUND, as for an unknown group, when
-  // no worker of that job registered).
+  // job (one not refused at once renews that worker's lease, as its
+  // heartbeat does); a call or commit to those of its `job` (NOT_FOUND, as
+  // for an unknown group, when no worker of that job registered).
   void Join(JoinRequest request, JoinCallback done);
   void Collective(CollectiveCall call, CollectiveCallback done);
   void Commit(CommitCall call, CommitCallback done);

@@ -183,14 +183,10 @@ absl::StatusOr<std::string> Registry::JobOf(uint64_t id) const {
   return it->second.registration.job;
 }
 
-absl::StatusOr<std::string> Registry::HeardFrom(uint64_t id) {
+void Registry::HeardFrom(uint64_t id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
-  if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown worker id ", id));
-  }
-  it->second.renewed_at = clock_->Now();
-  return it->second.registration.job;
+  if (it != workers_.end()) it->second.renewed_at = clock_->Now();
 }
 
 absl::StatusOr<WorkerRecord> Registry::ResolveMember(

@@ -123,10 +123,11 @@ class Registry {
   // no worker has that id.
   absl::StatusOr<std::string> JobOf(uint64_t id) const;
 
-  // As JobOf, and renews worker `id`'s lease: a request the worker sent (a
-  // join it forwards) shows it alive as a heartbeat does, so a worker whose
-  // heartbeat waits behind a burst of its own joins is not evicted.
-  absl::StatusOr<std::string> HeardFrom(uint64_t id);
+  // Renews worker `id`'s lease: a request the worker sent (a join it
+  // forwards) shows it alive as a heartbeat does, so a worker whose
+  // heartbeat waits behind a burst of its own joins is not evicted. Does
+  // nothing for an unknown id.
+  void HeardFrom(uint64_t id);
 
   // Takes over `workers`, as the coordinator that led before wrote them
   // (state_log.h): each keeps its id and gets a fresh lease from now, in
