@@ -498,13 +498,15 @@ class Harness {
                                     OutputBytes(spec, world, rank)));
           } else {
             FUZZ_CHECK(outcome->data.empty(), what);
-            FUZZ_CHECK(spec.kind != CollectiveKind::kBarrier, what);
+            FUZZ_CHECK(!KindCarriesNoData(spec.kind), what);
             FUZZ_CHECK(
                 outcome->plan.algorithm == Algorithm::kRing ||
                     outcome->plan.algorithm == Algorithm::kRecursiveDoubling,
                 what);
           }
-          FUZZ_CHECK(spec.kind == CollectiveKind::kBarrier ||
+          // Kinds without data (barrier, sync) are decided by the match
+          // itself, whatever was forced.
+          FUZZ_CHECK(KindCarriesNoData(spec.kind) ||
                          forced == Algorithm::kUnspecified ||
                          outcome->plan.algorithm == forced,
                      what);
