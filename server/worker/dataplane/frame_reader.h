@@ -44,9 +44,9 @@ using FrameCallback = std::function<bool(MessageKey key, std::string data)>;
 
 // Reads the hello and then frames from `source`, calling `on_message` for
 // each. Returns how the stream ended; `why` (if not null) gets a reason for
-// kMalformed. A payload of a size `buffers` (if not null) keeps a buffer of
-// is read into that buffer at once (the announced size costs nothing more
-// than what was kept); others in steps as above.
+// kMalformed. When `buffers` (if not null) keeps a buffer of a payload's
+// size, the payload is read into it at once (the announced size then costs
+// nothing beyond what was kept); other payloads are read in steps as above.
 StreamEnd ReadFrameStream(ByteSource& source, const FrameCallback& on_message,
                           std::string* why = nullptr,
                           PayloadBuffers* buffers = nullptr);

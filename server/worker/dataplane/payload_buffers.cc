@@ -11,6 +11,8 @@ bool PayloadBuffers::Take(size_t size, std::string* out) {
   if (it == kept_.end() || it->second.empty()) return false;
   *out = std::move(it->second.back());
   it->second.pop_back();
+  // Sizes seen once (the last chunk of a block) leave no entry behind.
+  if (it->second.empty()) kept_.erase(it);
   kept_bytes_ -= size;
   return true;
 }

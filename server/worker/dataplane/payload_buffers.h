@@ -5,8 +5,9 @@
 // receives 96 chunks of 1 MiB per rank).
 //
 // Only payloads of at least kMinPooledBytes are kept, at most
-// kMaxPooledBytes in all and kMaxPerSize of one size; a payload of another
-// size is dropped. A buffer is handed out only for the exact size it has.
+// kMaxPooledBytes in all and kMaxPerSize of one size; a buffer given beyond
+// those limits is freed. A buffer is handed out only for the exact size it
+// has.
 //
 // Lifecycle: one per worker runtime (its inbox owns it), shared by the
 // data-plane listener (Take) and the ranks' transports (Give).
