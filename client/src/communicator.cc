@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -40,6 +42,14 @@ bool TookNoNumber(const absl::Status& status) {
   }
   const std::optional<StatusFacts> facts = StatusFactsOf(status);
   return !facts.has_value() || !facts->number_used;
+}
+
+// A handle whose result is `refusal`, for a call refused before it took a
+// sequence number.
+CollectiveHandle Refused(absl::Status refusal) {
+  std::promise<absl::StatusOr<CallResult>> failed;
+  failed.set_value(std::move(refusal));
+  return CollectiveHandle(failed.get_future());
 }
 
 // How long joining through a daemon waits for the connection to it.
@@ -395,9 +405,21 @@ absl::StatusOr<CallResult> Communicator::Run(const CollectiveSpec& spec,
   return Settled(RunSequenced(NextSequence(), spec, input, output, options));
 }
 
-absl::StatusOr<CallResult> Communicator::RunOnDevice(
+struct Communicator::DeviceCall {
+  // options.device set to the tensors' device.
+  CallOptions options;
+  // Null where the call reads or writes nothing.
+  const void* input = nullptr;
+  void* output = nullptr;
+  // Cpu tensors: their sizes; the call runs on host bytes.
+  bool on_host = false;
+  uint64_t input_bytes = 0;
+  uint64_t output_bytes = 0;
+};
+
+absl::StatusOr<Communicator::DeviceCall> Communicator::CheckDeviceCall(
     const CollectiveSpec& spec, const DeviceTensor& input,
-    const DeviceTensor& output, const CallOptions& options) {
+    const DeviceTensor& output, const CallOptions& options) const {
   const Device& device = input.device;
   if (!SameDevice(device, output.device)) {
     return absl::InvalidArgumentError(
@@ -415,8 +437,9 @@ absl::StatusOr<CallResult> Communicator::RunOnDevice(
                      DTypeName(output.dtype), " but the call is on ",
                      DTypeName(spec.dtype)));
   }
-  CallOptions on_device = options;
-  on_device.device = device;
+  DeviceCall call;
+  call.options = options;
+  call.options.device = device;
   const int world = world_size();
   const int rank = this->rank();
   absl::Status valid = ValidateSpec(spec, world);
@@ -438,27 +461,62 @@ absl::StatusOr<CallResult> Communicator::RunOnDevice(
                      InputMayBeEmpty(spec, rank) ? " (or a full-size one)" : "",
                      " and gives ", out_bytes / element));
   }
-  if (device.kind != DeviceKind::kCpu) {
-    // An input the call ignores (off-root) passes no pointer.
-    const bool ignored = in_bytes == 0 && InputMayBeEmpty(spec, rank);
-    valid = CheckCall(spec, ignored ? 0 : input.count * element, on_device);
-    const void* in = ignored || input.count == 0 ? nullptr : input.data;
-    const void* out = output.count == 0 ? nullptr : output.data;
-    if (valid.ok()) valid = CheckDeviceMemory(spec, device, in, out);
+  call.output = output.count == 0 ? nullptr : output.data;
+  if (device.kind == DeviceKind::kCpu) {
+    call.on_host = true;
+    call.input = input.data;
+    call.input_bytes = input.count * element;
+    call.output_bytes = out_bytes;
+    valid = CheckCall(spec, call.input_bytes, call.options);
     if (!valid.ok()) return valid;
-    return Settled(RunSequencedOnDevice(
-        NextSequence(), spec, in, output.count == 0 ? nullptr : output.data,
-        on_device));
+    return call;
+  }
+  // An input the call ignores (off-root) passes no pointer.
+  const bool ignored = in_bytes == 0 && InputMayBeEmpty(spec, rank);
+  valid = CheckCall(spec, ignored ? 0 : input.count * element, call.options);
+  call.input = ignored || input.count == 0 ? nullptr : input.data;
+  if (valid.ok()) {
+    valid = CheckDeviceMemory(spec, device, call.input, call.output);
+  }
+  if (!valid.ok()) return valid;
+  return call;
+}
+
+absl::StatusOr<CallResult> Communicator::RunDeviceCall(
+    uint64_t sequence, const CollectiveSpec& spec, const DeviceCall& call) {
+  if (!call.on_host) {
+    return RunSequencedOnDevice(sequence, spec, call.input, call.output,
+                                call.options);
   }
   std::string result;
-  absl::StatusOr<CallResult> ran =
-      Run(spec,
-          absl::string_view(static_cast<const char*>(input.data),
-                            input.count * element),
-          &result, on_device);
+  absl::StatusOr<CallResult> ran = RunSequenced(
+      sequence, spec,
+      absl::string_view(static_cast<const char*>(call.input), call.input_bytes),
+      &result, call.options);
   if (!ran.ok()) return ran;
-  if (!result.empty()) std::memcpy(output.data, result.data(), result.size());
+  if (!result.empty()) std::memcpy(call.output, result.data(), result.size());
   return ran;
+}
+
+absl::StatusOr<CallResult> Communicator::RunOnDevice(
+    const CollectiveSpec& spec, const DeviceTensor& input,
+    const DeviceTensor& output, const CallOptions& options) {
+  absl::StatusOr<DeviceCall> call =
+      CheckDeviceCall(spec, input, output, options);
+  if (!call.ok()) return call.status();
+  return Settled(RunDeviceCall(NextSequence(), spec, *call));
+}
+
+CollectiveHandle Communicator::RunOnDeviceAsync(const CollectiveSpec& spec,
+                                                const DeviceTensor& input,
+                                                const DeviceTensor& output,
+                                                const CallOptions& options) {
+  absl::StatusOr<DeviceCall> call =
+      CheckDeviceCall(spec, input, output, options);
+  if (!call.ok()) return Refused(call.status());
+  return InBackground([this, spec, call = *std::move(call)](uint64_t sequence) {
+    return RunDeviceCall(sequence, spec, call);
+  });
 }
 
 absl::Status Communicator::CheckDeviceMemory(const CollectiveSpec&,
@@ -481,22 +539,24 @@ CollectiveHandle Communicator::RunAsync(const CollectiveSpec& spec,
                                         std::string input, std::string* output,
                                         const CallOptions& options) {
   absl::Status valid = CheckCall(spec, input.size(), options);
-  if (!valid.ok()) {
-    std::promise<absl::StatusOr<CallResult>> failed;
-    failed.set_value(valid);
-    return CollectiveHandle(failed.get_future());
-  }
+  if (!valid.ok()) return Refused(valid);
+  return InBackground([this, spec, input = std::move(input), output,
+                       options](uint64_t sequence) {
+    return RunSequenced(sequence, spec, input, output, options);
+  });
+}
+
+CollectiveHandle Communicator::InBackground(
+    std::function<absl::StatusOr<CallResult>(uint64_t)> run) {
   uint64_t sequence;
   {
     absl::MutexLock lock(&mu_);
     sequence = next_sequence_++;
     ++in_flight_;
   }
-  return CollectiveHandle(std::async(
-      std::launch::async,
-      [this, sequence, spec, input = std::move(input), output, options] {
-        absl::StatusOr<CallResult> result =
-            Settled(RunSequenced(sequence, spec, input, output, options));
+  return CollectiveHandle(
+      std::async(std::launch::async, [this, sequence, run = std::move(run)] {
+        absl::StatusOr<CallResult> result = Settled(run(sequence));
         absl::MutexLock lock(&mu_);
         --in_flight_;
         return result;

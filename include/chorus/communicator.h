@@ -16,6 +16,7 @@
 #define CHORUS_INCLUDE_CHORUS_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -58,10 +59,15 @@ struct CallOptions {
   // The device this call's buffers live on; the rank's device when unset.
   std::optional<Device> device;
   // RunOnDevice() on Cuda tensors: the CUDA stream (a cudaStream_t) the
-  // input was written on. The call reads the input only after the work
-  // enqueued there before the call, waiting as long as that work takes (the
-  // call's timeout counts from then); null: whatever wrote the input is
-  // complete (the caller synchronised).
+  // input was written on and the output is read on. The GPU reads the input
+  // only after the work enqueued there before the call (a wait on the GPU:
+  // the calling thread does not wait for it, and the call's timeout counts
+  // from the call, as for any rank); the output's last copy is enqueued
+  // before the call returns, and the work enqueued on the stream afterwards
+  // runs after it (as with NCCL, the output is complete in the stream's
+  // order, not when the call returns). Null: whatever wrote the input is
+  // complete (the caller synchronised), and the output is complete when the
+  // call returns.
   void* stream = nullptr;
 };
 
@@ -188,6 +194,17 @@ class Communicator {
                             std::string* output,
                             const CallOptions& options = {});
 
+  // RunOnDevice() issued now and run in the background: returns once the
+  // call is checked (its refusals are the handle's result) and took its
+  // sequence number, without waiting for CallOptions.stream or any peer.
+  // The tensors' memory must stay valid until Wait() returned. With a
+  // stream, work enqueued there after Wait() returned runs after the
+  // output was written.
+  CollectiveHandle RunOnDeviceAsync(const CollectiveSpec& spec,
+                                    const DeviceTensor& input,
+                                    const DeviceTensor& output,
+                                    const CallOptions& options = {});
+
   // Typed conveniences over Run() for arithmetic element types.
   template <typename T>
   absl::Status AllReduce(const std::vector<T>& input, std::vector<T>* output,
@@ -251,9 +268,26 @@ class Communicator {
       void* output, const CallOptions& options);
 
  private:
+  // A RunOnDevice() call checked before it takes a sequence number
+  // (communicator.cc).
+  struct DeviceCall;
+
   // Everything this rank can refuse before taking a sequence number.
   absl::Status CheckCall(const CollectiveSpec& spec, uint64_t input_bytes,
                          const CallOptions& options) const;
+  // RunOnDevice()'s checks; returns the call to run, or its refusal.
+  absl::StatusOr<DeviceCall> CheckDeviceCall(const CollectiveSpec& spec,
+                                             const DeviceTensor& input,
+                                             const DeviceTensor& output,
+                                             const CallOptions& options) const;
+  // Runs a checked device call as the `sequence`-th collective.
+  absl::StatusOr<CallResult> RunDeviceCall(uint64_t sequence,
+                                           const CollectiveSpec& spec,
+                                           const DeviceCall& call);
+  // Takes the next sequence number and runs `run` with it in the
+  // background; the handle's result is `run`'s, settled.
+  CollectiveHandle InBackground(
+      std::function<absl::StatusOr<CallResult>(uint64_t)> run);
   uint64_t NextSequence();
 
   // A call that ended with `result`: follows an elastic group's change

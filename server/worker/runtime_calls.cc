@@ -110,15 +110,14 @@ absl::StatusOr<RunResult> WorkerRuntime::RunOnDevice(
   const Device device = options.device.value_or(membership.device);
   absl::Status valid =
       CheckDeviceMemory(membership, spec, device, input, output);
-  // Nothing reads the input before the caller's stream wrote it.
-  if (valid.ok() && options.stream != nullptr) {
-    valid = device_buffers_->WaitForStream(device.index, options.stream);
-  }
   if (!valid.ok()) return valid;
   CallBuffers buffers;
   buffers.device_input = input;
   buffers.device_output = output;
   buffers.on_device = true;
+  // Nothing reads the input before the caller's stream wrote it (a wait on
+  // the GPU), and that stream is ordered after the output.
+  buffers.stream = options.stream;
   // RunCall() checks sizes against the host input; a device input is
   // InputBytes long by construction, so a view of that length (never read)
   // stands for it.
@@ -150,7 +149,7 @@ absl::Status WorkerRuntime::PrepareCall(
   if (buffers.on_device && carries) {
     absl::Status copied = device_buffers_->CopyFromDevice(
         call->device.index, buffers.device_input, buffers.host_input.size(),
-        &call->staged_input);
+        &call->staged_input, buffers.stream);
     // The call took its sequence number: the group must hear of it.
     if (!copied.ok()) {
       return ReportFailure(membership, sequence, copied, call->deadline);
@@ -211,8 +210,9 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
     *host_output = std::move(*response.mutable_inline_result());
     // The others have their results already; only this rank's copy fails.
     if (buffers.on_device && !host_output->empty()) {
-      status = device_buffers_->CopyToDevice(call.device.index, *host_output,
-                                             buffers.device_output);
+      status =
+          device_buffers_->CopyToDevice(call.device.index, *host_output,
+                                        buffers.device_output, buffers.stream);
     }
   } else {
     v1::CommitRequest commit;

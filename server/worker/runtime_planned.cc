@@ -123,7 +123,7 @@ absl::Status WorkerRuntime::StageInput(const CollectiveSpec& spec,
     if (buffers.on_device) {
       status = device_buffers_->CopyFromDevice(
           device.index, buffers.device_input, buffers.host_input.size(),
-          &staged->host_copy);
+          &staged->host_copy, buffers.stream);
       staged->host_input = staged->host_copy;
     }
     if (status.ok()) {
@@ -134,16 +134,16 @@ absl::Status WorkerRuntime::StageInput(const CollectiveSpec& spec,
     made = device_buffers_->FromHost(device.index, work_spec, staged->staged);
   } else if (on_gpu) {
     made = buffers.on_device
-               ? device_buffers_->FromDevice(device.index, spec,
-                                             buffers.device_input,
-                                             buffers.host_input.size())
+               ? device_buffers_->FromDevice(
+                     device.index, spec, buffers.device_input,
+                     buffers.host_input.size(), buffers.stream)
                : device_buffers_->FromHost(device.index, spec, host_input);
   } else {
     if (buffers.on_device && host_input.data() == buffers.device_input) {
       // Byte-moving kinds and the same_host plan run on host bytes.
       absl::Status copied = device_buffers_->CopyFromDevice(
           device.index, buffers.device_input, buffers.host_input.size(),
-          &staged->staged);
+          &staged->staged, buffers.stream);
       staged->host_input = staged->staged;
       return copied;
     }
@@ -176,17 +176,19 @@ absl::Status WorkerRuntime::DeliverOutput(const CollectiveSpec& spec,
                                           const StagedInput& staged,
                                           std::string* host_output) {
   // all_reduce leaves its result in the GPU buffer; other results of a
-  // device call are on the host. Either reaches its place before the commit,
-  // so a failed copy is reported like any data-plane failure.
+  // device call are on the host. Either reaches its place (or, with a
+  // caller's stream, is enqueued there) before the commit, so a failed copy
+  // is reported like any data-plane failure.
   // (A widened all_reduce rounds its result into the host output.)
   if (staged.gpu != nullptr && spec.kind == CollectiveKind::kAllReduce &&
       !staged.widens) {
-    return buffers.on_device ? staged.gpu->CopyToDevice(buffers.device_output)
-                             : staged.gpu->CopyToHost(host_output);
+    return buffers.on_device
+               ? staged.gpu->CopyToDevice(buffers.device_output, buffers.stream)
+               : staged.gpu->CopyToHost(host_output);
   }
   if (buffers.on_device && !host_output->empty()) {
     return device_buffers_->CopyToDevice(device.index, *host_output,
-                                         buffers.device_output);
+                                         buffers.device_output, buffers.stream);
   }
   return absl::OkStatus();
 }

@@ -244,6 +244,9 @@ class WorkerRuntime final : public CallRuntime {
     const void* device_input = nullptr;
     void* device_output = nullptr;
     bool on_device = false;
+    // The caller's stream for device buffers (RunOptions::stream): the
+    // input is read after it, and it is ordered after the output's copy.
+    void* stream = nullptr;
   };
   // A call's request to the coordinator, checked and built by PrepareCall().
   struct PreparedCall {

@@ -89,6 +89,25 @@ class EmulatedGpuCollectivesTest : public ::testing::Test {
     return result;
   }
 
+  // Returns `bytes` bytes at `ptr` on `device` as `stream` sees them: read
+  // by a copy enqueued there, after what the stream ran before.
+  std::string ReadOnStream(int device, const void* ptr, uint64_t bytes,
+                           DeviceRuntime::Stream stream) {
+    absl::StatusOr<char*> host = gpus_.AllocPinned(device, bytes);
+    absl::StatusOr<DeviceRuntime::Event> read = gpus_.NewEvent(device);
+    EXPECT_TRUE(host.ok() && read.ok());
+    if (!host.ok() || !read.ok()) return "";
+    absl::Status done =
+        gpus_.CopyAsync(device, *host, ptr, bytes, stream, "the output");
+    if (done.ok()) done = gpus_.Record(device, *read, stream);
+    if (done.ok()) done = gpus_.Wait(device, *read, "the output");
+    EXPECT_TRUE(done.ok()) << done;
+    std::string seen(*host, bytes);
+    gpus_.DeleteEvent(device, *read);
+    gpus_.FreePinned(device, *host);
+    return seen;
+  }
+
   EmulatedDeviceRuntime gpus_{2};
   std::unique_ptr<EmbeddedCluster> cluster_;
 };
@@ -241,7 +260,8 @@ TEST_F(EmulatedGpuCollectivesTest,
         input, output, options);
     releaser.join();
     EXPECT_TRUE(result.ok()) << result.status();
-    outputs[rank].assign(static_cast<const char*>(*out), bytes);
+    // The output is complete in the stream's order.
+    outputs[rank] = ReadOnStream(rank, *out, bytes, *stream);
     gpus_.DeleteStream(rank, *stream);
     gpus_.FreePinned(rank, *written);
     gpus_.FreeDevice(rank, *in);
@@ -252,6 +272,93 @@ TEST_F(EmulatedGpuCollectivesTest,
   for (const std::string& out : outputs) {
     ASSERT_EQ(out.size(), count * sizeof(float));
     EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size()), 0);
+  }
+}
+
+TEST_F(EmulatedGpuCollectivesTest,
+       RunOnDeviceAsync_CallersStreamsBusy_IssuedAtOnceResultInStreamOrder) {
+  auto group = Join("async", 2);
+  ASSERT_EQ(group.size(), 2u);
+  const uint64_t count = 1 << 14;
+  const uint64_t bytes = count * sizeof(float);
+  struct RankMemory {
+    void* in = nullptr;
+    void* out = nullptr;
+    char* written = nullptr;
+    DeviceRuntime::Stream stream = nullptr;
+  };
+  std::vector<RankMemory> memory(2);
+  std::vector<std::function<void()>> releases;
+  std::vector<CollectiveHandle> handles;
+  for (int rank = 0; rank < 2; ++rank) {
+    RankMemory& m = memory[rank];
+    absl::StatusOr<void*> in = gpus_.AllocDevice(rank, bytes);
+    absl::StatusOr<void*> out = gpus_.AllocDevice(rank, bytes);
+    absl::StatusOr<char*> written = gpus_.AllocPinned(rank, bytes);
+    absl::StatusOr<DeviceRuntime::Stream> stream = gpus_.NewStream(rank);
+    ASSERT_TRUE(in.ok() && out.ok() && written.ok() && stream.ok());
+    m = {*in, *out, *written, *stream};
+    std::vector<float> values(count, static_cast<float>(rank + 1));
+    std::memcpy(m.written, values.data(), bytes);
+    // Each rank's stream is still writing its input (held) when the call is
+    // issued; both are issued from this one thread, so a call that waited
+    // for its stream on the host would never let the second be issued.
+    releases.push_back(gpus_.Hold(m.stream));
+    ASSERT_TRUE(
+        gpus_.CopyAsync(rank, m.in, m.written, bytes, m.stream, "the input")
+            .ok());
+    DeviceTensor input;
+    input.device = Gpu(rank);
+    input.data = m.in;
+    input.count = count;
+    input.dtype = DType::kF32;
+    DeviceTensor output = input;
+    output.data = m.out;
+    CallOptions options;
+    options.algorithm = Algorithm::kRing;
+    options.timeout = kCallTimeout;
+    options.stream = m.stream;
+    handles.push_back(group[rank]->RunOnDeviceAsync(
+        Spec(CollectiveKind::kAllReduce, DType::kF32, count, ReduceOp::kSum),
+        input, output, options));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(handles[rank].Ready()) << "rank " << rank;
+    releases[rank]();
+  }
+  const std::vector<float> want(count, 3.0f);
+  for (int rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<CallResult> result = handles[rank].Wait();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->sequence, 1u);
+    const std::string out =
+        ReadOnStream(rank, memory[rank].out, bytes, memory[rank].stream);
+    ASSERT_EQ(out.size(), bytes);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), bytes), 0)
+        << "rank " << rank;
+    // The stream waited for the output on the GPU.
+    EXPECT_EQ(gpus_.WaitsOn(memory[rank].stream), 1);
+  }
+  // A refusal is the handle's result, and takes no sequence number.
+  DeviceTensor wrong;
+  wrong.device = Gpu(0);
+  wrong.data = memory[0].in;
+  wrong.count = count - 1;
+  wrong.dtype = DType::kF32;
+  DeviceTensor output = wrong;
+  output.count = count;
+  absl::StatusOr<CallResult> refused =
+      group[0]
+          ->RunOnDeviceAsync(Spec(CollectiveKind::kAllReduce, DType::kF32,
+                                  count, ReduceOp::kSum),
+                             wrong, output)
+          .Wait();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  for (int rank = 0; rank < 2; ++rank) {
+    gpus_.DeleteStream(rank, memory[rank].stream);
+    gpus_.FreePinned(rank, memory[rank].written);
+    gpus_.FreeDevice(rank, memory[rank].in);
+    gpus_.FreeDevice(rank, memory[rank].out);
   }
 }
 

@@ -5,11 +5,15 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/worker/algorithms/reduce_buffer.h"
@@ -89,6 +93,94 @@ TEST_F(EmulatedDeviceBuffersTest,
   std::string unchanged;
   ASSERT_TRUE(buffers.CopyFromDevice(0, *in, input.size(), &unchanged).ok());
   EXPECT_TRUE(unchanged == input);
+  runtime_.FreeDevice(0, *in);
+  runtime_.FreeDevice(0, *out);
+}
+
+// Calls `release` once `returned` is notified, or after a bound a call
+// that does not block its host never needs (then `blocked` is set).
+class ReleaseWhenReturned {
+ public:
+  explicit ReleaseWhenReturned(std::function<void()> release)
+      : thread_([this, release = std::move(release)] {
+          blocked_ =
+              !returned_.WaitForNotificationWithTimeout(absl::Seconds(30));
+          release();
+        }) {}
+  // Returns whether the call blocked until the bound.
+  bool Returned() {
+    returned_.Notify();
+    thread_.join();
+    return !blocked_;
+  }
+
+ private:
+  absl::Notification returned_;
+  bool blocked_ = false;
+  std::thread thread_;
+};
+
+TEST_F(EmulatedDeviceBuffersTest,
+       FromDeviceAndCopyToDevice_CallersStream_OrderedOnGpuHostNeverWaits) {
+  DeviceBuffers buffers(&runtime_);
+  const uint64_t count = 4096;
+  const std::string input = Ints(3, count);
+  const std::string addend = Ints(10, count);
+  const CollectiveSpec spec = AllReduceSpec(DType::kI32, ReduceOp::kSum, count);
+  absl::StatusOr<void*> in = runtime_.AllocDevice(0, input.size());
+  absl::StatusOr<void*> out = runtime_.AllocDevice(0, input.size());
+  absl::StatusOr<char*> staged = runtime_.AllocPinned(0, input.size());
+  absl::StatusOr<DeviceRuntime::Stream> stream = runtime_.NewStream(0);
+  absl::StatusOr<DeviceRuntime::Event> event = runtime_.NewEvent(0);
+  ASSERT_TRUE(in.ok() && out.ok() && staged.ok() && stream.ok() && event.ok());
+  std::memcpy(*staged, input.data(), input.size());
+
+  // The caller's stream is still busy writing the input when the buffer is
+  // made: the buffer reads it afterwards, and the host does not wait.
+  ReleaseWhenReturned writer(runtime_.Hold(*stream));
+  ASSERT_TRUE(runtime_
+                  .CopyAsync(0, *in, *staged, input.size(), *stream,
+                             "writing the input")
+                  .ok());
+  auto buffer = buffers.FromDevice(0, spec, *in, input.size(), *stream);
+  EXPECT_TRUE(writer.Returned()) << "FromDevice waited for the stream";
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  ASSERT_TRUE((*buffer)->Combine(Range{0, input.size()}, addend, false).ok());
+
+  // The result's copy into `out` is held: CopyToDevice returns anyway, and
+  // the caller's stream, not the host, waits for it.
+  ReleaseWhenReturned result_copy(runtime_.HoldCopiesTo(*out));
+  ASSERT_TRUE((*buffer)->CopyToDevice(*out, *stream).ok());
+  EXPECT_TRUE(result_copy.Returned()) << "CopyToDevice waited for its copy";
+  buffer->reset();
+  EXPECT_EQ(runtime_.WaitsOn(*stream), 1);
+  ASSERT_TRUE(runtime_
+                  .CopyAsync(0, *staged, *out, input.size(), *stream,
+                             "reading the output")
+                  .ok());
+  ASSERT_TRUE(runtime_.Record(0, *event, *stream).ok());
+  ASSERT_TRUE(runtime_.Wait(0, *event, "the caller's stream").ok());
+  std::string expected = input;
+  HostReduceBuffer host(spec, &expected);
+  ASSERT_TRUE(host.Combine(Range{0, input.size()}, addend, false).ok());
+  EXPECT_TRUE(std::string(*staged, input.size()) == expected);
+
+  // Host bytes to the device, handed to the stream in the same way.
+  const std::string again = Ints(-7, count);
+  ReleaseWhenReturned host_copy(runtime_.HoldCopiesTo(*out));
+  ASSERT_TRUE(buffers.CopyToDevice(0, again, *out, *stream).ok());
+  EXPECT_TRUE(host_copy.Returned()) << "CopyToDevice waited for its copy";
+  ASSERT_TRUE(runtime_
+                  .CopyAsync(0, *staged, *out, input.size(), *stream,
+                             "reading the output")
+                  .ok());
+  ASSERT_TRUE(runtime_.Record(0, *event, *stream).ok());
+  ASSERT_TRUE(runtime_.Wait(0, *event, "the caller's stream").ok());
+  EXPECT_TRUE(std::string(*staged, input.size()) == again);
+
+  runtime_.DeleteEvent(0, *event);
+  runtime_.DeleteStream(0, *stream);
+  runtime_.FreePinned(0, *staged);
   runtime_.FreeDevice(0, *in);
   runtime_.FreeDevice(0, *out);
 }

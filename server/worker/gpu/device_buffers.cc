@@ -47,6 +47,13 @@ struct StagingSet {
   char* read_host = nullptr;  // pinned
   uint64_t read_capacity = 0;
   Event read_done = nullptr;
+  // Recorded on a caller's stream that wrote an input, and on `stream`
+  // after an output a caller's stream is ordered after.
+  Event input_written = nullptr;
+  Event output_written = nullptr;
+  // Whether a call handed its last copy to a caller's stream without the
+  // host waiting: that copy may still read `work`.
+  bool handed_off = false;
 
   // Device and pinned host memory held.
   uint64_t held_bytes() const {
@@ -66,7 +73,9 @@ struct StagingSet {
       if (slot.done != nullptr) runtime->DeleteEvent(device, slot.done);
     }
     runtime->FreePinned(device, read_host);
-    if (read_done != nullptr) runtime->DeleteEvent(device, read_done);
+    for (Event event : {read_done, input_written, output_written}) {
+      if (event != nullptr) runtime->DeleteEvent(device, event);
+    }
     runtime->FreeDevice(device, work);
   }
 };
@@ -80,7 +89,8 @@ absl::StatusOr<std::unique_ptr<StagingSet>> NewStagingSet(
   if (!stream.ok()) return stream.status();
   set->stream = *stream;
   for (Event* event :
-       {&set->slots[0].done, &set->slots[1].done, &set->read_done}) {
+       {&set->slots[0].done, &set->slots[1].done, &set->read_done,
+        &set->input_written, &set->output_written}) {
     absl::StatusOr<Event> made = runtime->NewEvent(device);
     if (!made.ok()) return made.status();
     *event = *made;
@@ -114,6 +124,31 @@ absl::Status GrowPinned(StagingSet& set, char** ptr, uint64_t* capacity,
   *ptr = *fresh;
   *capacity = bytes;
   return absl::OkStatus();
+}
+
+// Orders the set's stream after the work enqueued on the caller's stream
+// `after` so far (null: nothing to wait for). The host does not wait.
+absl::Status WaitOnGpuFor(StagingSet& set, void* after) {
+  if (after == nullptr) return absl::OkStatus();
+  if (absl::Status s = set.runtime->Record(set.device, set.input_written,
+                                           static_cast<Stream>(after));
+      !s.ok()) {
+    return s;
+  }
+  return set.runtime->StreamWait(set.device, set.stream, set.input_written);
+}
+
+// Orders the caller's stream `then` after the work enqueued on the set's
+// stream so far, which the host then need not wait for.
+absl::Status HandOff(StagingSet& set, void* then) {
+  if (absl::Status s =
+          set.runtime->Record(set.device, set.output_written, set.stream);
+      !s.ok()) {
+    return s;
+  }
+  set.handed_off = true;
+  return set.runtime->StreamWait(set.device, static_cast<Stream>(then),
+                                 set.output_written);
 }
 
 }  // namespace
@@ -215,13 +250,26 @@ class StagedReduceBuffer : public DeviceReduceBuffer {
         size_(bytes) {}
 
   ~StagedReduceBuffer() override {
-    // Pending copies still read the slots: let them finish first.
-    if (healthy_) healthy_ = Sync("the call's last copies").ok();
+    // Pending copies still read the slots: let them finish first, unless
+    // the last copy was handed to a caller's stream (the set's next user
+    // enqueues behind it on the same stream).
+    if (healthy_ && !set_->handed_off) {
+      healthy_ = Sync("the call's last copies").ok();
+    }
     pool_->Give(std::move(set_), healthy_);
   }
 
-  // Sizes the work buffer and fills it from `input` (host or device memory).
-  absl::Status Load(const void* input) {
+  // Sizes the work buffer and fills it from `input` (host or device memory)
+  // once stream `after`'s work so far completed.
+  absl::Status Load(const void* input, void* after) {
+    // A copy an earlier call handed off may still read the work buffer.
+    if (set_->handed_off && set_->work_capacity < size_) {
+      if (absl::Status s = Sync("an earlier call's last copy"); !s.ok()) {
+        return s;
+      }
+    }
+    set_->handed_off = false;
+    if (absl::Status s = Check(WaitOnGpuFor(*set_, after)); !s.ok()) return s;
     if (absl::Status s =
             Check(GrowDevice(*set_, &set_->work, &set_->work_capacity, size_));
         !s.ok()) {
@@ -316,7 +364,7 @@ class StagedReduceBuffer : public DeviceReduceBuffer {
     return Sync("the result");
   }
 
-  absl::Status CopyToDevice(void* dst) override {
+  absl::Status CopyToDevice(void* dst, void* then) override {
     if (absl::Status s = Usable(); !s.ok()) return s;
     if (size_ == 0) return absl::OkStatus();
     if (absl::Status s =
@@ -330,6 +378,7 @@ class StagedReduceBuffer : public DeviceReduceBuffer {
         !s.ok()) {
       return s;
     }
+    if (then != nullptr) return Check(HandOff(*set_, then));
     return Sync("the result");
   }
 
@@ -420,76 +469,73 @@ absl::Status DeviceBuffers::CheckPointer(int device, const void* ptr,
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::FromDevice(
-    int device, const CollectiveSpec& spec, const void* input, uint64_t bytes) {
+    int device, const CollectiveSpec& spec, const void* input, uint64_t bytes,
+    void* after) {
   if (absl::Status s = CheckPointer(device, input, bytes, "input pointer");
       !s.ok()) {
     return s;
   }
-  return Make(device, spec, input, bytes);
+  return Make(device, spec, input, bytes, after);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::FromHost(
     int device, const CollectiveSpec& spec, absl::string_view input) {
-  return Make(device, spec, input.data(), input.size());
+  return Make(device, spec, input.data(), input.size(), /*after=*/nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> DeviceBuffers::Make(
-    int device, const CollectiveSpec& spec, const void* input, uint64_t bytes) {
+    int device, const CollectiveSpec& spec, const void* input, uint64_t bytes,
+    void* after) {
   absl::StatusOr<std::unique_ptr<StagingSet>> set = pool_->Take(device);
   if (!set.ok()) return set.status();
   auto buffer = std::make_unique<StagedReduceBuffer>(
       pool_.get(), *std::move(set), spec, bytes);
-  if (absl::Status s = buffer->Load(input); !s.ok()) return s;
+  if (absl::Status s = buffer->Load(input, after); !s.ok()) return s;
   return buffer;
 }
 
 absl::Status DeviceBuffers::Copy(int device, void* dst, const void* src,
-                                 uint64_t bytes) {
+                                 uint64_t bytes, void* after, void* then) {
   absl::StatusOr<std::unique_ptr<StagingSet>> set = pool_->Take(device);
   if (!set.ok()) return set.status();
   StagingSet& staging = **set;
-  absl::Status status =
-      runtime_->CopyAsync(device, dst, src, bytes, staging.stream, "copying");
+  absl::Status status = WaitOnGpuFor(staging, after);
   if (status.ok()) {
-    status = runtime_->Record(device, staging.read_done, staging.stream);
+    status =
+        runtime_->CopyAsync(device, dst, src, bytes, staging.stream, "copying");
   }
-  if (status.ok()) status = runtime_->Wait(device, staging.read_done, "a copy");
+  if (status.ok() && then != nullptr) {
+    status = HandOff(staging, then);
+  } else if (status.ok()) {
+    status = runtime_->Record(device, staging.read_done, staging.stream);
+    if (status.ok()) {
+      status = runtime_->Wait(device, staging.read_done, "a copy");
+    }
+  }
   pool_->Give(*std::move(set), status.ok());
   return pool_->Noted(device, std::move(status));
 }
 
-absl::Status DeviceBuffers::WaitForStream(int device, void* stream) {
-  // An event of its own: no staging set (stream, buffers) is needed.
-  absl::StatusOr<Event> event = runtime_->NewEvent(device);
-  if (!event.ok()) return event.status();
-  absl::Status status =
-      runtime_->Record(device, *event, static_cast<Stream>(stream));
-  if (status.ok()) {
-    status = runtime_->Wait(device, *event, "the caller's stream");
-  }
-  runtime_->DeleteEvent(device, *event);
-  return pool_->Noted(device, std::move(status));
-}
-
 absl::Status DeviceBuffers::CopyFromDevice(int device, const void* src,
-                                           uint64_t bytes, std::string* out) {
+                                           uint64_t bytes, std::string* out,
+                                           void* after) {
   if (absl::Status s = CheckPointer(device, src, bytes, "input pointer");
       !s.ok()) {
     return s;
   }
   out->resize(bytes);
   if (bytes == 0) return absl::OkStatus();
-  return Copy(device, out->data(), src, bytes);
+  return Copy(device, out->data(), src, bytes, after, /*then=*/nullptr);
 }
 
 absl::Status DeviceBuffers::CopyToDevice(int device, absl::string_view src,
-                                         void* dst) {
+                                         void* dst, void* then) {
   if (absl::Status s = CheckPointer(device, dst, src.size(), "output pointer");
       !s.ok()) {
     return s;
   }
   if (src.empty()) return absl::OkStatus();
-  return Copy(device, dst, src.data(), src.size());
+  return Copy(device, dst, src.data(), src.size(), /*after=*/nullptr, then);
 }
 
 absl::Status DeviceBuffers::Withdrawn(int device) const {

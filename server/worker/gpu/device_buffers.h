@@ -9,6 +9,9 @@
 // the stream's earlier work is done. Waits block on events created with
 // cudaEventBlockingSync, so a waiting rank does not spin. Pointers a user
 // passes are checked to be memory of the GPU before anything reads them.
+// A caller's stream is waited for on the GPU, never by the host: the call's
+// stream waits for an event recorded on it before reading the input, and it
+// waits for the call's last copy into the output.
 //
 // The streams, events and buffers of a call (a "staging set") go back to a
 // bounded pool when the call ends and are reused by the next call on that
@@ -50,9 +53,12 @@ class DeviceReduceBuffer : public ReduceBuffer {
  public:
   // Copies all size() bytes to host `out` (resized) and waits for the copy.
   virtual absl::Status CopyToHost(std::string* out) = 0;
-  // Copies all size() bytes to `dst`, memory of this buffer's GPU, and waits
-  // for the copy.
-  virtual absl::Status CopyToDevice(void* dst) = 0;
+  // Copies all size() bytes to `dst`, memory of this buffer's GPU. Without
+  // `then`, waits for the copy. With `then` (a stream of that GPU the caller
+  // owns) returns once the copy is enqueued, and work enqueued on `then`
+  // afterwards runs after the copy: the host does not wait; a fault of the
+  // copy itself surfaces on `then` and at the GPU's next use.
+  virtual absl::Status CopyToDevice(void* dst, void* then = nullptr) = 0;
 };
 
 class DeviceBuffers {
@@ -71,25 +77,27 @@ class DeviceBuffers {
   absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> FromHost(
       int device, const CollectiveSpec& spec, absl::string_view input);
 
-  // Same, holding a copy of `bytes` bytes at `input`, memory of that GPU
-  // (ready: the caller synchronised whatever wrote it). INVALID_ARGUMENT
-  // when `input` is not memory of that GPU.
+  // Same, holding a copy of `bytes` bytes at `input`, memory of that GPU.
+  // `after` is the stream of that GPU that wrote the input (a cudaStream_t,
+  // or an emulated runtime's stream, owned by the caller): the input is read
+  // once the work enqueued there so far completed, a wait on the GPU, not
+  // on the host. Null: whatever wrote it is complete. INVALID_ARGUMENT when
+  // `input` is not memory of that GPU.
   absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> FromDevice(
-      int device, const CollectiveSpec& spec, const void* input,
-      uint64_t bytes);
+      int device, const CollectiveSpec& spec, const void* input, uint64_t bytes,
+      void* after = nullptr);
 
-  // Copies `bytes` bytes at `src` on Cuda(`device`) to host `out` (resized),
-  // and back from host bytes `src` to `dst`; both wait for the copy. Codes
-  // as FromDevice().
+  // Copies `bytes` bytes at `src` on Cuda(`device`) to host `out` (resized)
+  // once the work on stream `after` so far completed (as FromDevice), and
+  // waits for the copy. Codes as FromDevice().
   absl::Status CopyFromDevice(int device, const void* src, uint64_t bytes,
-                              std::string* out);
-  absl::Status CopyToDevice(int device, absl::string_view src, void* dst);
-
-  // Returns once the work enqueued on `stream` (a stream of Cuda(`device`)
-  // the caller owns: a cudaStream_t, or an emulated runtime's stream) so far
-  // has completed; the calling thread blocks on an event, without spinning.
-  // Codes as FromHost(), and the stream's work's error.
-  absl::Status WaitForStream(int device, void* stream);
+                              std::string* out, void* after = nullptr);
+  // Copies host bytes `src` to `dst` on Cuda(`device`): without `then`,
+  // waits for the copy; with it, returns once the copy is enqueued (the
+  // host bytes taken) and orders stream `then` after it, as
+  // DeviceReduceBuffer::CopyToDevice. Codes as FromDevice().
+  absl::Status CopyToDevice(int device, absl::string_view src, void* dst,
+                            void* then = nullptr);
 
   // Returns OK when [ptr, ptr + bytes) is memory of Cuda(`device`) or
   // `bytes` is 0; INVALID_ARGUMENT naming `what` ("input pointer")
@@ -113,12 +121,15 @@ class DeviceBuffers {
   struct Pool;
 
  private:
-  // A buffer holding `bytes` bytes copied from `input` (host or device).
+  // A buffer holding `bytes` bytes copied from `input` (host or device)
+  // after stream `after`'s work (null: none).
   absl::StatusOr<std::unique_ptr<DeviceReduceBuffer>> Make(
-      int device, const CollectiveSpec& spec, const void* input,
-      uint64_t bytes);
-  // Copies `bytes` bytes between host and device memory and waits.
-  absl::Status Copy(int device, void* dst, const void* src, uint64_t bytes);
+      int device, const CollectiveSpec& spec, const void* input, uint64_t bytes,
+      void* after);
+  // Copies `bytes` bytes between host and device memory after stream
+  // `after`'s work; waits for it, or orders stream `then` after it.
+  absl::Status Copy(int device, void* dst, const void* src, uint64_t bytes,
+                    void* after, void* then);
 
   DeviceRuntime* const runtime_;  // not owned
   std::unique_ptr<Pool> pool_;

@@ -96,6 +96,11 @@ class DeviceRuntime {
   // Enqueues `event` on `stream`: it completes once the work enqueued
   // before it did.
   virtual absl::Status Record(int device, Event event, Stream stream) = 0;
+  // Enqueues on `stream` a wait for `event` as last recorded before this
+  // call: work enqueued on `stream` afterwards runs once that work did.
+  // The calling thread does not wait; recording `event` again later does not
+  // change what `stream` waits for (CUDA's cudaStreamWaitEvent).
+  virtual absl::Status StreamWait(int device, Stream stream, Event event) = 0;
   // Blocks the calling thread (without spinning) until `event` completed.
   // Returns the error of the work it waited for, naming `what`.
   virtual absl::Status Wait(int device, Event event,

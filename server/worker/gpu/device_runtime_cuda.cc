@@ -156,6 +156,16 @@ class CudaDeviceRuntime final : public DeviceRuntime {
     return absl::OkStatus();
   }
 
+  absl::Status StreamWait(int device, Stream stream, Event event) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    if (cudaError_t e = cudaStreamWaitEvent(AsCuda(stream), AsCuda(event), 0);
+        e != cudaSuccess) {
+      return CudaError(device, e, "ordering a stream after an event");
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Wait(int device, Event event, absl::string_view what) override {
     ScopedDevice scope;
     if (absl::Status s = scope.Enter(device); !s.ok()) return s;

@@ -46,6 +46,9 @@ class NoDeviceRuntime final : public DeviceRuntime {
   absl::Status Record(int device, Event, Stream) override {
     return Refused(device);
   }
+  absl::Status StreamWait(int device, Stream, Event) override {
+    return Refused(device);
+  }
   absl::Status Wait(int device, Event, absl::string_view) override {
     return Refused(device);
   }

@@ -33,6 +33,7 @@ class EmulatedStream {
   }
 
   std::atomic<int> records{0};
+  std::atomic<int> waits{0};
 
   void Enqueue(std::function<void()> work) {
     absl::MutexLock lock(&mu_);
@@ -70,6 +71,18 @@ struct EmulatedEvent {
   uint64_t recorded ABSL_GUARDED_BY(mu) = 0;
   uint64_t reached ABSL_GUARDED_BY(mu) = 0;
 };
+
+// Blocks until `event`'s stream reached its `mark`-th record.
+void WaitUntilReached(EmulatedEvent& event, uint64_t mark) {
+  absl::MutexLock lock(&event.mu);
+  std::pair<EmulatedEvent*, uint64_t> until(&event, mark);
+  event.mu.Await(absl::Condition(
+      +[](std::pair<EmulatedEvent*, uint64_t>* wait)
+           ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait->first->mu) {
+             return wait->first->reached >= wait->second;
+           },
+      &until));
+}
 
 EmulatedStream* AsEmulated(DeviceRuntime::Stream stream) {
   return reinterpret_cast<EmulatedStream*>(stream);
@@ -144,8 +157,27 @@ std::function<void()> EmulatedDeviceRuntime::Hold(Stream stream) {
   return [released] { released->Notify(); };
 }
 
+std::function<void()> EmulatedDeviceRuntime::HoldCopiesTo(const void* dst) {
+  auto released = std::make_shared<absl::Notification>();
+  {
+    absl::MutexLock lock(&mu_);
+    held_copies_[dst] = released;
+  }
+  return [this, dst, released] {
+    {
+      absl::MutexLock lock(&mu_);
+      held_copies_.erase(dst);
+    }
+    released->Notify();
+  };
+}
+
 int EmulatedDeviceRuntime::RecordedOn(Stream stream) const {
   return AsEmulated(stream)->records.load();
+}
+
+int EmulatedDeviceRuntime::WaitsOn(Stream stream) const {
+  return AsEmulated(stream)->waits.load();
 }
 
 uint64_t EmulatedDeviceRuntime::AllocatedBytes(int device) const {
@@ -283,6 +315,15 @@ absl::Status EmulatedDeviceRuntime::CopyAsync(int device, void* dst,
                                               absl::string_view doing) {
   if (absl::Status s = Usable(device, doing); !s.ok()) return s;
   if (bytes == 0) return absl::OkStatus();
+  std::shared_ptr<absl::Notification> held;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = held_copies_.find(dst);
+    if (it != held_copies_.end()) held = it->second;
+  }
+  if (held != nullptr) {
+    AsEmulated(stream)->Enqueue([held] { held->WaitForNotification(); });
+  }
   if (Pageable(dst)) {
     // Into pageable memory: done when this returns (after the stream's
     // earlier work).
@@ -366,19 +407,34 @@ absl::Status EmulatedDeviceRuntime::Record(int device, Event event,
   return absl::OkStatus();
 }
 
+absl::Status EmulatedDeviceRuntime::StreamWait(int device, Stream stream,
+                                               Event event) {
+  if (absl::Status s = Usable(device, "ordering a stream after an event");
+      !s.ok()) {
+    return s;
+  }
+  SharedEvent awaited = AsEmulated(event);
+  ++AsEmulated(stream)->waits;
+  uint64_t mark = 0;
+  {
+    absl::MutexLock lock(&awaited->mu);
+    mark = awaited->recorded;
+  }
+  // The stream's thread waits, as a GPU's stream would; the caller does not.
+  AsEmulated(stream)->Enqueue(
+      [awaited, mark] { WaitUntilReached(*awaited, mark); });
+  return absl::OkStatus();
+}
+
 absl::Status EmulatedDeviceRuntime::Wait(int device, Event event,
                                          absl::string_view what) {
-  EmulatedEvent* waited = AsEmulated(event).get();
+  EmulatedEvent& waited = *AsEmulated(event);
+  uint64_t mark = 0;
   {
-    absl::MutexLock lock(&waited->mu);
-    std::pair<EmulatedEvent*, uint64_t> until(waited, waited->recorded);
-    waited->mu.Await(absl::Condition(
-        +[](std::pair<EmulatedEvent*, uint64_t>* wait)
-             ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait->first->mu) {
-               return wait->first->reached >= wait->second;
-             },
-        &until));
+    absl::MutexLock lock(&waited.mu);
+    mark = waited.recorded;
   }
+  WaitUntilReached(waited, mark);
   return Usable(device, absl::StrCat("waiting for ", what));
 }
 

@@ -30,6 +30,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/device.h"
 #include "server/worker/gpu/device_runtime.h"
 
@@ -55,8 +56,14 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
   // still running): what is enqueued on it after this waits until the
   // returned function is called (once).
   std::function<void()> Hold(Stream stream);
-  // How many events were recorded on `stream` so far.
+  // Holds every copy into memory at `dst` enqueued from now until the
+  // returned function is called (once): each waits on its stream, as a
+  // copy still running would.
+  std::function<void()> HoldCopiesTo(const void* dst);
+  // How many events were recorded on `stream` so far, and how many waits
+  // for an event were enqueued on it (StreamWait).
   int RecordedOn(Stream stream) const;
+  int WaitsOn(Stream stream) const;
   // Bytes of device memory allocated on `device` now.
   uint64_t AllocatedBytes(int device) const;
 
@@ -76,6 +83,7 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
   absl::Status FinalizeAvg(int device, DType dtype, void* data, size_t count,
                            int world_size, Stream stream) override;
   absl::Status Record(int device, Event event, Stream stream) override;
+  absl::Status StreamWait(int device, Stream stream, Event event) override;
   absl::Status Wait(int device, Event event, absl::string_view what) override;
   absl::Status CheckPointer(int device, const void* ptr, uint64_t bytes,
                             absl::string_view what) override;
@@ -111,6 +119,9 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
   const uint64_t memory_bytes_;
   mutable absl::Mutex mu_;
   std::vector<Gpu> gpus_ ABSL_GUARDED_BY(mu_);
+  // Copies into these destinations wait for their notification.
+  std::map<const void*, std::shared_ptr<absl::Notification>> held_copies_
+      ABSL_GUARDED_BY(mu_);
   // Pinned host memory: start address -> size.
   std::map<uintptr_t, uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
 };
