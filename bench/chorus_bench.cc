@@ -45,6 +45,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "bench/bench_data.h"
+#include "bench/bench_device.h"
 #include "bench/bench_process.h"
 #include "bench/bench_util.h"
 #include "chorus/communicator.h"
@@ -127,6 +128,12 @@ ABSL_FLAG(std::string, tls_certs, "",
           "with certificates for the coordinator and workers bench-rank0 .. "
           "bench-rank<N-1> (--workers=bench-rank0,...). The call port and the "
           "data plane then run TLS too.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where each rank's buffers live: cpu (host memory); cuda (memory "
+          "of GPU Cuda(rank mod the GPUs found), passed by pointer, reduced "
+          "on the GPU); emulated_cuda (the same on a GPU emulated in host "
+          "memory, to test the GPU path where there is none: its times are "
+          "not a GPU's).");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "",
@@ -295,17 +302,27 @@ struct Timed {
 
 // Runs every point of the sweep with element type T and reports each.
 template <typename T>
-absl::Status RunSweep(Communicator& comm, const Config& c) {
+absl::Status RunSweep(Communicator& comm, BenchDevice& device,
+                      const Config& c) {
   const int rank = comm.rank();
   const int world = comm.world_size();
   uint64_t max_input = 0;
+  uint64_t max_output = 0;
   for (const SweepPoint& p : c.sweep) {
-    max_input =
-        std::max(max_input, InputBytes(SpecFor(c, p.count), world, rank));
+    const CollectiveSpec spec = SpecFor(c, p.count);
+    max_input = std::max(max_input, InputBytes(spec, world, rank));
+    max_output = std::max(max_output, OutputBytes(spec, world, rank));
   }
   // Inputs never change: fill the largest once and pass prefixes.
   std::vector<T> input(max_input / sizeof(T));
   FillInput(c.kind, c.op, rank, input);
+  if (absl::Status loaded = device.Load(
+          absl::string_view(reinterpret_cast<const char*>(input.data()),
+                            max_input),
+          max_output);
+      !loaded.ok()) {
+    return loaded;
+  }
   std::string output;
   CallOptions options;
   options.algorithm = c.algorithm;
@@ -318,7 +335,8 @@ absl::Status RunSweep(Communicator& comm, const Config& c) {
                                InputBytes(spec, world, rank));
     auto run_once = [&]() -> absl::StatusOr<Timed> {
       const SteadyClock::time_point start = SteadyClock::now();
-      absl::StatusOr<CallResult> result = comm.Run(spec, in, &output, options);
+      absl::StatusOr<CallResult> result =
+          device.Run(comm, spec, in, &output, options);
       const SteadyClock::time_point end = SteadyClock::now();
       if (!result.ok()) {
         return absl::Status(
@@ -330,8 +348,12 @@ absl::Status RunSweep(Communicator& comm, const Config& c) {
               .count(),
           result->algorithm};
     };
-    auto count_wrong = [&] {
-      return c.check ? CountWrong<T>(spec, world, rank, output) : 0;
+    auto count_wrong = [&]() -> absl::StatusOr<uint64_t> {
+      if (!c.check) return 0;
+      absl::Status read =
+          device.ReadOutput(OutputBytes(spec, world, rank), &output);
+      if (!read.ok()) return read;
+      return CountWrong<T>(spec, world, rank, output);
     };
 
     RankReport report;
@@ -343,7 +365,9 @@ absl::Status RunSweep(Communicator& comm, const Config& c) {
     if (c.warmup != 0) {
       absl::StatusOr<Timed> first = run_once();
       if (!first.ok()) return first.status();
-      report.wrong += count_wrong();
+      absl::StatusOr<uint64_t> wrong = count_wrong();
+      if (!wrong.ok()) return wrong.status();
+      report.wrong += *wrong;
       absl::StatusOr<int64_t> agreed = AgreeMax(comm, first->ns, c.timeout);
       if (!agreed.ok()) return agreed.status();
       estimate_ns = std::max<int64_t>(1, *agreed);
@@ -384,7 +408,9 @@ absl::Status RunSweep(Communicator& comm, const Config& c) {
       report.times_ns.push_back(t->ns);
       plan = t->plan;
     }
-    report.wrong += count_wrong();
+    absl::StatusOr<uint64_t> wrong = count_wrong();
+    if (!wrong.ok()) return wrong.status();
+    report.wrong += *wrong;
     report.plan = std::string(AlgorithmName(plan));
     absl::Status sent = ReportLine(FormatReport(report));
     if (!sent.ok()) return sent;
@@ -392,28 +418,29 @@ absl::Status RunSweep(Communicator& comm, const Config& c) {
   return absl::OkStatus();
 }
 
-absl::Status RunSweepForDType(Communicator& comm, const Config& c) {
+absl::Status RunSweepForDType(Communicator& comm, BenchDevice& device,
+                              const Config& c) {
   switch (c.dtype) {
     case DType::kF16:
-      return RunSweep<Float16>(comm, c);
+      return RunSweep<Float16>(comm, device, c);
     case DType::kBF16:
-      return RunSweep<BFloat16>(comm, c);
+      return RunSweep<BFloat16>(comm, device, c);
     case DType::kF32:
-      return RunSweep<float>(comm, c);
+      return RunSweep<float>(comm, device, c);
     case DType::kF64:
-      return RunSweep<double>(comm, c);
+      return RunSweep<double>(comm, device, c);
     case DType::kI8:
-      return RunSweep<int8_t>(comm, c);
+      return RunSweep<int8_t>(comm, device, c);
     case DType::kU8:
-      return RunSweep<uint8_t>(comm, c);
+      return RunSweep<uint8_t>(comm, device, c);
     case DType::kI32:
-      return RunSweep<int32_t>(comm, c);
+      return RunSweep<int32_t>(comm, device, c);
     case DType::kI64:
-      return RunSweep<int64_t>(comm, c);
+      return RunSweep<int64_t>(comm, device, c);
     case DType::kU32:
-      return RunSweep<uint32_t>(comm, c);
+      return RunSweep<uint32_t>(comm, device, c);
     case DType::kU64:
-      return RunSweep<uint64_t>(comm, c);
+      return RunSweep<uint64_t>(comm, device, c);
     default:
       return absl::InvalidArgumentError("unsupported dtype");
   }
@@ -432,7 +459,14 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
     if (!identity.ok()) return identity.status();
     options.name = identity->name;
   }
+  absl::StatusOr<std::unique_ptr<BenchDevice>> device =
+      BenchDevice::Create(absl::GetFlag(FLAGS_device), rank);
+  if (!device.ok()) return device.status();
   options.devices = {JoinOptions::CpuDevice()};
+  if ((*device)->device().kind != DeviceKind::kCpu) {
+    options.devices.push_back((*device)->device());
+  }
+  options.device_runtime = (*device)->worker_runtime();
   options.register_timeout = c.timeout;
   options.call_port = absl::GetFlag(FLAGS_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
@@ -446,10 +480,11 @@ absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
   {
     JoinOptions join;
     join.timeout = c.timeout;
+    join.device = (*device)->device();
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
         Communicator::JoinEmbedded(worker->get(), group, c.world, rank, join);
     if (!comm.ok()) return comm.status();
-    status = RunSweepForDType(**comm, c);
+    status = RunSweepForDType(**comm, **device, c);
   }
   (*worker)->Shutdown();
   return status;
@@ -529,6 +564,7 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
       absl::StrCat("--op=", absl::GetFlag(FLAGS_op)),
       absl::StrCat("--root=", absl::GetFlag(FLAGS_root)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
+      absl::StrCat("--device=", absl::GetFlag(FLAGS_device)),
       absl::StrCat("--tls_certs=", absl::GetFlag(FLAGS_tls_certs)),
       absl::StrCat("--call_port=",
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),

@@ -5,7 +5,8 @@
 # daemons they start; runs the tests labelled gpu (kernels against the CPU
 # engine, device buffers, all-reduce of 2 and 4 ranks on GPU 0, mixed
 # Cpu/Cuda groups, GPU memory by pointer, ranks through daemons), runs the
-# kernel bandwidth benchmark, then the torch tests marked gpu (CUDA tensors
+# kernel bandwidth benchmark, chorus-bench's all-reduce with buffers on the
+# CPU and on the GPU side by side, then the torch tests marked gpu (CUDA tensors
 # through the chorus backend, DDP on GPUs) where /usr/bin/python3 has torch
 # with CUDA, and prints one table. Without a GPU it says so
 # and exits 0. Meant to finish within about 10 minutes (the full project's build is
@@ -33,7 +34,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # the collectives test starts.
 packed_tests=(gpu_reduce_test device_buffers_test gpu_collectives_test)
 packed_programs=("${packed_tests[@]}" gpu_reduce_bench chorus-coordinator
-                 chorus-worker chorusctl)
+                 chorus-worker chorusctl chorus-bench)
 prebuilt=""
 case "${1:-}" in
   --pack)
@@ -169,7 +170,7 @@ if [ "${tree}" = "${build}/full" ]; then
   # The worker's GPU path: device buffers, and collectives of ranks on
   # Cuda(0) through a real coordinator and workers.
   targets+=(device_buffers_test gpu_collectives_test chorus-coordinator
-            chorus-worker chorusctl)
+            chorus-worker chorusctl chorus-bench)
 fi
 if [ -z "${prebuilt}" ] &&
    ! timeout 360 ninja -C "${tree}" -j "${jobs}" "${targets[@]}" \
@@ -261,6 +262,41 @@ bench_rc=$?
 printf '%s\n' "${bench_out}" >>"${log}"
 finished=$(date +%s)
 
+# ---- The same all-reduce with buffers on the CPU and on the GPU ----------------
+# chorus-bench, 2 ranks (one process each; both on GPU 0 of a one-GPU
+# machine), all_reduce f32 sum: --device=cpu against --device=cuda (buffers
+# in GPU memory by pointer, reduced there), run back to back, with the
+# ratio of their times per size (below 1: the GPU path is faster).
+run_cpu_vs_gpu() {
+  local bench_bin out_cpu out_gpu
+  bench_bin="$(find_binary chorus-bench)"
+  if [ -z "${bench_bin}" ]; then
+    echo "  not run: chorus-bench was not built (${mode})"
+    return 0
+  fi
+  local args=(--ranks=2 --min_bytes=1M --max_bytes=64M --step_factor=8
+              --time_per_size=1s --format=csv --timeout=60s)
+  [ -z "${prebuilt}" ] ||
+    args+=(--coordinator_bin="${tree}/chorus-coordinator")
+  out_cpu="$(timeout 120 "${bench_bin}" "${args[@]}" --device=cpu 2>>"${log}")"
+  local cpu_rc=$?
+  out_gpu="$(timeout 120 "${bench_bin}" "${args[@]}" --device=cuda 2>>"${log}")"
+  local gpu_rc=$?
+  printf '%s\n%s\n' "${out_cpu}" "${out_gpu}" >>"${log}"
+  printf '  %10s %14s %14s %9s %s\n' bytes "cpu us" "gpu us" gpu/cpu "plan (gpu)"
+  join -t, <(printf '%s\n' "${out_cpu}" | awk -F, '$1 ~ /^[0-9]+$/' | sort -t, -k1,1) \
+           <(printf '%s\n' "${out_gpu}" | awk -F, '$1 ~ /^[0-9]+$/' | sort -t, -k1,1) |
+    sort -t, -k1,1n |
+    awk -F, '{ printf "  %10s %14s %14s %9.2f %s%s\n", $1, $5, $16, $16 / $5, $14,
+               ($12 + $23 > 0 ? "  WRONG RESULTS" : "") }'
+  [ ${cpu_rc} -eq 0 ] || echo "  --device=cpu failed (exit ${cpu_rc}; see ${log})"
+  [ ${gpu_rc} -eq 0 ] || echo "  --device=cuda failed (exit ${gpu_rc}; see ${log})"
+  [ ${cpu_rc} -eq 0 ] && [ ${gpu_rc} -eq 0 ]
+}
+cpu_vs_gpu_out="$(run_cpu_vs_gpu)"
+cpu_vs_gpu_rc=$?
+compared=$(date +%s)
+
 # ---- torch on GPUs --------------------------------------------------------------
 # The chorus torch backend with CUDA tensors (tests/python, marked gpu:
 # collectives on daemon ranks, DDP of examples/python/ddp_train.py --device
@@ -309,9 +345,11 @@ printf '%-12s %s\n' "build" "${mode}: ${tree} ($((built - started)) s)"
 printf '%-12s %s\n' "gpu tests" "${tests} ($((tested - built)) s)"
 printf '%s\n' "${test_out}" | grep -E '^ *[0-9]+/[0-9]+ Test|^  [|] ' |
   sed 's/^/  /'
-printf '%-12s %s\n' "torch" "${torch_line} ($((torched - finished)) s)"
+printf '%-12s %s\n' "torch" "${torch_line} ($((torched - compared)) s)"
+printf '%-12s %s\n' "cpu vs gpu" "chorus-bench all_reduce f32, 2 ranks ($((compared - finished)) s)"
+printf '%s\n' "${cpu_vs_gpu_out}"
 printf '%-12s %s\n' "bench" "dst = op(dst, src) moves 3 x bytes; memcpy and finalize 2 x ($((finished - tested)) s)"
 echo "-----------------------------------------------------------------------------"
 printf '%s\n' "${bench_out}"
 echo "============================================================================="
-exit $(( test_rc == 0 && torch_rc == 0 ? 0 : 1 ))
+exit $(( test_rc == 0 && torch_rc == 0 && cpu_vs_gpu_rc == 0 ? 0 : 1 ))
