@@ -59,6 +59,40 @@ TEST(PayloadBuffersTest, Give_OverTheLimits_Dropped) {
   EXPECT_GT(buffers.kept_bytes(), PayloadBuffers::kMaxPooledBytes - (5 << 20));
 }
 
+TEST(PayloadBuffersTest, Give_FullOfSizesNotUsedSince_StalestMakeRoom) {
+  PayloadBuffers buffers;
+  constexpr size_t kChunk = 1 << 20;
+  // The size every call uses, then sizes seen once each until full.
+  buffers.Give(std::string(kChunk, 'c'));
+  for (size_t i = 1; buffers.kept_bytes() + kChunk + i * kLarge <=
+                     PayloadBuffers::kMaxPooledBytes;
+       ++i) {
+    buffers.Give(std::string(kChunk + i * kLarge, 'o'));
+  }
+  // Then exactly full (less than kLarge left over).
+  const size_t gap = PayloadBuffers::kMaxPooledBytes - buffers.kept_bytes();
+  if (gap >= kLarge) buffers.Give(std::string(gap, 'g'));
+  ASSERT_GT(buffers.kept_bytes() + kLarge, PayloadBuffers::kMaxPooledBytes);
+  // The common size is taken and given back: it is the freshest.
+  std::string out;
+  ASSERT_TRUE(buffers.Take(kChunk, &out));
+  buffers.Give(std::move(out));
+  // A second buffer of it still finds room: the stalest odd size goes.
+  const size_t before = buffers.kept_bytes();
+  buffers.Give(std::string(kChunk, 'c'));
+  EXPECT_LE(buffers.kept_bytes(), PayloadBuffers::kMaxPooledBytes);
+  EXPECT_GT(buffers.kept_bytes(), before - (2 * kChunk));
+  std::string first;
+  std::string second;
+  EXPECT_TRUE(buffers.Take(kChunk, &first));
+  EXPECT_TRUE(buffers.Take(kChunk, &second));
+  // The first odd size, given longest ago, was freed.
+  EXPECT_FALSE(buffers.Take(kChunk + kLarge, &out));
+  // A buffer larger than the whole pool is never kept.
+  buffers.Give(std::string(PayloadBuffers::kMaxPooledBytes + 1, 'x'));
+  EXPECT_LE(buffers.kept_bytes(), PayloadBuffers::kMaxPooledBytes);
+}
+
 // Bytes of a string, read in order.
 class StringSource final : public ByteSource {
  public:
