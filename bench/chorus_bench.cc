@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -44,17 +43,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
-#include "bench/bench_data.h"
-#include "bench/bench_device.h"
 #include "bench/bench_process.h"
+#include "bench/bench_sweep.h"
 #include "bench/bench_util.h"
-#include "chorus/communicator.h"
 #include "common/collective.h"
 #include "common/dtype.h"
-#include "common/half.h"
 #include "common/metrics_flags.h"
 #include "common/transport_security.h"
-#include "server/worker/local/local_worker.h"
 
 #ifndef CHORUS_BENCH_COORDINATOR_BIN
 #define CHORUS_BENCH_COORDINATOR_BIN ""
@@ -143,30 +138,6 @@ ABSL_FLAG(std::string, group, "",
 namespace chorus::bench {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
-
-// What every process of one run agrees on, from the flags.
-struct Config {
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  DType dtype = DType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  Algorithm algorithm = Algorithm::kUnspecified;
-  // Ranks in the group; this invocation runs ranks first_rank ..
-  // first_rank + local_ranks - 1.
-  int world = 0;
-  int local_ranks = 0;
-  int first_rank = 0;
-  std::vector<SweepPoint> sweep;
-  int iters = 0;
-  int warmup = -1;
-  absl::Duration time_per_size;
-  int min_iters = 0;
-  int max_iters = 0;
-  absl::Duration timeout;
-  bool check = true;
-};
-
 absl::StatusOr<Config> ConfigFromFlags() {
   Config c;
   absl::StatusOr<CollectiveKind> kind =
@@ -231,286 +202,33 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.max_iters = absl::GetFlag(FLAGS_max_iters);
   c.timeout = absl::GetFlag(FLAGS_timeout);
   c.check = absl::GetFlag(FLAGS_check);
-  if (c.iters < 0 || c.warmup < -1 || c.min_iters < 1 ||
-      c.max_iters < c.min_iters) {
-    return absl::InvalidArgumentError(
-        "want --iters >= 0, --warmup >= -1 and 1 <= --min_iters <= "
-        "--max_iters");
-  }
-  if (c.iters == 0 && c.warmup == 0) {
-    return absl::InvalidArgumentError(
-        "--iters=0 sizes the iterations from the warm-up; give --warmup >= 1 "
-        "or a fixed --iters");
-  }
-  if (c.timeout <= absl::ZeroDuration() ||
-      c.time_per_size <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "--timeout and --time_per_size must be positive");
-  }
+  absl::Status valid = CheckIterations(c);
+  if (!valid.ok()) return valid;
   return c;
-}
-
-CollectiveSpec SpecFor(const Config& c, uint64_t count) {
-  CollectiveSpec spec;
-  spec.kind = c.kind;
-  spec.dtype = c.dtype;
-  spec.count = count;
-  spec.op = c.op;
-  spec.root = c.root;
-  return spec;
 }
 
 // ---- Rank processes -------------------------------------------------------
 
-// Writes `line` and a newline to stdout (the pipe to the parent), whole.
-absl::Status ReportLine(const std::string& line) {
-  const std::string text = line + "\n";
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n =
-        write(STDOUT_FILENO, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot report to the parent: ", std::strerror(errno)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-// The largest of every rank's `value`, through an inline all-reduce (so the
-// ranks derive the same iteration counts from their own measurements).
-absl::StatusOr<int64_t> AgreeMax(Communicator& comm, int64_t value,
-                                 absl::Duration timeout) {
-  CallOptions options;
-  options.algorithm = Algorithm::kInline;
-  options.timeout = timeout;
-  std::vector<int64_t> out;
-  absl::Status status = comm.AllReduce(std::vector<int64_t>{value}, &out,
-                                       ReduceOp::kMax, options);
-  if (!status.ok()) return status;
-  if (out.size() != 1) return absl::InternalError("agreement lost its value");
-  return out[0];
-}
-
-// One timed call.
-struct Timed {
-  int64_t ns = 0;
-  Algorithm plan = Algorithm::kUnspecified;
-};
-
-// Runs every point of the sweep with element type T and reports each.
-template <typename T>
-absl::Status RunSweep(Communicator& comm, BenchDevice& device,
-                      const Config& c) {
-  const int rank = comm.rank();
-  const int world = comm.world_size();
-  uint64_t max_input = 0;
-  uint64_t max_output = 0;
-  for (const SweepPoint& p : c.sweep) {
-    const CollectiveSpec spec = SpecFor(c, p.count);
-    max_input = std::max(max_input, InputBytes(spec, world, rank));
-    max_output = std::max(max_output, OutputBytes(spec, world, rank));
-  }
-  // Inputs never change: fill the largest once and pass prefixes.
-  std::vector<T> input(max_input / sizeof(T));
-  FillInput(c.kind, c.op, rank, input);
-  if (absl::Status loaded = device.Load(
-          absl::string_view(reinterpret_cast<const char*>(input.data()),
-                            max_input),
-          max_output);
-      !loaded.ok()) {
-    return loaded;
-  }
-  std::string output;
-  CallOptions options;
-  options.algorithm = c.algorithm;
-  options.timeout = c.timeout;
-
-  for (size_t k = 0; k < c.sweep.size(); ++k) {
-    const SweepPoint& point = c.sweep[k];
-    const CollectiveSpec spec = SpecFor(c, point.count);
-    const absl::string_view in(reinterpret_cast<const char*>(input.data()),
-                               InputBytes(spec, world, rank));
-    auto run_once = [&]() -> absl::StatusOr<Timed> {
-      const SteadyClock::time_point start = SteadyClock::now();
-      absl::StatusOr<CallResult> result =
-          device.Run(comm, spec, in, &output, options);
-      const SteadyClock::time_point end = SteadyClock::now();
-      if (!result.ok()) {
-        return absl::Status(
-            result.status().code(),
-            absl::StrCat(DescribeSpec(spec), ": ", result.status().message()));
-      }
-      return Timed{
-          std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
-              .count(),
-          result->algorithm};
-    };
-    auto count_wrong = [&]() -> absl::StatusOr<uint64_t> {
-      if (!c.check) return 0;
-      absl::Status read =
-          device.ReadOutput(OutputBytes(spec, world, rank), &output);
-      if (!read.ok()) return read;
-      return CountWrong<T>(spec, world, rank, output);
-    };
-
-    RankReport report;
-    report.point = static_cast<int>(k);
-    report.bytes = point.bytes;
-    report.count = point.count;
-    // Warm-up: the first call also estimates the time of one call.
-    int64_t estimate_ns = 0;
-    if (c.warmup != 0) {
-      absl::StatusOr<Timed> first = run_once();
-      if (!first.ok()) return first.status();
-      absl::StatusOr<uint64_t> wrong = count_wrong();
-      if (!wrong.ok()) return wrong.status();
-      report.wrong += *wrong;
-      absl::StatusOr<int64_t> agreed = AgreeMax(comm, first->ns, c.timeout);
-      if (!agreed.ok()) return agreed.status();
-      estimate_ns = std::max<int64_t>(1, *agreed);
-      const int extra =
-          c.warmup > 0 ? c.warmup - 1
-                       : static_cast<int>(std::min<int64_t>(
-                             4, absl::ToInt64Nanoseconds(c.time_per_size / 10) /
-                                    estimate_ns));
-      if (extra > 0) {
-        int64_t total = 0;
-        for (int i = 0; i < extra; ++i) {
-          absl::StatusOr<Timed> t = run_once();
-          if (!t.ok()) return t.status();
-          total += t->ns;
-        }
-        agreed = AgreeMax(comm, total / extra, c.timeout);
-        if (!agreed.ok()) return agreed.status();
-        estimate_ns = std::max<int64_t>(1, *agreed);
-      }
-    }
-    // Every rank computes the same count from the agreed estimate.
-    const int iters =
-        c.iters > 0
-            ? c.iters
-            : static_cast<int>(std::clamp<int64_t>(
-                  absl::ToInt64Nanoseconds(c.time_per_size) / estimate_ns,
-                  c.min_iters, c.max_iters));
-
-    CallOptions barrier_options;
-    barrier_options.timeout = c.timeout;
-    absl::Status synced = comm.Barrier(barrier_options);
-    if (!synced.ok()) return synced;
-    Algorithm plan = Algorithm::kUnspecified;
-    report.times_ns.reserve(iters);
-    for (int i = 0; i < iters; ++i) {
-      absl::StatusOr<Timed> t = run_once();
-      if (!t.ok()) return t.status();
-      report.times_ns.push_back(t->ns);
-      plan = t->plan;
-    }
-    absl::StatusOr<uint64_t> wrong = count_wrong();
-    if (!wrong.ok()) return wrong.status();
-    report.wrong += *wrong;
-    report.plan = std::string(AlgorithmName(plan));
-    absl::Status sent = ReportLine(FormatReport(report));
-    if (!sent.ok()) return sent;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RunSweepForDType(Communicator& comm, BenchDevice& device,
-                              const Config& c) {
-  switch (c.dtype) {
-    case DType::kF16:
-      return RunSweep<Float16>(comm, device, c);
-    case DType::kBF16:
-      return RunSweep<BFloat16>(comm, device, c);
-    case DType::kF32:
-      return RunSweep<float>(comm, device, c);
-    case DType::kF64:
-      return RunSweep<double>(comm, device, c);
-    case DType::kI8:
-      return RunSweep<int8_t>(comm, device, c);
-    case DType::kU8:
-      return RunSweep<uint8_t>(comm, device, c);
-    case DType::kI32:
-      return RunSweep<int32_t>(comm, device, c);
-    case DType::kI64:
-      return RunSweep<int64_t>(comm, device, c);
-    case DType::kU32:
-      return RunSweep<uint32_t>(comm, device, c);
-    case DType::kU64:
-      return RunSweep<uint64_t>(comm, device, c);
-    default:
-      return absl::InvalidArgumentError("unsupported dtype");
-  }
-}
-
-absl::Status RankRun(const Config& c, int rank, const std::string& coordinator,
-                     const std::string& group) {
-  RuntimeOptions options;
-  options.coordinator = coordinator;
-  options.listen = absl::GetFlag(FLAGS_listen);
-  options.name = absl::StrCat(group, "-rank", rank);
-  if (const std::string certs = absl::GetFlag(FLAGS_tls_certs);
-      !certs.empty()) {
-    absl::StatusOr<Identity> identity = EnableTls(
-        TlsFilesInDir(absl::StrCat(certs, "/worker-bench-rank", rank)));
-    if (!identity.ok()) return identity.status();
-    options.name = identity->name;
-  }
-  absl::StatusOr<std::unique_ptr<BenchDevice>> device =
-      BenchDevice::Create(absl::GetFlag(FLAGS_device), rank);
-  if (!device.ok()) return device.status();
-  options.devices = {JoinOptions::CpuDevice()};
-  if ((*device)->device().kind != DeviceKind::kCpu) {
-    options.devices.push_back((*device)->device());
-  }
-  options.device_runtime = (*device)->worker_runtime();
-  options.register_timeout = c.timeout;
-  options.call_port = absl::GetFlag(FLAGS_call_port);
-  options.check_results = absl::GetFlag(FLAGS_check_results);
-  ApplyCollectMetricsFlag();
-  LocalWorkerOptions worker_options;
-  worker_options.runtime = std::move(options);
-  absl::StatusOr<std::unique_ptr<LocalWorker>> worker =
-      LocalWorker::Start(std::move(worker_options));
-  if (!worker.ok()) return worker.status();
-  absl::Status status;
-  {
-    JoinOptions join;
-    join.timeout = c.timeout;
-    join.device = (*device)->device();
-    absl::StatusOr<std::unique_ptr<Communicator>> comm =
-        Communicator::JoinEmbedded(worker->get(), group, c.world, rank, join);
-    if (!comm.ok()) return comm.status();
-    status = RunSweepForDType(**comm, **device, c);
-  }
-  (*worker)->Shutdown();
-  return status;
+RankSetup RankSetupFromFlags(int rank, const std::string& coordinator,
+                             const std::string& group) {
+  RankSetup setup;
+  setup.rank = rank;
+  setup.coordinator = coordinator;
+  setup.group = group;
+  setup.listen = absl::GetFlag(FLAGS_listen);
+  setup.tls_certs = absl::GetFlag(FLAGS_tls_certs);
+  setup.device = absl::GetFlag(FLAGS_device);
+  setup.call_port = absl::GetFlag(FLAGS_call_port);
+  setup.check_results = absl::GetFlag(FLAGS_check_results);
+  return setup;
 }
 
 int RankMain(const Config& c, const char* argv0) {
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv0);
-  const int rank = absl::GetFlag(FLAGS_rank);
-  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  const std::string group = absl::GetFlag(FLAGS_group);
-  absl::Status status =
-      rank < 0 || rank >= c.world || coordinator.empty() || group.empty()
-          ? absl::InvalidArgumentError(
-                "--rank_worker needs --rank, --coordinator and --group")
-          : RankRun(c, rank, coordinator, group);
-  if (!status.ok()) {
-    LOG(ERROR) << "rank " << rank << ": "
-               << status.ToString(absl::StatusToStringMode::kWithNoExtraData);
-    std::string message =
-        status.ToString(absl::StatusToStringMode::kWithNoExtraData);
-    std::replace(message.begin(), message.end(), '\n', ' ');
-    (void)ReportLine("error " + message);
-    return 1;
-  }
-  return ReportLine("done").ok() ? 0 : 1;
+  return RunRankProcess(c, RankSetupFromFlags(absl::GetFlag(FLAGS_rank),
+                                              absl::GetFlag(FLAGS_coordinator),
+                                              absl::GetFlag(FLAGS_group)));
 }
 
 // ---- The parent -----------------------------------------------------------
