@@ -171,9 +171,11 @@ class Communicator {
   // communicator joined with JoinEmbedded: a daemon cannot reach this
   // process's GPU memory, so through a daemon send host bytes with Run()
   // and name the device in CallOptions.device instead. Cpu tensors work on
-  // both paths. The input is read after the work enqueued on
-  // CallOptions.stream before the call (without one, whatever wrote `input`
-  // must be complete); `output` is complete when this returns. Returns
+  // both paths. With CallOptions.stream, the call is ordered on that stream
+  // (see there): the input is read after the work enqueued on it before the
+  // call, and `output` is complete for the work enqueued on it after the
+  // call returned; without one, whatever wrote `input` must be complete and
+  // `output` is complete when this returns. Returns
   // INVALID_ARGUMENT when the tensors' devices differ from each other or
   // from CallOptions.device, their dtype is not spec.dtype, or their counts
   // are not the spec's input and output sizes (an off-root rank of
