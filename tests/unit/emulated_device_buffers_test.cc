@@ -134,6 +134,16 @@ TEST_F(EmulatedDeviceBuffersTest,
   absl::StatusOr<DeviceRuntime::Event> event = runtime_.NewEvent(0);
   ASSERT_TRUE(in.ok() && out.ok() && staged.ok() && stream.ok() && event.ok());
   std::memcpy(*staged, input.data(), input.size());
+  // `out` as the caller's stream sees it, after the work enqueued so far.
+  auto read_on_stream = [&]() -> std::string {
+    EXPECT_TRUE(runtime_
+                    .CopyAsync(0, *staged, *out, input.size(), *stream,
+                               "reading the output")
+                    .ok());
+    EXPECT_TRUE(runtime_.Record(0, *event, *stream).ok());
+    EXPECT_TRUE(runtime_.Wait(0, *event, "the caller's stream").ok());
+    return std::string(*staged, input.size());
+  };
 
   // The caller's stream is still busy writing the input when the buffer is
   // made: the buffer reads it afterwards, and the host does not wait.
@@ -154,29 +164,17 @@ TEST_F(EmulatedDeviceBuffersTest,
   EXPECT_TRUE(result_copy.Returned()) << "CopyToDevice waited for its copy";
   buffer->reset();
   EXPECT_EQ(runtime_.WaitsOn(*stream), 1);
-  ASSERT_TRUE(runtime_
-                  .CopyAsync(0, *staged, *out, input.size(), *stream,
-                             "reading the output")
-                  .ok());
-  ASSERT_TRUE(runtime_.Record(0, *event, *stream).ok());
-  ASSERT_TRUE(runtime_.Wait(0, *event, "the caller's stream").ok());
   std::string expected = input;
   HostReduceBuffer host(spec, &expected);
   ASSERT_TRUE(host.Combine(Range{0, input.size()}, addend, false).ok());
-  EXPECT_TRUE(std::string(*staged, input.size()) == expected);
+  EXPECT_TRUE(read_on_stream() == expected);
 
   // Host bytes to the device, handed to the stream in the same way.
   const std::string again = Ints(-7, count);
   ReleaseWhenReturned host_copy(runtime_.HoldCopiesTo(*out));
   ASSERT_TRUE(buffers.CopyToDevice(0, again, *out, *stream).ok());
   EXPECT_TRUE(host_copy.Returned()) << "CopyToDevice waited for its copy";
-  ASSERT_TRUE(runtime_
-                  .CopyAsync(0, *staged, *out, input.size(), *stream,
-                             "reading the output")
-                  .ok());
-  ASSERT_TRUE(runtime_.Record(0, *event, *stream).ok());
-  ASSERT_TRUE(runtime_.Wait(0, *event, "the caller's stream").ok());
-  EXPECT_TRUE(std::string(*staged, input.size()) == again);
+  EXPECT_TRUE(read_on_stream() == again);
 
   runtime_.DeleteEvent(0, *event);
   runtime_.DeleteStream(0, *stream);
