@@ -101,7 +101,11 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
             completions.push_back(
                 [waiter = std::move(waiter), verdict] { waiter(verdict); });
           }
+          const uint64_t sequence = it->first;
           group.commits.erase(it);
+          // Every rank had the previous leader's plan: the running calls
+          // sent for it (AdoptCommitLocked) match nothing more.
+          if (OnlyRunningLocked(group, sequence)) group.pending.erase(sequence);
         }
       }
     }

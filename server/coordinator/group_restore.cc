@@ -22,7 +22,10 @@
 // (CollectiveCall::running) when they move, the others send it again as
 // they would any unanswered call, and the plan is a pure function of the
 // same calls; should every rank turn out to have had the plan, their
-// commits are taken as the old leader's.
+// commits are taken as the old leader's. A rank counts as running until
+// its commit's verdict and sends its running call before a commit it sends
+// again, so a commit that arrives while ranks that lost the plan have yet
+// to call waits in its commit match, and the match stays pending for them.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -139,6 +142,14 @@ bool GroupTable::TakeRunningLocked(const CollectiveCall& call,
   return taken;
 }
 
+bool GroupTable::RunningHereLocked(const Group& group, uint64_t sequence,
+                                   int rank) {
+  auto it = group.pending.find(sequence);
+  if (it == group.pending.end()) return false;
+  const std::optional<ArrivedCall>& arrived = it->second.calls[rank];
+  return arrived.has_value() && arrived->call.running;
+}
+
 bool GroupTable::OnlyRunningLocked(const Group& group, uint64_t sequence) {
   auto it = group.pending.find(sequence);
   if (it == group.pending.end()) return false;
@@ -154,16 +165,17 @@ GroupTable::AdoptCommitLocked(Group& group, const CommitCall& call) {
   const int rank = call.rank;
   const uint64_t first = group.first_here[rank];
   // Only a collective this coordinator never decided: one the old leader
-  // planned, which no rank called here or only ranks running that plan
-  // did (their calls are dropped: the plan runs).
-  const bool only_running = OnlyRunningLocked(group, call.sequence);
+  // planned, which no rank called here, only ranks running that plan did,
+  // or this rank did as a running call (it sends that before its commit).
+  // The pending match stays: a rank that lost the plan may still call.
+  const bool taken_over = OnlyRunningLocked(group, call.sequence) ||
+                          RunningHereLocked(group, call.sequence, rank);
   if (!group.aborted.ok() || call.sequence == 0 ||
       (first != 0 && call.sequence >= first &&
-       !(only_running && call.sequence == first)) ||
-      (group.pending.count(call.sequence) > 0 && !only_running)) {
+       !(taken_over && call.sequence == first)) ||
+      (group.pending.count(call.sequence) > 0 && !taken_over)) {
     return group.commits.end();
   }
-  if (only_running) group.pending.erase(call.sequence);
   if (first == 0) {
     --unlearned_ranks_;
     group.first_here[rank] = call.sequence;

@@ -328,8 +328,16 @@ class GroupTable {
   // Whether `sequence` is pending in `group` with running calls only (every
   // rank that called it runs the previous leader's plan).
   static bool OnlyRunningLocked(const Group& group, uint64_t sequence);
+  // Whether `rank`'s call pending for `sequence` in `group` is a running
+  // call.
+  static bool RunningHereLocked(const Group& group, uint64_t sequence,
+                                int rank);
   // A commit of a restored group for a collective the previous leader
   // decided: the commit match it joins (made on its first commit), or end.
+  // A match still pending for it stays: should a rank that never heard the
+  // plan call again, the match plans it anew and the commits wait in their
+  // match; should every rank commit first, the running calls left pending
+  // are dropped with the verdict (Commit).
   std::map<uint64_t, CommitMatch>::iterator AdoptCommitLocked(
       Group& group, const CommitCall& call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateCallLocked(const CollectiveCall& call, Group** group)

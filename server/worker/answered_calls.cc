@@ -52,4 +52,12 @@ std::vector<AnsweredCalls::RunningCall> AnsweredCalls::RunningCalls() {
   return calls;
 }
 
+std::optional<AnsweredCalls::RunningCall> AnsweredCalls::FindRunning(
+    const std::string& group, uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  auto it = running_.find({group, sequence});
+  if (it == running_.end()) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace chorus

@@ -13,9 +13,10 @@
 // epoch of each group.
 //
 // It also keeps the answered calls whose plan is running (from the plan
-// until the data plane ended): after a move they go to the new leader as
+// until the commit's verdict): after a move they go to the new leader as
 // running calls (CollectiveRequest.running), so that ranks whose plan was
-// lost get the same plan there.
+// lost get the same plan there; a commit sent again after a move follows
+// its own running call.
 //
 // Lifecycle: owned by the worker runtime. Thread safety: thread-safe.
 #ifndef CHORUS_SERVER_WORKER_ANSWERED_CALLS_H_
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +64,9 @@ class AnsweredCalls {
   };
   // The calls kept by Running() and not yet Ran().
   std::vector<RunningCall> RunningCalls();
+  // The one of `group` and `sequence`, if kept.
+  std::optional<RunningCall> FindRunning(const std::string& group,
+                                         uint64_t sequence);
 
  private:
   struct Epoch {

@@ -79,29 +79,29 @@ absl::Status WorkerRuntime::RunPlannedKept(
     std::string* host_output, v1::CommitRequest* commit) {
   const bool kept = session_->coordinators() > 1;
   if (kept) answered_calls_.Running(call.request, call.deadline);
-  absl::Status status =
-      RunPlanned(membership, sequence, spec, result, call.device, buffers,
-                 call.host_input, host_output, call.deadline, commit);
-  if (kept) answered_calls_.Ran(membership.group, sequence);
-  return status;
+  return RunPlanned(membership, sequence, spec, result, call.device, buffers,
+                    call.host_input, host_output, call.deadline, commit);
+}
+
+void WorkerRuntime::SendRunningCall(const AnsweredCalls::RunningCall& call) {
+  if (closing_.load()) return;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(
+      std::min(call.deadline, absl::Now() + options_.rpc_timeout)));
+  v1::CollectiveResponse ignored;
+  const grpc::Status sent =
+      session_->stub()->Collective(&context, call.request, &ignored);
+  LOG(INFO) << "collective #" << call.request.sequence() << " of group "
+            << call.request.group()
+            << " runs under the previous leader's plan; telling the new "
+               "leader: "
+            << (sent.ok() ? std::string("done") : sent.error_message());
 }
 
 void WorkerRuntime::ResendRunningCalls() {
   for (AnsweredCalls::RunningCall& call : answered_calls_.RunningCalls()) {
-    planned_runs_.Spawn([this, call = std::move(call)] {
-      if (closing_.load()) return;
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(
-          std::min(call.deadline, absl::Now() + options_.rpc_timeout)));
-      v1::CollectiveResponse ignored;
-      const grpc::Status sent =
-          session_->stub()->Collective(&context, call.request, &ignored);
-      LOG(INFO) << "collective #" << call.request.sequence() << " of group "
-                << call.request.group()
-                << " runs under the previous leader's plan; telling the new "
-                   "leader: "
-                << (sent.ok() ? std::string("done") : sent.error_message());
-    });
+    planned_runs_.Spawn(
+        [this, call = std::move(call)] { SendRunningCall(call); });
   }
 }
 
@@ -111,6 +111,13 @@ absl::Status WorkerRuntime::Commit(const v1::CommitRequest& request,
     absl::Status verdict = CommitOnce(request, deadline);
     if (!RetriesAfterFailover(verdict, deadline)) return verdict;
     WaitForNextBeat(deadline);
+    // The new leader hears the call before the commit (a second copy from
+    // ResendRunningCalls is taken as a retry of the same call).
+    if (std::optional<AnsweredCalls::RunningCall> running =
+            answered_calls_.FindRunning(request.group(), request.sequence());
+        running.has_value()) {
+      SendRunningCall(*running);
+    }
   }
 }
 

@@ -341,8 +341,9 @@ class WorkerRuntime final : public CallRuntime {
   // Blocks until the session's next heartbeat ended (it follows the
   // leader), or until `deadline`.
   void WaitForNextBeat(absl::Time deadline);
-  // RunPlanned, with `call` kept as running meanwhile when there are
-  // several coordinators (AnsweredCalls::Running).
+  // RunPlanned, with `call` kept as running from then until the commit's
+  // verdict (AnsweredCalls::Running; the caller ends it with
+  // answered_calls_.Ran) when there are several coordinators.
   absl::Status RunPlannedKept(const Membership& membership, uint64_t sequence,
                               const CollectiveSpec& spec, RunResult* result,
                               const PreparedCall& call,
@@ -352,6 +353,9 @@ class WorkerRuntime final : public CallRuntime {
   // After the session registered with a coordinator that kept it (a new
   // leader): sends every running call there, once, from a task thread.
   void ResendRunningCalls();
+  // Sends `call` to the coordinator now as a running call; waits for its
+  // answer (logged, not returned).
+  void SendRunningCall(const AnsweredCalls::RunningCall& call);
   // Runs `run`'s callback with `result`, forgets and deletes it.
   void EndRun(PendingRun* run, absl::StatusOr<RunResult> result);
   // Cancels the gRPC calls of pending runs, refuses new ones, and waits
@@ -415,7 +419,9 @@ class WorkerRuntime final : public CallRuntime {
   // committed it. Returns the group's verdict, or UNAVAILABLE /
   // DEADLINE_EXCEEDED when the coordinator did not give one.
   absl::Status Commit(const v1::CommitRequest& request, absl::Time deadline);
-  // One attempt of Commit().
+  // One attempt of Commit(); after a failover Commit() first sends the
+  // call's running call again (the new leader needs the call before the
+  // commit to plan it for ranks that lost the plan).
   absl::Status CommitOnce(const v1::CommitRequest& request,
                           absl::Time deadline);
   // Reports a data-plane failure and returns the group's verdict (ABORTED),

@@ -185,6 +185,54 @@ class GroupRestoreTest : public ::testing::Test {
     next_table_->Restore(state.groups);
   }
 
+  // The old leader planned #1 (a ring) and died: rank 0 had finished its
+  // part and was committing, so it sends its call as a running call before
+  // its commit (a worker keeps a call running until its commit's verdict);
+  // rank 1 still runs the plan; rank 2 never heard it and calls again,
+  // before rank 0's call and commit or after them. Rank 2 must get the
+  // same plan, and every commit the verdict.
+  void PlanLostWhileOneCommits(bool late_call_first) {
+    const GroupView view = Form(*table_);
+    std::vector<Answer> planned(kWorld);
+    for (int rank = 0; rank < kWorld; ++rank) {
+      table_->Collective(RingCall(view, rank, 1), planned[rank].Callback());
+    }
+    TakeOver();
+    std::vector<absl::Status> verdicts(kWorld, absl::UnknownError("none"));
+    Answer running;
+    Answer left_behind;
+    if (late_call_first) {
+      next_table_->Collective(RingCall(view, 2, 1), left_behind.Callback());
+    }
+    CollectiveCall call = RingCall(view, 0, 1);
+    call.running = true;
+    next_table_->Collective(call, running.Callback());
+    CommitOn(*next_table_, view, 0, 1, &verdicts[0]);
+    EXPECT_EQ(verdicts[0].code(), absl::StatusCode::kUnknown)
+        << "the commit waits: " << verdicts[0];
+    call = RingCall(view, 1, 1);
+    call.running = true;
+    next_table_->Collective(call, running.Callback());
+    if (!late_call_first) {
+      next_table_->Collective(RingCall(view, 2, 1), left_behind.Callback());
+    }
+    ASSERT_TRUE(left_behind.status().ok()) << left_behind.status();
+    EXPECT_EQ((*left_behind.outcome)->plan.algorithm, Algorithm::kRing);
+    EXPECT_EQ((*left_behind.outcome)->plan.chunk_bytes,
+              (*planned[2].outcome)->plan.chunk_bytes);
+    for (int rank : {1, 2}) {
+      CommitOn(*next_table_, view, rank, 1, &verdicts[rank]);
+    }
+    for (const absl::Status& verdict : verdicts) {
+      EXPECT_TRUE(verdict.ok()) << verdict;
+    }
+    std::vector<Answer> next(kWorld);
+    for (int rank = 0; rank < kWorld; ++rank) {
+      next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
+    }
+    EXPECT_EQ(next[0].sum(), 12);
+  }
+
   FakeClock clock_;
   MemoryLog log_;
   Registry registry_;
@@ -369,6 +417,16 @@ TEST_F(GroupRestoreTest,
     next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
   }
   EXPECT_EQ(next[0].sum(), 12);
+}
+
+TEST_F(GroupRestoreTest,
+       Collective_PlanLostForOneRankAnotherCommitting_PlannedAgain) {
+  PlanLostWhileOneCommits(/*late_call_first=*/false);
+}
+
+TEST_F(GroupRestoreTest,
+       Collective_PlanLostCallFirstAnotherCommitting_PlannedAgain) {
+  PlanLostWhileOneCommits(/*late_call_first=*/true);
 }
 
 TEST_F(GroupRestoreTest, Commit_EveryRankHadThePlan_RunningCallsGiveWay) {
