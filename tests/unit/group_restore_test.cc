@@ -185,6 +185,15 @@ class GroupRestoreTest : public ::testing::Test {
     next_table_->Restore(state.groups);
   }
 
+  // Every rank's call #2 on the new leader is matched (1*2 + 2*2 + 3*2).
+  void ExpectSecondCallMatched(const GroupView& view) {
+    std::vector<Answer> next(kWorld);
+    for (int rank = 0; rank < kWorld; ++rank) {
+      next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
+    }
+    EXPECT_EQ(next[0].sum(), 12);
+  }
+
   // The old leader planned #1 (a ring) and died: rank 0 had finished its
   // part and was committing, so it sends its call as a running call before
   // its commit (a worker keeps a call running until its commit's verdict);
@@ -226,11 +235,7 @@ class GroupRestoreTest : public ::testing::Test {
     for (const absl::Status& verdict : verdicts) {
       EXPECT_TRUE(verdict.ok()) << verdict;
     }
-    std::vector<Answer> next(kWorld);
-    for (int rank = 0; rank < kWorld; ++rank) {
-      next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
-    }
-    EXPECT_EQ(next[0].sum(), 12);
+    ExpectSecondCallMatched(view);
   }
 
   FakeClock clock_;
@@ -370,11 +375,7 @@ TEST_F(GroupRestoreTest, Commit_PlannedByOldLeader_CommitsOnTheNewOne) {
     EXPECT_EQ(verdict.code(), absl::StatusCode::kDataLoss) << verdict;
   }
   // The ranks' next call goes on at #2.
-  std::vector<Answer> next(kWorld);
-  for (int rank = 0; rank < kWorld; ++rank) {
-    next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
-  }
-  EXPECT_EQ(next[0].sum(), 12);
+  ExpectSecondCallMatched(view);
   EXPECT_THAT(next_table_->Forming(), IsEmpty());
 }
 
@@ -412,11 +413,7 @@ TEST_F(GroupRestoreTest,
     CommitOn(*next_table_, view, rank, 1, &verdicts[rank]);
   }
   for (const absl::Status& verdict : verdicts) EXPECT_TRUE(verdict.ok());
-  std::vector<Answer> next(kWorld);
-  for (int rank = 0; rank < kWorld; ++rank) {
-    next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
-  }
-  EXPECT_EQ(next[0].sum(), 12);
+  ExpectSecondCallMatched(view);
 }
 
 TEST_F(GroupRestoreTest,
@@ -451,11 +448,7 @@ TEST_F(GroupRestoreTest, Commit_EveryRankHadThePlan_RunningCallsGiveWay) {
   for (const absl::Status& verdict : verdicts) {
     EXPECT_TRUE(verdict.ok()) << verdict;
   }
-  std::vector<Answer> next(kWorld);
-  for (int rank = 0; rank < kWorld; ++rank) {
-    next_table_->Collective(Call(view, rank, 2), next[rank].Callback());
-  }
-  EXPECT_EQ(next[0].sum(), 12);
+  ExpectSecondCallMatched(view);
   EXPECT_EQ(running.calls, 2);
 }
 
