@@ -275,7 +275,11 @@ bool BurstSettled(const MeteredWorker& worker, int settled_before) {
 }
 
 TEST(LocalApiPendingTest, JoinGroup_ThousandsPending_DaemonThreadsFlat) {
-  absl::StatusOr<Daemon> coordinator = StartCoordinator();
+  // What is measured is the daemon's threads, not liveness: a lease long
+  // enough that a coordinator starved of CPU (sanitizers, a loaded
+  // machine) while 10,000 joins queue ahead of a heartbeat evicts nobody.
+  absl::StatusOr<Daemon> coordinator =
+      StartCoordinator({"--lease_timeout=60s"});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   absl::StatusOr<MeteredWorker> metered =
       StartMeteredWorker(coordinator->address, "pending-w");
@@ -385,9 +389,10 @@ std::string CallGroup(int g) { return absl::StrCat("pending-calls-", g); }
 TEST(LocalApiPendingTest,
      Collective_ThousandsPendingInBursts_DaemonThreadsFlat) {
   const std::string port_file = NewScratchPath("coordinator-metrics", ".port");
-  absl::StatusOr<Daemon> coordinator =
-      StartCoordinator({"--metrics_listen=127.0.0.1:0",
-                        absl::StrCat("--metrics_port_file=", port_file)});
+  // A long lease, as in JoinGroup_ThousandsPending_DaemonThreadsFlat.
+  absl::StatusOr<Daemon> coordinator = StartCoordinator(
+      {"--metrics_listen=127.0.0.1:0",
+       absl::StrCat("--metrics_port_file=", port_file), "--lease_timeout=60s"});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   ASSERT_TRUE(WaitUntil([&] { return ReadPort(port_file) > 0; }, kJoinTimeout));
   const int metrics_port = ReadPort(port_file);
