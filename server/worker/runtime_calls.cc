@@ -219,7 +219,7 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
     status = RunPlannedKept(membership, sequence, spec, &result, call, buffers,
                             host_output, &commit);
     if (status.ok()) status = Commit(commit, call.deadline);
-    answered_calls_.Ran(membership.group, sequence);
+    RunEnded(membership.group, sequence);
   }
   return EndCall(status, buffers, host_output, result);
 }
@@ -418,8 +418,7 @@ void WorkerRuntime::RunPlannedAsync(PendingRun* run) {
 }
 
 void WorkerRuntime::EndRun(PendingRun* run, absl::StatusOr<RunResult> result) {
-  // Its plan, if it had one, is no longer running.
-  answered_calls_.Ran(run->membership.group, run->sequence);
+  RunEnded(run->membership.group, run->sequence);
   run->done(Counted(run->spec, run->call.start, std::move(result)));
   delete run;
 }

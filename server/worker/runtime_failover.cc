@@ -83,6 +83,11 @@ absl::Status WorkerRuntime::RunPlannedKept(
                     call.host_input, host_output, call.deadline, commit);
 }
 
+void WorkerRuntime::RunEnded(const std::string& group, uint64_t sequence) {
+  // With one coordinator nothing was kept (RunPlannedKept).
+  if (session_->coordinators() > 1) answered_calls_.Ran(group, sequence);
+}
+
 void WorkerRuntime::SendRunningCall(const AnsweredCalls::RunningCall& call) {
   if (closing_.load()) return;
   grpc::ClientContext context;

@@ -353,6 +353,9 @@ class WorkerRuntime final : public CallRuntime {
   // After the session registered with a coordinator that kept it (a new
   // leader): sends every running call there, once, from a task thread.
   void ResendRunningCalls();
+  // A call's plan, if it had one, no longer runs: its commit has its
+  // verdict, or it ended before one.
+  void RunEnded(const std::string& group, uint64_t sequence);
   // Sends `call` to the coordinator now as a running call; waits for its
   // answer (logged, not returned).
   void SendRunningCall(const AnsweredCalls::RunningCall& call);
