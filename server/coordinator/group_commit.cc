@@ -104,8 +104,11 @@ void GroupTable::Commit(CommitCall call, CommitCallback done) {
           const uint64_t sequence = it->first;
           group.commits.erase(it);
           // Every rank had the previous leader's plan: the running calls
-          // sent for it (AdoptCommitLocked) match nothing more.
-          if (OnlyRunningLocked(group, sequence)) group.pending.erase(sequence);
+          // sent for it (AdoptCommitLocked) match nothing more. Only a
+          // restored group takes running calls.
+          if (group.restored && OnlyRunningLocked(group, sequence)) {
+            group.pending.erase(sequence);
+          }
         }
       }
     }
