@@ -314,6 +314,17 @@ std::vector<FormingSummary> Coordinator::Forming() const {
   return all;
 }
 
+absl::StatusOr<std::vector<GroupMember>> Coordinator::Members(
+    const std::string& job, const std::string& group, uint64_t epoch,
+    absl::Span<const int> ranks) const {
+  GroupTable* table = groups_.Find(job);
+  if (table == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown group \"", group, "\"; join it first"));
+  }
+  return table->Members(group, epoch, ranks);
+}
+
 absl::StatusOr<std::vector<TraceEntry>> Coordinator::Trace(
     const std::string& job, const std::string& group) const {
   GroupTable* table = groups_.Find(job);
@@ -339,10 +350,13 @@ void Coordinator::Join(JoinRequest request, JoinCallback done) {
   // A join the table did not refuse at once renews its worker's lease, as
   // a heartbeat does (a refused one changes nothing).
   auto refused = std::make_shared<std::atomic<bool>>(false);
+  // The view is shared by every rank's callback: taken by reference, not
+  // copied per rank (a copy of N members per rank made a rendezvous cost
+  // N * N).
   table->Join(std::move(request), [refused, done = std::move(done)](
-                                      absl::StatusOr<GroupView> view) {
+                                      const absl::StatusOr<GroupView>& view) {
     if (!view.ok()) refused->store(true);
-    done(std::move(view));
+    done(view);
   });
   if (!refused->load()) registry_.HeardFrom(worker_id);
   DeadlineAdded(deadline);
