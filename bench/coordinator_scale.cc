@@ -15,11 +15,13 @@
 // spent in each phase. Any failed call ends it with a non-zero exit and the
 // status.
 //
-// Every rank's JoinGroup reply lists all members. A real rank decodes only
-// its own; here all ranks share one process, so by default one reply is
-// decoded and the others are checked to be the same bytes
-// (--decode_every_join decodes all of them, which costs this process
-// ranks * ranks members).
+// The ranks ask for members on request, as workers do: above the
+// coordinator's --member_list_max (256) their JoinGroup replies carry the
+// world size and no members. With --members_on_request=false every reply
+// lists all members. A real rank decodes only its own; here all ranks share
+// one process, so by default one reply is decoded and the others are
+// checked to be the same bytes (--decode_every_join decodes all of them,
+// which costs this process ranks * ranks members when they are listed).
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
@@ -74,6 +76,10 @@ ABSL_FLAG(std::string, transport, "callport",
           "How the barriers reach the coordinator: \"callport\" (each "
           "connection carries its ranks' calls as frames on the call port, "
           "as workers do) or \"unary\" (one Collective RPC per call).");
+ABSL_FLAG(bool, members_on_request, true,
+          "Join as workers do, asking for members on request: replies of "
+          "groups above the coordinator's --member_list_max list none; "
+          "false: every reply lists every member.");
 ABSL_FLAG(bool, decode_every_join, false,
           "Decode every rank's JoinGroup reply; by default one is decoded and "
           "the others are compared with it byte for byte.");
@@ -297,6 +303,7 @@ class ScaleRun {
         timeout_(absl::GetFlag(FLAGS_timeout)),
         coordinator_pid_(coordinator_pid),
         decode_every_join_(absl::GetFlag(FLAGS_decode_every_join)),
+        members_on_request_(absl::GetFlag(FLAGS_members_on_request)),
         use_call_port_(absl::GetFlag(FLAGS_transport) == "callport"),
         barrier_done_(barriers_),
         barrier_end_ns_(barriers_) {
@@ -400,6 +407,7 @@ class ScaleRun {
       request.set_worker_id(worker_ids_[r % workers_]);
       request.mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
       request.set_request_id(absl::StrCat("scale-join-", r));
+      request.set_members_on_request(members_on_request_);
       contexts[r] = ContextWithDeadline(timeout_);
       JoinStubFor(r).UnaryCall(
           contexts[r].get(), "/chorus.v1.Coordinator/JoinGroup",
@@ -420,7 +428,9 @@ class ScaleRun {
       }
       v1::JoinGroupResponse response;
       if (!response.ParseFromString(r == 0 ? first : Flatten(replies[r])) ||
-          response.members_size() != ranks_ ||
+          response.world_size() != ranks_ ||
+          (response.members_size() != ranks_ &&
+           (response.members_size() != 0 || !members_on_request_)) ||
           (r > 0 && response.epoch() != epoch_)) {
         return absl::InternalError(
             absl::StrCat("rank ", r, " got a malformed or partial group"));
@@ -566,6 +576,7 @@ class ScaleRun {
   const absl::Duration timeout_;
   const pid_t coordinator_pid_;
   const bool decode_every_join_;
+  const bool members_on_request_;
   const bool use_call_port_;
   // The coordinator's host and call port (from registration).
   std::string host_;

@@ -34,6 +34,7 @@ const std::vector<DoorEntry>& AuthorizationTable() {
       {"chorus.v1.Coordinator/Heartbeat", kWorker, kForItself},
       {"chorus.v1.Coordinator/Deregister", kWorker, kForItself},
       {"chorus.v1.Coordinator/JoinGroup", kWorker, kForItself},
+      {"chorus.v1.Coordinator/GetGroupMembers", kWorker, kForItself},
       {"chorus.v1.Coordinator/Collective", kWorker, kForItself},
       {"chorus.v1.Coordinator/Commit", kWorker, kForItself},
       {"chorus.v1.Coordinator/ReportFailure", kWorker, kForItself},

@@ -141,14 +141,18 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
 }
 
 v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
-                                     uint64_t inline_max_bytes) {
+                                     uint64_t inline_max_bytes,
+                                     bool list_members) {
   v1::JoinGroupResponse response;
   response.set_group(view.name);
   response.set_epoch(view.epoch);
   response.set_inline_max_bytes(inline_max_bytes);
-  response.mutable_members()->Reserve(view.members.size());
-  for (const GroupMember& m : view.members) {
-    *response.add_members() = MemberToProto(m);
+  response.set_world_size(static_cast<int>(view.members.size()));
+  if (list_members) {
+    response.mutable_members()->Reserve(view.members.size());
+    for (const GroupMember& m : view.members) {
+      *response.add_members() = MemberToProto(m);
+    }
   }
   if (view.rank >= 0) response.set_rank(view.rank);
   response.set_min_world_size(view.min_world_size);

@@ -51,9 +51,11 @@ CommitCall CommitCallFromProto(const v1::CommitRequest& request,
 v1::GroupMember MemberToProto(const GroupMember& member);
 
 // Returns the join response describing `view` (its rank set where the view
-// says it), whose ranks send inline data up to `inline_max_bytes`.
+// says it), whose ranks send inline data up to `inline_max_bytes`; it lists
+// the members unless `list_members` is false (world_size says how many).
 v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
-                                     uint64_t inline_max_bytes);
+                                     uint64_t inline_max_bytes,
+                                     bool list_members = true);
 
 // Fills `response` with `outcome` (its inline data is moved); a next epoch
 // in it is described with `inline_max_bytes`.

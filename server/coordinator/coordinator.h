@@ -169,6 +169,12 @@ class Coordinator {
   void Collective(CollectiveCall call, CollectiveCallback done);
   void Commit(CommitCall call, CommitCallback done);
 
+  // GroupTable::Members of `job`'s `group` (see there for the codes;
+  // NOT_FOUND when no worker of that job registered).
+  absl::StatusOr<std::vector<GroupMember>> Members(
+      const std::string& job, const std::string& group, uint64_t epoch,
+      absl::Span<const int> ranks) const;
+
   // KeyStore::Run on `job`'s store (see there for the codes), with
   // `op.deadline` the client's and the core's own deadline derived from it.
   void Store(const std::string& job, StoreOp op, KeyStore::Done done);

@@ -65,7 +65,13 @@ ABSL_FLAG(uint64_t, chunk_bytes, 1 << 20,
           "Largest data-plane chunk in the plans, 1 byte to 64 MiB; a plan "
           "uses smaller ones (down to 64 KiB) so that each step moves at "
           "least four.");
-ABSL_FLAG(int32_t, max_world_size, 4096, "Largest group a join may ask for.");
+ABSL_FLAG(int32_t, max_world_size, chorus::GroupTableOptions().max_world_size,
+          "Largest group a join may ask for.");
+ABSL_FLAG(int32_t, member_list_max, chorus::GroupTableOptions().member_list_max,
+          "Groups of at most this many ranks get every member in each join "
+          "reply; larger ones only the world size, and workers ask for the "
+          "members they talk to (a full list per rank makes a rendezvous "
+          "cost ranks * ranks). 0: never list them to workers that can ask.");
 ABSL_FLAG(absl::Duration, max_wait, absl::Minutes(10),
           "The longest a join or collective may wait for its peers; also the "
           "deadline of calls whose client set none.");
@@ -92,6 +98,7 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
   options.stall_report_after = absl::GetFlag(FLAGS_stall_report_after);
   chorus::GroupTableOptions& groups = options.groups;
   groups.max_world_size = absl::GetFlag(FLAGS_max_world_size);
+  groups.member_list_max = absl::GetFlag(FLAGS_member_list_max);
   groups.planner.inline_max_bytes = absl::GetFlag(FLAGS_inline_max_bytes);
   groups.planner.recursive_doubling_max_bytes =
       absl::GetFlag(FLAGS_recursive_doubling_max_bytes);

@@ -322,14 +322,16 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
   return Finish(context, absl::OkStatus());
 }
 
-grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view) {
-  // A view answering one newcomer or follower names its rank: its own.
-  const bool shared = view.rank < 0;
+grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view,
+                                                       bool list_members) {
+  // A view answering one newcomer or follower names its rank: its own. A
+  // reply without members is small enough to make each time.
+  const bool shared = view.rank < 0 && list_members;
   absl::MutexLock lock(&join_response_mu_);
   if (!shared || join_response_.epoch != view.epoch ||
       join_response_.group != view.name) {
-    const v1::JoinGroupResponse response =
-        JoinResponseOf(view, core_->group_options().planner.inline_max_bytes);
+    const v1::JoinGroupResponse response = JoinResponseOf(
+        view, core_->group_options().planner.inline_max_bytes, list_members);
     bool own_buffer = false;
     grpc::ByteBuffer bytes;
     if (!grpc::SerializationTraits<v1::JoinGroupResponse>::Serialize(
@@ -369,18 +371,44 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
   // The worker cancels a newcomer's join whose caller went away. The
   // context lives until the reactor finishes, after the join's answer.
   join.withdrawn = [context] { return context->IsCancelled(); };
-  core_->Join(std::move(join),
-              [this, reactor, response](const absl::StatusOr<GroupView>& view) {
-                absl::Status status = view.status();
-                if (status.ok()) {
-                  *response = JoinResponseBytes(*view);
-                  if (response->Length() == 0) {
-                    status = absl::InternalError("cannot serialize the group");
-                  }
-                }
-                reactor->Finish(ToGrpcStatus(status));
-              });
+  const bool can_ask = request.members_on_request();
+  core_->Join(std::move(join), [this, reactor, response, can_ask](
+                                   const absl::StatusOr<GroupView>& view) {
+    absl::Status status = view.status();
+    if (status.ok()) {
+      *response = JoinResponseBytes(
+          *view, !can_ask || view->world_size <=
+                                 core_->group_options().member_list_max);
+      if (response->Length() == 0) {
+        status = absl::InternalError("cannot serialize the group");
+      }
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetGroupMembers(
+    grpc::CallbackServerContext* context,
+    const v1::GetGroupMembersRequest* request,
+    v1::GetGroupMembersResponse* response) {
+  if (absl::Status leading = CheckLeading(leadership_); !leading.ok()) {
+    return Finish(context, leading);
+  }
+  absl::StatusOr<std::string> job =
+      AuthorizeRank(*context, "chorus.v1.Coordinator/GetGroupMembers",
+                    request->group(), request->epoch(), request->rank());
+  if (!job.ok()) return Finish(context, job.status());
+  absl::StatusOr<std::vector<GroupMember>> members = core_->Members(
+      *job, request->group(), request->epoch(),
+      absl::MakeConstSpan(request->ranks().data(), request->ranks().size()));
+  if (!members.ok()) return Finish(context, members.status());
+  response->set_epoch(request->epoch());
+  response->mutable_members()->Reserve(static_cast<int>(members->size()));
+  for (const GroupMember& m : *members) {
+    *response->add_members() = MemberToProto(m);
+  }
+  return Finish(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Collective(

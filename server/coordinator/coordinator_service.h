@@ -15,7 +15,10 @@
 // JoinGroup is served as raw bytes: every rank of a group gets the same
 // response, listing every member, so it is serialized once per formed group
 // and the bytes are shared by all the replies (a rendezvous of N ranks then
-// encodes N members rather than N * N).
+// encodes N members rather than N * N). A rank that can ask for members
+// (JoinGroupRequest.members_on_request) of a group above --member_list_max
+// gets a reply without them, so the rendezvous also sends N members' worth
+// of bytes rather than N * N; it asks with GetGroupMembers.
 //
 // Lifecycle: owned by the coordinator's main, registered with its server,
 // destroyed after the server shut down. Thread safety: all methods may run
@@ -65,6 +68,11 @@ class CoordinatorService final
   grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  // The members a rank asked for (Coordinator::Members).
+  grpc::ServerUnaryReactor* GetGroupMembers(
+      grpc::CallbackServerContext* context,
+      const v1::GetGroupMembersRequest* request,
+      v1::GetGroupMembersResponse* response) override;
   grpc::ServerUnaryReactor* Collective(
       grpc::CallbackServerContext* context,
       const v1::CollectiveRequest* request,
@@ -110,8 +118,9 @@ class CoordinatorService final
       const grpc::CallbackServerContext& context, absl::string_view action,
       const std::string& group, uint64_t epoch, int rank) const;
 
-  // The serialized JoinGroupResponse for `view`, made once per group epoch.
-  grpc::ByteBuffer JoinResponseBytes(const GroupView& view);
+  // The serialized JoinGroupResponse for `view`, made once per group epoch
+  // where it lists the members (`list_members`).
+  grpc::ByteBuffer JoinResponseBytes(const GroupView& view, bool list_members);
 
   // The last response JoinResponseBytes made, and for which group epoch.
   struct CachedJoinResponse {

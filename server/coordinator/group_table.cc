@@ -253,6 +253,30 @@ absl::StatusOr<std::string> GroupTable::MemberWorkerName(
   return it->second.view.members[rank].worker_name;
 }
 
+absl::StatusOr<std::vector<GroupMember>> GroupTable::Members(
+    const std::string& group, uint64_t epoch, absl::Span<const int> ranks) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Group*> found = FindGroupLocked(group, epoch);
+  if (!found.ok()) return found.status();
+  const std::vector<GroupMember>& members = (*found)->view.members;
+  if (ranks.size() > members.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ranks.size(), " ranks asked of group ", group,
+                     ", which has ", members.size()));
+  }
+  std::vector<GroupMember> asked;
+  asked.reserve(ranks.size());
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= static_cast<int>(members.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " out of range for group ", group, " of ",
+                       members.size(), " ranks"));
+    }
+    asked.push_back(members[rank]);
+  }
+  return asked;
+}
+
 std::vector<TraceEntry> GroupTable::Trace(const std::string& group) const {
   absl::MutexLock lock(&mu_);
   return recorder_.Entries(group);

@@ -50,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/collective.h"
 #include "common/device.h"
@@ -65,7 +66,11 @@ namespace chorus {
 struct GroupTableOptions {
   // The job whose groups it holds (job_groups.h), for summaries and events.
   std::string job;
-  int max_world_size = 4096;
+  int max_world_size = 65536;
+  // Join replies list every member only up to this many ranks for a rank
+  // that asked for members on request (JoinGroupRequest.members_on_request);
+  // above it the rank fetches the members it needs (Members()).
+  int member_list_max = 256;
   // How far ahead of its oldest unissued collective a rank may call
   // (asynchronous calls can reach the coordinator out of order); a sequence
   // beyond that is "from the future".
@@ -184,6 +189,15 @@ class GroupTable {
   // rank (then Collective, Commit and ReportFailure refuse the call too).
   absl::StatusOr<std::string> MemberWorkerName(const std::string& group,
                                                uint64_t epoch, int rank) const;
+
+  // Returns the members holding `ranks` of `group` at `epoch`, in that
+  // order: NOT_FOUND for an unknown group, FAILED_PRECONDITION (with a
+  // STALE_EPOCH detail, or the revocation of a revoked elastic epoch) for
+  // another epoch, the group's abort status once aborted, INVALID_ARGUMENT
+  // for a rank out of range or more ranks than the group has.
+  absl::StatusOr<std::vector<GroupMember>> Members(const std::string& group,
+                                                   uint64_t epoch,
+                                                   absl::Span<const int> ranks);
 
   // Takes over `groups`, as the coordinator that led before wrote them
   // (state_log.h; group_restore.cc): same epochs and members, each rank's

@@ -25,10 +25,14 @@ struct Membership {
   int rank = 0;
   int world_size = 0;
   Device device;
-  // Peer address, device and worker name of every rank.
+  // Peer address, device and worker name of every rank. When the join
+  // reply did not list the members (a large group), only this rank's are
+  // set; the others are empty (a default Device) and the runtime fetches a
+  // peer's when it needs it.
   std::vector<std::string> addresses;
   std::vector<Device> devices;
   std::vector<std::string> worker_names;
+  bool members_listed = true;
   uint64_t inline_max_bytes = 0;
   // An elastic group's bounds (0 and 0: not elastic).
   int min_world_size = 0;

@@ -77,6 +77,7 @@ void WorkerRuntime::JoinAsync(
   request.set_max_world_size(args.max_world_size);
   request.set_newcomer(args.newcomer);
   request.set_follow_epoch(args.follow_epoch);
+  request.set_members_on_request(true);
   absl::BitGen gen;
   request.set_request_id(absl::StrCat(absl::Hex(absl::Uniform<uint64_t>(gen)),
                                       absl::Hex(absl::Uniform<uint64_t>(gen))));
@@ -181,44 +182,6 @@ void WorkerRuntime::OnJoinAnswered(PendingJoin* join,
     }
   }
   EndJoin(join, status);
-}
-
-absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
-    const std::string& group, int rank, int expected_world,
-    const Device& device, const v1::JoinGroupResponse& response) {
-  Membership membership;
-  membership.group = group;
-  membership.epoch = response.epoch();
-  membership.rank = response.has_rank() ? response.rank() : rank;
-  membership.world_size = response.members_size();
-  membership.device = device;
-  membership.inline_max_bytes = response.inline_max_bytes();
-  membership.min_world_size = response.min_world_size();
-  membership.max_world_size = response.max_world_size();
-  for (const v1::GroupMember& member : response.members()) {
-    membership.addresses.push_back(member.address());
-    membership.devices.push_back(DeviceFromProto(member.device()));
-    membership.worker_names.push_back(member.worker_name());
-    if (member.address() != address_) {
-      PeerRegistration identity;
-      identity.worker_id = member.worker_id();
-      identity.incarnation = member.incarnation();
-      identity.data_port = member.data_port();
-      identity.name = member.worker_name();
-      sender_->LearnPeer(member.address(), identity);
-    }
-  }
-  if (response.has_rank() != (expected_world == 0) ||
-      (expected_world != 0 && membership.world_size != expected_world)) {
-    return absl::InternalError("the coordinator returned a partial group");
-  }
-  if (membership.rank < 0 || membership.rank >= membership.world_size) {
-    return absl::InternalError(absl::StrCat(
-        "the coordinator returned group ", group, " of ", membership.world_size,
-        " ranks without rank ", membership.rank));
-  }
-  peers_.Learn(membership.group, membership.epoch, membership.worker_names);
-  return membership;
 }
 
 void WorkerRuntime::EndJoin(PendingJoin* join,

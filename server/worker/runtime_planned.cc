@@ -53,6 +53,12 @@ absl::Status WorkerRuntime::RunPlanned(
   transport_options.self_address = address_;
   transport_options.worker_names = membership.worker_names;
   transport_options.deadline = deadline - AnswerMargin(left);
+  if (!membership.members_listed) {
+    transport_options.resolve = [this, &membership,
+                                 until = transport_options.deadline](int rank) {
+      return ResolvePeer(membership, rank, until);
+    };
+  }
   PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
   AlgorithmArgs args;
   args.spec = spec;

@@ -62,6 +62,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
             << (TlsEnabled() ? " (TLS)" : "");
   runtime->StartSession(options, discovered.support.cuda_built);
   runtime->options_ = std::move(options);
+  runtime->ResolveArrivals();
   return runtime;
 }
 

@@ -288,6 +288,23 @@ class WorkerRuntime final : public CallRuntime {
   // until each callback has returned.
   void CloseJoins();
 
+  // (runtime_members.cc) Tells the sender who `member`'s worker is.
+  void LearnPeerOf(const v1::GroupMember& member);
+  // Asks the coordinator, as `self_rank`, for `ranks` of `group` at `epoch`
+  // and learns them (peer directory and sender); returns them in that order,
+  // or the coordinator's refusal (FAILED_PRECONDITION for a stale epoch) or
+  // UNAVAILABLE / DEADLINE_EXCEEDED by `deadline` or the RPC timeout.
+  absl::StatusOr<std::vector<PeerDirectory::RankPeer>> FetchMembers(
+      const std::string& group, uint64_t epoch, int self_rank,
+      const std::vector<int>& ranks, absl::Time deadline);
+  // Rank `rank` of `membership`'s group: learned before, or fetched
+  // (FetchMembers' codes).
+  absl::StatusOr<PeerDirectory::RankPeer> ResolvePeer(
+      const Membership& membership, int rank, absl::Time deadline);
+  // Has the peer directory fetch the ranks of chunks that arrive from
+  // members not learned yet.
+  void ResolveArrivals();
+
   // The buffers of a host call (Run(), RunAsync()).
   static CallBuffers HostBuffers(absl::string_view input, std::string* output,
                                  const RunOptions& options);

@@ -309,6 +309,7 @@ TEST(AuthorizationTableTest, Table_IsThePolicy) {
       {"chorus.v1.Coordinator/Heartbeat", "worker"},
       {"chorus.v1.Coordinator/Deregister", "worker"},
       {"chorus.v1.Coordinator/JoinGroup", "worker"},
+      {"chorus.v1.Coordinator/GetGroupMembers", "worker"},
       {"chorus.v1.Coordinator/Collective", "worker"},
       {"chorus.v1.Coordinator/Commit", "worker"},
       {"chorus.v1.Coordinator/ReportFailure", "worker"},

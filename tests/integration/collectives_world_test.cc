@@ -18,8 +18,10 @@
 // world sizes only (2, and 5, which recursive doubling folds), and once
 // more at world 3 with every worker sending its calls to the coordinator as
 // unary gRPC calls instead of on the call port, and with half of them doing
-// so.
+// so. Last, world 5 with join replies that list no members (workers fetch
+// their peers from the coordinator), two workers holding two ranks each.
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,11 +35,22 @@ namespace {
 using Param = std::tuple<int, Algorithm>;
 using CallRoute = EmbeddedCluster::CallRoute;
 
-void RunEveryKindAndCount(int world, Algorithm plan, CallRoute calls) {
+// Runs the cases with `world` ranks, rank r on worker worker_of_rank[r]
+// (rank r on worker r when empty), the coordinator given
+// `coordinator_flags`.
+void RunEveryKindAndCount(
+    int world, Algorithm plan, CallRoute calls,
+    const std::vector<std::string>& coordinator_flags = {},
+    std::vector<int> worker_of_rank = {}) {
+  if (worker_of_rank.empty()) {
+    for (int r = 0; r < world; ++r) worker_of_rank.push_back(r);
+  }
+  const int workers =
+      *std::max_element(worker_of_rank.begin(), worker_of_rank.end()) + 1;
   absl::StatusOr<std::unique_ptr<EmbeddedCluster>> cluster =
-      EmbeddedCluster::Start(world, {}, calls);
+      EmbeddedCluster::Start(workers, coordinator_flags, calls);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto group = (*cluster)->JoinGroup("worlds", world);
+  auto group = (*cluster)->JoinGroup("worlds", worker_of_rank);
   ASSERT_TRUE(group.ok()) << group.status();
   const std::vector<Communicator*> ranks = Pointers(*group);
 
@@ -91,6 +104,17 @@ void RunEveryKindAndCount(int world, Algorithm plan, CallRoute calls) {
   }
 }
 
+// Join replies that list no members (a group above --member_list_max):
+// each worker fetches the peers it sends to or hears from; two ranks share
+// worker 0 and two worker 2.
+class UnlistedMembersTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(UnlistedMembersTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
+  const auto [world, plan] = GetParam();
+  RunEveryKindAndCount(world, plan, CallRoute::kCallPort,
+                       {"--member_list_max=0"}, {0, 0, 1, 2, 2});
+}
+
 class WorldSizeTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(WorldSizeTest, Run_EveryKindAndCount_MatchesReferenceOnEveryRank) {
@@ -130,6 +154,15 @@ INSTANTIATE_TEST_SUITE_P(
     DataPlanePlans, WorldSizeTest,
     ::testing::Combine(::testing::Values(2, 5),
                        ::testing::Values(Algorithm::kRing,
+                                         Algorithm::kRecursiveDoubling,
+                                         Algorithm::kSameHost)),
+    ParamName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, UnlistedMembersTest,
+    ::testing::Combine(::testing::Values(5),
+                       ::testing::Values(Algorithm::kUnspecified,
+                                         Algorithm::kRing,
                                          Algorithm::kRecursiveDoubling,
                                          Algorithm::kSameHost)),
     ParamName);

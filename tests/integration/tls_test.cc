@@ -129,9 +129,11 @@ class TlsTest : public ::testing::Test {
     // Unix socket paths must stay short; the scratch directory may not.
     socket_dir_ = "/tmp/chorus-tls-XXXXXX";
     ASSERT_NE(mkdtemp(socket_dir_.data()), nullptr);
-    absl::StatusOr<Daemon> coordinator =
-        StartCoordinator({absl::StrCat("--tls_dir=", TlsDir("coordinator")),
-                          "--tls_refresh=1s", "--lease_timeout=60s"});
+    std::vector<std::string> flags = {
+        absl::StrCat("--tls_dir=", TlsDir("coordinator")), "--tls_refresh=1s",
+        "--lease_timeout=60s"};
+    for (std::string& flag : ExtraCoordinatorFlags()) flags.push_back(flag);
+    absl::StatusOr<Daemon> coordinator = StartCoordinator(flags);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     for (const std::string name : {"w0", "w1"}) {
@@ -145,6 +147,9 @@ class TlsTest : public ::testing::Test {
     registered_ = Registry();
     ASSERT_EQ(registered_.size(), 2u);
   }
+
+  // Flags the fixture's coordinator gets besides TLS and the lease.
+  virtual std::vector<std::string> ExtraCoordinatorFlags() const { return {}; }
 
   void TearDown() override {
     workers_.clear();
@@ -424,6 +429,65 @@ TEST_F(TlsTest, DataPlane_FramesFromNonMember_ClosedGroupGoesOn) {
       absl::Seconds(30)));
   EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_RING),
             std::vector<std::string>({"OK 3", "OK 3"}));
+}
+
+// The same cluster with join replies that list no members (as for a group
+// above --member_list_max): each worker learns its peers from the
+// coordinator when it first sends to one or a chunk arrives from one.
+class TlsUnlistedMembersTest : public TlsTest {
+ protected:
+  std::vector<std::string> ExtraCoordinatorFlags() const override {
+    return {"--member_list_max=0"};
+  }
+};
+
+TEST_F(TlsUnlistedMembersTest,
+       DataPlane_PeersFetchedOnDemand_MembersAdmittedNonMemberClosed) {
+  const uint64_t epoch = JoinThroughSockets("g");
+  EXPECT_EQ(AllReduceThroughSockets("g", epoch, 1, v1::ALGORITHM_RING),
+            std::vector<std::string>({"OK 3", "OK 3"}));
+  // A worker asks only as a rank it holds, and gets the members asked.
+  auto as_w0 = CoordinatorAs(ReadPemFiles(TlsDir("worker-w0")));
+  v1::GetGroupMembersRequest request;
+  request.set_group("g");
+  request.set_epoch(epoch);
+  request.set_rank(1);  // held by w1
+  request.add_ranks(1);
+  v1::GetGroupMembersResponse response;
+  {
+    auto context = Context();
+    const grpc::Status status =
+        as_w0->GetGroupMembers(context.get(), request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << status.error_message();
+  }
+  request.set_rank(0);
+  {
+    auto context = Context();
+    ASSERT_TRUE(as_w0->GetGroupMembers(context.get(), request, &response).ok());
+    ASSERT_EQ(response.members_size(), 1);
+    EXPECT_EQ(response.members(0).worker_name(), "w1");
+  }
+  // In a new group, before any call: w2, not a member, claims rank 1 to
+  // w0's data plane; w0 looks rank 1 up and closes the connection.
+  const uint64_t h = JoinThroughSockets("h");
+  workers_.push_back(*StartWorker(
+      coordinator_.address, {absl::StrCat("--tls_dir=", TlsDir("worker-w2")),
+                             absl::StrCat("--local_socket=", Socket("w2"))}));
+  const int port = DataPort(workers_[0].address);
+  ASSERT_NE(port, 0);
+  EXPECT_TRUE(
+      ClosedAfterSending(port, TlsDir("worker-w2"), HelloAndFrame("h", h)));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return absl::StrContains(workers_[0].process->ReadLog(),
+                                 "worker \"w2\" does not hold rank 1 of "
+                                 "group h");
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(
+      AllReduceThroughSockets("h", h, 1, v1::ALGORITHM_RECURSIVE_DOUBLING),
+      std::vector<std::string>({"OK 3", "OK 3"}));
 }
 
 TEST_F(TlsTest, AdminRpcs_WithWorkerOrClientIdentity_PermissionDenied) {

@@ -399,6 +399,35 @@ TEST_F(GroupTableTest, Join_SameGroupAgain_NewEpochAndOldCallsAborted) {
   EXPECT_EQ(Form("g", 3).epoch, 3u);
 }
 
+TEST_F(GroupTableTest, Members_AskedRanks_InOrderElseClearRefusal) {
+  const GroupView v1 = Form("g", 3);
+  absl::StatusOr<std::vector<GroupMember>> members =
+      table_->Members("g", v1.epoch, {2, 0});
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 2u);
+  EXPECT_EQ((*members)[0].rank, 2);
+  EXPECT_EQ((*members)[0].worker_name, v1.members[2].worker_name);
+  EXPECT_EQ((*members)[1].address, v1.members[0].address);
+  EXPECT_EQ(table_->Members("h", 1, {0}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(table_->Members("g", v1.epoch, {3}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_->Members("g", v1.epoch, {-1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_->Members("g", v1.epoch, {0, 1, 2, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const GroupView v2 = Form("g", 3);
+  const absl::Status stale = table_->Members("g", v1.epoch, {0}).status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Message(stale), absl::StrCat("stale epoch ", v1.epoch,
+                                         " for group g, which is at "
+                                         "epoch ",
+                                         v2.epoch, "; join again"));
+  // Asking changed nothing: the group still runs its calls.
+  auto waiters = CallAll(v2, 1, AllReduce(DType::kI32, 4));
+  ExpectInlineResults(*waiters, v2, 1, AllReduce(DType::kI32, 4));
+}
+
 TEST_F(GroupTableTest, Join_ReformationInProgress_OldEpochStillServes) {
   const GroupView v1 = Form("g", 2);
   JoinWaiter j0;

@@ -90,5 +90,50 @@ TEST(PeerDirectoryTest, WorkerName_LearnedAndUnknown) {
   EXPECT_EQ(directory.WorkerName("other", 5, 0), "");
 }
 
+TEST(PeerDirectoryTest, WaitFor_PartialEpochRankNotFetched_ResolverLearnsIt) {
+  PeerDirectory directory;
+  directory.LearnPartial("g", 5, 3, {1, "w1", "10.0.0.1:7"});
+  EXPECT_EQ(directory.Check("g", 5, 1, "w1"), Verdict::kMember);
+  EXPECT_EQ(directory.Address("g", 5, 1), "10.0.0.1:7");
+  EXPECT_EQ(directory.Check("g", 5, 2, "w2"), Verdict::kUnknown);
+  EXPECT_EQ(directory.Check("g", 5, 3, "w2"), Verdict::kNotMember);
+  EXPECT_EQ(directory.Address("g", 5, 2), "");
+  int asked_self = -1;
+  int asked_rank = -1;
+  directory.SetResolver(
+      [&](const std::string& group, uint64_t epoch, int self, int rank) {
+        asked_self = self;
+        asked_rank = rank;
+        directory.LearnRanks(group, epoch, {{rank, "w2", "10.0.0.2:7"}});
+      });
+  Verdict verdict = Verdict::kMember;
+  std::optional<Verdict> answered;
+  const uint64_t token = directory.WaitFor("g", 5, 2, "w9", &verdict,
+                                           [&](Verdict v) { answered = v; });
+  EXPECT_NE(token, 0u);
+  EXPECT_EQ(verdict, Verdict::kUnknown);
+  EXPECT_EQ(asked_self, 1);
+  EXPECT_EQ(asked_rank, 2);
+  EXPECT_EQ(answered, Verdict::kNotMember);
+  EXPECT_EQ(directory.Check("g", 5, 2, "w2"), Verdict::kMember);
+  EXPECT_EQ(directory.Address("g", 5, 2), "10.0.0.2:7");
+  // Rank 0 still waits for a fetch; a full epoch never asks.
+  EXPECT_EQ(directory.Check("g", 5, 0, "w0"), Verdict::kUnknown);
+  asked_rank = -1;
+  directory.Learn("h", 1, {"w0"});
+  EXPECT_EQ(directory.WaitFor("h", 1, 0, "w1", &verdict, [](Verdict) {}), 0u);
+  EXPECT_EQ(asked_rank, -1);
+}
+
+TEST(PeerDirectoryTest, LearnRanks_EpochNotRememberedOrFull_Ignored) {
+  PeerDirectory directory;
+  directory.LearnRanks("g", 5, {{0, "w0", "a:1"}});
+  EXPECT_EQ(directory.Check("g", 5, 0, "w0"), Verdict::kUnknown);
+  directory.Learn("g", 5, {"w0"});
+  directory.LearnRanks("g", 5, {{0, "w9", "a:1"}});
+  EXPECT_EQ(directory.Check("g", 5, 0, "w0"), Verdict::kMember);
+  EXPECT_EQ(directory.Address("g", 5, 0), "");
+}
+
 }  // namespace
 }  // namespace chorus

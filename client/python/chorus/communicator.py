@@ -224,7 +224,12 @@ class Communicator(Elastic):
 
     @property
     def member_devices(self) -> List[str]:
-        """Every rank's device by canonical name, in rank order."""
+        """Every rank's device by canonical name, in rank order.
+
+        Empty for a group larger than the coordinator's
+        ``--member_list_max`` (256 ranks by default), whose members the
+        workers learn only as they exchange data with them.
+        """
         return list(self._member_devices)
 
     @property

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace chorus {
 
 PeerTransport::PeerTransport(PeerTransportOptions options, Inbox* inbox,
@@ -60,9 +62,27 @@ MessageKey PeerTransport::Key(int from, int to, uint32_t tag) const {
   return key;
 }
 
+absl::StatusOr<std::string> PeerTransport::AddressOf(int to) {
+  if (!options_.addresses[to].empty() || !options_.resolve) {
+    return options_.addresses[to];
+  }
+  absl::StatusOr<PeerDirectory::RankPeer> peer = options_.resolve(to);
+  if (!peer.ok()) return peer.status();
+  options_.worker_names[to] = peer->name;
+  options_.addresses[to] = peer->address;
+  return peer->address;
+}
+
 absl::Status PeerTransport::Send(int to, absl::string_view data) {
   const uint32_t tag = sent_[to]++;
-  const std::string& address = options_.addresses[to];
+  absl::StatusOr<std::string> resolved = AddressOf(to);
+  if (!resolved.ok()) {
+    return absl::Status(
+        resolved.status().code(),
+        absl::StrCat("cannot learn where rank ", to, " of group ",
+                     options_.group, " is: ", resolved.status().message()));
+  }
+  const std::string& address = *resolved;
   if (address == options_.self_address) {
     inbox_->Deliver(0, Key(options_.rank, to, tag), std::string(data), nullptr);
     return absl::OkStatus();

@@ -19,6 +19,7 @@
 #define CHORUS_SERVER_WORKER_DATAPLANE_PEER_TRANSPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "server/worker/dataplane/inbox.h"
+#include "server/worker/dataplane/peer_directory.h"
 #include "server/worker/dataplane/peer_sender.h"
 #include "server/worker/dataplane/transport.h"
 
@@ -48,6 +50,10 @@ struct PeerTransportOptions {
   // chorus_peer_received_bytes_total{peer}; the address when unknown).
   std::vector<std::string> worker_names;
   absl::Time deadline = absl::InfiniteFuture();
+  // Looks up a rank whose address is empty (a large group's members are
+  // fetched as they are needed): its worker's name and address, or the
+  // status the send then returns. Null: every address is known.
+  std::function<absl::StatusOr<PeerDirectory::RankPeer>(int rank)> resolve;
 };
 
 class PeerTransport final : public Transport {
@@ -72,6 +78,8 @@ class PeerTransport final : public Transport {
 
  private:
   MessageKey Key(int from, int to, uint32_t tag) const;
+  // The address of rank `to`'s worker, resolved first when unknown.
+  absl::StatusOr<std::string> AddressOf(int to);
   // The name of the worker holding `rank`; empty when unknown.
   absl::string_view WorkerName(int rank) const;
   // The counter of bytes sent to (or received from) rank `rank`'s worker,
@@ -79,7 +87,8 @@ class PeerTransport final : public Transport {
   Counter* PeerBytes(std::vector<Counter*>& counters, CounterFamily* family,
                      int rank);
 
-  const PeerTransportOptions options_;
+  // Addresses and names resolved during the call are filled in.
+  PeerTransportOptions options_;
   Inbox* const inbox_;        // not owned
   PeerSender* const sender_;  // not owned
   std::vector<uint32_t> sent_;

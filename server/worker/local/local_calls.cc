@@ -42,8 +42,11 @@ void ToJoinResponse(const Membership& membership,
   response->set_epoch(membership.epoch);
   response->set_world_size(membership.world_size);
   response->set_rank(membership.rank);
-  for (const Device& d : membership.devices) {
-    response->add_member_devices(CanonicalName(d));
+  // A large group's members are not listed to its workers.
+  if (membership.members_listed) {
+    for (const Device& d : membership.devices) {
+      response->add_member_devices(CanonicalName(d));
+    }
   }
   response->set_call_socket(call_socket);
   response->set_min_world_size(membership.min_world_size);
