@@ -24,13 +24,26 @@
 
 namespace chorus {
 
-struct FrameServer::Connection {
+namespace {
+
+// The connections with replies held back while the serving thread takes a
+// read's frames (FrameServer::TakeFrames); null on every other thread, and
+// on the serving thread between reads.
+thread_local std::vector<std::shared_ptr<FrameServer::Connection>>* held =
+    nullptr;
+
+}  // namespace
+
+struct FrameServer::Connection
+    : std::enable_shared_from_this<FrameServer::Connection> {
   Connection(int fd, int epoll_fd, uint64_t max_frame_bytes, bool http)
       : fd(fd), epoll_fd(epoll_fd), http(http), frames(max_frame_bytes) {}
 
   // Queues `bytes` (encrypted first with TLS) and writes what the socket
   // takes now; the serving thread writes the rest when the socket has room
-  // again.
+  // again. On the serving thread while it takes frames, only the first
+  // reply to each connection is written at once, the later ones once the
+  // frames are taken.
   void Send(absl::string_view bytes) {
     absl::MutexLock lock(&mu);
     if (closed) return;
@@ -39,7 +52,19 @@ struct FrameServer::Connection {
     } else if (!tls->Seal(bytes, &out).ok()) {
       return;  // the serving thread closes it on its next read
     }
+    if (held != nullptr) {
+      if (holding) return;
+      holding = true;
+      held->push_back(shared_from_this());
+    }
     FlushLocked();
+  }
+
+  // Writes the replies held back by Send.
+  void Release() {
+    absl::MutexLock lock(&mu);
+    holding = false;
+    if (!closed) FlushLocked();
   }
 
   // Decrypts `received` into `plain` and sends what the handshake needs.
@@ -99,6 +124,8 @@ struct FrameServer::Connection {
   std::string out ABSL_GUARDED_BY(mu);
   bool want_write ABSL_GUARDED_BY(mu) = false;
   bool closed ABSL_GUARDED_BY(mu) = false;
+  // In the serving thread's `held` list.
+  bool holding ABSL_GUARDED_BY(mu) = false;
 };
 
 namespace {
@@ -353,6 +380,15 @@ bool FrameServer::TakeHttpHead(const std::shared_ptr<Connection>& connection,
 }
 
 bool FrameServer::TakeFrames(const std::shared_ptr<Connection>& connection) {
+  std::vector<std::shared_ptr<Connection>> replied;
+  held = &replied;
+  const bool keep = HandleFrames(connection);
+  held = nullptr;
+  for (const std::shared_ptr<Connection>& to : replied) to->Release();
+  return keep;
+}
+
+bool FrameServer::HandleFrames(const std::shared_ptr<Connection>& connection) {
   const Replier reply{std::weak_ptr<Connection>(connection)};
   std::string payload;
   while (true) {

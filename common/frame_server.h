@@ -7,7 +7,12 @@
 // handler on the serving thread in the order the connection sent them. Replies
 // are sent by whichever thread has them (a Replier), straight to the socket
 // when it has room, else queued for the serving thread: no thread waits on
-// a slow reader. A connection that does not start with the hello is closed
+// a slow reader. Of the replies the handler sends to one connection on the
+// serving thread while it takes one read's frames, the first is written at
+// once and the others together once those frames are taken: two writes per
+// connection however many of its calls a frame completed (the last rank's
+// call to a barrier answers every rank; a worker's ranks share its
+// connection). A connection that does not start with the hello is closed
 // without a reply, and so is one that has not sent it within the options'
 // greeting_timeout, and the oldest of those still silent when more than
 // max_ungreeted are; a frame over the limit gets one error frame (the
@@ -147,9 +152,12 @@ class FrameServer {
   // it was handled (the connection is finishing), or when it is too long.
   bool TakeHttpHead(const std::shared_ptr<Connection>& connection,
                     absl::string_view bytes);
-  // Hands the whole frames buffered for `connection` to the handler.
+  // Hands the whole frames buffered for `connection` to the handler, and
+  // then writes the replies the handler sent meanwhile on this thread.
   // Returns false when the connection must be closed.
   bool TakeFrames(const std::shared_ptr<Connection>& connection);
+  // Hands the frames to the handler (TakeFrames' loop).
+  bool HandleFrames(const std::shared_ptr<Connection>& connection);
   // Writes what the socket takes of the connection's replies; returns
   // whether none are left (false when it is closed).
   static bool Flush(Connection& connection);
