@@ -8,13 +8,7 @@ namespace chorus {
 
 PeerTransport::PeerTransport(PeerTransportOptions options, Inbox* inbox,
                              PeerSender* sender)
-    : options_(std::move(options)),
-      inbox_(inbox),
-      sender_(sender),
-      sent_(options_.addresses.size(), 0),
-      received_(options_.addresses.size(), 0),
-      sent_bytes_(options_.addresses.size(), nullptr),
-      received_bytes_(options_.addresses.size(), nullptr) {}
+    : options_(std::move(options)), inbox_(inbox), sender_(sender) {}
 
 namespace {
 
@@ -35,20 +29,23 @@ CounterFamily* ReceivedBytes() {
 }  // namespace
 
 absl::string_view PeerTransport::WorkerName(int rank) const {
-  return rank < static_cast<int>(options_.worker_names.size())
-             ? absl::string_view(options_.worker_names[rank])
-             : absl::string_view();
+  if (rank >= 0 && rank < static_cast<int>(options_.worker_names.size()) &&
+      !options_.worker_names[rank].empty()) {
+    return options_.worker_names[rank];
+  }
+  auto found = peers_.find(rank);
+  return found == peers_.end() ? absl::string_view()
+                               : absl::string_view(found->second.name);
 }
 
-Counter* PeerTransport::PeerBytes(std::vector<Counter*>& counters,
-                                  CounterFamily* family, int rank) {
-  Counter*& counter = counters[rank];
-  if (counter == nullptr) {
+Counter* PeerTransport::PeerBytes(Counter** counter, CounterFamily* family,
+                                  int rank) {
+  if (*counter == nullptr) {
     const absl::string_view name = WorkerName(rank);
-    counter = family->With(
+    *counter = family->With(
         {name.empty() ? options_.addresses[rank] : std::string(name)});
   }
-  return counter;
+  return *counter;
 }
 
 MessageKey PeerTransport::Key(int from, int to, uint32_t tag) const {
@@ -62,20 +59,20 @@ MessageKey PeerTransport::Key(int from, int to, uint32_t tag) const {
   return key;
 }
 
-absl::StatusOr<std::string> PeerTransport::AddressOf(int to) {
-  if (!options_.addresses[to].empty() || !options_.resolve) {
-    return options_.addresses[to];
-  }
-  absl::StatusOr<PeerDirectory::RankPeer> peer = options_.resolve(to);
-  if (!peer.ok()) return peer.status();
-  options_.worker_names[to] = peer->name;
-  options_.addresses[to] = peer->address;
-  return peer->address;
+absl::StatusOr<std::string> PeerTransport::AddressOf(int to, Peer& peer) {
+  if (!options_.addresses[to].empty()) return options_.addresses[to];
+  if (!peer.address.empty() || !options_.resolve) return peer.address;
+  absl::StatusOr<PeerDirectory::RankPeer> resolved = options_.resolve(to);
+  if (!resolved.ok()) return resolved.status();
+  peer.name = resolved->name;
+  peer.address = resolved->address;
+  return peer.address;
 }
 
 absl::Status PeerTransport::Send(int to, absl::string_view data) {
-  const uint32_t tag = sent_[to]++;
-  absl::StatusOr<std::string> resolved = AddressOf(to);
+  Peer& peer = peers_[to];
+  const uint32_t tag = peer.sent++;
+  absl::StatusOr<std::string> resolved = AddressOf(to, peer);
   if (!resolved.ok()) {
     return absl::Status(
         resolved.status().code(),
@@ -93,7 +90,7 @@ absl::Status PeerTransport::Send(int to, absl::string_view data) {
     return UnreachableError(options_.group, to, WorkerName(to), status);
   }
   if (DefaultMetrics().enabled()) {
-    PeerBytes(sent_bytes_, SentBytes(), to)->Add(data.size());
+    PeerBytes(&peer.sent_bytes, SentBytes(), to)->Add(data.size());
   }
   return absl::OkStatus();
 }
@@ -103,12 +100,14 @@ void PeerTransport::Recycle(std::string message) {
 }
 
 absl::StatusOr<std::string> PeerTransport::Recv(int from) {
-  const uint32_t tag = received_[from]++;
+  Peer& peer = peers_[from];
+  const uint32_t tag = peer.received++;
   absl::StatusOr<std::string> message = inbox_->Take(
       Key(from, options_.rank, tag), options_.deadline, WorkerName(from));
   if (message.ok() && options_.addresses[from] != options_.self_address &&
       DefaultMetrics().enabled()) {
-    PeerBytes(received_bytes_, ReceivedBytes(), from)->Add(message->size());
+    PeerBytes(&peer.received_bytes, ReceivedBytes(), from)
+        ->Add(message->size());
   }
   return message;
 }

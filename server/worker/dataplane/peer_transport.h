@@ -12,8 +12,12 @@
 // returns that status (PeerGoneError); a send that cannot reach its peer
 // returns UnreachableError.
 //
-// Lifecycle: one per collective call on one rank; the inbox and sender are
-// not owned and must outlive it.
+// It keeps state only for the peers the call exchanges with (a ring's two,
+// not the whole group), so a call costs the same in a group of 65,536 ranks
+// as in one of 8.
+//
+// Lifecycle: one per collective call on one rank; the inbox, the sender and
+// the vectors the options' spans view are not owned and must outlive it.
 // Thread safety: thread-compatible (one algorithm thread uses it).
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_PEER_TRANSPORT_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_PEER_TRANSPORT_H_
@@ -23,10 +27,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/metrics.h"
 #include "server/worker/dataplane/inbox.h"
 #include "server/worker/dataplane/peer_directory.h"
@@ -40,15 +46,16 @@ struct PeerTransportOptions {
   uint64_t epoch = 0;
   uint64_t sequence = 0;
   int rank = 0;
-  // Peer address of every rank's worker, by rank.
-  std::vector<std::string> addresses;
+  // Peer address of every rank's worker, by rank (empty: not known yet,
+  // see `resolve`).
+  absl::Span<const std::string> addresses;
   // This worker's own peer address; messages to it stay in process.
   std::string self_address;
   // Worker name of every rank, by rank (empty: unknown), which statuses
   // name next to the rank and which labels the bytes counted per peer
   // (chorus_peer_sent_bytes_total{peer} and
   // chorus_peer_received_bytes_total{peer}; the address when unknown).
-  std::vector<std::string> worker_names;
+  absl::Span<const std::string> worker_names;
   absl::Time deadline = absl::InfiniteFuture();
   // Looks up a rank whose address is empty (a large group's members are
   // fetched as they are needed): its worker's name and address, or the
@@ -77,24 +84,32 @@ class PeerTransport final : public Transport {
   void Recycle(std::string message) override;
 
  private:
+  // What the call keeps of one peer rank.
+  struct Peer {
+    // Messages sent to it and received from it so far (the next tags).
+    uint32_t sent = 0;
+    uint32_t received = 0;
+    // Byte counters, made on first use.
+    Counter* sent_bytes = nullptr;
+    Counter* received_bytes = nullptr;
+    // Its worker's address and name when `resolve` found them.
+    std::string address;
+    std::string name;
+  };
+
   MessageKey Key(int from, int to, uint32_t tag) const;
   // The address of rank `to`'s worker, resolved first when unknown.
-  absl::StatusOr<std::string> AddressOf(int to);
+  absl::StatusOr<std::string> AddressOf(int to, Peer& peer);
   // The name of the worker holding `rank`; empty when unknown.
   absl::string_view WorkerName(int rank) const;
   // The counter of bytes sent to (or received from) rank `rank`'s worker,
-  // made on first use.
-  Counter* PeerBytes(std::vector<Counter*>& counters, CounterFamily* family,
-                     int rank);
+  // made on first use in `*counter`.
+  Counter* PeerBytes(Counter** counter, CounterFamily* family, int rank);
 
-  // Addresses and names resolved during the call are filled in.
-  PeerTransportOptions options_;
+  const PeerTransportOptions options_;
   Inbox* const inbox_;        // not owned
   PeerSender* const sender_;  // not owned
-  std::vector<uint32_t> sent_;
-  std::vector<uint32_t> received_;
-  std::vector<Counter*> sent_bytes_;
-  std::vector<Counter*> received_bytes_;
+  absl::flat_hash_map<int, Peer> peers_;
 };
 
 }  // namespace chorus
