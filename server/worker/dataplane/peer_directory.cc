@@ -92,26 +92,28 @@ const PeerDirectory::Epoch* PeerDirectory::FindLocked(const std::string& group,
   return it == found->second.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// Entry `rank` of `entries`; "" when out of range.
+std::string EntryOf(const std::vector<std::string>& entries, int rank) {
+  return rank >= 0 && rank < static_cast<int>(entries.size()) ? entries[rank]
+                                                              : "";
+}
+
+}  // namespace
+
 std::string PeerDirectory::WorkerName(const std::string& group, uint64_t epoch,
                                       int rank) const {
   absl::ReaderMutexLock lock(&mu_);
   const Epoch* entry = FindLocked(group, epoch);
-  if (entry == nullptr || rank < 0 ||
-      rank >= static_cast<int>(entry->names.size())) {
-    return "";
-  }
-  return entry->names[rank];
+  return entry == nullptr ? "" : EntryOf(entry->names, rank);
 }
 
 std::string PeerDirectory::Address(const std::string& group, uint64_t epoch,
                                    int rank) const {
   absl::ReaderMutexLock lock(&mu_);
   const Epoch* entry = FindLocked(group, epoch);
-  if (entry == nullptr || rank < 0 ||
-      rank >= static_cast<int>(entry->addresses.size())) {
-    return "";
-  }
-  return entry->addresses[rank];
+  return entry == nullptr ? "" : EntryOf(entry->addresses, rank);
 }
 
 void PeerDirectory::SetResolver(Resolver resolver) {
