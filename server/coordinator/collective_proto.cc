@@ -126,9 +126,15 @@ v1::GroupMember MemberToProto(const GroupMember& member) {
   return proto;
 }
 
+int ListMembersMax(const v1::CollectiveRequest& request,
+                   const GroupTableOptions& options) {
+  return request.members_on_request() ? options.member_list_max : INT_MAX;
+}
+
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               uint64_t inline_max_bytes,
-                              v1::CollectiveResponse* response) {
+                              v1::CollectiveResponse* response,
+                              int list_members_max) {
   response->set_sequence(outcome.sequence);
   response->mutable_plan()->set_algorithm(
       static_cast<v1::Algorithm>(outcome.plan.algorithm));
@@ -136,7 +142,9 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
   response->set_inline_result(std::move(outcome.data));
   response->set_joiners_waiting(outcome.joiners_waiting);
   if (outcome.next != nullptr) {
-    *response->mutable_next() = JoinResponseOf(*outcome.next, inline_max_bytes);
+    *response->mutable_next() =
+        JoinResponseOf(*outcome.next, inline_max_bytes,
+                       outcome.next->world_size <= list_members_max);
   }
 }
 
@@ -283,7 +291,8 @@ void TakeCallPortRequest(Coordinator& core, const std::string& job,
       core.Collective(
           std::move(call),
           [call_id, reply = std::move(reply),
-           inline_max = core.group_options().planner.inline_max_bytes](
+           inline_max = core.group_options().planner.inline_max_bytes,
+           list_max = ListMembersMax(request.call(), core.group_options())](
               absl::StatusOr<CollectiveOutcome> outcome) {
             if (!outcome.ok()) {
               reply(CallPortStatusReply(call_id, outcome.status()));
@@ -292,7 +301,7 @@ void TakeCallPortRequest(Coordinator& core, const std::string& job,
             v1::CallPortReply verdict;
             verdict.set_call_id(call_id);
             CollectiveOutcomeToProto(*std::move(outcome), inline_max,
-                                     verdict.mutable_response());
+                                     verdict.mutable_response(), list_max);
             reply(std::move(verdict));
           });
     }

@@ -8,6 +8,7 @@
 #ifndef CHORUS_SERVER_COORDINATOR_COLLECTIVE_PROTO_H_
 #define CHORUS_SERVER_COORDINATOR_COLLECTIVE_PROTO_H_
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 
@@ -58,10 +59,18 @@ v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
                                      bool list_members = true);
 
 // Fills `response` with `outcome` (its inline data is moved); a next epoch
-// in it is described with `inline_max_bytes`.
+// in it is described with `inline_max_bytes`, and lists its members when it
+// has at most `list_members_max` ranks.
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               uint64_t inline_max_bytes,
-                              v1::CollectiveResponse* response);
+                              v1::CollectiveResponse* response,
+                              int list_members_max = INT_MAX);
+
+// The largest next epoch whose members a response to `request` lists:
+// the groups' --member_list_max for a rank that can ask for members, else
+// every one.
+int ListMembersMax(const v1::CollectiveRequest& request,
+                   const GroupTableOptions& options);
 
 // Returns the flight recorder's `entry` as the wire message.
 v1::TraceEntry TraceEntryToProto(const TraceEntry& entry);

@@ -425,16 +425,18 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
   CollectiveCall call =
       CollectiveCallFromProto(*request, ClientDeadline(*context));
   call.job = *std::move(job);
-  core_->Collective(
-      std::move(call),
-      [this, reactor, response](absl::StatusOr<CollectiveOutcome> outcome) {
-        if (outcome.ok()) {
-          CollectiveOutcomeToProto(
-              *std::move(outcome),
-              core_->group_options().planner.inline_max_bytes, response);
-        }
-        reactor->Finish(ToGrpcStatus(outcome.status()));
-      });
+  const int list_max = ListMembersMax(*request, core_->group_options());
+  core_->Collective(std::move(call),
+                    [this, reactor, response,
+                     list_max](absl::StatusOr<CollectiveOutcome> outcome) {
+                      if (outcome.ok()) {
+                        CollectiveOutcomeToProto(
+                            *std::move(outcome),
+                            core_->group_options().planner.inline_max_bytes,
+                            response, list_max);
+                      }
+                      reactor->Finish(ToGrpcStatus(outcome.status()));
+                    });
   return reactor;
 }
 

@@ -164,6 +164,7 @@ absl::Status WorkerRuntime::PrepareCall(
   request.set_sequence(sequence);
   *request.mutable_spec() = SpecToProto(spec);
   request.set_algorithm(static_cast<v1::Algorithm>(options.algorithm));
+  if (spec.kind == CollectiveKind::kSync) request.set_members_on_request(true);
   if (options.device.has_value()) {
     *request.mutable_device() = DeviceToProto(*options.device);
   }
@@ -196,9 +197,11 @@ absl::StatusOr<RunResult> WorkerRuntime::FinishCall(
   RunResult result = PlanOf(sequence, response);
   if (response.has_next()) {
     // A sync admitted newcomers: this rank goes on in the next epoch.
+    const v1::JoinGroupResponse& listed = response.next();
     absl::StatusOr<Membership> next = LearnMembership(
-        membership.group, membership.rank, response.next().members_size(),
-        membership.device, response.next());
+        membership.group, membership.rank,
+        listed.members_size() > 0 ? listed.members_size() : listed.world_size(),
+        membership.device, listed);
     if (!next.ok()) return next.status();
     result.next = std::make_shared<const Membership>(*std::move(next));
   }

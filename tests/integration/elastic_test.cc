@@ -146,9 +146,11 @@ TEST(ElasticTest, EmbeddedWorkerShutsDown_OthersMoveAndSyncKeepsEpoch) {
   }
 }
 
-TEST(ElasticTest, JoinThroughDaemon_Newcomer_AdmittedAtTheNextSync) {
+// Runs the newcomer's case with the coordinator given `coordinator_flags`.
+void NewcomerAdmittedAtTheNextSync(
+    const std::vector<std::string>& coordinator_flags) {
   absl::StatusOr<std::unique_ptr<FailureCluster>> cluster =
-      FailureCluster::Start({}, {"grow-0", "grow-1"});
+      FailureCluster::Start(coordinator_flags, {"grow-0", "grow-1"});
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> joined =
       (*cluster)->Join("grow", {0, 1}, /*min_world_size=*/1);
@@ -183,6 +185,20 @@ TEST(ElasticTest, JoinThroughDaemon_Newcomer_AdmittedAtTheNextSync) {
   EXPECT_EQ((*newcomer)->epoch(), (*joined)[0]->epoch());
   ExpectAllReduceWorks(
       {(*joined)[0].get(), (*joined)[1].get(), newcomer->get()});
+  std::vector<std::unique_ptr<Communicator>> grown;
+  for (auto& rank : *joined) grown.push_back(std::move(rank));
+  grown.push_back(*std::move(newcomer));
+  EXPECT_TRUE(AllReduceWorks(grown, 1 << 16, Algorithm::kRing));
+}
+
+TEST(ElasticTest, JoinThroughDaemon_Newcomer_AdmittedAtTheNextSync) {
+  NewcomerAdmittedAtTheNextSync({});
+}
+
+// A sync's next epoch without its member list (a group above
+// --member_list_max): the members and the newcomer fetch their peers.
+TEST(ElasticTest, JoinThroughDaemon_NewcomerMembersUnlisted_AdmittedAndRing) {
+  NewcomerAdmittedAtTheNextSync({"--member_list_max=0"});
 }
 
 }  // namespace
