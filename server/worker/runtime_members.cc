@@ -126,10 +126,16 @@ absl::StatusOr<PeerDirectory::RankPeer> WorkerRuntime::ResolvePeer(
         rank, peers_.WorkerName(membership.group, membership.epoch, rank),
         std::move(address)};
   }
-  absl::StatusOr<std::vector<PeerDirectory::RankPeer>> fetched = FetchMembers(
-      membership.group, membership.epoch, membership.rank, {rank}, deadline);
-  if (!fetched.ok()) return fetched.status();
-  return fetched->front();
+  while (true) {
+    absl::StatusOr<std::vector<PeerDirectory::RankPeer>> fetched = FetchMembers(
+        membership.group, membership.epoch, membership.rank, {rank}, deadline);
+    if (fetched.ok()) return fetched->front();
+    // The leader is gone: ask the next one, as a call's commit does.
+    if (!RetriesAfterFailover(fetched.status(), deadline)) {
+      return fetched.status();
+    }
+    WaitForNextBeat(deadline);
+  }
 }
 
 void WorkerRuntime::ResolveArrivals() {

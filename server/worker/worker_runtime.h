@@ -298,7 +298,8 @@ class WorkerRuntime final : public CallRuntime {
       const std::string& group, uint64_t epoch, int self_rank,
       const std::vector<int>& ranks, absl::Time deadline);
   // Rank `rank` of `membership`'s group: learned before, or fetched
-  // (FetchMembers' codes).
+  // (FetchMembers' codes; with several coordinators an unreachable leader
+  // is asked again after the next heartbeat, until `deadline`).
   absl::StatusOr<PeerDirectory::RankPeer> ResolvePeer(
       const Membership& membership, int rank, absl::Time deadline);
   // Has the peer directory fetch the ranks of chunks that arrive from

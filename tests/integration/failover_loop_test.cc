@@ -47,13 +47,15 @@ constexpr int kAfter = 20;
 
 // A coordinator campaigning on `etcd` (comma-separated client URLs) with
 // `lease` as its etcd lease and the workers', serving its metrics on
-// `metrics_port` (0: none).
+// `metrics_port` (0: none), with `extra_flags`.
 Daemon StartCandidate(const std::string& etcd, absl::Duration lease = kLease,
-                      int metrics_port = 0) {
+                      int metrics_port = 0,
+                      const std::vector<std::string>& extra_flags = {}) {
   std::vector<std::string> flags = {
       absl::StrCat("--listen=127.0.0.1:", PickFreePort()),
       absl::StrCat("--etcd=", etcd), "--etcd_prefix=/loop",
       absl::StrCat("--lease_timeout=", absl::FormatDuration(lease))};
+  flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
   if (metrics_port > 0) {
     flags.push_back(absl::StrCat("--metrics_listen=127.0.0.1:", metrics_port));
   }
@@ -185,11 +187,14 @@ class FailoverLoopTest : public EtcdTest {
   void SetUp() override {
     EtcdTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    leader_ = StartCandidate(etcd_.endpoint);
+    leader_ = StartCandidate(etcd_.endpoint, kLease, 0, CandidateFlags());
     ASSERT_TRUE(WaitUntil([&] { return Leads(leader_.address); }, kTakeover));
-    standby_ = StartCandidate(etcd_.endpoint);
+    standby_ = StartCandidate(etcd_.endpoint, kLease, 0, CandidateFlags());
     both_ = absl::StrCat(leader_.address, ",", standby_.address);
   }
+
+  // Flags both coordinators get besides the election's.
+  virtual std::vector<std::string> CandidateFlags() const { return {}; }
 
   // LoopThrough a kill -9 of the leader; prints how long it took.
   void LoopThroughKill(
@@ -225,6 +230,39 @@ TEST_F(FailoverLoopTest, LeaderKilledMidDataPlane_EmbeddedRanksGetEveryResult) {
   shape.count = 4 << 20;
   shape.algorithm = Algorithm::kRing;
   shape.mid_call = true;
+  LoopThrough(
+      ranks, [&] { EXPECT_TRUE(leader_.process->Signal(SIGKILL).ok()); },
+      shape);
+  ranks.clear();
+  RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+}
+
+// Join replies without the member list: the workers fetch their peers from
+// the leader at their first data-plane call.
+class UnlistedFailoverTest : public FailoverLoopTest {
+ protected:
+  std::vector<std::string> CandidateFlags() const override {
+    return {"--member_list_max=0"};
+  }
+};
+
+TEST_F(UnlistedFailoverTest,
+       LeaderKilledBeforeFirstCall_PeersFetchedFromTheNewLeader) {
+  std::vector<std::unique_ptr<LocalWorker>> workers = StartEmbedded(both_);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kRanks));
+  std::vector<std::unique_ptr<Communicator>> ranks = JoinAll([&](int rank) {
+    return Communicator::JoinEmbedded(workers[rank].get(), "unlisted", kRanks,
+                                      rank, PatientJoin());
+  });
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+  // The leader dies before any call: the first call waits for the new
+  // leader, which took the group over from etcd and answers the ranks'
+  // questions for their peers.
+  LoopShape shape;
+  shape.before = 0;
+  shape.after = 3;
+  shape.count = 1 << 16;
+  shape.algorithm = Algorithm::kRing;
   LoopThrough(
       ranks, [&] { EXPECT_TRUE(leader_.process->Signal(SIGKILL).ok()); },
       shape);
