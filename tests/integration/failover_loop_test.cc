@@ -207,19 +207,30 @@ class FailoverLoopTest : public EtcdTest {
               << longest << " (lease " << kLease << ")\n";
   }
 
+  // Embedded ranks of both coordinators join `group` and loop through a
+  // kill -9 of the leader in `shape`.
+  void LoopEmbeddedThroughKill(const std::string& group,
+                               const LoopShape& shape) {
+    std::vector<std::unique_ptr<LocalWorker>> workers = StartEmbedded(both_);
+    ASSERT_EQ(workers.size(), static_cast<size_t>(kRanks));
+    std::vector<std::unique_ptr<Communicator>> ranks = JoinAll([&](int rank) {
+      return Communicator::JoinEmbedded(workers[rank].get(), group, kRanks,
+                                        rank, PatientJoin());
+    });
+    ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+    LoopThrough(
+        ranks, [&] { EXPECT_TRUE(leader_.process->Signal(SIGKILL).ok()); },
+        shape);
+    ranks.clear();
+    RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+  }
+
   Daemon leader_;
   Daemon standby_;
   std::string both_;
 };
 
 TEST_F(FailoverLoopTest, LeaderKilledMidDataPlane_EmbeddedRanksGetEveryResult) {
-  std::vector<std::unique_ptr<LocalWorker>> workers = StartEmbedded(both_);
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kRanks));
-  std::vector<std::unique_ptr<Communicator>> ranks = JoinAll([&](int rank) {
-    return Communicator::JoinEmbedded(workers[rank].get(), "ring", kRanks, rank,
-                                      PatientJoin());
-  });
-  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
   // 32 MiB rings: the kill most likely lands while they run, after every
   // rank got its plan (the runs go on, their calls go to the new leader as
   // running calls, and their commits are taken there); or before the plan
@@ -230,11 +241,7 @@ TEST_F(FailoverLoopTest, LeaderKilledMidDataPlane_EmbeddedRanksGetEveryResult) {
   shape.count = 4 << 20;
   shape.algorithm = Algorithm::kRing;
   shape.mid_call = true;
-  LoopThrough(
-      ranks, [&] { EXPECT_TRUE(leader_.process->Signal(SIGKILL).ok()); },
-      shape);
-  ranks.clear();
-  RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+  LoopEmbeddedThroughKill("ring", shape);
 }
 
 // Join replies without the member list: the workers fetch their peers from
@@ -248,13 +255,6 @@ class UnlistedFailoverTest : public FailoverLoopTest {
 
 TEST_F(UnlistedFailoverTest,
        LeaderKilledBeforeFirstCall_PeersFetchedFromTheNewLeader) {
-  std::vector<std::unique_ptr<LocalWorker>> workers = StartEmbedded(both_);
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kRanks));
-  std::vector<std::unique_ptr<Communicator>> ranks = JoinAll([&](int rank) {
-    return Communicator::JoinEmbedded(workers[rank].get(), "unlisted", kRanks,
-                                      rank, PatientJoin());
-  });
-  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
   // The leader dies before any call: the first call waits for the new
   // leader, which took the group over from etcd and answers the ranks'
   // questions for their peers.
@@ -263,11 +263,7 @@ TEST_F(UnlistedFailoverTest,
   shape.after = 3;
   shape.count = 1 << 16;
   shape.algorithm = Algorithm::kRing;
-  LoopThrough(
-      ranks, [&] { EXPECT_TRUE(leader_.process->Signal(SIGKILL).ok()); },
-      shape);
-  ranks.clear();
-  RunOnRanks(kRanks, [&](int i) { workers[i]->Shutdown(); });
+  LoopEmbeddedThroughKill("unlisted", shape);
 }
 
 TEST_F(FailoverLoopTest, LeaderKilled_EmbeddedRanksGetEveryResult) {
