@@ -84,6 +84,12 @@ ABSL_FLAG(uint64_t, trace_entries, chorus::GroupTableOptions().trace_entries,
 ABSL_FLAG(uint64_t, trace_groups, chorus::GroupTableOptions().trace_groups,
           "The flight recorder keeps the collectives of this many groups, "
           "forgetting the one used longest ago.");
+ABSL_FLAG(uint64_t, trace_rank_records,
+          chorus::GroupTableOptions().trace_rank_records,
+          "Of a large group the flight recorder keeps fewer collectives: as "
+          "many as hold this many ranks' records (about 64 bytes each), and "
+          "at least the last one; the default keeps 16 calls of a group of "
+          "65,536 ranks.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(2),
           "On SIGTERM, how long in-flight calls may take to finish.");
 
@@ -109,6 +115,7 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
   groups.first_epoch = first_epoch;
   groups.trace_entries = absl::GetFlag(FLAGS_trace_entries);
   groups.trace_groups = absl::GetFlag(FLAGS_trace_groups);
+  groups.trace_rank_records = absl::GetFlag(FLAGS_trace_rank_records);
   return options;
 }
 

@@ -28,8 +28,9 @@ bool HasEnded(const TraceEntry& entry) {
 
 }  // namespace
 
-FlightRecorder::FlightRecorder(size_t per_group, size_t groups)
-    : per_group_(per_group), groups_(groups) {}
+FlightRecorder::FlightRecorder(size_t per_group, size_t groups,
+                               size_t rank_records)
+    : per_group_(per_group), groups_(groups), rank_records_(rank_records) {}
 
 TraceEntry* FlightRecorder::Find(const std::string& group, uint64_t epoch,
                                  uint64_t sequence) {
@@ -53,10 +54,13 @@ TraceEntry* FlightRecorder::Add(const std::string& group, uint64_t epoch,
   fresh.asked.assign(world, "");
   fresh.committed.assign(world, absl::InfinitePast());
   trace.entries.push_back(std::move(fresh));
+  trace.rank_records += world;
   TraceEntry* entry = &trace.entries.back();
   trace.index[{epoch, sequence}] = entry;
-  while (trace.entries.size() > per_group_) {
+  while (trace.entries.size() > per_group_ ||
+         (trace.entries.size() > 1 && trace.rank_records > rank_records_)) {
     const TraceEntry& oldest = trace.entries.front();
+    trace.rank_records -= oldest.arrived.size();
     trace.index.erase({oldest.epoch, oldest.sequence});
     trace.entries.pop_front();
   }

@@ -29,8 +29,16 @@ namespace chorus {
 class FlightRecorder {
  public:
   // Keeps the last `per_group` entries of each of the last `groups` group
-  // names. `per_group` 0 records nothing.
-  FlightRecorder(size_t per_group, size_t groups);
+  // names, and of a large group only as many as hold `rank_records` ranks
+  // (an entry holds one record per rank: a group of 65,536 ranks would
+  // otherwise keep 2,048 * 65,536 of them); at least its newest entry.
+  // `per_group` 0 records nothing.
+  FlightRecorder(size_t per_group, size_t groups,
+                 size_t rank_records = kDefaultRankRecords);
+
+  // About 64 MiB per group, and a GetTrace answer well within the 64 MiB
+  // message limit.
+  static constexpr size_t kDefaultRankRecords = size_t{1} << 20;
 
   // Rank `rank` of `group` (world `world`) called collective `sequence`.
   void Arrived(const std::string& group, uint64_t epoch, int world,
@@ -68,6 +76,8 @@ class FlightRecorder {
     // come and go at its ends.
     absl::flat_hash_map<std::pair<uint64_t, uint64_t>, TraceEntry*> index;
     uint64_t last_used = 0;
+    // Per-rank records in `entries` (their world sizes summed).
+    size_t rank_records = 0;
   };
   TraceEntry* Find(const std::string& group, uint64_t epoch, uint64_t sequence);
   // Appends a fresh entry for (epoch, sequence) of `group`, dropping the
@@ -77,6 +87,7 @@ class FlightRecorder {
 
   const size_t per_group_;
   const size_t groups_;
+  const size_t rank_records_;
   uint64_t next_record_ = 1;
   std::map<std::string, GroupTrace> traces_;
 };

@@ -20,7 +20,8 @@ GroupTable::GroupTable(Clock* clock, Registry* registry,
       registry_(registry),
       options_(std::move(options)),
       events_(events),
-      recorder_(options_.trace_entries, options_.trace_groups) {}
+      recorder_(options_.trace_entries, options_.trace_groups,
+                options_.trace_rank_records) {}
 
 GroupTable::~GroupTable() = default;
 

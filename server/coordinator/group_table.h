@@ -84,9 +84,11 @@ struct GroupTableOptions {
   StateLog* log = nullptr;
   PlannerOptions planner;
   // The flight recorder keeps this many collectives per group (0: none),
-  // of this many groups.
+  // of this many groups, and of a large group as many as hold
+  // trace_rank_records ranks (FlightRecorder).
   size_t trace_entries = 2048;
   size_t trace_groups = 256;
+  size_t trace_rank_records = FlightRecorder::kDefaultRankRecords;
 };
 
 class GroupTable {

@@ -104,8 +104,16 @@ std::string GroupsTable(const std::vector<GroupSummary>& groups,
                         absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   for (const GroupSummary& group : groups) {
+    // A large group's page would list every rank: the first ones say who.
+    constexpr size_t kMembersShown = 64;
     std::vector<std::string> members;
     for (const GroupMember& member : group.view.members) {
+      if (members.size() == kMembersShown) {
+        members.push_back(
+            absl::StrCat("and ", group.view.members.size() - kMembersShown,
+                         " more (chorusctl groups lists them all)"));
+        break;
+      }
       members.push_back(absl::StrCat(member.rank, ": ", member.worker_name, " ",
                                      CanonicalName(member.device)));
     }

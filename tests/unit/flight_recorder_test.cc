@@ -86,6 +86,25 @@ TEST(FlightRecorderTest, Arrived_OverCapacity_OldestDropped) {
   EXPECT_EQ(e[2].sequence, 5u);
 }
 
+TEST(FlightRecorderTest, Arrived_LargeGroup_KeepsWhatItsRankRecordsHold) {
+  // Room for 1,000 rank records: three calls of 300 ranks, one of 5,000.
+  FlightRecorder recorder(8, 4, 1000);
+  for (uint64_t s = 1; s <= 5; ++s) {
+    recorder.Arrived("g", 1, 300, s, 0, Sum(1), kT0);
+  }
+  std::vector<TraceEntry> e = recorder.Entries("g");
+  ASSERT_THAT(e, SizeIs(3));
+  EXPECT_EQ(e[0].sequence, 3u);
+  recorder.Arrived("big", 1, 5000, 1, 0, Sum(1), kT0);
+  recorder.Arrived("big", 1, 5000, 2, 4999, Sum(1), kT0);
+  e = recorder.Entries("big");
+  ASSERT_THAT(e, SizeIs(1));
+  EXPECT_EQ(e[0].sequence, 2u);
+  EXPECT_EQ(e[0].arrived[4999], kT0);
+  // Smaller groups keep their own.
+  EXPECT_THAT(recorder.Entries("g"), SizeIs(3));
+}
+
 TEST(FlightRecorderTest, Ended_AfterOthersDropped_FindsItsOwnEntryOnly) {
   FlightRecorder recorder(2, 4);
   for (uint64_t s = 1; s <= 3; ++s) {

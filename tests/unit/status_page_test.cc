@@ -35,15 +35,15 @@ class StatusPageTest : public ::testing::Test {
     }
   }
 
-  // Forms group "job<1>" of two ranks, one on each worker.
-  uint64_t FormGroup() {
+  // Forms group "job<1>" of `world` ranks, rank r on worker r % 2.
+  uint64_t FormGroup(int world = 2) {
     uint64_t epoch = 0;
-    for (int rank = 0; rank < 2; ++rank) {
+    for (int rank = 0; rank < world; ++rank) {
       JoinRequest join;
       join.group = "job<1>";
-      join.world_size = 2;
+      join.world_size = world;
       join.rank = rank;
-      join.worker_id = ids_[rank];
+      join.worker_id = ids_[rank % 2];
       join.device.kind = DeviceKind::kCpu;
       join.deadline = clock_.Now() + absl::Seconds(30);
       core_.Join(std::move(join), [&epoch](absl::StatusOr<GroupView> view) {
@@ -86,6 +86,14 @@ TEST_F(StatusPageTest, RenderStatusPage_FormedGroup_ShowsWorkersAndMembers) {
   EXPECT_THAT(page, HasSubstr("<td>job&lt;1&gt;</td>"));
   EXPECT_THAT(page, Not(HasSubstr("job<1>")));
   EXPECT_THAT(page, HasSubstr("2 workers, 1 groups"));
+}
+
+TEST_F(StatusPageTest, RenderStatusPage_LargeGroup_FirstMembersShown) {
+  FormGroup(70);
+  const std::string page = RenderStatusPage(core_, {});
+  EXPECT_THAT(page, HasSubstr("; 63: host-1 Cpu; and 6 more (chorusctl groups "
+                              "lists them all)"));
+  EXPECT_THAT(page, Not(HasSubstr("64: host-0 Cpu")));
 }
 
 TEST_F(StatusPageTest, RenderStatusPage_RankMissing_ShowsWhatTheGroupWaitsFor) {
