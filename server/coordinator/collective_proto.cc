@@ -126,9 +126,8 @@ v1::GroupMember MemberToProto(const GroupMember& member) {
   return proto;
 }
 
-int ListMembersMax(const v1::CollectiveRequest& request,
-                   const GroupTableOptions& options) {
-  return request.members_on_request() ? options.member_list_max : INT_MAX;
+int ListMembersMax(bool members_on_request, const GroupTableOptions& options) {
+  return members_on_request ? options.member_list_max : INT_MAX;
 }
 
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
@@ -292,7 +291,8 @@ void TakeCallPortRequest(Coordinator& core, const std::string& job,
           std::move(call),
           [call_id, reply = std::move(reply),
            inline_max = core.group_options().planner.inline_max_bytes,
-           list_max = ListMembersMax(request.call(), core.group_options())](
+           list_max = ListMembersMax(request.call().members_on_request(),
+                                     core.group_options())](
               absl::StatusOr<CollectiveOutcome> outcome) {
             if (!outcome.ok()) {
               reply(CallPortStatusReply(call_id, outcome.status()));

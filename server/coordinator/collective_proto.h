@@ -66,11 +66,10 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
                               v1::CollectiveResponse* response,
                               int list_members_max = INT_MAX);
 
-// The largest next epoch whose members a response to `request` lists:
-// the groups' --member_list_max for a rank that can ask for members, else
-// every one.
-int ListMembersMax(const v1::CollectiveRequest& request,
-                   const GroupTableOptions& options);
+// The largest group whose members a reply lists (a join's, or a sync's
+// next epoch): the groups' --member_list_max for a rank that can ask for
+// members (`members_on_request`), else every one.
+int ListMembersMax(bool members_on_request, const GroupTableOptions& options);
 
 // Returns the flight recorder's `entry` as the wire message.
 v1::TraceEntry TraceEntryToProto(const TraceEntry& entry);

@@ -371,14 +371,13 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
   // The worker cancels a newcomer's join whose caller went away. The
   // context lives until the reactor finishes, after the join's answer.
   join.withdrawn = [context] { return context->IsCancelled(); };
-  const bool can_ask = request.members_on_request();
-  core_->Join(std::move(join), [this, reactor, response, can_ask](
+  const int list_max =
+      ListMembersMax(request.members_on_request(), core_->group_options());
+  core_->Join(std::move(join), [this, reactor, response, list_max](
                                    const absl::StatusOr<GroupView>& view) {
     absl::Status status = view.status();
     if (status.ok()) {
-      *response = JoinResponseBytes(
-          *view, !can_ask || view->world_size <=
-                                 core_->group_options().member_list_max);
+      *response = JoinResponseBytes(*view, view->world_size <= list_max);
       if (response->Length() == 0) {
         status = absl::InternalError("cannot serialize the group");
       }
@@ -425,7 +424,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
   CollectiveCall call =
       CollectiveCallFromProto(*request, ClientDeadline(*context));
   call.job = *std::move(job);
-  const int list_max = ListMembersMax(*request, core_->group_options());
+  const int list_max =
+      ListMembersMax(request->members_on_request(), core_->group_options());
   core_->Collective(std::move(call),
                     [this, reactor, response,
                      list_max](absl::StatusOr<CollectiveOutcome> outcome) {

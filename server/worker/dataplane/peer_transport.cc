@@ -59,27 +59,28 @@ MessageKey PeerTransport::Key(int from, int to, uint32_t tag) const {
   return key;
 }
 
-absl::StatusOr<std::string> PeerTransport::AddressOf(int to, Peer& peer) {
-  if (!options_.addresses[to].empty()) return options_.addresses[to];
-  if (!peer.address.empty() || !options_.resolve) return peer.address;
+absl::StatusOr<const std::string*> PeerTransport::AddressOf(int to,
+                                                            Peer& peer) {
+  if (!options_.addresses[to].empty()) return &options_.addresses[to];
+  if (!peer.address.empty() || !options_.resolve) return &peer.address;
   absl::StatusOr<PeerDirectory::RankPeer> resolved = options_.resolve(to);
   if (!resolved.ok()) return resolved.status();
-  peer.name = resolved->name;
-  peer.address = resolved->address;
-  return peer.address;
+  peer.name = std::move(resolved->name);
+  peer.address = std::move(resolved->address);
+  return &peer.address;
 }
 
 absl::Status PeerTransport::Send(int to, absl::string_view data) {
   Peer& peer = peers_[to];
   const uint32_t tag = peer.sent++;
-  absl::StatusOr<std::string> resolved = AddressOf(to, peer);
+  absl::StatusOr<const std::string*> resolved = AddressOf(to, peer);
   if (!resolved.ok()) {
     return absl::Status(
         resolved.status().code(),
         absl::StrCat("cannot learn where rank ", to, " of group ",
                      options_.group, " is: ", resolved.status().message()));
   }
-  const std::string& address = *resolved;
+  const std::string& address = **resolved;
   if (address == options_.self_address) {
     inbox_->Deliver(0, Key(options_.rank, to, tag), std::string(data), nullptr);
     return absl::OkStatus();

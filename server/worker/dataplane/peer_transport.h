@@ -99,7 +99,7 @@ class PeerTransport final : public Transport {
 
   MessageKey Key(int from, int to, uint32_t tag) const;
   // The address of rank `to`'s worker, resolved first when unknown.
-  absl::StatusOr<std::string> AddressOf(int to, Peer& peer);
+  absl::StatusOr<const std::string*> AddressOf(int to, Peer& peer);
   // The name of the worker holding `rank`; empty when unknown.
   absl::string_view WorkerName(int rank) const;
   // The counter of bytes sent to (or received from) rank `rank`'s worker,
