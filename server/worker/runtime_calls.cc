@@ -68,9 +68,10 @@ absl::Status WorkerRuntime::CheckDeviceMemory(const Membership& membership,
                                               const void* input,
                                               const void* output) const {
   if (device.kind != DeviceKind::kCuda) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device buffers are for Cuda(n) devices, not ",
-                     CanonicalName(device), "; pass host bytes to Run()"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device memory is for calls on a GPU (Cuda(n)), and "
+        "this call's device is ",
+        CanonicalName(device), ": join on the GPU, or pass host memory"));
   }
   const bool registered =
       std::any_of(devices_.begin(), devices_.end(),

@@ -97,9 +97,21 @@ class FakeRuntime final : public CallRuntime {
                                         void*, const RunOptions&) override {
     absl::MutexLock lock(&mu_);
     ++device_runs_;
+    // A device call that waits for its GPU, until released.
+    mu_.AwaitWithTimeout(absl::Condition(&device_runs_free_), kWait);
     RunResult result;
     result.sequence = sequence;
     return result;
+  }
+
+  // Device runs wait until Release() from now.
+  void HoldDeviceRuns() {
+    absl::MutexLock lock(&mu_);
+    device_runs_free_ = false;
+  }
+  void ReleaseDeviceRuns() {
+    absl::MutexLock lock(&mu_);
+    device_runs_free_ = true;
   }
 
   void Fail(absl::Status status) {
@@ -128,6 +140,7 @@ class FakeRuntime final : public CallRuntime {
   const std::string name_ = "fake-worker";
   absl::Mutex mu_;
   uint64_t epochs_ ABSL_GUARDED_BY(mu_) = 0;
+  bool device_runs_free_ ABSL_GUARDED_BY(mu_) = true;
   int runs_ ABSL_GUARDED_BY(mu_) = 0;
   int device_runs_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status fail_ ABSL_GUARDED_BY(mu_);
@@ -355,6 +368,43 @@ TEST_F(LocalCallsTest, RunOnDevice_NullInput_RefusedBeforeItsNumber) {
                                &device_memory)
                   .ok());
   EXPECT_EQ(runtime_.device_runs(), 1);
+}
+
+TEST_F(LocalCallsTest, StartOnDevice_RunWaits_ReturnsAtOnceDoneAfter) {
+  Join();
+  int device_memory = 0;
+  runtime_.HoldDeviceRuns();
+  absl::Notification ended;
+  absl::StatusOr<RunResult> result = absl::UnknownError("not ended");
+  calls_.StartOnDevice(Bare(1, 1), absl::Now() + kWait, &device_memory,
+                       &device_memory, /*stream=*/nullptr,
+                       [&](absl::StatusOr<RunResult> r) {
+                         result = std::move(r);
+                         ended.Notify();
+                       });
+  // The caller's thread came back while the run waits for its GPU.
+  EXPECT_FALSE(ended.HasBeenNotified());
+  runtime_.ReleaseDeviceRuns();
+  ASSERT_TRUE(ended.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->sequence, 1u);
+  EXPECT_EQ(runtime_.device_runs(), 1);
+}
+
+TEST_F(LocalCallsTest, StartOnDevice_NullInput_DoneAtOnceNumberKept) {
+  Join();
+  int device_memory = 0;
+  absl::Status refused;
+  calls_.StartOnDevice(
+      Bare(1, 1), absl::Now() + kWait, nullptr, &device_memory, nullptr,
+      [&](absl::StatusOr<RunResult> r) { refused = r.status(); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime_.device_runs(), 0);
+  // Number 1 is still free.
+  EXPECT_TRUE(calls_
+                  .RunOnDevice(Bare(1, 1), absl::Now() + kWait, &device_memory,
+                               &device_memory)
+                  .ok());
 }
 
 TEST_F(LocalCallsTest, EndHold_ClientGone_ReportsRankAndForgetsIt) {

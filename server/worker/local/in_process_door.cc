@@ -63,6 +63,20 @@ absl::StatusOr<RunResult> InProcessDoor::RunOnDevice(
                              options.stream);
 }
 
+absl::StatusOr<RunResult> InProcessDoor::RunOnDevice(
+    const v1::LocalCollectiveRequest& request, absl::Time deadline,
+    const void* input, void* output, void* stream) {
+  return calls_->RunOnDevice(request, deadline, input, output, stream);
+}
+
+void InProcessDoor::StartOnDevice(const v1::LocalCollectiveRequest& request,
+                                  absl::Time deadline, const void* input,
+                                  void* output, void* stream,
+                                  InPlaceDone done) {
+  calls_->StartOnDevice(request, deadline, input, output, stream,
+                        std::move(done));
+}
+
 void InProcessDoor::RunFrame(v1::LocalCallFrame frame, LocalReplySink send) {
   RunLocalCallFrame(calls_, std::move(frame), std::move(send));
 }

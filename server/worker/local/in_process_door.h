@@ -58,6 +58,16 @@ class InProcessDoor {
                                         const void* input, void* output,
                                         const RunOptions& options);
 
+  // LocalCalls::RunOnDevice and StartOnDevice: a call on device memory
+  // named by a request (a Python rank's prefix), ordered on the caller's
+  // `stream` (null: none).
+  absl::StatusOr<RunResult> RunOnDevice(
+      const v1::LocalCollectiveRequest& request, absl::Time deadline,
+      const void* input, void* output, void* stream);
+  void StartOnDevice(const v1::LocalCollectiveRequest& request,
+                     absl::Time deadline, const void* input, void* output,
+                     void* stream, InPlaceDone done);
+
   // Runs a call socket frame (RunLocalCallFrame): `send` gets the reply once,
   // on a thread that must not block, possibly before this returns.
   void RunFrame(v1::LocalCallFrame frame, LocalReplySink send);

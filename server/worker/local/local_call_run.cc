@@ -1,6 +1,6 @@
 // LocalCalls: how a call runs once checked (StartCall and what follows),
-// and the entries that run one: Run, RunPrepared, RunInPlace, StartInPlace
-// and RunOnDevice.
+// and the entries that run one: Run, RunPrepared, RunInPlace, StartInPlace,
+// RunOnDevice and StartOnDevice.
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -103,7 +103,8 @@ void LocalCalls::StartCall(LocalCall call, absl::Time deadline,
   const bool may_wait =
       ledger_.MayWait(joined.group, joined.rank, joined.epoch, call.sequence) ||
       !call.runtime->SendsWithoutWaiting();
-  if (may_wait && !call.wait_here) {
+  // A device call waits for its device's staging, on a task thread too.
+  if ((may_wait || call.on_device) && !call.wait_here) {
     tasks_.Spawn([this, call = std::move(call), deadline, input, output,
                   done = std::move(done)]() mutable {
       TakeNumberAndRun(std::move(call), deadline, input, output,
@@ -318,9 +319,9 @@ void LocalCalls::InPlace(const v1::LocalCollectiveRequest& request,
                                      KeepOutput) { done(std::move(result)); });
 }
 
-absl::StatusOr<RunResult> LocalCalls::RunOnDevice(
-    const v1::LocalCollectiveRequest& request, absl::Time deadline,
-    const void* input, void* output, void* stream) {
+absl::StatusOr<LocalCall> LocalCalls::PrepareOnDevice(
+    const v1::LocalCollectiveRequest& request, const void* input, void* output,
+    void* stream) const {
   absl::Status bare = CheckNoPayload(request);
   if (!bare.ok()) return bare;
   // The buffers' sizes are the spec's: CheckDeviceMemory checks the spec.
@@ -336,8 +337,32 @@ absl::StatusOr<RunResult> LocalCalls::RunOnDevice(
   call->device_input = input;
   call->device_output = output;
   call->checked = true;
+  return call;
+}
+
+absl::StatusOr<RunResult> LocalCalls::RunOnDevice(
+    const v1::LocalCollectiveRequest& request, absl::Time deadline,
+    const void* input, void* output, void* stream) {
+  absl::StatusOr<LocalCall> call =
+      PrepareOnDevice(request, input, output, stream);
+  if (!call.ok()) return call.status();
   return RunOnThisThread(*std::move(call), deadline, absl::string_view(),
                          nullptr);
+}
+
+void LocalCalls::StartOnDevice(const v1::LocalCollectiveRequest& request,
+                               absl::Time deadline, const void* input,
+                               void* output, void* stream, InPlaceDone done) {
+  absl::StatusOr<LocalCall> call =
+      PrepareOnDevice(request, input, output, stream);
+  if (!call.ok()) {
+    done(call.status());
+    return;
+  }
+  call->keeps_no_output = true;
+  StartCall(*std::move(call), deadline, absl::string_view(), nullptr,
+            [done = std::move(done)](absl::StatusOr<RunResult> result,
+                                     KeepOutput) { done(std::move(result)); });
 }
 
 }  // namespace chorus

@@ -266,6 +266,14 @@ class LocalCalls {
   absl::StatusOr<RunResult> RunOnDevice(
       const v1::LocalCollectiveRequest& request, absl::Time deadline,
       const void* input, void* output, void* stream = nullptr);
+  // RunOnDevice() without waiting: the call runs on a task thread (the
+  // device's staging waits there, never on the caller's), and `done` runs
+  // once with its result, possibly before this returns (a refusal). The
+  // buffers stay valid until then; with a `stream`, the output is complete
+  // in that stream's order (the stream was made to wait for it).
+  void StartOnDevice(const v1::LocalCollectiveRequest& request,
+                     absl::Time deadline, const void* input, void* output,
+                     void* stream, InPlaceDone done);
 
  private:
   // A call handed to the runtime, until its end.
@@ -291,6 +299,10 @@ class LocalCalls {
   // INVALID_ARGUMENT for a call on its caller's memory that carries data or
   // shared buffers.
   static absl::Status CheckNoPayload(const v1::LocalCollectiveRequest& request);
+  // PrepareCall() and the checks of a call on device memory (RunOnDevice).
+  absl::StatusOr<LocalCall> PrepareOnDevice(
+      const v1::LocalCollectiveRequest& request, const void* input,
+      void* output, void* stream) const;
   // PrepareCall() and the checks of a call on its caller's memory.
   absl::StatusOr<LocalCall> PrepareInPlace(
       const v1::LocalCollectiveRequest& request, absl::string_view input,
