@@ -4,7 +4,8 @@
 // chorus._call_socket drives (send_call, wait, drain, fileno, shutdown,
 // close); replies wait in the channel's ReplyQueue until a Python thread
 // takes them. run_into() and start_into() run a call on the caller's own
-// buffers.
+// buffers; run_on_device() and start_on_device() (device_calls.h) on its GPU
+// memory.
 #include "client/python/embedded/embedded_calls.h"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "chorus/v1/worker.pb.h"
+#include "client/python/embedded/device_calls.h"
 #include "client/python/embedded/embedded_worker.h"
 #include "client/python/embedded/reply_queue.h"
 #include "server/worker/local/in_process_door.h"
@@ -123,12 +125,6 @@ void RunFrame(InProcessDoor* door, v1::LocalCallFrame frame,
   });
 }
 
-// The deadline `timeout_us` from now.
-absl::Time DeadlineIn(uint64_t timeout_us) {
-  return absl::Now() + absl::Microseconds(static_cast<int64_t>(
-                           std::min<uint64_t>(timeout_us, INT64_MAX)));
-}
-
 // Runs call `call_id`, `request` with `timeout_us`, on `memory` on this
 // thread (InProcessDoor::RunInPlace; a sync: SyncInPlace) and waits for
 // its end; the GIL must be released. Returns whether it ended with no
@@ -172,6 +168,31 @@ std::shared_ptr<ReplyQueue> OpenQueue(CallsObject* self) {
 }
 
 }  // namespace
+
+absl::Time DeadlineIn(uint64_t timeout_us) {
+  return absl::Now() + absl::Microseconds(static_cast<int64_t>(
+                           std::min<uint64_t>(timeout_us, INT64_MAX)));
+}
+
+std::shared_ptr<ReplyQueue> OpenCallsQueue(PyObject* calls) {
+  return OpenQueue(reinterpret_cast<CallsObject*>(calls));
+}
+
+InProcessDoor* CallsDoor(PyObject* calls) {
+  return reinterpret_cast<CallsObject*>(calls)->embedded->worker().door();
+}
+
+QueuedReply ReplyOfResult(uint64_t call_id,
+                          const absl::StatusOr<RunResult>& result) {
+  v1::LocalCallReply answer = LocalCallReplyFor(call_id, result.status());
+  if (result.ok()) {
+    answer.mutable_response()->set_sequence(result->sequence);
+    ToPlanProto(*result, answer.mutable_response()->mutable_plan());
+  }
+  return QueueableReply(answer);
+}
+
+PyObject* ReplyTupleOf(const QueuedReply& reply) { return ReplyTuple(reply); }
 
 bool CallsOpen(PyObject* calls) {
   const bool open = OpenQueue(reinterpret_cast<CallsObject*>(calls)) != nullptr;
@@ -363,12 +384,7 @@ PyObject* CallsStartInto(CallsObject* self, PyObject* const* args,
   InProcessDoor* door = self->embedded->worker().door();
   // Queues the call's reply once it ended, its buffers then free to go.
   auto end = [queue, held, call_id](absl::StatusOr<RunResult> result) {
-    v1::LocalCallReply answer = LocalCallReplyFor(call_id, result.status());
-    if (result.ok()) {
-      answer.mutable_response()->set_sequence(result->sequence);
-      ToPlanProto(*result, answer.mutable_response()->mutable_plan());
-    }
-    QueuedReply reply = QueueableReply(answer);
+    QueuedReply reply = ReplyOfResult(call_id, result);
     held->ended.store(true);
     queue->Push(std::move(reply));
   };
@@ -505,6 +521,21 @@ PyMethodDef kCallsMethods[] = {
      "once the channel or its worker closed, ValueError for a prefix that "
      "does not parse, and as the buffers do for one that is not "
      "C-contiguous or an `out` that is not writable (numpy: ValueError)."},
+    {"run_on_device",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(CallsRunOnDevice)),
+     METH_FASTCALL,
+     "run_on_device(call_id, timeout_us, prefix, sequence, input, output, "
+     "stream) -> True | tuple\n\nAs run_into(), on memory of the call's GPU "
+     "at the addresses `input` and `output` (ints; 0: none), ordered on the "
+     "CUDA stream `stream` (0: none; see device_calls.h)."},
+    {"start_on_device",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(CallsStartOnDevice)),
+     METH_FASTCALL,
+     "start_on_device(call_id, timeout_us, prefix, sequence, input, output, "
+     "stream) -> None\n\nAs run_on_device(), without waiting: the reply "
+     "comes as start_into()'s does. The memory stays valid until then."},
     {"wait", reinterpret_cast<PyCFunction>(CallsWait), METH_VARARGS,
      "wait(call_id, seconds, on_reply) -> tuple | None | False\n\nWaits "
      "until the reply to `call_id` came and returns it; every other reply "

@@ -15,7 +15,11 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <memory>
 
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/python/embedded/reply_queue.h"
 #include "server/worker/local/in_process_door.h"
 
 namespace chorus {
@@ -50,6 +54,25 @@ bool CallsOpen(PyObject* calls);
 PyObject* RunOnCalls(PyObject* calls, uint64_t call_id, uint64_t timeout_us,
                      PyObject* prefix, uint64_t sequence,
                      const CallerMemory& memory);
+
+// The deadline `timeout_us` from now.
+absl::Time DeadlineIn(uint64_t timeout_us);
+
+// The open queue of Calls channel `calls`; null with OSError raised when
+// the channel or its worker closed or belongs to the parent of this fork.
+std::shared_ptr<ReplyQueue> OpenCallsQueue(PyObject* calls);
+
+// The in-process door of the worker of Calls channel `calls`.
+InProcessDoor* CallsDoor(PyObject* calls);
+
+// The reply a Python caller reads for call `call_id` that ended with
+// `result`: its status, and when OK its sequence and plan.
+QueuedReply ReplyOfResult(uint64_t call_id,
+                          const absl::StatusOr<RunResult>& result);
+
+// A new reference to `reply` as the tuple wait() returns; null on a Python
+// error.
+PyObject* ReplyTupleOf(const QueuedReply& reply);
 
 }  // namespace chorus
 

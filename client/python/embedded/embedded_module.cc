@@ -42,6 +42,7 @@
 #include "client/python/embedded/all_reduce_here.h"
 #include "client/python/embedded/embedded_calls.h"
 #include "client/python/embedded/embedded_worker.h"
+#include "client/python/embedded/emulated_memory.h"
 #include "client/python/embedded/worker_type.h"
 #include "glog/logging.h"
 
@@ -71,7 +72,8 @@ PyMODINIT_FUNC PyInit__embedded() {
   PyObject* module = PyModule_Create(&kModule);
   if (module == nullptr) return nullptr;
   if (!chorus::AddWorkerType(module) || !chorus::AddCallsType(module) ||
-      !chorus::AddAllReduceHere(module)) {
+      !chorus::AddAllReduceHere(module) ||
+      !chorus::AddEmulatedMemoryType(module)) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -23,8 +23,13 @@ EmbeddedWorker::EmbeddedWorker()
 EmbeddedWorker::~EmbeddedWorker() = default;
 
 absl::StatusOr<std::unique_ptr<EmbeddedWorker>> EmbeddedWorker::Start(
-    LocalWorkerOptions options, const std::string& tls_dir) {
+    LocalWorkerOptions options, const std::string& tls_dir, int emulated_gpus) {
   std::unique_ptr<EmbeddedWorker> embedded(new EmbeddedWorker());
+  if (emulated_gpus > 0) {
+    embedded->emulated_ =
+        std::make_shared<EmulatedDeviceRuntime>(emulated_gpus);
+    options.runtime.device_runtime = embedded->emulated_.get();
+  }
   absl::Status admitted = AdmitWorker(tls_dir, &options.runtime.name);
   if (!admitted.ok()) return admitted;
   absl::StatusOr<std::unique_ptr<LocalWorker>> started =

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/python/embedded/reply_queue.h"
+#include "server/worker/gpu/emulated_device_runtime.h"
 #include "server/worker/local/local_worker.h"
 
 namespace chorus {
@@ -37,11 +38,13 @@ void CountFork();
 class EmbeddedWorker {
  public:
   // Admits a worker with `tls_dir` (AdmitWorker, which may fill in
-  // options.runtime.name) and starts it: it serves and is registered.
-  // Returns AdmitWorker's or LocalWorker::Start's errors (having admitted
-  // nothing).
+  // options.runtime.name) and starts it: it serves and is registered, with
+  // `emulated_gpus` GPUs emulated in host memory (EmulatedDeviceRuntime)
+  // instead of this machine's when that is above 0. Returns AdmitWorker's or
+  // LocalWorker::Start's errors (having admitted nothing).
   static absl::StatusOr<std::unique_ptr<EmbeddedWorker>> Start(
-      LocalWorkerOptions options, const std::string& tls_dir);
+      LocalWorkerOptions options, const std::string& tls_dir,
+      int emulated_gpus = 0);
   ~EmbeddedWorker();
   EmbeddedWorker(const EmbeddedWorker&) = delete;
   EmbeddedWorker& operator=(const EmbeddedWorker&) = delete;
@@ -50,6 +53,12 @@ class EmbeddedWorker {
   bool OwnedHere() const;
 
   LocalWorker& worker() { return *worker_; }
+
+  // Its emulated GPUs (shared: their memory may outlive the worker); null
+  // where it uses this machine's.
+  const std::shared_ptr<EmulatedDeviceRuntime>& emulated() const {
+    return emulated_;
+  }
 
   // Adds the queue of a new Calls channel, which Close() closes. Returns
   // false when closed already.
@@ -63,6 +72,8 @@ class EmbeddedWorker {
 
   // The forks below the process that loaded the module when it started.
   const uint64_t owner_;
+  // Declared first: the worker uses it until it is gone.
+  std::shared_ptr<EmulatedDeviceRuntime> emulated_;
   std::unique_ptr<LocalWorker> worker_;
   absl::Mutex mu_;
   std::vector<std::weak_ptr<ReplyQueue>> queues_ ABSL_GUARDED_BY(mu_);

@@ -10,11 +10,15 @@
 #include "absl/time/time.h"
 #include "client/python/embedded/embedded_calls.h"
 #include "client/python/embedded/embedded_worker.h"
+#include "client/python/embedded/emulated_memory.h"
 #include "common/grpc_status.h"
 #include "server/worker/local/local_worker.h"
 
 namespace chorus {
 namespace {
+
+// The most GPUs a Worker emulates (each one a stream thread per stream).
+constexpr int kMaxEmulatedGpus = 16;
 
 // Raises RuntimeError((code, message, details)), which chorus.embedded
 // turns into the chorus.Error of that code; `details` is the serialized
@@ -54,6 +58,7 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
                                     "max_tensor_bytes",
                                     "max_shared_bytes",
                                     "tls_dir",
+                                    "emulated_gpus",
                                     nullptr};
   const char* coordinator;
   const char* local_socket;
@@ -64,10 +69,17 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   unsigned long long max_tensor_bytes = kDefaultMaxTensorBytes;
   unsigned long long max_shared_bytes = kDefaultMaxSharedBytes;
   const char* tls_dir = "";
+  int emulated_gpus = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "ss|sssdKKs:Worker", const_cast<char**>(kKeywords),
+          args, kwargs, "ss|sssdKKsi:Worker", const_cast<char**>(kKeywords),
           &coordinator, &local_socket, &listen, &advertise, &name,
-          &register_timeout, &max_tensor_bytes, &max_shared_bytes, &tls_dir)) {
+          &register_timeout, &max_tensor_bytes, &max_shared_bytes, &tls_dir,
+          &emulated_gpus)) {
+    return -1;
+  }
+  if (emulated_gpus < 0 || emulated_gpus > kMaxEmulatedGpus) {
+    PyErr_Format(PyExc_ValueError, "Worker: emulated_gpus must be 0 to %d",
+                 kMaxEmulatedGpus);
     return -1;
   }
   if (self->embedded != nullptr) {
@@ -91,7 +103,7 @@ int WorkerInit(WorkerObject* self, PyObject* args, PyObject* kwargs) {
   const std::string tls = tls_dir;
   absl::StatusOr<std::unique_ptr<EmbeddedWorker>> started;
   Py_BEGIN_ALLOW_THREADS;
-  started = EmbeddedWorker::Start(std::move(options), tls);
+  started = EmbeddedWorker::Start(std::move(options), tls, emulated_gpus);
   Py_END_ALLOW_THREADS;
   if (!started.ok()) {
     RaiseStatus(started.status());
@@ -147,6 +159,23 @@ PyObject* WorkerCalls(WorkerObject* self, PyObject*) {
   return NewCalls(reinterpret_cast<PyObject*>(self), embedded);
 }
 
+PyObject* WorkerEmulatedMemory(WorkerObject* self, PyObject* args) {
+  int device = 0;
+  unsigned long long bytes = 0;
+  if (!PyArg_ParseTuple(args, "iK:emulated_memory", &device, &bytes)) {
+    return nullptr;
+  }
+  EmbeddedWorker* embedded = Started(self);
+  if (embedded == nullptr) return nullptr;
+  if (embedded->emulated() == nullptr) {
+    PyErr_SetString(PyExc_ValueError,
+                    "emulated_memory: this Worker has no emulated GPUs "
+                    "(start it with emulated_gpus=N)");
+    return nullptr;
+  }
+  return NewEmulatedMemory(embedded->emulated(), device, bytes);
+}
+
 PyGetSetDef kWorkerGetSet[] = {
     {"address", reinterpret_cast<getter>(WorkerAddress), nullptr,
      "The address its peers reach its data plane at.", nullptr},
@@ -158,6 +187,12 @@ PyGetSetDef kWorkerGetSet[] = {
 PyMethodDef kWorkerMethods[] = {
     {"calls", reinterpret_cast<PyCFunction>(WorkerCalls), METH_NOARGS,
      "calls() -> Calls\n\nA new channel for collective frames."},
+    {"emulated_memory", reinterpret_cast<PyCFunction>(WorkerEmulatedMemory),
+     METH_VARARGS,
+     "emulated_memory(device, nbytes) -> EmulatedMemory\n\n`nbytes` of the "
+     "memory of emulated GPU Cuda(device) (a Worker started with "
+     "emulated_gpus). Raises ValueError without such a GPU, MemoryError "
+     "when its memory (1 GiB) is used up."},
     {"close", reinterpret_cast<PyCFunction>(WorkerCloseMethod), METH_NOARGS,
      "close() -> None\n\nDeregisters and stops serving; calls still waiting "
      "end. Idempotent."},
@@ -176,11 +211,15 @@ bool AddWorkerType(PyObject* module) {
   kWorkerType.tp_doc =
       "Worker(coordinator, local_socket, listen='127.0.0.1:0', "
       "advertise_address='', name='', register_timeout=30, "
-      "max_tensor_bytes=..., max_shared_bytes=..., tls_dir='')\n\nA worker "
+      "max_tensor_bytes=..., max_shared_bytes=..., tls_dir='', "
+      "emulated_gpus=0)\n\nA worker "
       "runtime in this process, registered with `coordinator`, serving its "
       "local API on the Unix socket `local_socket`; with tls_dir (ca.pem, "
       "cert.pem and key.pem of a chorus://worker/NAME certificate) over "
-      "mutual TLS, which is then on for every worker of the process. Raises "
+      "mutual TLS, which is then on for every worker of the process. With "
+      "emulated_gpus=N it registers N GPUs emulated in host memory instead "
+      "of this machine's (for tests of device code without a GPU; "
+      "emulated_memory() allocates their memory). Raises "
       "RuntimeError with (code, message) when it cannot start.";
   kWorkerType.tp_methods = kWorkerMethods;
   kWorkerType.tp_getset = kWorkerGetSet;
