@@ -3,8 +3,9 @@ numpy arrays, with no copy.
 
 Inputs are numpy arrays, C-contiguous buffers or DLPack tensors of the ten
 Chorus dtypes (bf16 as its 16-bit patterns); outputs (`out`) writable numpy
-arrays or buffers. Everything here raises InvalidArgument, before a call
-takes its number.
+arrays or buffers. Arrays in a GPU's memory (the CUDA Array Interface) are
+read as chorus._device_arrays says. Everything here raises InvalidArgument,
+before a call takes its number.
 """
 
 import math
@@ -14,6 +15,7 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from chorus import _dtypes
+from chorus._device_arrays import device_input, device_output, is_device_array
 from chorus.errors import InvalidArgument
 
 __all__ = ["Buffer", "check_timeout", "as_array", "as_output",
@@ -42,7 +44,8 @@ def check_timeout(timeout: Optional[float], default: float) -> float:
 
 def as_array(x: Buffer, dtype: Optional[str], what: str
               ) -> Tuple[np.ndarray, str]:
-    """Returns (a C-contiguous numpy view of x, its Chorus dtype name).
+    """Returns (a C-contiguous numpy view of x, its Chorus dtype name); for
+    an array in GPU memory, a chorus._device_arrays.DeviceArray of it.
 
     Raises InvalidArgument for anything that cannot be sent without a copy
     or whose dtype Chorus does not have.
@@ -56,6 +59,8 @@ def as_array(x: Buffer, dtype: Optional[str], what: str
     raw = False  # bytes of a buffer whose format says nothing of its type
     if isinstance(x, np.ndarray):
         arr = x
+    elif is_device_array(x):
+        return device_input(x, want, what)
     elif hasattr(x, "__dlpack__"):
         arr = _from_dlpack(x, what)
         if str(getattr(x, "dtype", "")).endswith("bfloat16") and \
@@ -120,11 +125,14 @@ def _from_dlpack(x: Any, what: str) -> np.ndarray:
 
 def as_output(out: Buffer, dtype: str, size: int) -> np.ndarray:
     """Returns a writable numpy view of `out` holding `size` elements of
-    `dtype`, or raises InvalidArgument.
+    `dtype` (a DeviceArray of an `out` in GPU memory), or raises
+    InvalidArgument.
     """
     element = _dtypes.numpy_dtype(dtype)
     if isinstance(out, np.ndarray):
         arr = out
+    elif is_device_array(out):
+        return device_output(out, dtype, size)
     else:
         try:
             view = memoryview(out)

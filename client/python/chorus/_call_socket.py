@@ -209,13 +209,16 @@ class CallSocket:
 
     def call(self, request: Tuple[Any, ...], timeout: float,
              blocking: bool = False,
-             into: Optional[Tuple[bytes, int, Any, Any]] = None
+             into: Optional[Tuple[Any, ...]] = None,
+             on_device: bool = False
              ) -> Optional[Union[PendingCall, BlockingCall]]:
         """Sends the serialized LocalCollectiveRequest whose bytes are the
         buffers of `request`, one after the other (at most 8), with
         `timeout` seconds to run; or, given `into` (prefix, sequence, data,
         out) on an embedded worker's connection, starts that call on the
         buffers themselves (its start_into(); `request` is then unused),
+        or with `on_device`, `into` being (prefix, sequence, input address,
+        output address, stream), on GPU memory (its start_on_device()),
         which this end gives up on only _IN_PLACE_GRACE after its deadline
         (the worker's own verdict comes first). A `blocking` call returns a
         BlockingCall, whose result() the caller waits on (it reads the
@@ -250,11 +253,13 @@ class CallSocket:
                     self._wake_at = deadline
             self._pending[call_id] = pending
             try:
+                timeout_us = max(1, int(timeout * 1e6))
                 if into is None:
-                    self._send(call_id, max(1, int(timeout * 1e6)), request)
+                    self._send(call_id, timeout_us, request)
+                elif on_device:
+                    self._conn.start_on_device(call_id, timeout_us, *into)
                 else:
-                    self._conn.start_into(call_id, max(1, int(timeout * 1e6)),
-                                          *into)
+                    self._conn.start_into(call_id, timeout_us, *into)
             except OSError as e:
                 self._pending.pop(call_id, None)
                 if not blocking:
@@ -311,6 +316,25 @@ class CallSocket:
             return self._run_into(next(self.call_ids),
                                   max(1, int(timeout * 1e6)), prefix,
                                   sequence, data, out)
+        except OSError as e:
+            self._fail(f"sending failed: {e}")
+            return None
+
+    def run_on_device(self, prefix: bytes, sequence: int, input: int,
+                      output: int, stream: int,
+                      timeout: float) -> Union[bool, Reply, None]:
+        """run_in_place() on GPU memory: the embedded worker reads the
+        input at device address `input` and writes the output at `output`
+        (0: none), ordered on the CUDA stream `stream` (0: none). Returns
+        as run_in_place() does.
+        """
+        if self._run_into is None or self.broken is not None:
+            return None
+        try:
+            return self._conn.run_on_device(next(self.call_ids),
+                                            max(1, int(timeout * 1e6)),
+                                            prefix, sequence, input, output,
+                                            stream)
         except OSError as e:
             self._fail(f"sending failed: {e}")
             return None

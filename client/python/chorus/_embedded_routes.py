@@ -5,8 +5,8 @@ and no copy into a message or shared memory.
 The channel is the embedded worker's chorus._embedded.Calls, driven by the
 communicator's CallSocket; these routes use its in-place entries: run_into
 (a blocking call, on the caller's thread), start_into (an async_op call, on
-the worker's threads) and AllReduceHere (a blocking all_reduce in one call
-into the extension).
+the worker's threads), AllReduceHere (a blocking all_reduce in one call
+into the extension) and OnDevice (a call on arrays in GPU memory).
 """
 
 from typing import Any, Callable, Optional, Tuple
@@ -18,7 +18,7 @@ from chorus._call import Call
 from chorus._outcome import Outcome, Replied, Unsent, Work
 from chorus._route import NOTHING, Link, Route
 
-__all__ = ["AllReduceHere", "RunInto", "StartInto"]
+__all__ = ["AllReduceHere", "OnDevice", "RunInto", "StartInto"]
 
 # What the extension's AllReduceHere returns for a call it leaves to the
 # other routes.
@@ -109,6 +109,77 @@ class StartInto(Route):
             return work
 
         def receive(done: Any) -> Tuple[Any, Optional[np.ndarray]]:
+            return done.result().plan, result
+
+        rpc.add_done_callback(
+            lambda done: link.settler.settle(call, work, done, receive))
+        return work
+
+
+class OnDevice(Route):
+    """A call on arrays in GPU memory (chorus._device_arrays) of a rank
+    joined on that GPU, run by the embedded worker's device path
+    (Calls.run_on_device on the caller's thread, start_on_device on the
+    worker's for async_op): the worker stages it through pinned host memory
+    on its own streams, ordered on the arrays' stream, and writes the output
+    into `out` where it is. The call returns `out` (None where the rank gets
+    no output) once the worker ended it; with a stream, its output is
+    complete in that stream's order.
+
+    Exists because: torch's CUDA tensors otherwise cross to the host in a
+    copy of their own, with the issuing thread waiting for the stream
+    (chorus.torch._tensors), and arrays in GPU memory cannot be read at
+    all otherwise.
+    """
+
+    def run(self, call: Call) -> Any:
+        """Runs `call`, or starts it for async_op (returning its Work)."""
+        link = self.link
+        calls = link.calls
+        data, target = call.data, call.target
+        stream = (data if data is not None else target).stream
+        result = None if call.out_shape is None else call.out
+        if call.async_op:
+            into = (call.prefix, 0 if data is None else data.pointer,
+                    0 if target is None else target.pointer, stream)
+            return self._start(call, into, result)
+        number = link.numbering.take()
+        try:
+            reply = calls.run_on_device(
+                call.prefix, number, 0 if data is None else data.pointer,
+                0 if target is None else target.pointer, stream,
+                call.timeout)
+        except BaseException:
+            link.numbering.done()
+            raise
+        if reply is True:
+            link.numbering.done()
+            return result
+        outcome = Outcome(number)
+        rpc = Replied(reply) if reply is not None else Unsent(calls)
+        link.settler.settle(call, outcome, rpc)
+        return outcome.result()
+
+    def _start(self, call: Call, into: Tuple[Any, ...], result: Any) -> Work:
+        """Starts `call` on the worker's threads with `into` (prefix, input,
+        output, stream; its number goes in second) and returns its Work,
+        which ends with `result`. The call holds its arrays until then.
+        """
+        link = self.link
+        calls = link.calls
+
+        def start(number: int) -> Any:
+            return calls.call((), call.timeout,
+                              into=(into[0], number) + into[1:],
+                              on_device=True)
+
+        number, rpc = link.numbering.issue(start)
+        work = Work(number)
+        if rpc is None:  # the channel broke: nothing sent
+            link.settler.settle(call, work, Unsent(calls))
+            return work
+
+        def receive(done: Any) -> Tuple[Any, Any]:
             return done.result().plan, result
 
         rpc.add_done_callback(

@@ -16,6 +16,7 @@ choose() reads, in this order (the first row that fits wins):
     ---------------------  -----------------------------------  -------------
     embedded, in process   blocking all_reduce, default         AllReduceHere
                            options, not checked yet
+    embedded, in process   on arrays in GPU memory              OnDevice
     embedded, in process   async_op                             StartInto
     embedded, in process   blocking                             RunInto
     daemon                 input + output >= 64 KiB, and        SharedRegions
@@ -59,12 +60,14 @@ from typing import Any, Optional
 from chorus import _wire
 from chorus._call import Call, check
 from chorus._daemon_routes import Chunked, OnCallSocket, SharedRegions, Unary
-from chorus._embedded_routes import AllReduceHere, RunInto, StartInto
+from chorus._device_arrays import check_device_call
+from chorus._embedded_routes import AllReduceHere, OnDevice, RunInto, StartInto
 from chorus._route import Link, Route
 from chorus._shared import SHARED_THRESHOLD_BYTES
 
 __all__ = ["Route", "Link", "Routes", "choose", "AllReduceHere", "Chunked",
-           "OnCallSocket", "RunInto", "SharedRegions", "StartInto", "Unary"]
+           "OnCallSocket", "OnDevice", "RunInto", "SharedRegions",
+           "StartInto", "Unary"]
 
 # Bytes a reply adds around its data: the data field's tag and length, the
 # sequence and the plan.
@@ -88,6 +91,7 @@ class Routes:
         self.chunked = Chunked(link)
         self.run_into = RunInto(link)
         self.start_into = StartInto(link)
+        self.on_device = OnDevice(link)
         self.here: Optional[AllReduceHere] = None
         calls = link.calls
         if embedded is not None and calls is not None and calls.runs_here:
@@ -117,6 +121,9 @@ def choose(call: Call, routes: Routes) -> Route:
     calls = link.calls
     socket = calls is not None and calls.broken is None  # still usable
     runs_here = calls is not None and calls.runs_here
+    if check_device_call(call.data, call.target, call.out_shape is not None,
+                         runs_here):
+        return routes.on_device
     if call.kind == "sync":
         # Its outcome travels as its output, in a reply (run_into returns
         # a blocking sync's reply).

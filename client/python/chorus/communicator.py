@@ -29,6 +29,7 @@ from chorus import _arrays, _dtypes
 from chorus._arrays import Buffer
 from chorus._call import Call
 from chorus._call_socket import CallSocket
+from chorus._device_arrays import DeviceArray, is_device_array
 from chorus._numbering import Numbering
 from chorus._outcome import Settler, Work
 from chorus._routes import Link, Routes, choose
@@ -78,6 +79,15 @@ class Communicator(Elastic):
     arrays, C-contiguous buffers or DLPack tensors of the ten Chorus dtypes;
     bf16 travels as its 16-bit patterns: pass a uint16 array with
     dtype="bf16" and get uint16 back (chorus.bf16_to_f32 widens it).
+
+    A rank that embeds the worker runtime (chorus.embedded) and joined on a
+    GPU (device="cuda:N") also takes arrays in that GPU's memory: objects
+    with __cuda_array_interface__ (CuPy, Numba, torch CUDA tensors), input
+    and `out` alike, `out` given (e.g. out=x). The call reads and writes
+    them where they are, ordered on the interface's `stream` when it names
+    one: the call waits on the GPU for the work enqueued there before it,
+    and work enqueued there after the call returned (or its Work ended)
+    sees its output.
 
     Common keyword arguments:
         async_op: return a Work future at once instead of waiting; calls in
@@ -263,6 +273,14 @@ class Communicator(Elastic):
         return "on" if usable else self._shared.why_not
 
     @property
+    def device_arrays(self) -> bool:
+        """Whether this rank's collectives take arrays in GPU memory
+        (__cuda_array_interface__): it embeds the worker runtime and joined
+        on a GPU ("cuda:N").
+        """
+        return self._embedded is not None and self._device.startswith("Cuda(")
+
+    @property
     def call_socket(self) -> bool:
         """Whether collectives go on the daemon's call socket (plain frames)
         rather than as gRPC calls; False where the daemon offers none, it
@@ -393,6 +411,10 @@ class Communicator(Elastic):
                 raise InvalidArgument(f"the root (rank {root}) of broadcast "
                                       "must pass x")
             arr, name = _arrays.as_array(x, dtype, "x")
+            if isinstance(arr, DeviceArray) and out is None:
+                raise InvalidArgument(
+                    "broadcast of an array in GPU memory writes into out=, an "
+                    "array in that GPU's memory (e.g. out=x): pass one")
             block = arr.shape
         else:
             name, block = self._receive_only(shape, out, dtype, "broadcast")
@@ -476,6 +498,10 @@ class Communicator(Elastic):
                 raise InvalidArgument(f"the root (rank {root}) of scatter "
                                       "must pass x")
             arr, name = _arrays.as_array(x, dtype, "x")
+            if isinstance(arr, DeviceArray) and out is None:
+                raise InvalidArgument(
+                    "scatter of an array in GPU memory writes into out=, an "
+                    "array in that GPU's memory (e.g. out=x): pass one")
             block = _arrays.split_blocks(arr.shape, self._world_size, "x")
         else:
             name, block = self._receive_only(shape, out, dtype, "scatter")
@@ -534,9 +560,11 @@ class Communicator(Elastic):
                 name = _dtypes.dtype_name(dtype)
             except ValueError as e:
                 raise InvalidArgument(str(e)) from None
+        if out is not None and is_device_array(out):
+            out = DeviceArray(out, "out")  # its shape and dtype
         if shape is not None:
             block = _arrays.shape_of(shape)
-        elif out is not None and isinstance(out, np.ndarray):
+        elif out is not None and isinstance(out, (np.ndarray, DeviceArray)):
             block = out.shape
         else:
             raise InvalidArgument(
@@ -544,7 +572,7 @@ class Communicator(Elastic):
                 "the root's), out, or shape= and dtype= to say what it "
                 "receives")
         if name is None:
-            if isinstance(out, np.ndarray):
+            if isinstance(out, (np.ndarray, DeviceArray)):
                 name = _dtypes.numpy_dtype_name(out.dtype)
             if name is None:
                 raise InvalidArgument(

@@ -38,7 +38,8 @@ import grpc
 import numpy as np
 
 from chorus import _connect, _status_details
-from chorus.errors import Error, FailedPrecondition, error_for_code
+from chorus.errors import (Error, FailedPrecondition, InvalidArgument,
+                           ResourceExhausted, error_for_code)
 
 __all__ = ["EmbeddedWorker", "available", "shared_worker"]
 
@@ -89,7 +90,8 @@ class EmbeddedWorker:
     def __init__(self, coordinator: str, *, listen: str = "127.0.0.1:0",
                  advertise_address: str = "", name: str = "",
                  register_timeout: float = 30.0,
-                 tls_dir: Optional[_connect.PathLike] = None) -> None:
+                 tls_dir: Optional[_connect.PathLike] = None,
+                 emulated_gpus: int = 0) -> None:
         """Starts the runtime and registers it with `coordinator`
         ("host:port").
 
@@ -108,6 +110,10 @@ class EmbeddedWorker:
                 peers are then reached over mutual TLS. TLS goes on for the
                 whole process: the first embedded worker of a process to
                 start decides whether it is on and with which files.
+            emulated_gpus: for tests of GPU code on machines without one:
+                register this many GPUs emulated in host memory instead of
+                this machine's (Cuda(0) ...; 1 GiB each, memory from
+                emulated_memory()).
 
         Raises:
             FailedPrecondition: this installation has no embedded worker;
@@ -140,7 +146,8 @@ class EmbeddedWorker:
             self._worker = _embedded.Worker(
                 coordinator, self._socket, listen=listen,
                 advertise_address=advertise_address, name=name,
-                register_timeout=float(register_timeout), tls_dir=tls_dir)
+                register_timeout=float(register_timeout), tls_dir=tls_dir,
+                emulated_gpus=int(emulated_gpus))
         # ValueError: bad arguments; RuntimeError: (code, message).
         except (ValueError, RuntimeError) as e:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -200,6 +207,23 @@ class EmbeddedWorker:
         return _embedded.AllReduceHere(channel, numbering, socket, prepare,
                                        np.empty_like, np.ndarray, not_here,
                                        timeout)
+
+    def emulated_memory(self, device: int, nbytes: int) -> Any:
+        """Returns `nbytes` of the memory of emulated GPU Cuda(device) (a
+        worker started with emulated_gpus): a chorus._embedded.
+        EmulatedMemory, whose `pointer` is the device address and whose
+        buffer is the same bytes seen from the host. Freed when it goes.
+
+        Raises:
+            InvalidArgument: this worker has no such emulated GPU.
+            ResourceExhausted: the GPU's memory is used up.
+        """
+        try:
+            return self._worker.emulated_memory(int(device), int(nbytes))
+        except ValueError as e:
+            raise InvalidArgument(str(e)) from None
+        except MemoryError as e:
+            raise ResourceExhausted(str(e)) from None
 
     def close(self) -> None:
         """Deregisters and stops serving (calls still in flight end with
