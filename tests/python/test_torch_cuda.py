@@ -1,7 +1,9 @@
 """torch.distributed's collectives on CUDA tensors through the chorus
-backend, in two rank processes (one worker each), each rank on GPU rank
-modulo the GPUs torch sees. Skipped where torch sees no GPU;
-bench/gpu_check.sh runs them (pytest -m gpu).
+backend, in two rank processes (one worker daemon each, tensors staged
+through pinned memory; or embedding the worker runtime and joined on their
+GPUs, tensors through the device path), each rank on GPU rank modulo the
+GPUs torch sees. Skipped where torch sees no GPU; bench/gpu_check.sh runs
+them (pytest -m gpu).
 
 Every tensor is written by a kernel on a side stream just before the call
 and read on that stream after it: the backend must order its copies on
@@ -93,8 +95,32 @@ def rank_collectives(ctx: RankContext) -> Dict[str, Any]:
     return got
 
 
+@pytest.fixture(scope="module")
+def embedded_ranks(cluster: Cluster) -> Any:
+    """Two chorus ranks that embed the worker runtime, joined on their
+    GPUs: CUDA tensors go through the device path, unstaged.
+    """
+    processes = RankProcesses([None, None], unique_group("torch-cuda-dev"),
+                              coordinator=cluster.coordinator.address,
+                              device="cuda")
+    try:
+        yield processes
+    finally:
+        statuses = processes.close()
+    assert statuses == [0] * WORLD, processes.output()
+
+
+def device_arrays(ctx: RankContext) -> bool:
+    """Whether the default group's tensors go through the device path."""
+    return bool(ctx.group.communicator.device_arrays)
+
+
+@pytest.mark.parametrize("which", ["daemon", "embedded"])
 def test_collectives_on_cuda_tensors_match_the_cpu_results(
-        ranks: RankProcesses) -> None:
+        request: Any, which: str) -> None:
+    ranks = request.getfixturevalue(
+        "ranks" if which == "daemon" else "embedded_ranks")
+    assert ranks.values(device_arrays) == [which == "embedded"] * WORLD
     base = torch.arange(12.0).reshape(3, 4)
     summed = sum(base + r for r in range(WORLD)).t().tolist()
     for rank, got in enumerate(ranks.values(rank_collectives)):

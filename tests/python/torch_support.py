@@ -102,11 +102,14 @@ class RankProcesses:
     def __init__(self, addresses: Sequence[Optional[str]],
                  group: Optional[str], timeout: float = CALL_TIMEOUT,
                  coordinator: Optional[str] = None,
-                 init_method: Optional[str] = None) -> None:
+                 init_method: Optional[str] = None,
+                 device: Optional[str] = None) -> None:
         """Starts the ranks and returns once every one has initialized its
         process group (with `timeout` seconds as torch's timeout), as the
         Chorus group `group` ($CHORUS_GROUP; None leaves it unset); through
         `init_method` when given, else through the test process's store.
+        With device "cuda" each rank joins on GPU rank modulo the GPUs it
+        sees (chorus.torch.Options.device).
         """
         self.world_size = len(addresses)
         self.group = group
@@ -127,7 +130,8 @@ class RankProcesses:
                            RANK=str(rank), WORLD_SIZE=str(self.world_size),
                            CHORUS_TEST_STORE=f"127.0.0.1:{self._store.port}",
                            CHORUS_TEST_TIMEOUT=str(timeout),
-                           CHORUS_TEST_INIT_METHOD=init_method or "")
+                           CHORUS_TEST_INIT_METHOD=init_method or "",
+                           CHORUS_TEST_DEVICE=device or "")
                 for name in ("CHORUS_RANK", "CHORUS_WORLD_SIZE",
                              "CHORUS_GROUP", "CHORUS_WORKER",
                              "CHORUS_COORDINATOR"):
@@ -318,14 +322,21 @@ def serve() -> None:
     timeout = datetime.timedelta(
         seconds=float(os.environ["CHORUS_TEST_TIMEOUT"]))
     init_method = os.environ.get("CHORUS_TEST_INIT_METHOD")
+    options = None
+    if os.environ.get("CHORUS_TEST_DEVICE") == "cuda":
+        import torch
+        gpu = rank % torch.cuda.device_count()
+        options = chorus.torch.Options(device=f"cuda:{gpu}")
     if init_method:
         dist.init_process_group("chorus", init_method=init_method, rank=rank,
-                                world_size=world_size, timeout=timeout)
+                                world_size=world_size, timeout=timeout,
+                                pg_options=options)
     else:
         store = dist.TCPStore(host, int(port), world_size, False,
                               datetime.timedelta(seconds=START_TIMEOUT))
         dist.init_process_group("chorus", store=store, rank=rank,
-                                world_size=world_size, timeout=timeout)
+                                world_size=world_size, timeout=timeout,
+                                pg_options=options)
     _send({"kind": "ready", "rank": rank})
     context = RankContext(rank, world_size)
     for line in sys.stdin:

@@ -78,8 +78,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
     """A torch process group whose collectives run on one Chorus group.
 
     Made by create_process_group() when torch creates a "chorus" group;
-    `communicator` is the chorus.Communicator underneath. CPU tensors of
-    float16, bfloat16, float32, float64, int8, uint8, int32 and int64;
+    `communicator` is the chorus.Communicator underneath. CPU and CUDA
+    tensors of float16, bfloat16, float32, float64, int8, uint8, int32 and
+    int64 (CUDA ones staged, or unstaged where the communicator takes
+    tensors of their GPU: chorus.torch._tensors);
     reduce ops SUM, PRODUCT, MIN, MAX and AVG. Work returned to
     torch.distributed's functions raises the chorus.Error of a failed call
     from wait(); see chorus.torch._work for the work C++ callers get.
@@ -89,6 +91,8 @@ class ProcessGroupChorus(dist.ProcessGroup):
         """Wraps a joined communicator: rank and size are its own."""
         super().__init__(communicator.rank, communicator.world_size)
         self._comm = communicator
+        # The GPU whose tensors go to the communicator as they are.
+        self._gpu = _tensors.gpu_of(communicator)
 
     @property
     def communicator(self) -> "chorus.Communicator":
@@ -125,6 +129,15 @@ class ProcessGroupChorus(dist.ProcessGroup):
     def _world(self) -> int:
         return self._comm.world_size
 
+    def _pair_gpu(self, input: torch.Tensor,
+                  output: torch.Tensor) -> Optional[int]:
+        """The GPU a call of `input` into `output` runs on where they are
+        (both on it, _tensors.on_gpu), else None: both are staged.
+        """
+        gpu = self._gpu
+        both = _tensors.on_gpu(input, gpu) and _tensors.on_gpu(output, gpu)
+        return gpu if both else None
+
     # --- collectives ------------------------------------------------------
 
     def allreduce(self, tensors: List[torch.Tensor],
@@ -134,7 +147,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor = _single(tensors, "all_reduce")
         op = _reduce_op(opts.reduceOp if opts is not None else "SUM",
                         "all_reduce")
-        staged = Staged(tensor, "all_reduce's tensor")
+        staged = Staged(tensor, "all_reduce's tensor", gpu=self._gpu)
 
         def finish(_: Any) -> List[torch.Tensor]:
             staged.write_back()
@@ -153,7 +166,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         tensor = _single(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
         staged = Staged(tensor, "broadcast's tensor",
-                        read=self._comm.rank == root)
+                        read=self._comm.rank == root, gpu=self._gpu)
 
         def finish(_: Any) -> List[torch.Tensor]:
             staged.write_back()
@@ -174,7 +187,7 @@ class ProcessGroupChorus(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         op = _reduce_op(opts.reduceOp if opts is not None else "SUM",
                         "reduce")
-        staged = Staged(tensor, "reduce's tensor")
+        staged = Staged(tensor, "reduce's tensor", gpu=self._gpu)
         is_root = self._comm.rank == root
 
         def finish(_: Any) -> List[torch.Tensor]:
@@ -217,12 +230,13 @@ class ProcessGroupChorus(dist.ProcessGroup):
                         opts: Any = None) -> Any:
         """all_gather_into_tensor: rank i's input is block i of output."""
         from_python = _called_from_torch_python()
-        staged_in = Staged(input, "all_gather_into_tensor's input")
+        gpu = self._pair_gpu(input, output)
+        staged_in = Staged(input, "all_gather_into_tensor's input", gpu=gpu)
         self._check_size(output, self._world * input.numel(),
                          "all_gather_into_tensor's output",
                          "world_size x the input's")
         staged_out = Staged(output, "all_gather_into_tensor's output",
-                            read=False)
+                            read=False, gpu=gpu)
 
         def finish(_: Any) -> List[torch.Tensor]:
             staged_out.write_back()
@@ -272,9 +286,10 @@ class ProcessGroupChorus(dist.ProcessGroup):
         self._check_size(input, self._world * output.numel(),
                          "reduce_scatter_tensor's input",
                          "world_size x the output's")
-        staged_in = Staged(input, "reduce_scatter_tensor's input")
+        gpu = self._pair_gpu(input, output)
+        staged_in = Staged(input, "reduce_scatter_tensor's input", gpu=gpu)
         staged_out = Staged(output, "reduce_scatter_tensor's output",
-                            read=False)
+                            read=False, gpu=gpu)
 
         def finish(_: Any) -> List[torch.Tensor]:
             staged_out.write_back()

@@ -11,6 +11,12 @@ copy to the host follows the kernels that wrote the tensor (the issuing
 thread waits for that stream), and the result goes back with a copy
 enqueued on that same stream, so kernels the caller enqueues there after
 the work completed see it.
+
+Where the rank embeds the worker runtime and joined on the tensor's GPU
+(Communicator.device_arrays), a contiguous CUDA tensor is not staged here:
+the communicator gets it as an array in GPU memory (CudaView), and the
+worker's device path reads and writes it where it is, ordered on that same
+stream without the issuing thread waiting for it.
 """
 
 import contextlib
@@ -155,32 +161,95 @@ def host_copy(tensor: torch.Tensor) -> torch.Tensor:
     return host
 
 
+def gpu_of(communicator: Any) -> Optional[int]:
+    """The index n of the GPU Cuda(n) whose tensors `communicator` takes as
+    they are (Communicator.device_arrays); None where it takes host memory
+    only.
+    """
+    device = communicator.device
+    if not communicator.device_arrays or not device.startswith("Cuda("):
+        return None
+    return int(device[len("Cuda("):-1])
+
+
+def on_gpu(tensor: torch.Tensor, gpu: Optional[int]) -> bool:
+    """Whether `tensor` is a contiguous tensor of GPU `gpu` (None: no GPU),
+    which a collective then reads and writes where it is.
+    """
+    return (gpu is not None and tensor.device.type == "cuda" and
+            tensor.device.index == gpu and tensor.is_contiguous())
+
+
+class CudaView:
+    """A CUDA tensor as the communicator takes an array in GPU memory: its
+    __cuda_array_interface__ (bfloat16 as int16), whose stream is the one
+    the collective is ordered on. Its end hands the tensor to _DEFERRED, as
+    _Memory's does.
+    """
+
+    __slots__ = ("_tensor", "_stream")
+
+    def __init__(self, tensor: torch.Tensor, stream: Any) -> None:
+        """Views `tensor` (contiguous, on a GPU), ordered on torch stream
+        `stream`.
+        """
+        plain = tensor.detach()
+        if plain.dtype == torch.bfloat16:
+            plain = plain.view(torch.int16)
+        self._tensor = plain
+        # The interface's 1 is the legacy default stream, whose handle
+        # torch gives as 0 (which the interface does not allow).
+        self._stream = stream.cuda_stream or 1
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        interface = dict(self._tensor.__cuda_array_interface__)
+        interface["stream"] = self._stream
+        return interface
+
+    def reshape(self, *shape: int) -> "CudaView":
+        """The same memory as another shape."""
+        view = CudaView.__new__(CudaView)
+        view._tensor = self._tensor.view(*shape)
+        view._stream = self._stream
+        return view
+
+    def __del__(self, _deferred: List[Any] = _DEFERRED) -> None:
+        _deferred.append(self._tensor)
+
+
 class Staged:
     """One tensor a collective reads or writes, staged for the communicator.
 
     `array` is a numpy view of the tensor itself when it is a contiguous
-    CPU tensor, and of a contiguous host copy otherwise (pinned for a CUDA
-    tensor); write_back() copies such a copy into the tensor once the
-    collective wrote it. `dtype` is the Chorus dtype name; `stream` the
-    CUDA stream the tensor's copies are ordered on (None on the CPU).
+    CPU tensor, a CudaView of it when the communicator takes it where it is
+    (on_gpu), and a numpy view of a contiguous host copy otherwise (pinned
+    for a CUDA tensor); write_back() copies such a copy into the tensor
+    once the collective wrote it. `dtype` is the Chorus dtype name; `stream`
+    the CUDA stream the tensor's copies are ordered on (None on the CPU).
     """
 
     def __init__(self, tensor: torch.Tensor, what: str,
-                 read: bool = True) -> None:
+                 read: bool = True, gpu: Optional[int] = None) -> None:
         """Stages `tensor`; `read` says whether the collective reads its
         contents (an output-only tensor that needs a host copy is not
-        copied in).
+        copied in). A tensor on_gpu(tensor, gpu) is not staged: `array` is
+        a CudaView of it.
         """
         self.dtype: str = chorus_dtype(tensor, what)
         self.tensor: torch.Tensor = tensor
         self.stream: Optional[Any] = caller_stream(tensor)
-        if tensor.device.type == "cpu" and tensor.is_contiguous():
+        self.array: Any
+        if on_gpu(tensor, gpu):
             self.work: torch.Tensor = tensor
-        elif read:
-            self.work = host_copy(tensor)
+            self.array = CudaView(tensor, self.stream)
+        elif tensor.device.type == "cpu" and tensor.is_contiguous():
+            self.work = tensor
+            self.array = numpy_view(tensor)
         else:
-            self.work = host_tensor(tensor, tensor.shape)
-        self.array: np.ndarray = numpy_view(self.work)
+            self.work = (host_copy(tensor) if read else
+                         host_tensor(tensor, tensor.shape))
+            self.array = numpy_view(self.work)
 
     def write_back(self) -> None:
         """Copies the staged result into the tensor, where it was staged in

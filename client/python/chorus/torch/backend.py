@@ -48,7 +48,10 @@ class Options:
         group: the Chorus group's name for the default process group
             (subgroups append "/<torch group id>"); default $CHORUS_GROUP,
             else a fresh name rank 0 picks and shares through torch's store.
-        device: where the daemon reduces: "cpu" (default), "cuda:0", ...
+        device: where the daemon reduces: "cpu" (default), "cuda:0", ...;
+            for a rank that embeds the worker runtime, the GPU it joins on,
+            whose contiguous tensors its collectives then read and write
+            where they are (chorus.torch._tensors).
         tls_dir: for a host:port worker started with --tls_dir, the
             directory of this rank's client certificate (ca.pem, cert.pem,
             key.pem); default $CHORUS_TLS_DIR. See chorus.join.
