@@ -4,16 +4,20 @@
 // ranks map through /proc/<pid>/fd/<fd> (here the test's own pid). World
 // sizes 1 to 8, element counts 0, 1, odd, and more than one reduce piece
 // (256 KiB), every dtype (16-bit floats accumulated in f32) and op, against
-// the naive reference; a lost peer; the refusal of other kinds. The
-// fallback to the ring when a rank cannot map a segment needs separate
+// the naive reference; a lost peer; the refusal of other kinds; the
+// fallback to the ring when one rank reduced in place and a peer could not
+// map its segment. The fallback across pid namespaces needs separate
 // processes and is tested in tests/integration/same_host_fallback_test.cc.
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/worker/dataplane/transport.h"
 #include "tests/testing/in_process_group.h"
 
 namespace chorus::test {
@@ -88,6 +92,55 @@ TEST_P(SameHostTest, OutputPlaceOverItsInput_MatchesReferenceOnEveryRank) {
     c.seed = 11;
     ASSERT_TRUE(RunAndCheckInProcess(InPlaceSameHostFn(), c, world,
                                      Algorithm::kSameHost, 1 << 20));
+  }
+}
+
+// A transport whose rank's first message to each peer (step A's hello:
+// pid, descriptor, segment id, 8 bytes each) names another segment id, so
+// that no peer can map this rank's segment while this rank maps theirs.
+class ForgedHelloTransport final : public Transport {
+ public:
+  explicit ForgedHelloTransport(Transport* inner)
+      : inner_(inner), greeted_(inner->world_size(), false) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  absl::Status Send(int to, absl::string_view data) override {
+    if (greeted_[to]) return inner_->Send(to, data);
+    greeted_[to] = true;
+    std::string forged(data);
+    if (forged.size() == 24) forged[16] ^= 0x5a;  // the id's low byte
+    return inner_->Send(to, forged);
+  }
+  absl::StatusOr<std::string> Recv(int from) override {
+    return inner_->Recv(from);
+  }
+
+ private:
+  Transport* const inner_;
+  std::vector<bool> greeted_;
+};
+
+TEST(SameHostFallbackTest, OneRankMappedAndReducedInPlace_RingOnTheInput) {
+  // Rank 1 maps every segment and reduces its block into its output place,
+  // which is its input; no other rank can map rank 1's segment. Every rank
+  // falls back to the ring (which writes the output string), rank 1 from
+  // the copy of its input in its segment.
+  const AlgorithmFn fn = [](const AlgorithmArgs& args, Algorithm* ran) {
+    std::string place(args.input);
+    AlgorithmArgs in_place = args;
+    in_place.input = place;
+    in_place.output_place = place.data();
+    ForgedHelloTransport forged(args.transport);
+    if (args.transport->rank() == 1) in_place.transport = &forged;
+    return SameHostFn()(in_place, ran);
+  };
+  for (int world : {2, 3}) {
+    CollectiveCase c;
+    c.spec =
+        Spec(CollectiveKind::kAllReduce, DType::kF32, 70000, ReduceOp::kSum);
+    c.algorithm = Algorithm::kSameHost;
+    c.seed = 13;
+    ASSERT_TRUE(RunAndCheckInProcess(fn, c, world, Algorithm::kRing, 1 << 20));
   }
 }
 

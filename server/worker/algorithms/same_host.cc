@@ -1,17 +1,25 @@
 // The same_host plan: all-reduce between ranks whose workers run on one
 // host, through shared memory (SharedSegments) instead of sockets.
 //
-//   A. Every rank copies its input into a shared segment of its own and
-//      sends every other rank its pid and the segment's descriptor and id.
-//   B. Every rank maps each peer's segment and sends everyone whether it
-//      could map them all. Unless all could, every rank falls back to the
-//      ring in this same call.
-//   C. Rank r reduces element block r of every rank's segment, in rank
-//      order, into its output, copies the result into its segment's block r,
-//      then tells everyone.
-//   D. Every rank copies block p from rank p's segment into its output, then
-//      tells everyone it is done reading, so no rank reuses its segment (or
-//      returns) while another still reads it.
+//   A. Every rank copies its input into a shared segment of its own (its
+//      input area) and sends every other rank its pid and the segment's
+//      descriptor and id.
+//   B. Every rank maps each peer's segment. One that mapped them all
+//      reduces element block r (r its rank) of every rank's input area, in
+//      rank order, into its output and copies the result into its
+//      segment's result area (after the input area). Then it tells everyone
+//      whether it mapped them all (and so reduced). Unless all did, every
+//      rank falls back to the ring in this same call, on the copy of its
+//      input in its input area (its output, which may be its input, was
+//      written).
+//   C. Every rank copies block p from rank p's result area into its output,
+//      then tells everyone it is done reading, so no rank reuses its segment
+//      (or returns) while another still reads it.
+//
+// Three rounds of messages; reducing before the second round (rather than
+// after agreeing that all could map) saves one round, measured with
+// chorus-bench --algorithm=same_host (bench/README.md, "Same host: three
+// rounds instead of four").
 //
 // Each block is combined once, in rank order (in the accumulator type, e.g.
 // f32 for f16/bf16, and rounded once), and copied: every rank gets
@@ -104,12 +112,12 @@ absl::StatusOr<bool> MapPeers(const std::vector<std::string>& hellos, int rank,
   return mapped;
 }
 
-// C. Reduces block `rank` of every source, in rank order, into the output
+// B. Reduces block `rank` of every source, in rank order, into the output
 // (combined in the accumulator type and rounded once: ReduceSources), then
-// publishes it in this rank's segment `own`.
+// publishes it at `result` (this rank's result area).
 absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
                             const std::function<const char*(int)>& source,
-                            char* own, char* out) {
+                            char* result, char* out) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
   const Range mine = SplitRange(spec.count, element, world, rank);
@@ -126,25 +134,29 @@ absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
                                   world, piece.size / element, &accumulators);
     if (!reduced.ok()) return reduced;
     RecordReduce("cpu", piece.size * world, absl::Now() - start);
-    if (args.hash != nullptr) {
-      args.hash->Add(piece.offset, absl::string_view(dst, piece.size));
-    }
-    std::memcpy(own + piece.offset, dst, piece.size);
+    std::memcpy(result + (piece.offset - mine.offset), dst, piece.size);
   }
   return absl::OkStatus();
 }
 
-// D. Copies every other block from the rank that reduced it.
+// C. Copies every other block from the result area of the rank that
+// reduced it (`result(p)`: where block p starts there), and hashes the
+// whole output (this rank's block too, once every rank could reduce).
 void CopyPeerBlocks(const AlgorithmArgs& args, int world, int rank,
-                    const std::function<const char*(int)>& source, char* out) {
+                    const std::function<const char*(int)>& result, char* out) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
   bool corrupted = false;
   for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
     const Range block = SplitRange(spec.count, element, world, peer);
     char* dst = out + block.offset;
-    std::memcpy(dst, source(peer) + block.offset, block.size);
+    if (peer == rank) {
+      if (args.hash != nullptr) {
+        args.hash->Add(block.offset, absl::string_view(dst, block.size));
+      }
+      continue;
+    }
+    std::memcpy(dst, result(peer), block.size);
     if (args.corrupt_for_testing && block.size > 0 && !corrupted) {
       dst[0] ^= 1;
       corrupted = true;
@@ -153,6 +165,39 @@ void CopyPeerBlocks(const AlgorithmArgs& args, int world, int rank,
       args.hash->Add(block.offset, absl::string_view(dst, block.size));
     }
   }
+}
+
+// The bytes of the largest block of `spec` split among `world` ranks: what
+// a segment holds after its input area.
+uint64_t LargestBlockBytes(const CollectiveSpec& spec, int world) {
+  uint64_t largest = 0;
+  for (int r = 0; r < world; ++r) {
+    largest = std::max(
+        largest, SplitRange(spec.count, DTypeSize(spec.dtype), world, r).size);
+  }
+  return largest;
+}
+
+// A's message: this rank's pid and segment (none when `own` failed).
+std::string HelloOf(const absl::StatusOr<SharedSegments::Own>& own) {
+  Exposed self;
+  self.pid = static_cast<uint64_t>(getpid());
+  if (own.ok()) {
+    self.fd = own->fd;
+    self.id = own->id;
+  }
+  std::string hello(sizeof(Exposed), '\0');
+  std::memcpy(hello.data(), &self, sizeof(Exposed));
+  return hello;
+}
+
+// Whether every rank says "1" in `verdicts` (this rank's is `mine`).
+bool AllSaidYes(const std::vector<std::string>& verdicts, int rank, bool mine) {
+  bool all = mine;
+  for (int peer = 0; peer < static_cast<int>(verdicts.size()); ++peer) {
+    if (peer != rank) all = all && verdicts[peer] == "1";
+  }
+  return all;
 }
 
 }  // namespace
@@ -168,6 +213,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   const int world = transport.world_size();
   const int rank = transport.rank();
   const uint64_t bytes = spec.count * DTypeSize(spec.dtype);
+  const uint64_t segment_bytes = bytes + LargestBlockBytes(spec, world);
   // The input is read (step A) before any of the output is written, so the
   // two may be the same memory.
   char* out = args.output_place;
@@ -179,53 +225,46 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   // A. Copy the input into a shared segment and expose it. Without one,
   // this rank says it cannot take part (step B), and all fall back.
   absl::StatusOr<SharedSegments::Own> own =
-      SharedSegments::Get().Acquire(bytes);
+      SharedSegments::Get().Acquire(segment_bytes);
   struct Releaser {
     const absl::StatusOr<SharedSegments::Own>& own;
     ~Releaser() {
       if (own.ok()) SharedSegments::Get().Release(*own);
     }
   } releaser{own};
-  Exposed self;
-  self.pid = static_cast<uint64_t>(getpid());
-  if (own.ok()) {
-    if (bytes > 0) std::memcpy(own->data, args.input.data(), bytes);
-    self.fd = own->fd;
-    self.id = own->id;
-  }
-  std::string hello(sizeof(Exposed), '\0');
-  std::memcpy(hello.data(), &self, sizeof(Exposed));
-  absl::StatusOr<std::vector<std::string>> hellos = AllToAll(transport, hello);
+  if (own.ok() && bytes > 0) std::memcpy(own->data, args.input.data(), bytes);
+  absl::StatusOr<std::vector<std::string>> hellos =
+      AllToAll(transport, HelloOf(own));
   if (!hellos.ok()) return hellos.status();
 
-  // B. Map every peer's segment; agree on whether every rank could.
+  // B. Map every peer's segment and, where all are, reduce this rank's
+  // block; agree on whether every rank could.
   PeerSegments peers(world);
-  absl::StatusOr<bool> mapped = MapPeers(*hellos, rank, bytes, own.ok(), peers);
+  absl::StatusOr<bool> mapped =
+      MapPeers(*hellos, rank, segment_bytes, own.ok(), peers);
   if (!mapped.ok()) return mapped.status();
+  const std::function<const char*(int)> input = [&](int r) -> const char* {
+    return r == rank ? own->data : peers[r].data;
+  };
+  if (*mapped) {
+    absl::Status reduced =
+        ReduceOwnBlock(args, world, rank, input, own->data + bytes, out);
+    if (!reduced.ok()) return reduced;
+  }
   absl::StatusOr<std::vector<std::string>> verdicts =
       AllToAll(transport, *mapped ? "1" : "0");
   if (!verdicts.ok()) return verdicts.status();
-  bool all_mapped = *mapped;
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer != rank) all_mapped = all_mapped && (*verdicts)[peer] == "1";
-  }
-  if (!all_mapped) {
+  if (!AllSaidYes(*verdicts, rank, *mapped)) {
     if (ran != nullptr) *ran = Algorithm::kRing;
-    return RunRing(args);
+    // The output may be the input and was written: the ring reads the copy.
+    AlgorithmArgs fallback = args;
+    if (own.ok()) fallback.input = absl::string_view(own->data, bytes);
+    return RunRing(fallback);
   }
-  const std::function<const char*(int)> source = [&](int r) -> const char* {
-    return r == rank ? own->data : peers[r].data;
-  };
 
-  // C and D, each followed by a step every rank must have finished.
-  if (absl::Status reduced =
-          ReduceOwnBlock(args, world, rank, source, own->data, out);
-      !reduced.ok()) {
-    return reduced;
-  }
-  absl::StatusOr<std::vector<std::string>> reduced = AllToAll(transport, "r");
-  if (!reduced.ok()) return reduced.status();
-  CopyPeerBlocks(args, world, rank, source, out);
+  // C. Copy the other blocks, then wait until no rank reads any more.
+  CopyPeerBlocks(
+      args, world, rank, [&](int r) { return input(r) + bytes; }, out);
   absl::StatusOr<std::vector<std::string>> done = AllToAll(transport, "d");
   if (!done.ok()) return done.status();
   return absl::OkStatus();
