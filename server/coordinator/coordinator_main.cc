@@ -61,7 +61,7 @@ ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
           chorus::PlannerOptions().recursive_doubling_max_ranks,
           "Largest group that uses recursive doubling (measured: with 4 ranks "
           "on one host the ring is faster at every size).");
-ABSL_FLAG(uint64_t, chunk_bytes, 1 << 20,
+ABSL_FLAG(uint64_t, chunk_bytes, chorus::PlannerOptions().chunk_bytes,
           "Largest data-plane chunk in the plans, 1 byte to 64 MiB; a plan "
           "uses smaller ones (down to 64 KiB) so that each step moves at "
           "least four.");
