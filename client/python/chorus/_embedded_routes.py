@@ -44,6 +44,50 @@ def _start_into(number: int, calls: Any, call: Call, data: Any,
                       into=(call.prefix, number, data, place))
 
 
+def _run_here(link: Link, call: Call, run: Callable[[int], Any],
+              result: Any) -> Any:
+    """Runs blocking call `call` on this thread as run(number) does (a
+    channel's run_in_place or run_on_device, which returns True, a failed
+    call's reply, or None when nothing was sent) under the next number of
+    `link`; returns `result` once it succeeded, else raises its
+    chorus.Error.
+    """
+    number = link.numbering.take()
+    try:
+        reply = run(number)
+    except BaseException:
+        link.numbering.done()
+        raise
+    if reply is True:
+        link.numbering.done()
+        return result
+    outcome = Outcome(number)
+    rpc = Replied(reply) if reply is not None else Unsent(link.calls)
+    link.settler.settle(call, outcome, rpc)
+    return outcome.result()
+
+
+def _start_here(link: Link, call: Call, start: Callable[[int], Any],
+                result: Any) -> Work:
+    """Starts async_op call `call` as start(number) does (a CallSocket.call
+    on the worker's threads, returning its future, or None when the
+    channel broke) under the next number of `link`, in number order;
+    returns its Work, which ends with `result`.
+    """
+    number, rpc = link.numbering.issue(start)
+    work = Work(number)
+    if rpc is None:  # the channel broke: nothing sent
+        link.settler.settle(call, work, Unsent(link.calls))
+        return work
+
+    def receive(done: Any) -> Tuple[Any, Any]:
+        return done.result().plan, result
+
+    rpc.add_done_callback(
+        lambda done: link.settler.settle(call, work, done, receive))
+    return work
+
+
 class RunInto(Route):
     """A blocking call run on the caller's thread by the embedded worker
     (CallSocket.run_in_place, Calls.run_into): the runtime reads the input
@@ -59,25 +103,15 @@ class RunInto(Route):
         """Runs `call` on this thread; leaves call.target as it was when it
         fails.
         """
-        link = self.link
-        calls = link.calls
+        calls = self.link.calls
         result = _result_array(call)
         data = NOTHING if call.data is None else call.data
-        number = link.numbering.take()
-        try:
-            reply = calls.run_in_place(
-                call.prefix, number, data,
-                NOTHING if result is None else result, call.timeout)
-        except BaseException:
-            link.numbering.done()
-            raise
-        if reply is True:
-            link.numbering.done()
-            return result
-        outcome = Outcome(number)
-        rpc = Replied(reply) if reply is not None else Unsent(calls)
-        link.settler.settle(call, outcome, rpc)
-        return outcome.result()
+        place = NOTHING if result is None else result
+        return _run_here(
+            self.link, call,
+            lambda number: calls.run_in_place(call.prefix, number, data,
+                                              place, call.timeout),
+            result)
 
 
 class StartInto(Route):
@@ -95,25 +129,15 @@ class StartInto(Route):
 
     def run(self, call: Call) -> Work:
         """Starts `call` and returns its Work."""
-        link = self.link
-        calls = link.calls
+        calls = self.link.calls
         result = _result_array(call)
         data = NOTHING if call.data is None else call.data
         place = NOTHING if result is None else result
         # Sent in number order, under the lock, as every route's calls.
-        number, rpc = link.numbering.issue(_start_into, calls, call, data,
-                                           place)
-        work = Work(number)
-        if rpc is None:  # the channel broke: nothing sent
-            link.settler.settle(call, work, Unsent(calls))
-            return work
-
-        def receive(done: Any) -> Tuple[Any, Optional[np.ndarray]]:
-            return done.result().plan, result
-
-        rpc.add_done_callback(
-            lambda done: link.settler.settle(call, work, done, receive))
-        return work
+        return _start_here(
+            self.link, call,
+            lambda number: _start_into(number, calls, call, data, place),
+            result)
 
 
 class OnDevice(Route):
@@ -134,57 +158,25 @@ class OnDevice(Route):
 
     def run(self, call: Call) -> Any:
         """Runs `call`, or starts it for async_op (returning its Work)."""
-        link = self.link
-        calls = link.calls
+        calls = self.link.calls
         data, target = call.data, call.target
         stream = (data if data is not None else target).stream
+        source = 0 if data is None else data.pointer
+        place = 0 if target is None else target.pointer
         result = None if call.out_shape is None else call.out
         if call.async_op:
-            into = (call.prefix, 0 if data is None else data.pointer,
-                    0 if target is None else target.pointer, stream)
-            return self._start(call, into, result)
-        number = link.numbering.take()
-        try:
-            reply = calls.run_on_device(
-                call.prefix, number, 0 if data is None else data.pointer,
-                0 if target is None else target.pointer, stream,
-                call.timeout)
-        except BaseException:
-            link.numbering.done()
-            raise
-        if reply is True:
-            link.numbering.done()
-            return result
-        outcome = Outcome(number)
-        rpc = Replied(reply) if reply is not None else Unsent(calls)
-        link.settler.settle(call, outcome, rpc)
-        return outcome.result()
-
-    def _start(self, call: Call, into: Tuple[Any, ...], result: Any) -> Work:
-        """Starts `call` on the worker's threads with `into` (prefix, input,
-        output, stream; its number goes in second) and returns its Work,
-        which ends with `result`. The call holds its arrays until then.
-        """
-        link = self.link
-        calls = link.calls
-
-        def start(number: int) -> Any:
-            return calls.call((), call.timeout,
-                              into=(into[0], number) + into[1:],
-                              on_device=True)
-
-        number, rpc = link.numbering.issue(start)
-        work = Work(number)
-        if rpc is None:  # the channel broke: nothing sent
-            link.settler.settle(call, work, Unsent(calls))
-            return work
-
-        def receive(done: Any) -> Tuple[Any, Any]:
-            return done.result().plan, result
-
-        rpc.add_done_callback(
-            lambda done: link.settler.settle(call, work, done, receive))
-        return work
+            return _start_here(
+                self.link, call,
+                lambda number: calls.call(
+                    (), call.timeout,
+                    into=(call.prefix, number, source, place, stream),
+                    on_device=True),
+                result)
+        return _run_here(
+            self.link, call,
+            lambda number: calls.run_on_device(call.prefix, number, source,
+                                               place, stream, call.timeout),
+            result)
 
 
 class AllReduceHere(Route):
