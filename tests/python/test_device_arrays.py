@@ -222,3 +222,18 @@ def test_emulated_memory_errors_are_chorus_errors(
         gpu_worker.emulated_memory(2, 8)
     with pytest.raises(chorus.ResourceExhausted, match="out of memory"):
         gpu_worker.emulated_memory(0, 2 << 30)
+
+
+def test_torch_backend_takes_tensors_of_the_rank_gpu_only(
+        gpu_worker: chorus.EmbeddedWorker, gpu_pair: List[Any]) -> None:
+    _tensors = pytest.importorskip("chorus.torch._tensors")
+    assert [_tensors.gpu_of(c) for c in gpu_pair] == [0, 1]
+    # Embedded ranks on the CPU (test_torch_cuda.py has daemon ranks on
+    # GPUs, where there are GPUs).
+    comms = _join([gpu_worker, gpu_worker], ["cpu", "cpu"])
+    try:
+        assert [c.device_arrays for c in comms] == [False, False]
+        assert [_tensors.gpu_of(c) for c in comms] == [None, None]
+    finally:
+        for c in comms:
+            c.close(timeout=5)

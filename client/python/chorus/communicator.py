@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
@@ -278,7 +278,8 @@ class Communicator(Elastic):
         (__cuda_array_interface__): it embeds the worker runtime and joined
         on a GPU ("cuda:N").
         """
-        return self._embedded is not None and self._device.startswith("Cuda(")
+        return (self._embedded is not None and
+                self._device_proto.kind == types_pb2.DEVICE_KIND_CUDA)
 
     @property
     def call_socket(self) -> bool:

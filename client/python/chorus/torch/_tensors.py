@@ -25,6 +25,7 @@ from typing import Any, ContextManager, Dict, List, Optional
 import numpy as np
 import torch
 
+from chorus._names import parse_device
 from chorus.errors import InvalidArgument
 
 _CHORUS_DTYPES: Dict[torch.dtype, str] = {
@@ -166,10 +167,9 @@ def gpu_of(communicator: Any) -> Optional[int]:
     they are (Communicator.device_arrays); None where it takes host memory
     only.
     """
-    device = communicator.device
-    if not communicator.device_arrays or not device.startswith("Cuda("):
+    if not communicator.device_arrays:
         return None
-    return int(device[len("Cuda("):-1])
+    return parse_device(communicator.device).index
 
 
 def on_gpu(tensor: torch.Tensor, gpu: Optional[int]) -> bool:
