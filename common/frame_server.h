@@ -108,6 +108,9 @@ class FrameServer {
     // At most this many connections may be waiting for their greeting
     // (TLS handshake and hello) at once; one more closes the oldest.
     size_t max_ungreeted = 256;
+    // How long the serving thread polls for the next frame before it
+    // blocks (AdaptiveSpin); zero: it blocks at once.
+    absl::Duration spin = absl::ZeroDuration();
   };
 
   // Serves the connections of `listen_fd` (listening; the server owns it

@@ -396,6 +396,11 @@ absl::StatusOr<size_t> ReadSomeWhenReady(int fd, char* out, size_t size,
   return Read(fd, out, size, deadline, cancel_fd, /*wait_first=*/true);
 }
 
+bool ReadableNow(int fd, int other_fd) {
+  pollfd p[2] = {{fd, POLLIN, 0}, {other_fd, POLLIN, 0}};
+  return poll(p, other_fd < 0 ? 1 : 2, 0) > 0;
+}
+
 absl::Status WaitForSocket(int fd, short events, absl::Time deadline,
                            int cancel_fd) {
   switch (WaitFor(fd, events, deadline, cancel_fd)) {

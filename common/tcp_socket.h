@@ -103,6 +103,10 @@ absl::Status WriteAll(int fd, const absl::string_view* parts, size_t count,
 absl::StatusOr<size_t> ReadSome(int fd, char* out, size_t size,
                                 absl::Time deadline, int cancel_fd);
 
+// Returns whether `fd` (or `other_fd`, when not negative) can be read
+// without blocking now: data, end of stream or an error waits there.
+bool ReadableNow(int fd, int other_fd = -1);
+
 // ReadSome() for a reader that expects nothing yet (it has just read all
 // there was): waits for data first, sparing the read that would find none.
 // Same results.

@@ -1,7 +1,8 @@
 // Unit tests of FrameServer over loopback TCP: replies the handler sends on
 // the serving thread while it takes a read's frames (to the calling
 // connection and to others) all arrive, in the order sent, once the read's
-// frames are taken; replies from other threads go out at once.
+// frames are taken; replies from other threads go out at once; a server
+// that polls before blocking answers every frame.
 
 #include "common/frame_server.h"
 
@@ -121,6 +122,39 @@ TEST(FrameServerTest,
     watcher->Send("later");
   }).join();
   EXPECT_EQ(watching.Read(1), std::vector<std::string>({"later"}));
+  (*server)->Shutdown();
+}
+
+TEST(FrameServerTest, Serve_PollingBeforeBlocking_EveryFrameAnswered) {
+  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  FrameServer::Options options;
+  options.name = "test";
+  options.hello = std::string(kCallHello);
+  options.max_frame_bytes = 1 << 20;
+  options.error_payload = [](const absl::Status& why) {
+    return std::string(why.message());
+  };
+  options.spin = absl::Microseconds(50);
+  absl::StatusOr<std::unique_ptr<FrameServer>> server = FrameServer::Start(
+      listener->fd, options,
+      [](std::string payload, FrameServer::Replier reply, const Identity*) {
+        reply.Send(absl::StrCat("a", payload));
+        return true;
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  // One frame at a time: some come while the serving thread polls, some
+  // after it blocked again.
+  Client calling(listener->port);
+  for (int i = 0; i < 200; ++i) {
+    calling.Send({absl::StrCat(i)}, i == 0);
+    ASSERT_EQ(calling.Read(1),
+              std::vector<std::string>({absl::StrCat("a", i)}));
+  }
+  // A second connection is served beside the first.
+  Client other(listener->port);
+  other.Send({"x"}, true);
+  EXPECT_EQ(other.Read(1), std::vector<std::string>({"ax"}));
   (*server)->Shutdown();
 }
 
