@@ -311,6 +311,7 @@ absl::Status RunRank(const Config& c, const RankSetup& setup) {
   options.register_timeout = c.timeout;
   options.call_port = setup.call_port;
   options.check_results = setup.check_results;
+  options.spin = setup.spin;
   ApplyCollectMetricsFlag();
   LocalWorkerOptions worker_options;
   worker_options.runtime = std::move(options);

@@ -16,6 +16,7 @@
 #include "bench/bench_device.h"
 #include "bench/bench_util.h"
 #include "chorus/communicator.h"
+#include "common/adaptive_spin.h"
 #include "common/collective.h"
 
 namespace chorus::bench {
@@ -70,6 +71,8 @@ struct RankSetup {
   std::string device = "cpu";
   bool call_port = true;
   bool check_results = false;
+  // How long its waits poll before blocking (the workers' --spin).
+  absl::Duration spin = kDefaultSpin;
 };
 
 // Starts this rank's embedded worker, joins the group, runs the sweep

@@ -46,6 +46,7 @@
 #include "bench/bench_process.h"
 #include "bench/bench_sweep.h"
 #include "bench/bench_util.h"
+#include "common/adaptive_spin.h"
 #include "common/collective.h"
 #include "common/dtype.h"
 #include "common/metrics_flags.h"
@@ -129,6 +130,9 @@ ABSL_FLAG(std::string, device, "cpu",
           "on the GPU); emulated_cuda (the same on a GPU emulated in host "
           "memory, to test the GPU path where there is none: its times are "
           "not a GPU's).");
+ABSL_FLAG(absl::Duration, spin, chorus::kDefaultSpin,
+          "How long the ranks' and the started coordinator's waits poll "
+          "before they block (their --spin); 0 blocks at once.");
 ABSL_FLAG(bool, rank_worker, false, "Internal: run as one rank.");
 ABSL_FLAG(int32_t, rank, -1, "Internal: this rank.");
 ABSL_FLAG(std::string, group, "",
@@ -220,6 +224,7 @@ RankSetup RankSetupFromFlags(int rank, const std::string& coordinator,
   setup.device = absl::GetFlag(FLAGS_device);
   setup.call_port = absl::GetFlag(FLAGS_call_port);
   setup.check_results = absl::GetFlag(FLAGS_check_results);
+  setup.spin = absl::GetFlag(FLAGS_spin);
   return setup;
 }
 
@@ -288,6 +293,7 @@ std::vector<std::string> RankArgs(int rank, const std::string& coordinator,
                    absl::GetFlag(FLAGS_call_port) ? "true" : "false"),
       absl::StrCat("--check_results=",
                    absl::GetFlag(FLAGS_check_results) ? "true" : "false"),
+      absl::StrCat("--spin=", absl::FormatDuration(absl::GetFlag(FLAGS_spin))),
       absl::StrCat("--collect_metrics=",
                    absl::GetFlag(FLAGS_collect_metrics) ? "true" : "false"),
       absl::StrCat("--iters=", absl::GetFlag(FLAGS_iters)),
@@ -377,7 +383,9 @@ class Parent {
     const std::string port_file = dir_ + "/coordinator.port";
     SpawnOptions spawn;
     spawn.binary = CoordinatorBinary();
-    spawn.args = {"--listen=127.0.0.1:0", "--port_file=" + port_file};
+    spawn.args = {"--listen=127.0.0.1:0", "--port_file=" + port_file,
+                  absl::StrCat("--spin=", absl::FormatDuration(
+                                              absl::GetFlag(FLAGS_spin)))};
     if (const std::string certs = absl::GetFlag(FLAGS_tls_certs);
         !certs.empty()) {
       spawn.args.push_back(absl::StrCat("--tls_dir=", certs, "/coordinator"));

@@ -50,11 +50,13 @@ absl::Status AuthorizeRequest(const Coordinator& core,
 
 absl::StatusOr<std::unique_ptr<CallPort>> CallPort::Start(
     const std::string& host, int port, Coordinator* core,
-    uint64_t max_frame_bytes, bool tls, const Leadership* leadership) {
+    uint64_t max_frame_bytes, bool tls, const Leadership* leadership,
+    absl::Duration spin) {
   absl::StatusOr<Listener> listener = ListenTcp(host, port);
   if (!listener.ok()) return listener.status();
   FrameServer::Options options;
   options.name = "call port";
+  options.spin = spin;
   options.hello = std::string(kCallHello);
   options.max_frame_bytes = max_frame_bytes;
   options.error_payload = ErrorPayload;

@@ -40,6 +40,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/frame_server.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/leadership.h"
@@ -52,14 +53,16 @@ class CallPort {
   // into `core` (not owned), with mutual TLS when `tls`. Frames over
   // `max_frame_bytes` are refused. While `leadership` (not owned; null:
   // always) says this coordinator does not lead, every request gets its
-  // UNAVAILABLE naming the leader under its call id. Returns UNAVAILABLE when
-  // the address cannot be bound, INTERNAL when the serving thread's epoll or
-  // eventfd cannot be made, FAILED_PRECONDITION for TLS in a process without
-  // it.
+  // UNAVAILABLE naming the leader under its call id. The serving thread
+  // polls `spin` for the next frame before it blocks (AdaptiveSpin).
+  // Returns UNAVAILABLE when the address cannot be bound, INTERNAL when the
+  // serving thread's epoll or eventfd cannot be made, FAILED_PRECONDITION
+  // for TLS in a process without it.
   static absl::StatusOr<std::unique_ptr<CallPort>> Start(
       const std::string& host, int port, Coordinator* core,
       uint64_t max_frame_bytes, bool tls = false,
-      const Leadership* leadership = nullptr);
+      const Leadership* leadership = nullptr,
+      absl::Duration spin = absl::ZeroDuration());
 
   CallPort(const CallPort&) = delete;
   CallPort& operator=(const CallPort&) = delete;

@@ -38,9 +38,10 @@ std::string CommitName(const v1::CommitRequest& request) {
 }  // namespace
 
 CallPortClient::CallPortClient(std::function<std::string()> address,
-                               std::string coordinator)
+                               std::string coordinator, absl::Duration spin)
     : address_(std::move(address)),
       coordinator_(std::move(coordinator)),
+      spin_(spin),
       cancel_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       frames_(kMaxReplyBytes),
       async_wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
@@ -468,7 +469,10 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
                                   absl::Time deadline, int wake_fd) {
   char buffer[16 << 10];
   mu_.Unlock();
-  // A reply comes after its call was sent: the reader waits before reading.
+  // A reply comes after its call was sent: the reader waits before reading,
+  // polling a while first (the reply often comes within microseconds).
+  const int other_fd = wake_fd >= 0 ? wake_fd : cancel_fd_;
+  spin_.Spin([&] { return ReadableNow(fd, other_fd); });
   absl::StatusOr<size_t> got =
       ReadSomeWhenReady(fd, buffer, sizeof(buffer), deadline,
                         wake_fd >= 0 ? wake_fd : cancel_fd_);

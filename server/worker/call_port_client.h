@@ -57,6 +57,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "chorus/v1/coordinator.pb.h"
+#include "common/adaptive_spin.h"
 #include "common/call_frame.h"
 #include "common/tls_session.h"
 #include "server/worker/call_port_dial.h"
@@ -69,8 +70,11 @@ class CallPortClient {
   // coordinator has none; it is asked before each new connection.
   // `coordinator` (the coordinator's gRPC address, may be empty) names the
   // coordinator in statuses.
+  // `spin`: how long a reader polls for a reply before it blocks
+  // (AdaptiveSpin; zero: never).
   explicit CallPortClient(std::function<std::string()> address,
-                          std::string coordinator = "");
+                          std::string coordinator = "",
+                          absl::Duration spin = kDefaultSpin);
   ~CallPortClient();
   CallPortClient(const CallPortClient&) = delete;
   CallPortClient& operator=(const CallPortClient&) = delete;
@@ -207,6 +211,7 @@ class CallPortClient {
 
   const std::function<std::string()> address_;
   const std::string coordinator_;
+  AdaptiveSpin spin_;
   // An eventfd that Shutdown() makes readable to end waits in poll().
   int cancel_fd_ = -1;
 

@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(
     LOG(WARNING) << UnsupportedDeviceError(gpu, why).message()
                  << "; not registering it";
   }
+  runtime->inbox_.SetSpin(options.spin);
   absl::Status started = runtime->StartDataPlane(options);
   if (started.ok()) started = runtime->StartServing(options);
   if (!started.ok()) return started;
@@ -144,7 +145,7 @@ void WorkerRuntime::StartSession(const RuntimeOptions& options,
                                 : absl::StrCat("[", host->host, "]"),
                             ":", port);
       },
-      options.coordinator);
+      options.coordinator, options.spin);
 }
 
 WorkerRuntime::~WorkerRuntime() { Shutdown(); }

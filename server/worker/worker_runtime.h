@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "chorus/v1/coordinator.grpc.pb.h"
+#include "common/adaptive_spin.h"
 #include "common/collective.h"
 #include "common/device.h"
 #include "common/net.h"
@@ -97,6 +98,9 @@ struct RuntimeOptions {
   // outlive the runtime); null: this build's (CUDA's, or none). Tests pass
   // an EmulatedDeviceRuntime, whose GPUs are then the ones discovered.
   DeviceRuntime* device_runtime = nullptr;
+  // How long a thread waiting for a peer's data, or for the coordinator's
+  // reply, polls before it blocks (AdaptiveSpin; zero: never).
+  absl::Duration spin = kDefaultSpin;
 };
 
 class WorkerRuntime final : public CallRuntime {

@@ -104,6 +104,29 @@ TEST(InboxTest, Take_WaitingOnEpochWhenNewerArrives_EndsAborted) {
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kAborted);
 }
 
+TEST(InboxTest, Take_PollingWhenDeliveredOrAborted_EndsWithIt) {
+  // Waits that poll a long while before blocking: what ends them arrives
+  // while they poll (or before, or after; the outcome is the same).
+  Inbox inbox;
+  inbox.SetSpin(absl::Seconds(1));
+  absl::StatusOr<std::string> taken = absl::UnknownError("not run");
+  std::thread waiter(
+      [&] { taken = inbox.Take(Key(3), absl::Now() + absl::Hours(1)); });
+  MessageKey other = Key(3);
+  other.tag = 7;  // another message first: the wait goes on
+  EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), other, "other", nullptr));
+  EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), Key(3), "data", nullptr));
+  waiter.join();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, "data");
+
+  std::thread aborted(
+      [&] { taken = inbox.Take(Key(3, 2), absl::Now() + absl::Hours(1)); });
+  inbox.Abort("g", 3, absl::AbortedError("gone"));
+  aborted.join();
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kAborted);
+}
+
 TEST(InboxTest, Deliver_OtherGroups_Independent) {
   Inbox inbox;
   const Inbox::StreamId stream = inbox.NewStream();

@@ -20,6 +20,7 @@
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_INBOX_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_INBOX_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -32,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/adaptive_spin.h"
 #include "server/worker/dataplane/payload_buffers.h"
 
 namespace chorus {
@@ -99,6 +101,10 @@ class Inbox {
   // The buffers large payloads delivered here are received into again.
   PayloadBuffers& payloads() { return payloads_; }
 
+  // How long Take() polls for its message before it blocks (AdaptiveSpin;
+  // zero: never). Default: kDefaultSpin.
+  void SetSpin(absl::Duration max) { spin_.set_max(max); }
+
  private:
   struct Stored {
     std::string data;
@@ -149,6 +155,9 @@ class Inbox {
   // "group/epoch" -> why a peer of it is gone (see PeerLost).
   absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   PayloadBuffers payloads_;
+  // Counts what may end a Take(): deliveries, aborts, lost peers, epochs.
+  std::atomic<uint64_t> changes_{0};
+  AdaptiveSpin spin_;
 };
 
 }  // namespace chorus

@@ -133,13 +133,15 @@ absl::Status RestrictLocalSocket(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<LocalCallSocket>> LocalCallSocket::Start(
-    const std::string& path, LocalCalls* calls, uint64_t max_frame_bytes) {
+    const std::string& path, LocalCalls* calls, uint64_t max_frame_bytes,
+    absl::Duration spin) {
   absl::Status prepared = PrepareLocalSocket(path);
   if (!prepared.ok()) return prepared;
   absl::StatusOr<Listener> listener = ListenUnix(path);
   if (!listener.ok()) return listener.status();
   FrameServer::Options options;
   options.name = "call socket";
+  options.spin = spin;
   options.hello = std::string(kLocalCallHello);
   options.max_frame_bytes = max_frame_bytes;
   options.error_payload = ErrorPayload;

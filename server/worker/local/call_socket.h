@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/frame_server.h"
 #include "common/local_socket_path.h"
 #include "server/worker/local/local_calls.h"
@@ -61,10 +62,12 @@ class LocalCallSocket {
  public:
   // Listens at `path` (a socket left there by a worker that is gone is
   // removed first) and serves calls into `calls` (not owned). Frames over
-  // `max_frame_bytes` are refused. Returns PrepareLocalSocket's codes, and
-  // UNAVAILABLE when it cannot listen there.
+  // `max_frame_bytes` are refused. The serving thread polls `spin` for the
+  // next frame before it blocks (AdaptiveSpin). Returns PrepareLocalSocket's
+  // codes, and UNAVAILABLE when it cannot listen there.
   static absl::StatusOr<std::unique_ptr<LocalCallSocket>> Start(
-      const std::string& path, LocalCalls* calls, uint64_t max_frame_bytes);
+      const std::string& path, LocalCalls* calls, uint64_t max_frame_bytes,
+      absl::Duration spin = absl::ZeroDuration());
 
   ~LocalCallSocket();
   LocalCallSocket(const LocalCallSocket&) = delete;

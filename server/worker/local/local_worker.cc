@@ -57,7 +57,7 @@ absl::Status LocalWorker::Register() {
   if (options_.call_socket && !socket.empty()) {
     absl::StatusOr<std::unique_ptr<LocalCallSocket>> started =
         LocalCallSocket::Start(CallSocketPath(socket), &calls_,
-                               options_.max_frame_bytes);
+                               options_.max_frame_bytes, options_.runtime.spin);
     if (started.ok()) {
       call_socket_ = *std::move(started);
       calls_.SetCallSocket(call_socket_->path());
