@@ -219,6 +219,34 @@ std::string ChildProcess::LogTail(size_t max_bytes) const {
   return text;
 }
 
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_signal = 0;
+
+void OnSignal(int sig) {
+  g_signal = sig;
+  const char byte = 1;
+  ssize_t ignored = write(g_signal_pipe[1], &byte, 1);
+  (void)ignored;
+}
+
+}  // namespace
+
+absl::StatusOr<int> InstallSignalPipe() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError("cannot create the signal pipe");
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return g_signal_pipe[0];
+}
+
+int SignalCaught() { return g_signal; }
+
 std::string SelfExecutable() {
   char path[4096];
   const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);

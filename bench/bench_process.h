@@ -90,6 +90,14 @@ class ChildProcess {
   std::optional<int> exit_code_;
 };
 
+// Has SIGINT, SIGTERM and SIGHUP write a byte to a pipe, so that a poll
+// loop sees them, and ignores SIGPIPE. Returns the pipe's read end, or
+// INTERNAL when it cannot be made. Call once per process.
+absl::StatusOr<int> InstallSignalPipe();
+
+// The termination signal caught so far (InstallSignalPipe), or 0.
+int SignalCaught();
+
 // The path of the running executable (/proc/self/exe resolved), or "" when it
 // cannot be read.
 std::string SelfExecutable();

@@ -238,29 +238,6 @@ int RankMain(const Config& c, const char* argv0) {
 
 // ---- The parent -----------------------------------------------------------
 
-// Termination signals reach the parent's poll loop through this pipe.
-int g_signal_pipe[2] = {-1, -1};
-volatile sig_atomic_t g_signal = 0;
-
-void OnSignal(int sig) {
-  g_signal = sig;
-  const char byte = 1;
-  ssize_t ignored = write(g_signal_pipe[1], &byte, 1);
-  (void)ignored;
-}
-
-absl::Status InstallSignalHandlers() {
-  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return absl::InternalError("cannot create the signal pipe");
-  }
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  return absl::OkStatus();
-}
-
 std::string CoordinatorBinary() {
   return FindCoordinatorBinary(absl::GetFlag(FLAGS_coordinator_bin),
                                CHORUS_BENCH_COORDINATOR_BIN);
@@ -334,8 +311,9 @@ class Parent {
 
  private:
   absl::Status RunInner() {
-    absl::Status handlers = InstallSignalHandlers();
-    if (!handlers.ok()) return handlers;
+    absl::StatusOr<int> signals = InstallSignalPipe();
+    if (!signals.ok()) return signals.status();
+    signal_fd_ = *signals;
     std::string tmpl =
         (std::filesystem::temp_directory_path() / "chorus-bench.XXXXXX")
             .string();
@@ -405,7 +383,7 @@ class Parent {
     coordinator_ = *std::move(child);
     absl::StatusOr<int> port =
         WaitForPortFile(*coordinator_, port_file, absl::Seconds(30),
-                        [] { return g_signal != 0; });
+                        [] { return SignalCaught() != 0; });
     if (!port.ok()) return port.status();
     coordinator_description_ =
         absl::StrCat(spawn.binary, " ", absl::StrJoin(spawn.args, " "));
@@ -466,7 +444,7 @@ class Parent {
         }
       }
       if (fds.empty()) break;
-      fds.push_back({g_signal_pipe[0], POLLIN, 0});
+      fds.push_back({signal_fd_, POLLIN, 0});
       const absl::Duration left = last_progress + stall_limit - absl::Now();
       if (left <= absl::ZeroDuration()) {
         return absl::DeadlineExceededError(absl::StrCat(
@@ -479,9 +457,9 @@ class Parent {
         return absl::InternalError(
             absl::StrCat("poll: ", std::strerror(errno)));
       }
-      if (g_signal != 0) {
+      if (const int caught = SignalCaught(); caught != 0) {
         return absl::CancelledError(
-            absl::StrCat("interrupted by signal ", g_signal));
+            absl::StrCat("interrupted by signal ", caught));
       }
       for (size_t i = 0; i < owner.size(); ++i) {
         if (fds[i].revents == 0) continue;
@@ -606,6 +584,8 @@ class Parent {
   const Config& c_;
   const bool csv_ = absl::GetFlag(FLAGS_format) == "csv";
   std::string dir_;
+  // Read end of the pipe termination signals write to (InstallSignalPipe).
+  int signal_fd_ = -1;
   std::unique_ptr<ChildProcess> coordinator_;
   std::string coordinator_description_;
   std::vector<RankChild> ranks_;

@@ -69,13 +69,8 @@ class Client {
   int fd_ = -1;
 };
 
-TEST(FrameServerTest,
-     TakeFrames_HandlerRepliesToTwoConnections_EveryReplyArrivesInOrder) {
-  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  absl::Mutex mu;
-  // The first connection that sent "watch": it gets a copy of every reply.
-  std::optional<FrameServer::Replier> watcher;
+// A call-frame server's options, named "test".
+FrameServer::Options TestOptions() {
   FrameServer::Options options;
   options.name = "test";
   options.hello = std::string(kCallHello);
@@ -83,6 +78,17 @@ TEST(FrameServerTest,
   options.error_payload = [](const absl::Status& why) {
     return std::string(why.message());
   };
+  return options;
+}
+
+TEST(FrameServerTest,
+     TakeFrames_HandlerRepliesToTwoConnections_EveryReplyArrivesInOrder) {
+  absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::Mutex mu;
+  // The first connection that sent "watch": it gets a copy of every reply.
+  std::optional<FrameServer::Replier> watcher;
+  FrameServer::Options options = TestOptions();
   absl::StatusOr<std::unique_ptr<FrameServer>> server = FrameServer::Start(
       listener->fd, options,
       [&](std::string payload, FrameServer::Replier reply, const Identity*) {
@@ -128,13 +134,7 @@ TEST(FrameServerTest,
 TEST(FrameServerTest, Serve_PollingBeforeBlocking_EveryFrameAnswered) {
   absl::StatusOr<Listener> listener = ListenTcp("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status();
-  FrameServer::Options options;
-  options.name = "test";
-  options.hello = std::string(kCallHello);
-  options.max_frame_bytes = 1 << 20;
-  options.error_payload = [](const absl::Status& why) {
-    return std::string(why.message());
-  };
+  FrameServer::Options options = TestOptions();
   options.spin = absl::Microseconds(50);
   absl::StatusOr<std::unique_ptr<FrameServer>> server = FrameServer::Start(
       listener->fd, options,
