@@ -32,7 +32,7 @@
 namespace chorus {
 
 // The budget daemons and embedded runtimes use unless told otherwise
-// (--spin_us).
+// (--spin).
 inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(50);
 
 class AdaptiveSpin {

@@ -474,8 +474,7 @@ void CallPortClient::ReadAsReader(int fd, uint64_t generation,
   const int other_fd = wake_fd >= 0 ? wake_fd : cancel_fd_;
   spin_.Spin([&] { return ReadableNow(fd, other_fd); });
   absl::StatusOr<size_t> got =
-      ReadSomeWhenReady(fd, buffer, sizeof(buffer), deadline,
-                        wake_fd >= 0 ? wake_fd : cancel_fd_);
+      ReadSomeWhenReady(fd, buffer, sizeof(buffer), deadline, other_fd);
   const bool woken = wake_fd >= 0 && absl::IsCancelled(got.status());
   if (woken) {
     uint64_t count = 0;
