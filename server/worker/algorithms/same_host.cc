@@ -1,25 +1,29 @@
 // The same_host plan: all-reduce between ranks whose workers run on one
 // host, through shared memory (SharedSegments) instead of sockets.
 //
-//   A. Every rank copies its input into a shared segment of its own (its
-//      input area) and sends every other rank its pid and the segment's
-//      descriptor and id.
+//   A. Every rank copies the blocks of its input that its peers reduce
+//      (block p for rank p: not its own) into a shared segment of its own
+//      (its input area) and sends every other rank its pid and the
+//      segment's descriptor and id.
 //   B. Every rank maps each peer's segment. One that mapped them all
-//      reduces element block r (r its rank) of every rank's input area, in
-//      rank order, into its output and copies the result into its
-//      segment's result area (after the input area). Then it tells everyone
-//      whether it mapped them all (and so reduced). Unless all did, every
-//      rank falls back to the ring in this same call, on the copy of its
-//      input in its input area (its output, which may be its input, was
-//      written).
-//   C. Every rank copies block p from rank p's result area into its output,
-//      then tells everyone it is done reading, so no rank reuses its segment
-//      (or returns) while another still reads it.
+//      reduces element block r (r its rank) of every rank's input, in rank
+//      order (its own from its input, the others from their input areas),
+//      into its segment's result area (after the input area). Then it tells
+//      everyone whether it mapped them all (and so reduced). Unless all did,
+//      every rank falls back to the ring in this same call, on its input
+//      (its output, which may be its input, was not written yet).
+//   C. Every rank copies block p from rank p's result area into its output
+//      (its own block from its own), then tells everyone it is done
+//      reading, so no rank reuses its segment (or returns) while another
+//      still reads it.
 //
 // Three rounds of messages; reducing before the second round (rather than
 // after agreeing that all could map) saves one round, measured with
 // chorus-bench --algorithm=same_host (bench/README.md, "Same host: three
-// rounds instead of four").
+// rounds instead of four"). A rank copies (n-1)/n of its input into shared
+// memory and all of its output out of it, and reduces from where the data
+// is: 2 - 1/n times the bytes copied per call where copying the whole input
+// and publishing the reduced block cost 2 ("Same host: fewer copies").
 //
 // Each block is combined once, in rank order (in the accumulator type, e.g.
 // f32 for f16/bf16, and rounded once), and copied: every rank gets
@@ -112,12 +116,12 @@ absl::StatusOr<bool> MapPeers(const std::vector<std::string>& hellos, int rank,
   return mapped;
 }
 
-// B. Reduces block `rank` of every source, in rank order, into the output
-// (combined in the accumulator type and rounded once: ReduceSources), then
-// publishes it at `result` (this rank's result area).
+// B. Reduces block `rank` of every source, in rank order, into `result`
+// (this rank's result area), combined in the accumulator type and rounded
+// once (ReduceSources).
 absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
                             const std::function<const char*(int)>& source,
-                            char* result, char* out) {
+                            char* result) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
   const Range mine = SplitRange(spec.count, element, world, rank);
@@ -126,43 +130,52 @@ absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
   std::string accumulators;
   for (uint64_t c = 0; c < ChunkCount(mine.size, piece_bytes); ++c) {
     const Range piece = ChunkOf(mine, piece_bytes, c);
-    char* dst = out + piece.offset;
     for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
     const absl::Time start = absl::Now();
-    absl::Status reduced =
-        cpu_reduce::ReduceSources(spec.op, spec.dtype, dst, sources.data(),
-                                  world, piece.size / element, &accumulators);
+    absl::Status reduced = cpu_reduce::ReduceSources(
+        spec.op, spec.dtype, result + (piece.offset - mine.offset),
+        sources.data(), world, piece.size / element, &accumulators);
     if (!reduced.ok()) return reduced;
     RecordReduce("cpu", piece.size * world, absl::Now() - start);
-    std::memcpy(result + (piece.offset - mine.offset), dst, piece.size);
   }
   return absl::OkStatus();
 }
 
-// C. Copies every other block from the result area of the rank that
-// reduced it (`result(p)`: where block p starts there), and hashes the
-// whole output (this rank's block too, once every rank could reduce).
-void CopyPeerBlocks(const AlgorithmArgs& args, int world, int rank,
-                    const std::function<const char*(int)>& result, char* out) {
+// C. Copies every block from the result area of the rank that reduced it
+// (`result(p)`: where block p starts there) and hashes the output.
+// `corrupt_for_testing` flips a bit of the first block another rank reduced.
+void CopyReducedBlocks(const AlgorithmArgs& args, int world,
+                       const std::function<const char*(int)>& result,
+                       char* out) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
   bool corrupted = false;
   for (int peer = 0; peer < world; ++peer) {
     const Range block = SplitRange(spec.count, element, world, peer);
     char* dst = out + block.offset;
-    if (peer == rank) {
-      if (args.hash != nullptr) {
-        args.hash->Add(block.offset, absl::string_view(dst, block.size));
-      }
-      continue;
-    }
     std::memcpy(dst, result(peer), block.size);
-    if (args.corrupt_for_testing && block.size > 0 && !corrupted) {
+    // A block another rank reduced, as a corrupted copy would be.
+    if (args.corrupt_for_testing && peer != args.transport->rank() &&
+        block.size > 0 && !corrupted) {
       dst[0] ^= 1;
       corrupted = true;
     }
     if (args.hash != nullptr) {
       args.hash->Add(block.offset, absl::string_view(dst, block.size));
+    }
+  }
+}
+
+// A. Copies every block of `input` but this rank's own into `area` (the
+// input area of its segment), each at its offset.
+void CopyPeersBlocks(const CollectiveSpec& spec, int world, int rank,
+                     absl::string_view input, char* area) {
+  const uint64_t element = DTypeSize(spec.dtype);
+  for (int peer = 0; peer < world; ++peer) {
+    if (peer == rank) continue;
+    const Range block = SplitRange(spec.count, element, world, peer);
+    if (block.size > 0) {
+      std::memcpy(area + block.offset, input.data() + block.offset, block.size);
     }
   }
 }
@@ -214,8 +227,9 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   const int rank = transport.rank();
   const uint64_t bytes = spec.count * DTypeSize(spec.dtype);
   const uint64_t segment_bytes = bytes + LargestBlockBytes(spec, world);
-  // The input is read (step A) before any of the output is written, so the
-  // two may be the same memory.
+  // The output is written only in step C, after every rank read what it
+  // needs of this rank's input (steps A and B), so the two may be the same
+  // memory.
   char* out = args.output_place;
   if (out == nullptr) {
     args.output->resize(bytes);
@@ -232,7 +246,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
       if (own.ok()) SharedSegments::Get().Release(*own);
     }
   } releaser{own};
-  if (own.ok() && bytes > 0) std::memcpy(own->data, args.input.data(), bytes);
+  if (own.ok()) CopyPeersBlocks(spec, world, rank, args.input, own->data);
   absl::StatusOr<std::vector<std::string>> hellos =
       AllToAll(transport, HelloOf(own));
   if (!hellos.ok()) return hellos.status();
@@ -244,11 +258,11 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
       MapPeers(*hellos, rank, segment_bytes, own.ok(), peers);
   if (!mapped.ok()) return mapped.status();
   const std::function<const char*(int)> input = [&](int r) -> const char* {
-    return r == rank ? own->data : peers[r].data;
+    return r == rank ? args.input.data() : peers[r].data;
   };
   if (*mapped) {
     absl::Status reduced =
-        ReduceOwnBlock(args, world, rank, input, own->data + bytes, out);
+        ReduceOwnBlock(args, world, rank, input, own->data + bytes);
     if (!reduced.ok()) return reduced;
   }
   absl::StatusOr<std::vector<std::string>> verdicts =
@@ -256,15 +270,14 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   if (!verdicts.ok()) return verdicts.status();
   if (!AllSaidYes(*verdicts, rank, *mapped)) {
     if (ran != nullptr) *ran = Algorithm::kRing;
-    // The output may be the input and was written: the ring reads the copy.
-    AlgorithmArgs fallback = args;
-    if (own.ok()) fallback.input = absl::string_view(own->data, bytes);
-    return RunRing(fallback);
+    return RunRing(args);
   }
 
-  // C. Copy the other blocks, then wait until no rank reads any more.
-  CopyPeerBlocks(
-      args, world, rank, [&](int r) { return input(r) + bytes; }, out);
+  // C. Copy the reduced blocks, then wait until no rank reads any more.
+  const std::function<const char*(int)> result = [&](int r) -> const char* {
+    return (r == rank ? own->data : peers[r].data) + bytes;
+  };
+  CopyReducedBlocks(args, world, result, out);
   absl::StatusOr<std::vector<std::string>> done = AllToAll(transport, "d");
   if (!done.ok()) return done.status();
   return absl::OkStatus();
