@@ -1,14 +1,17 @@
 // Inbox: group epochs. A newer epoch of a group makes the inbox forget the
 // older one: its stored messages go (and their flow-control bytes with
 // them), its late data is dropped, and waits on it end ABORTED naming the
-// newer epoch. No sockets, no clocks: deadlines are in the past or far away.
+// newer epoch. Waits on a shared word (AwaitWord) end the same ways. No
+// sockets, no clocks: deadlines are in the past or far away.
 
 #include "server/worker/dataplane/inbox.h"
 
+#include <atomic>
 #include <string>
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "common/futex_word.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -137,6 +140,76 @@ TEST(InboxTest, Deliver_OtherGroups_Independent) {
   absl::StatusOr<std::string> taken = inbox.Take(other, kNow);
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(*taken, "h1");
+}
+
+// AwaitWord: a word another rank advances in shared memory (here another
+// thread), waited on as a message is.
+TEST(InboxTest, AwaitWord_AdvancedByAnotherThread_Ok) {
+  Inbox inbox;
+  inbox.SetSpin(absl::ZeroDuration());  // block at once
+  std::atomic<uint64_t> word{4};
+  absl::Status waited = absl::UnknownError("not run");
+  std::thread waiter([&] {
+    waited = inbox.AwaitWord(Key(1), word, 6, absl::Now() + absl::Hours(1));
+  });
+  word.store(5);
+  WakeWordWaiters(word);
+  word.store(7);
+  WakeWordWaiters(word);
+  waiter.join();
+  EXPECT_TRUE(waited.ok()) << waited;
+}
+
+TEST(InboxTest, AwaitWord_AlreadyThere_OkWithoutWaiting) {
+  Inbox inbox;
+  std::atomic<uint64_t> word{9};
+  EXPECT_TRUE(inbox.AwaitWord(Key(1), word, 9, kNow).ok());
+}
+
+TEST(InboxTest, AwaitWord_NeverAdvanced_DeadlineExceededNamingRank) {
+  Inbox inbox;
+  inbox.SetSpin(absl::ZeroDuration());
+  std::atomic<uint64_t> word{0};
+  const absl::Status waited = inbox.AwaitWord(Key(1, 7), word, 1, kNow);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(waited.message()),
+              HasSubstr("rank 0 of group g sent no data for collective #7"));
+}
+
+TEST(InboxTest, AwaitWord_AbortedOrPeerLostWhileBlocked_EndsWithThatStatus) {
+  for (bool abort : {true, false}) {
+    Inbox inbox;
+    inbox.SetSpin(absl::ZeroDuration());
+    std::atomic<uint64_t> word{0};
+    absl::Status waited;
+    std::thread waiter([&] {
+      waited = inbox.AwaitWord(Key(2), word, 1, absl::Now() + absl::Hours(1));
+    });
+    const absl::Status why = abort ? absl::AbortedError("verdict")
+                                   : absl::UnavailableError("rank 3 is gone");
+    if (abort) {
+      inbox.Abort("g", 2, why);
+    } else {
+      inbox.PeerLost("g", 2, why);
+    }
+    waiter.join();
+    EXPECT_EQ(waited, why);
+  }
+}
+
+TEST(InboxTest, AwaitWord_NewerEpochWhileBlocked_EndsAborted) {
+  Inbox inbox;
+  inbox.SetSpin(absl::ZeroDuration());
+  EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), Key(3), "seen", nullptr));
+  std::atomic<uint64_t> word{0};
+  absl::Status waited;
+  std::thread waiter([&] {
+    waited = inbox.AwaitWord(Key(3), word, 1, absl::Now() + absl::Hours(1));
+  });
+  EXPECT_TRUE(inbox.Deliver(inbox.NewStream(), Key(4), "new", nullptr));
+  waiter.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("epoch 3 is over"));
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ TEST_P(SameHostTest, OutputPlaceOverItsInput_MatchesReferenceOnEveryRank) {
 }
 
 // A transport whose rank's first message to each peer (step A's hello:
-// pid, descriptor, segment id, 8 bytes each) names another segment id, so
+// pid, descriptor, segment id, ticket, 8 bytes each) names another segment id, so
 // that no peer can map this rank's segment while this rank maps theirs.
 class ForgedHelloTransport final : public Transport {
  public:
@@ -108,11 +108,15 @@ class ForgedHelloTransport final : public Transport {
     if (greeted_[to]) return inner_->Send(to, data);
     greeted_[to] = true;
     std::string forged(data);
-    if (forged.size() == 24) forged[16] ^= 0x5a;  // the id's low byte
+    if (forged.size() == 32) forged[16] ^= 0x5a;  // the id's low byte
     return inner_->Send(to, forged);
   }
   absl::StatusOr<std::string> Recv(int from) override {
     return inner_->Recv(from);
+  }
+  absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,
+                         uint64_t target) override {
+    return inner_->AwaitWord(from, word, target);
   }
 
  private:
@@ -121,10 +125,10 @@ class ForgedHelloTransport final : public Transport {
 };
 
 TEST(SameHostFallbackTest, OneRankMappedAndReducedInPlace_RingOnTheInput) {
-  // Rank 1 maps every segment and reduces its block into its output place,
-  // which is its input; no other rank can map rank 1's segment. Every rank
-  // falls back to the ring (which writes the output string), rank 1 from
-  // the copy of its input in its segment.
+  // Rank 1 maps every segment and reduces its block (its output place is
+  // its input); no other rank can map rank 1's segment, and each says so in
+  // its stage. Every rank falls back to the ring (which writes the output
+  // string), rank 1 too, on its input, which the plan has not written.
   const AlgorithmFn fn = [](const AlgorithmArgs& args, Algorithm* ran) {
     std::string place(args.input);
     AlgorithmArgs in_place = args;

@@ -3,27 +3,32 @@
 //
 //   A. Every rank copies the blocks of its input that its peers reduce
 //      (block p for rank p: not its own) into a shared segment of its own
-//      (its input area) and sends every other rank its pid and the
-//      segment's descriptor and id.
+//      (its input area) and sends every other rank its pid, the segment's
+//      descriptor and id, and its lease's ticket. A rank without a segment
+//      says so, and then every rank falls back to the ring at once.
 //   B. Every rank maps each peer's segment. One that mapped them all
 //      reduces element block r (r its rank) of every rank's input, in rank
 //      order (its own from its input, the others from their input areas),
-//      into its segment's result area (after the input area). Then it tells
-//      everyone whether it mapped them all (and so reduced). Unless all did,
-//      every rank falls back to the ring in this same call, on its input
-//      (its output, which may be its input, was not written yet).
+//      into its segment's result area (after the input area). It then sets
+//      its segment's stage to "reduced", or to "cannot" when it could not
+//      map them all. A rank that mapped them all waits for every peer's
+//      stage; unless all say "reduced", every rank (each knows it: by a
+//      peer's "cannot" or its own) exchanges one more message, so that no
+//      segment is reused while another rank still reads its stage, and
+//      falls back to the ring in this same call, on its input (its output,
+//      which may be its input, was not written yet).
 //   C. Every rank copies block p from rank p's result area into its output
-//      (its own block from its own), then tells everyone it is done
-//      reading, so no rank reuses its segment (or returns) while another
-//      still reads it.
+//      (its own block from its own), sets its stage to "done", and waits
+//      for every peer's "done", so no rank reuses its segment (or returns)
+//      while another still reads it.
 //
-// Three rounds of messages; reducing before the second round (rather than
-// after agreeing that all could map) saves one round, measured with
-// chorus-bench --algorithm=same_host (bench/README.md, "Same host: three
-// rounds instead of four"). A rank copies (n-1)/n of its input into shared
-// memory and all of its output out of it, and reduces from where the data
-// is: 2 - 1/n times the bytes copied per call where copying the whole input
-// and publishing the reduced block cost 2 ("Same host: fewer copies").
+// One round of messages and two of stages, which a waiting rank polls and
+// then sleeps on (Transport::AwaitWord); three rounds of messages took 1.1x
+// to 2.3x the time (bench/README.md, "Same host: stages in shared memory").
+// A rank copies (n-1)/n of its input into shared memory and all of its output
+// out of it, and reduces from where the data is: 2 - 1/n times the bytes
+// copied per call where copying the whole input and publishing the reduced
+// block cost 2 ("Same host: fewer copies").
 //
 // Each block is combined once, in rank order (in the accumulator type, e.g.
 // f32 for f16/bf16, and rounded once), and copied: every rank gets
@@ -38,6 +43,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/collective_metrics.h"
+#include "common/futex_word.h"
 #include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
@@ -49,9 +55,24 @@ namespace {
 // What a rank tells its peers in step A.
 struct Exposed {
   uint64_t pid = 0;
-  int64_t fd = -1;
+  int64_t fd = -1;  // -1: no segment
   uint64_t id = 0;
+  uint64_t ticket = 0;
 };
+
+// The steps a segment's stage records, for the call that leased it with
+// ticket t: StageOf(t, step), larger for each later step and lease.
+enum class Step : uint64_t { kReduced = 1, kCannot = 2, kDone = 3 };
+
+uint64_t StageOf(uint64_t ticket, Step step) {
+  return ticket * 4 + static_cast<uint64_t>(step);
+}
+
+// Sets this rank's stage to `step` and wakes the peers waiting on it.
+void Advance(const SharedSegments::Own& own, Step step) {
+  own.stage->store(StageOf(own.ticket, step), std::memory_order_release);
+  WakeWordWaiters(*own.stage);
+}
 
 // Reduced in pieces of this size, so that the accumulator stays in cache
 // while every source is combined into it.
@@ -91,29 +112,58 @@ class PeerSegments {
   std::vector<SharedSegments::Peer> peers_;
 };
 
-// B. Maps every peer's segment exposed in `hellos`; returns whether every
-// one could be mapped by this rank (false at once without `own_ok`).
-absl::StatusOr<bool> MapPeers(const std::vector<std::string>& hellos, int rank,
-                              uint64_t bytes, bool own_ok,
-                              PeerSegments& peers) {
-  bool mapped = own_ok;
-  for (int peer = 0; peer < static_cast<int>(hellos.size()) && mapped; ++peer) {
+// A. The hellos of every rank (this rank's entry is left empty). Returns
+// INTERNAL for one that is malformed.
+absl::StatusOr<std::vector<Exposed>> ParseHellos(
+    const std::vector<std::string>& hellos, int rank) {
+  std::vector<Exposed> exposed(hellos.size());
+  for (int peer = 0; peer < static_cast<int>(hellos.size()); ++peer) {
     if (peer == rank) continue;
-    Exposed theirs;
     if (hellos[peer].size() != sizeof(Exposed)) {
       return absl::InternalError(
           absl::StrCat("rank ", peer, " sent a malformed same_host hello"));
     }
-    std::memcpy(&theirs, hellos[peer].data(), sizeof(Exposed));
-    absl::StatusOr<SharedSegments::Peer> segment =
-        theirs.fd < 0
-            ? absl::UnavailableError("no segment")
-            : SharedSegments::Get().MapPeer(
-                  theirs.pid, static_cast<int>(theirs.fd), theirs.id, bytes);
-    mapped = segment.ok();
-    if (mapped) peers[peer] = *segment;
+    std::memcpy(&exposed[peer], hellos[peer].data(), sizeof(Exposed));
   }
-  return mapped;
+  return exposed;
+}
+
+// B. Maps every peer's segment in `exposed`; returns whether every one
+// could be mapped by this rank.
+bool MapPeers(const std::vector<Exposed>& exposed, int rank, uint64_t bytes,
+              PeerSegments& peers) {
+  for (int peer = 0; peer < static_cast<int>(exposed.size()); ++peer) {
+    if (peer == rank) continue;
+    const Exposed& theirs = exposed[peer];
+    absl::StatusOr<SharedSegments::Peer> segment =
+        SharedSegments::Get().MapPeer(theirs.pid, static_cast<int>(theirs.fd),
+                                      theirs.id, bytes);
+    if (!segment.ok()) return false;
+    peers[peer] = *segment;
+  }
+  return true;
+}
+
+// Waits until every peer's stage reached `step` of its call. With
+// `all_reduced`, clears it when a peer said Step::kCannot.
+absl::Status AwaitPeers(Transport& transport,
+                        const std::vector<Exposed>& exposed,
+                        PeerSegments& peers, Step step, bool* all_reduced) {
+  for (int peer = 0; peer < transport.world_size(); ++peer) {
+    if (peer == transport.rank()) continue;
+    const std::atomic<uint64_t>& stage = *peers[peer].stage;
+    const uint64_t ticket = exposed[peer].ticket;
+    absl::Status reached =
+        transport.AwaitWord(peer, stage, StageOf(ticket, step));
+    if (!reached.ok()) return reached;
+    // Past "cannot" only by "done" of this same call: a rank that said
+    // "cannot" ends the call in the ring, with every other rank.
+    if (all_reduced != nullptr && stage.load(std::memory_order_acquire) ==
+                                      StageOf(ticket, Step::kCannot)) {
+      *all_reduced = false;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // B. Reduces block `rank` of every source, in rank order, into `result`
@@ -198,19 +248,25 @@ std::string HelloOf(const absl::StatusOr<SharedSegments::Own>& own) {
   if (own.ok()) {
     self.fd = own->fd;
     self.id = own->id;
+    self.ticket = own->ticket;
   }
   std::string hello(sizeof(Exposed), '\0');
   std::memcpy(hello.data(), &self, sizeof(Exposed));
   return hello;
 }
 
-// Whether every rank says "1" in `verdicts` (this rank's is `mine`).
-bool AllSaidYes(const std::vector<std::string>& verdicts, int rank, bool mine) {
-  bool all = mine;
-  for (int peer = 0; peer < static_cast<int>(verdicts.size()); ++peer) {
-    if (peer != rank) all = all && verdicts[peer] == "1";
+// Whether every peer in `exposed` has a segment.
+bool AllHaveSegments(const std::vector<Exposed>& exposed, int rank) {
+  for (int peer = 0; peer < static_cast<int>(exposed.size()); ++peer) {
+    if (peer != rank && exposed[peer].fd < 0) return false;
   }
-  return all;
+  return true;
+}
+
+// The ring in place of the same_host plan, on the caller's input.
+absl::Status FallBack(const AlgorithmArgs& args, Algorithm* ran) {
+  if (ran != nullptr) *ran = Algorithm::kRing;
+  return RunRing(args);
 }
 
 }  // namespace
@@ -236,8 +292,8 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
     out = args.output->data();
   }
 
-  // A. Copy the input into a shared segment and expose it. Without one,
-  // this rank says it cannot take part (step B), and all fall back.
+  // A. Copy the blocks the peers reduce into a shared segment and expose
+  // it. Without one, this rank says so, and all fall back.
   absl::StatusOr<SharedSegments::Own> own =
       SharedSegments::Get().Acquire(segment_bytes);
   struct Releaser {
@@ -250,27 +306,33 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   absl::StatusOr<std::vector<std::string>> hellos =
       AllToAll(transport, HelloOf(own));
   if (!hellos.ok()) return hellos.status();
+  absl::StatusOr<std::vector<Exposed>> exposed = ParseHellos(*hellos, rank);
+  if (!exposed.ok()) return exposed.status();
+  // Every rank sees every hello: all fall back, and none reads a segment.
+  if (!own.ok() || !AllHaveSegments(*exposed, rank)) return FallBack(args, ran);
 
   // B. Map every peer's segment and, where all are, reduce this rank's
-  // block; agree on whether every rank could.
+  // block; learn whether every rank could.
   PeerSegments peers(world);
-  absl::StatusOr<bool> mapped =
-      MapPeers(*hellos, rank, segment_bytes, own.ok(), peers);
-  if (!mapped.ok()) return mapped.status();
-  const std::function<const char*(int)> input = [&](int r) -> const char* {
-    return r == rank ? args.input.data() : peers[r].data;
-  };
-  if (*mapped) {
+  bool all_reduced = MapPeers(*exposed, rank, segment_bytes, peers);
+  if (all_reduced) {
+    const std::function<const char*(int)> input = [&](int r) -> const char* {
+      return r == rank ? args.input.data() : peers[r].data;
+    };
     absl::Status reduced =
         ReduceOwnBlock(args, world, rank, input, own->data + bytes);
     if (!reduced.ok()) return reduced;
+    Advance(*own, Step::kReduced);
+    absl::Status heard =
+        AwaitPeers(transport, *exposed, peers, Step::kReduced, &all_reduced);
+    if (!heard.ok()) return heard;
+  } else {
+    Advance(*own, Step::kCannot);
   }
-  absl::StatusOr<std::vector<std::string>> verdicts =
-      AllToAll(transport, *mapped ? "1" : "0");
-  if (!verdicts.ok()) return verdicts.status();
-  if (!AllSaidYes(*verdicts, rank, *mapped)) {
-    if (ran != nullptr) *ran = Algorithm::kRing;
-    return RunRing(args);
+  if (!all_reduced) {
+    absl::StatusOr<std::vector<std::string>> read = AllToAll(transport, "f");
+    if (!read.ok()) return read.status();
+    return FallBack(args, ran);
   }
 
   // C. Copy the reduced blocks, then wait until no rank reads any more.
@@ -278,9 +340,8 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
     return (r == rank ? own->data : peers[r].data) + bytes;
   };
   CopyReducedBlocks(args, world, result, out);
-  absl::StatusOr<std::vector<std::string>> done = AllToAll(transport, "d");
-  if (!done.ok()) return done.status();
-  return absl::OkStatus();
+  Advance(*own, Step::kDone);
+  return AwaitPeers(transport, *exposed, peers, Step::kDone, nullptr);
 }
 
 }  // namespace chorus

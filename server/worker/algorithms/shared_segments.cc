@@ -15,7 +15,9 @@
 namespace chorus {
 namespace {
 
+// The header: the segment's id, then its stage.
 constexpr uint64_t kHeaderBytes = 64;
+constexpr uint64_t kStageOffset = 8;
 // Segment sizes are rounded up to this, so slightly different sizes share.
 constexpr uint64_t kGranule = 2 << 20;
 // Free segments and unused peer mappings kept for reuse.
@@ -24,6 +26,11 @@ constexpr size_t kIdleMappings = 16;
 
 std::string Errno() { return std::strerror(errno); }
 
+// The stage word in the header of a segment mapped at `base`.
+const std::atomic<uint64_t>* StageOf(const char* base) {
+  return reinterpret_cast<const std::atomic<uint64_t>*>(base + kStageOffset);
+}
+
 }  // namespace
 
 SharedSegments& SharedSegments::Get() {
@@ -31,10 +38,14 @@ SharedSegments& SharedSegments::Get() {
   return *segments;
 }
 
-SharedSegments::Own SharedSegments::LeaseOf(const Segment& segment) {
-  return Own{segment.id, segment.memory->fd(),
+SharedSegments::Own SharedSegments::LeaseOf(Segment& segment) {
+  return Own{segment.id,
+             segment.memory->fd(),
              segment.memory->data() + kHeaderBytes,
-             segment.memory->bytes() - kHeaderBytes};
+             segment.memory->bytes() - kHeaderBytes,
+             ++segment.tickets,
+             reinterpret_cast<std::atomic<uint64_t>*>(segment.memory->data() +
+                                                      kStageOffset)};
 }
 
 void SharedSegments::UnmapMapping(const Mapping& mapping) {
@@ -95,7 +106,8 @@ absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,
       if (it->pid != pid || it->id != id || it->capacity < bytes) continue;
       ++it->users;
       mappings_.splice(mappings_.begin(), mappings_, it);
-      return Peer{it->base + kHeaderBytes, it->capacity, &*it};
+      return Peer{it->base + kHeaderBytes, it->capacity, &*it,
+                  StageOf(it->base)};
     }
   }
   const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
@@ -130,8 +142,8 @@ absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,
   {
     absl::MutexLock lock(&mu_);
     mappings_.push_front(mapping);
-    peer =
-        Peer{mapping.base + kHeaderBytes, mapping.capacity, &mappings_.front()};
+    peer = Peer{mapping.base + kHeaderBytes, mapping.capacity,
+                &mappings_.front(), StageOf(mapping.base)};
     size_t idle = 0;
     for (auto it = mappings_.begin(); it != mappings_.end();) {
       if (it->users == 0 && ++idle > kIdleMappings) {

@@ -6,7 +6,11 @@
 // same permission process_vm_readv needs) and then reads it with plain loads.
 // Each segment starts with a 64-byte header holding its id, which a peer checks
 // after mapping, so a reused descriptor number or a process in another pid
-// namespace is never mistaken for the segment it was told about.
+// namespace is never mistaken for the segment it was told about, and its
+// stage: a word only the owner writes, which grows with every step of every
+// call that leases the segment, and which peers wait on (futex_word.h). Each
+// lease has a ticket, larger than every earlier lease's, for the call to
+// derive its stages from.
 //
 // Segments and peer mappings are kept for reuse across calls: the first
 // call of a size pays for the pages, later ones only copy.
@@ -18,6 +22,7 @@
 #ifndef CHORUS_SERVER_WORKER_ALGORITHMS_SHARED_SEGMENTS_H_
 #define CHORUS_SERVER_WORKER_ALGORITHMS_SHARED_SEGMENTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -38,12 +43,15 @@ class SharedSegments {
     int fd = -1;
     char* data = nullptr;  // after the header
     uint64_t capacity = 0;
+    uint64_t ticket = 0;  // this lease's
+    std::atomic<uint64_t>* stage = nullptr;
   };
   // A peer's segment mapped here, leased to one call.
   struct Peer {
     const char* data = nullptr;  // after the header
     uint64_t capacity = 0;
     void* handle = nullptr;
+    const std::atomic<uint64_t>* stage = nullptr;
   };
 
   static SharedSegments& Get();
@@ -64,6 +72,7 @@ class SharedSegments {
   struct Segment {
     uint64_t id = 0;
     std::unique_ptr<MemfdRegion> memory;  // header and data
+    uint64_t tickets = 0;                 // leases so far
   };
   struct Mapping {
     uint64_t pid = 0;
@@ -73,7 +82,8 @@ class SharedSegments {
     int users = 0;
   };
 
-  static Own LeaseOf(const Segment& segment);
+  // Leases `segment` (its next ticket).
+  static Own LeaseOf(Segment& segment);
   static void UnmapMapping(const Mapping& mapping);
 
   absl::Mutex mu_;

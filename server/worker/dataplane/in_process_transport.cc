@@ -72,4 +72,10 @@ absl::StatusOr<std::string> InProcessTransport::Recv(int from) {
   return hub_->inbox_.Take(Key(from, rank_, tag), deadline_);
 }
 
+absl::Status InProcessTransport::AwaitWord(int from,
+                                           const std::atomic<uint64_t>& word,
+                                           uint64_t target) {
+  return hub_->inbox_.AwaitWord(Key(from, rank_, 0), word, target, deadline_);
+}
+
 }  // namespace chorus

@@ -92,6 +92,10 @@ class InProcessTransport final : public Transport {
   // a rank was lost, the status given to InProcessHub::Abort.
   absl::StatusOr<std::string> Recv(int from) override;
 
+  // As Transport::AwaitWord: the hub's inbox waits (Inbox::AwaitWord).
+  absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,
+                         uint64_t target) override;
+
  private:
   MessageKey Key(int from, int to, uint32_t tag) const;
 

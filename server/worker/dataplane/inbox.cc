@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/futex_word.h"
 #include "common/rank_list.h"
 
 namespace chorus {
@@ -11,6 +12,15 @@ namespace {
 
 std::string GroupEpoch(const std::string& group, uint64_t epoch) {
   return absl::StrCat(group, "/", epoch);
+}
+
+// What a wait on `group` at `epoch` ends with once `latest` was seen.
+absl::Status EpochOver(const std::string& group, uint64_t epoch,
+                       uint64_t latest) {
+  return absl::AbortedError(absl::StrCat("group ", group, " epoch ", epoch,
+                                         " is over: this worker has seen its "
+                                         "epoch ",
+                                         latest));
 }
 
 }  // namespace
@@ -148,6 +158,62 @@ absl::StatusOr<std::string> Inbox::TakeLocked(
   return data;
 }
 
+absl::Status Inbox::AwaitWord(const MessageKey& key,
+                              const std::atomic<uint64_t>& word,
+                              uint64_t target, absl::Time deadline,
+                              absl::string_view from_worker) {
+  auto reached = [&] { return word.load(std::memory_order_acquire) >= target; };
+  if (reached() || spin_.Spin(reached)) return absl::OkStatus();
+  const std::string group_epoch = GroupEpoch(key.group, key.epoch);
+  absl::Status ended;
+  {
+    absl::MutexLock lock(&mu_);
+    ++watched_words_[&word];
+  }
+  while (true) {
+    // Loaded before the checks: a store after them changes the word, and
+    // the wait below then returns at once.
+    const uint64_t seen = word.load(std::memory_order_acquire);
+    if (seen >= target) break;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = EndedLocked(key.group, key.epoch, group_epoch);
+    }
+    if (!ended.ok()) break;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      ended = absl::DeadlineExceededError(
+          absl::StrCat(RankOfGroup(key.group, key.from_rank, from_worker),
+                       " sent no data for collective #", key.sequence,
+                       " within the deadline"));
+      break;
+    }
+    WaitWordChange(word, seen, std::min(left, kWordRecheck));
+  }
+  absl::MutexLock lock(&mu_);
+  if (--watched_words_[&word] == 0) watched_words_.erase(&word);
+  return ended;
+}
+
+absl::Status Inbox::EndedLocked(const std::string& group, uint64_t epoch,
+                                const std::string& group_epoch) {
+  auto latest = latest_epoch_.find(group);
+  if (latest != latest_epoch_.end() && latest->second > epoch) {
+    return EpochOver(group, epoch, latest->second);
+  }
+  if (auto aborted = aborted_.find(group_epoch); aborted != aborted_.end()) {
+    return aborted->second;
+  }
+  if (auto lost = lost_.find(group_epoch); lost != lost_.end()) {
+    return lost->second;
+  }
+  return absl::OkStatus();
+}
+
+void Inbox::WakeWordWaitersLocked() {
+  for (const auto& [word, waiters] : watched_words_) WakeWordWaiters(*word);
+}
+
 void Inbox::Abort(const std::string& group, uint64_t epoch,
                   const absl::Status& status) {
   std::vector<std::function<void()>> resumes;
@@ -168,6 +234,7 @@ void Inbox::PeerLost(const std::string& group, uint64_t epoch,
     if (NoteEpochLocked(group, epoch, &resumes).ok()) {
       lost_.emplace(GroupEpoch(group, epoch), status);
       changes_.fetch_add(1, std::memory_order_release);
+      WakeWordWaitersLocked();
     }
   }
   for (auto& resume : resumes) resume();
@@ -195,6 +262,7 @@ void Inbox::AbortLocked(const std::string& group_epoch,
                         std::vector<std::function<void()>>* resumes) {
   aborted_.emplace(group_epoch, status);
   changes_.fetch_add(1, std::memory_order_release);
+  WakeWordWaitersLocked();
   DropMessagesLocked(group_epoch, resumes);
 }
 
@@ -217,11 +285,7 @@ absl::Status Inbox::NoteEpochLocked(
     std::vector<std::function<void()>>* resumes) {
   auto [latest, inserted] = latest_epoch_.try_emplace(group, epoch);
   if (inserted || latest->second == epoch) return absl::OkStatus();
-  if (epoch < latest->second) {
-    return absl::AbortedError(absl::StrCat(
-        "group ", group, " epoch ", epoch,
-        " is over: this worker has seen its epoch ", latest->second));
-  }
+  if (epoch < latest->second) return EpochOver(group, epoch, latest->second);
   // Every older epoch was forgotten when this one became the latest.
   const std::string old = GroupEpoch(group, latest->second);
   seen_.erase(old);
@@ -230,6 +294,7 @@ absl::Status Inbox::NoteEpochLocked(
   DropMessagesLocked(old, resumes);
   latest->second = epoch;
   changes_.fetch_add(1, std::memory_order_release);
+  WakeWordWaitersLocked();
   return absl::OkStatus();
 }
 

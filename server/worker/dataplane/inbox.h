@@ -78,6 +78,23 @@ class Inbox {
   absl::StatusOr<std::string> Take(const MessageKey& key, absl::Time deadline,
                                    absl::string_view from_worker = "");
 
+  // Waits until `word`, which rank `key.from_rank` advances in memory
+  // shared with this process (a same_host segment), holds at least
+  // `target`: polls (AdaptiveSpin), then blocks on it (futex_word.h).
+  // Returns OK; as Take() would for `key`'s group epoch: DEADLINE_EXCEEDED
+  // naming the rank (and `from_worker`), the abort status, ABORTED for a
+  // newer epoch; or the status of a lost peer of the group epoch. An abort,
+  // lost peer or newer epoch wakes the wait at once (or, when it came just
+  // as the wait blocked, within kWordRecheck).
+  absl::Status AwaitWord(const MessageKey& key,
+                         const std::atomic<uint64_t>& word, uint64_t target,
+                         absl::Time deadline,
+                         absl::string_view from_worker = "");
+
+  // How long AwaitWord() blocks at most before it looks at its group
+  // epoch's aborts and lost peers again.
+  static constexpr absl::Duration kWordRecheck = absl::Milliseconds(20);
+
   // Ends every Take() on `group` at `epoch` (and later ones) with `status`
   // and drops its stored messages.
   void Abort(const std::string& group, uint64_t epoch,
@@ -131,6 +148,13 @@ class Inbox {
   absl::Status NoteEpochLocked(const std::string& group, uint64_t epoch,
                                std::vector<std::function<void()>>* resumes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a wait on `group_epoch` (of `group` at `epoch`) must end: the abort
+  // status, a lost peer's, ABORTED for a newer epoch; OK when none.
+  absl::Status EndedLocked(const std::string& group, uint64_t epoch,
+                           const std::string& group_epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes every AwaitWord() blocked now, to look at what ended.
+  void WakeWordWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the messages of `group_epoch` and releases their bytes.
   void DropMessagesLocked(const std::string& group_epoch,
                           std::vector<std::function<void()>>* resumes)
@@ -154,6 +178,9 @@ class Inbox {
   absl::flat_hash_map<std::string, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
   // "group/epoch" -> why a peer of it is gone (see PeerLost).
   absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+  // The words AwaitWord() calls wait on, with how many wait on each.
+  absl::flat_hash_map<const std::atomic<uint64_t>*, int> watched_words_
+      ABSL_GUARDED_BY(mu_);
   PayloadBuffers payloads_;
   // Counts what may end a Take(): deliveries, aborts, lost peers, epochs.
   std::atomic<uint64_t> changes_{0};

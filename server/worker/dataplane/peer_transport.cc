@@ -113,4 +113,11 @@ absl::StatusOr<std::string> PeerTransport::Recv(int from) {
   return message;
 }
 
+absl::Status PeerTransport::AwaitWord(int from,
+                                      const std::atomic<uint64_t>& word,
+                                      uint64_t target) {
+  return inbox_->AwaitWord(Key(from, options_.rank, 0), word, target,
+                           options_.deadline, WorkerName(from));
+}
+
 }  // namespace chorus

@@ -80,6 +80,10 @@ class PeerTransport final : public Transport {
   // As Transport::Recv.
   absl::StatusOr<std::string> Recv(int from) override;
 
+  // As Transport::AwaitWord, through the inbox (its aborts and lost peers).
+  absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,
+                         uint64_t target) override;
+
   // Keeps the message in the inbox's payload buffers (payload_buffers.h).
   void Recycle(std::string message) override;
 

@@ -17,6 +17,8 @@
 #ifndef CHORUS_SERVER_WORKER_DATAPLANE_TRANSPORT_H_
 #define CHORUS_SERVER_WORKER_DATAPLANE_TRANSPORT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -47,6 +49,14 @@ class Transport {
   // ...", see PeerGoneError) when a peer of the call was lost, or the
   // group's abort status (usually ABORTED) once the coordinator aborted it.
   virtual absl::StatusOr<std::string> Recv(int from) = 0;
+
+  // Waits until `word`, which rank `from` (on this host) advances in memory
+  // shared with this process, holds at least `target` (Inbox::AwaitWord).
+  // Returns OK, or what Recv(from) would return instead of a message:
+  // DEADLINE_EXCEEDED, UNAVAILABLE once a peer of the call was lost, the
+  // group's abort status.
+  virtual absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,
+                                 uint64_t target) = 0;
 
   // Hands back a message Recv() returned once the rank is done with it, so
   // that a later message of its size may be received into it; the default
