@@ -131,7 +131,7 @@ int ListMembersMax(bool members_on_request, const GroupTableOptions& options) {
 }
 
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
-                              uint64_t inline_max_bytes,
+                              const PlannerOptions& planner,
                               v1::CollectiveResponse* response,
                               int list_members_max) {
   response->set_sequence(outcome.sequence);
@@ -141,19 +141,20 @@ void CollectiveOutcomeToProto(CollectiveOutcome outcome,
   response->set_inline_result(std::move(outcome.data));
   response->set_joiners_waiting(outcome.joiners_waiting);
   if (outcome.next != nullptr) {
-    *response->mutable_next() =
-        JoinResponseOf(*outcome.next, inline_max_bytes,
-                       outcome.next->world_size <= list_members_max);
+    *response->mutable_next() = JoinResponseOf(
+        *outcome.next, planner, outcome.next->world_size <= list_members_max);
   }
 }
 
 v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
-                                     uint64_t inline_max_bytes,
+                                     const PlannerOptions& planner,
                                      bool list_members) {
   v1::JoinGroupResponse response;
   response.set_group(view.name);
   response.set_epoch(view.epoch);
-  response.set_inline_max_bytes(inline_max_bytes);
+  response.set_inline_max_bytes(planner.inline_max_bytes);
+  response.set_all_reduce_inline_max_bytes(InlineMaxBytes(
+      CollectiveKind::kAllReduce, view.world_size, view.same_host, planner));
   response.set_world_size(static_cast<int>(view.members.size()));
   if (list_members) {
     response.mutable_members()->Reserve(view.members.size());
@@ -290,7 +291,7 @@ void TakeCallPortRequest(Coordinator& core, const std::string& job,
       core.Collective(
           std::move(call),
           [call_id, reply = std::move(reply),
-           inline_max = core.group_options().planner.inline_max_bytes,
+           planner = core.group_options().planner,
            list_max = ListMembersMax(request.call().members_on_request(),
                                      core.group_options())](
               absl::StatusOr<CollectiveOutcome> outcome) {
@@ -300,7 +301,7 @@ void TakeCallPortRequest(Coordinator& core, const std::string& job,
             }
             v1::CallPortReply verdict;
             verdict.set_call_id(call_id);
-            CollectiveOutcomeToProto(*std::move(outcome), inline_max,
+            CollectiveOutcomeToProto(*std::move(outcome), planner,
                                      verdict.mutable_response(), list_max);
             reply(std::move(verdict));
           });

@@ -52,17 +52,18 @@ CommitCall CommitCallFromProto(const v1::CommitRequest& request,
 v1::GroupMember MemberToProto(const GroupMember& member);
 
 // Returns the join response describing `view` (its rank set where the view
-// says it), whose ranks send inline data up to `inline_max_bytes`; it lists
-// the members unless `list_members` is false (world_size says how many).
+// says it), whose ranks send inline data up to the sizes `planner` plans
+// inline (InlineMaxBytes); it lists the members unless `list_members` is
+// false (world_size says how many).
 v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
-                                     uint64_t inline_max_bytes,
+                                     const PlannerOptions& planner,
                                      bool list_members = true);
 
 // Fills `response` with `outcome` (its inline data is moved); a next epoch
-// in it is described with `inline_max_bytes`, and lists its members when it
+// in it is described as JoinResponseOf does, and lists its members when it
 // has at most `list_members_max` ranks.
 void CollectiveOutcomeToProto(CollectiveOutcome outcome,
-                              uint64_t inline_max_bytes,
+                              const PlannerOptions& planner,
                               v1::CollectiveResponse* response,
                               int list_members_max = INT_MAX);
 

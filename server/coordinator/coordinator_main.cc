@@ -55,10 +55,16 @@ ABSL_FLAG(uint64_t, recursive_doubling_max_bytes,
           "--recursive_doubling_max_ranks, use recursive doubling between the "
           "workers; larger ones a chunked ring.");
 ABSL_FLAG(bool, same_host_plan, chorus::PlannerOptions().same_host,
-          "Plan all-reduces above the inline size as same_host (ranks "
+          "Plan all-reduces above --same_host_inline_max_bytes as same_host "
+          "(ranks "
           "exchange data through shared memory) when every rank's worker "
           "runs on one host. Workers that cannot map each other's memory "
           "(e.g. ptrace is restricted) fall back to the ring on their own.");
+ABSL_FLAG(uint64_t, same_host_inline_max_bytes,
+          chorus::PlannerOptions().same_host_inline_max_bytes,
+          "In groups planned same_host (see --same_host_plan), all-reduces "
+          "ride with the call only up to this many bytes (and "
+          "--inline_max_bytes); larger ones use same_host.");
 ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
           chorus::PlannerOptions().recursive_doubling_max_ranks,
           "Largest group that uses recursive doubling (measured: with 4 ranks "
@@ -120,6 +126,8 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
       absl::GetFlag(FLAGS_recursive_doubling_max_ranks);
   groups.planner.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   groups.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
+  groups.planner.same_host_inline_max_bytes =
+      absl::GetFlag(FLAGS_same_host_inline_max_bytes);
   groups.first_epoch = first_epoch;
   groups.trace_entries = absl::GetFlag(FLAGS_trace_entries);
   groups.trace_groups = absl::GetFlag(FLAGS_trace_groups);

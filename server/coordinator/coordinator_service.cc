@@ -330,8 +330,8 @@ grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view,
   absl::MutexLock lock(&join_response_mu_);
   if (!shared || join_response_.epoch != view.epoch ||
       join_response_.group != view.name) {
-    const v1::JoinGroupResponse response = JoinResponseOf(
-        view, core_->group_options().planner.inline_max_bytes, list_members);
+    const v1::JoinGroupResponse response =
+        JoinResponseOf(view, core_->group_options().planner, list_members);
     bool own_buffer = false;
     grpc::ByteBuffer bytes;
     if (!grpc::SerializationTraits<v1::JoinGroupResponse>::Serialize(
@@ -430,10 +430,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Collective(
                     [this, reactor, response,
                      list_max](absl::StatusOr<CollectiveOutcome> outcome) {
                       if (outcome.ok()) {
-                        CollectiveOutcomeToProto(
-                            *std::move(outcome),
-                            core_->group_options().planner.inline_max_bytes,
-                            response, list_max);
+                        CollectiveOutcomeToProto(*std::move(outcome),
+                                                 core_->group_options().planner,
+                                                 response, list_max);
                       }
                       reactor->Finish(ToGrpcStatus(outcome.status()));
                     });

@@ -339,16 +339,16 @@ absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
   const CollectiveCall& first = match.calls[0]->call;
   // Shared memory is host memory: a rank on a GPU reduces there, so groups
   // with one use the data plane.
-  bool same_host = group.view.same_host;
-  for (int rank = 0; rank < world && same_host; ++rank) {
+  bool host_memory = true;
+  for (int rank = 0; rank < world && host_memory; ++rank) {
     const std::optional<Device>& device = match.calls[rank]->call.device;
     const DeviceKind kind = device.has_value()
                                 ? device->kind
                                 : group.view.members[rank].device.kind;
-    same_host = kind != DeviceKind::kCuda;
+    host_memory = kind != DeviceKind::kCuda;
   }
   return ChoosePlan(first.spec, world, first.algorithm, options_.planner,
-                    same_host);
+                    group.view.same_host, host_memory);
 }
 
 absl::Status GroupTable::RunInlineMatch(const std::string& group,

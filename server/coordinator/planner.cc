@@ -32,11 +32,21 @@ uint64_t ChunkBytes(uint64_t step_bytes, const PlannerOptions& options) {
 
 }  // namespace
 
+uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
+                        const PlannerOptions& options) {
+  if (kind == CollectiveKind::kAllReduce && same_host && options.same_host &&
+      world_size > 1) {
+    return std::min(options.inline_max_bytes,
+                    options.same_host_inline_max_bytes);
+  }
+  return options.inline_max_bytes;
+}
+
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
-                                bool same_host) {
-  absl::StatusOr<Plan> plan =
-      ChooseAlgorithm(spec, world_size, forced, options, same_host);
+                                bool same_host, bool host_memory) {
+  absl::StatusOr<Plan> plan = ChooseAlgorithm(spec, world_size, forced, options,
+                                              same_host, host_memory);
   if (plan.ok() && plan->algorithm != Algorithm::kInline) {
     plan->chunk_bytes =
         ChunkBytes(StepBytes(spec, world_size, plan->algorithm), options);
@@ -60,7 +70,7 @@ absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
                                      const PlannerOptions& options,
-                                     bool same_host) {
+                                     bool same_host, bool host_memory) {
   Plan plan;
   plan.chunk_bytes = options.chunk_bytes;
   const uint64_t bytes = PayloadBytes(spec, world_size);
@@ -75,11 +85,12 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
   }
   if (forced != Algorithm::kUnspecified) {
     plan.algorithm = forced;
-  } else if (CarriesInlineData(spec, world_size, forced,
-                               options.inline_max_bytes)) {
+  } else if (CarriesInlineData(
+                 spec, world_size, forced,
+                 InlineMaxBytes(spec.kind, world_size, same_host, options))) {
     plan.algorithm = Algorithm::kInline;
   } else if (spec.kind == CollectiveKind::kAllReduce && same_host &&
-             options.same_host && world_size > 1) {
+             host_memory && options.same_host && world_size > 1) {
     plan.algorithm = Algorithm::kSameHost;
   } else if (spec.kind == CollectiveKind::kAllReduce &&
              bytes <= options.recursive_doubling_max_bytes &&

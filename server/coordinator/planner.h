@@ -35,6 +35,12 @@ struct PlannerOptions {
   // one host, exchange data through shared memory (same_host) instead of
   // going through the data plane's sockets.
   bool same_host = true;
+  // In such groups, all-reduces ride with the call only up to this size
+  // (and inline_max_bytes); larger ones use same_host: at 64 KiB same_host
+  // took 0.4-0.6x (2 ranks) and 0.7x (4 ranks) of inline's time, at 32 KiB
+  // 0.9-1.0x and 2.2x (bench/README.md, "Same host: stages in shared
+  // memory").
+  uint64_t same_host_inline_max_bytes = 32 << 10;
 };
 
 struct Plan {
@@ -42,15 +48,24 @@ struct Plan {
   uint64_t chunk_bytes = 0;
 };
 
+// The largest payload of a collective of `kind` that rides with the call
+// in a group of `world_size` ranks whose workers all run on one host when
+// `same_host` (what ranks are told at join, and what ChoosePlan plans
+// inline).
+uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
+                        const PlannerOptions& options);
+
 // Returns the plan for `spec` in a group of `world_size` ranks, whose
-// workers all run on one host when `same_host`. `forced` (kUnspecified to
-// let the planner choose) wins where it applies: inline and ring for every
-// kind, recursive doubling for all-reduce, same_host for all-reduce in a
-// same-host group. Returns INVALID_ARGUMENT for a forced algorithm the kind
-// or group cannot use.
+// workers all run on one host when `same_host`, and whose ranks all hold
+// this call's buffers in host memory when `host_memory` (same_host needs
+// both). `forced` (kUnspecified to let the planner choose) wins where it
+// applies: inline and ring for every kind, recursive doubling for
+// all-reduce, same_host for all-reduce in a same-host group. Returns
+// INVALID_ARGUMENT for a forced algorithm the kind or group cannot use.
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
-                                bool same_host = false);
+                                bool same_host = false,
+                                bool host_memory = true);
 
 // Checks that a call may force `forced`: what ChoosePlan refuses, without
 // planning (every rank's call is checked on arrival; the plan is chosen
@@ -63,7 +78,8 @@ absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
                                      const PlannerOptions& options,
-                                     bool same_host = false);
+                                     bool same_host = false,
+                                     bool host_memory = true);
 
 }  // namespace chorus
 

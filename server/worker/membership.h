@@ -34,6 +34,8 @@ struct Membership {
   std::vector<std::string> worker_names;
   bool members_listed = true;
   uint64_t inline_max_bytes = 0;
+  // The same for all-reduces (JoinGroupResponse.all_reduce_inline_max_bytes).
+  uint64_t all_reduce_inline_max_bytes = 0;
   // An elastic group's bounds (0 and 0: not elastic).
   int min_world_size = 0;
   int max_world_size = 0;

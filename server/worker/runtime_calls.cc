@@ -143,8 +143,11 @@ absl::Status WorkerRuntime::PrepareCall(
   call->start = absl::Now();
   call->deadline = call->start + options.timeout;
   call->device = options.device.value_or(membership.device);
-  const bool carries = CarriesInlineData(spec, world, options.algorithm,
-                                         membership.inline_max_bytes);
+  const bool carries =
+      CarriesInlineData(spec, world, options.algorithm,
+                        spec.kind == CollectiveKind::kAllReduce
+                            ? membership.all_reduce_inline_max_bytes
+                            : membership.inline_max_bytes);
   // A device input that rides with the call comes to the host first.
   call->host_input = buffers.host_input;
   if (buffers.on_device && carries) {

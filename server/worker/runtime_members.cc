@@ -48,6 +48,10 @@ absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
                                                     : response.world_size();
   membership.device = device;
   membership.inline_max_bytes = response.inline_max_bytes();
+  membership.all_reduce_inline_max_bytes =
+      response.has_all_reduce_inline_max_bytes()
+          ? response.all_reduce_inline_max_bytes()
+          : response.inline_max_bytes();
   membership.min_world_size = response.min_world_size();
   membership.max_world_size = response.max_world_size();
   for (const v1::GroupMember& member : response.members()) {

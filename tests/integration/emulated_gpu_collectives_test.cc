@@ -117,7 +117,8 @@ TEST_F(EmulatedGpuCollectivesTest, AllReduce_TwoRanksOnGpus_MatchReference) {
   ASSERT_EQ(group.size(), 2u);
   CheckOptions check;
   check.devices = {Gpu(0), Gpu(1)};
-  check.same_host = false;  // a rank on a GPU never uses shared memory
+  // One host, but a rank on a GPU never uses shared memory.
+  check.host_memory = false;
   uint64_t seed = 1;
   for (Algorithm plan : {Algorithm::kUnspecified, Algorithm::kRing,
                          Algorithm::kRecursiveDoubling}) {
@@ -141,7 +142,7 @@ TEST_F(EmulatedGpuCollectivesTest,
   ASSERT_EQ(group.size(), 4u);
   CheckOptions check;
   check.devices = {std::nullopt, Gpu(0), Gpu(1), Gpu(0)};
-  check.same_host = false;
+  check.host_memory = false;
   uint64_t seed = 500;
   for (CollectiveKind kind :
        {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
@@ -167,7 +168,7 @@ TEST_F(EmulatedGpuCollectivesTest, RunOnDevice_GpuMemory_MatchReference) {
                      const CallOptions& options) {
     return RunInGpuMemory(Gpu(rank % 2), comm, spec, input, output, options);
   };
-  check.same_host = false;
+  check.host_memory = false;
   uint64_t seed = 900;
   for (CollectiveKind kind :
        {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
@@ -424,7 +425,7 @@ TEST_F(EmulatedGpuCollectivesTest,
   ASSERT_EQ(healthy.size(), 2u);
   CheckOptions check;
   check.devices = {Gpu(0), Gpu(0)};
-  check.same_host = false;
+  check.host_memory = false;
   CollectiveCase c;
   c.spec = spec;
   c.algorithm = Algorithm::kRing;

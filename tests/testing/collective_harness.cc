@@ -97,12 +97,13 @@ std::vector<Communicator*> Pointers(
 
 Algorithm ExpectedPlan(const CollectiveCase& c, int world,
                        uint64_t inline_max_bytes,
-                       uint64_t recursive_doubling_max_bytes, bool same_host) {
+                       uint64_t recursive_doubling_max_bytes, bool same_host,
+                       bool host_memory) {
   PlannerOptions options;
   options.inline_max_bytes = inline_max_bytes;
   options.recursive_doubling_max_bytes = recursive_doubling_max_bytes;
-  absl::StatusOr<Plan> plan =
-      ChooseAlgorithm(c.spec, world, c.algorithm, options, same_host);
+  absl::StatusOr<Plan> plan = ChooseAlgorithm(c.spec, world, c.algorithm,
+                                              options, same_host, host_memory);
   return plan.ok() ? plan->algorithm : Algorithm::kUnspecified;
 }
 
@@ -145,9 +146,9 @@ Algorithm ExpectedPlan(const CollectiveCase& c, int world,
   if (!failures.empty()) {
     return ::testing::AssertionFailure() << what << ": " << failures;
   }
-  const Algorithm plan =
-      ExpectedPlan(c, world, check.inline_max_bytes,
-                   check.recursive_doubling_max_bytes, check.same_host);
+  const Algorithm plan = ExpectedPlan(c, world, check.inline_max_bytes,
+                                      check.recursive_doubling_max_bytes,
+                                      check.same_host, check.host_memory);
   for (int r = 0; r < world; ++r) {
     if (results[r]->sequence != results[0]->sequence) {
       return ::testing::AssertionFailure()

@@ -98,12 +98,13 @@ std::vector<Communicator*> Pointers(
 
 // The plan the coordinator's defaults choose for `c` under forced algorithm
 // c.algorithm in a group of `world` (whose workers all run on this host
-// unless `same_host` is false).
+// unless `same_host` is false, and whose ranks all call on host memory
+// unless `host_memory` is false).
 Algorithm ExpectedPlan(
     const CollectiveCase& c, int world,
     uint64_t inline_max_bytes = kDefaultInlineMaxBytes,
     uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes,
-    bool same_host = true);
+    bool same_host = true, bool host_memory = true);
 
 // What RunAndCheck checks besides the outputs.
 struct CheckOptions {
@@ -115,6 +116,9 @@ struct CheckOptions {
   // The coordinator plans same_host for this group (its workers share this
   // host and --same_host_plan is on).
   bool same_host = true;
+  // Every rank's call is on host memory; false when one is on a GPU (the
+  // group then uses the data plane where it would use same_host).
+  bool host_memory = true;
   // Order the rank threads start in (a permutation); empty: ascending.
   std::vector<int> start_order;
   // Per rank: the device its call names (CallOptions.device); ranks beyond

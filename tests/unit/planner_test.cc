@@ -74,6 +74,44 @@ TEST(PlannerTest, ChoosePlan_AllReduceOverInlineOnOneHost_SameHost) {
   }
 }
 
+TEST(PlannerTest, ChoosePlan_AllReduceOverSameHostInlineLimit_SameHost) {
+  // Over 32 KiB, all-reduces on one host skip inline; other kinds do not
+  // (an all-gather of 4096 f32 per rank: 64 KiB at 4 ranks).
+  const Plan at = *ChoosePlan(AllReduceBytes(32 << 10), 2,
+                              Algorithm::kUnspecified, PlannerOptions(), true);
+  EXPECT_EQ(at.algorithm, Algorithm::kInline);
+  const Plan over =
+      *ChoosePlan(AllReduceBytes((32 << 10) + 4), 2, Algorithm::kUnspecified,
+                  PlannerOptions(), true);
+  EXPECT_EQ(over.algorithm, Algorithm::kSameHost);
+  EXPECT_EQ(ChoosePlan(Spec(CollectiveKind::kAllGather, 4 << 10), 4,
+                       Algorithm::kUnspecified, PlannerOptions(), true)
+                ->algorithm,
+            Algorithm::kInline);
+  // What ranks are told: the plan's limit, per kind and group.
+  EXPECT_EQ(
+      InlineMaxBytes(CollectiveKind::kAllReduce, 4, true, PlannerOptions()),
+      32u << 10);
+  EXPECT_EQ(
+      InlineMaxBytes(CollectiveKind::kAllGather, 4, true, PlannerOptions()),
+      128u << 10);
+  EXPECT_EQ(
+      InlineMaxBytes(CollectiveKind::kAllReduce, 4, false, PlannerOptions()),
+      128u << 10);
+  EXPECT_EQ(
+      InlineMaxBytes(CollectiveKind::kAllReduce, 1, true, PlannerOptions()),
+      128u << 10);
+}
+
+TEST(PlannerTest, ChoosePlan_OneHostOnGpus_DataPlaneOverSameHostLimit) {
+  // The ranks were told 32 KiB: a GPU call over it does not ride inline.
+  EXPECT_EQ(ChoosePlan(AllReduceBytes(64 << 10), 2, Algorithm::kUnspecified,
+                       PlannerOptions(), /*same_host=*/true,
+                       /*host_memory=*/false)
+                ->algorithm,
+            Algorithm::kRecursiveDoubling);
+}
+
 TEST(PlannerTest,
      ChoosePlan_OneHostButSmallOrOtherKindOrTurnedOff_NotSameHost) {
   EXPECT_EQ(ChoosePlan(AllReduceBytes(64), 4, Algorithm::kUnspecified,
