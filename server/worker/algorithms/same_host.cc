@@ -2,14 +2,14 @@
 // host, through shared memory (SharedSegments) instead of sockets.
 //
 //   A. Every rank copies the blocks of its input that its peers reduce
-//      (block p for rank p: not its own) into a shared segment of its own
-//      (its input area) and sends every other rank its pid, the segment's
+//      (block p for rank p: not its own) into a shared segment of its own,
+//      each at its offset, and sends every other rank its pid, the segment's
 //      descriptor and id, and its lease's ticket. A rank without a segment
 //      says so, and then every rank falls back to the ring at once.
 //   B. Every rank maps each peer's segment. One that mapped them all
 //      reduces element block r (r its rank) of every rank's input, in rank
-//      order (its own from its input, the others from their input areas),
-//      into its segment's result area (after the input area). It then sets
+//      order (its own from its input, the others from their segments), into
+//      its segment, where its own block would be. It then sets
 //      its segment's stage to "reduced", or to "cannot" when it could not
 //      map them all. A rank that mapped them all waits for every peer's
 //      stage; unless all say "reduced", every rank (each knows it: by a
@@ -17,7 +17,7 @@
 //      segment is reused while another rank still reads its stage, and
 //      falls back to the ring in this same call, on its input (its output,
 //      which may be its input, was not written yet).
-//   C. Every rank copies block p from rank p's result area into its output
+//   C. Every rank copies block p from rank p's segment into its output
 //      (its own block from its own), sets its stage to "done", and waits
 //      for every peer's "done", so no rank reuses its segment (or returns)
 //      while another still reads it.
@@ -166,12 +166,12 @@ absl::Status AwaitPeers(Transport& transport,
   return absl::OkStatus();
 }
 
-// B. Reduces block `rank` of every source, in rank order, into `result`
-// (this rank's result area), combined in the accumulator type and rounded
-// once (ReduceSources).
+// B. Reduces block `rank` of every source, in rank order, into `segment`
+// (this rank's, at the block's offset), combined in the accumulator type and
+// rounded once (ReduceSources).
 absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
                             const std::function<const char*(int)>& source,
-                            char* result) {
+                            char* segment) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
   const Range mine = SplitRange(spec.count, element, world, rank);
@@ -183,19 +183,19 @@ absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
     for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
     const absl::Time start = absl::Now();
     absl::Status reduced = cpu_reduce::ReduceSources(
-        spec.op, spec.dtype, result + (piece.offset - mine.offset),
-        sources.data(), world, piece.size / element, &accumulators);
+        spec.op, spec.dtype, segment + piece.offset, sources.data(), world,
+        piece.size / element, &accumulators);
     if (!reduced.ok()) return reduced;
     RecordReduce("cpu", piece.size * world, absl::Now() - start);
   }
   return absl::OkStatus();
 }
 
-// C. Copies every block from the result area of the rank that reduced it
-// (`result(p)`: where block p starts there) and hashes the output.
+// C. Copies every block from the segment of the rank that reduced it
+// (`segment(p)`, block p at its offset there) and hashes the output.
 // `corrupt_for_testing` flips a bit of the first block another rank reduced.
 void CopyReducedBlocks(const AlgorithmArgs& args, int world,
-                       const std::function<const char*(int)>& result,
+                       const std::function<const char*(int)>& segment,
                        char* out) {
   const CollectiveSpec& spec = args.spec;
   const uint64_t element = DTypeSize(spec.dtype);
@@ -203,7 +203,7 @@ void CopyReducedBlocks(const AlgorithmArgs& args, int world,
   for (int peer = 0; peer < world; ++peer) {
     const Range block = SplitRange(spec.count, element, world, peer);
     char* dst = out + block.offset;
-    std::memcpy(dst, result(peer), block.size);
+    std::memcpy(dst, segment(peer) + block.offset, block.size);
     // A block another rank reduced, as a corrupted copy would be.
     if (args.corrupt_for_testing && peer != args.transport->rank() &&
         block.size > 0 && !corrupted) {
@@ -216,29 +216,19 @@ void CopyReducedBlocks(const AlgorithmArgs& args, int world,
   }
 }
 
-// A. Copies every block of `input` but this rank's own into `area` (the
-// input area of its segment), each at its offset.
+// A. Copies every block of `input` but this rank's own into `segment`, each
+// at its offset.
 void CopyPeersBlocks(const CollectiveSpec& spec, int world, int rank,
-                     absl::string_view input, char* area) {
+                     absl::string_view input, char* segment) {
   const uint64_t element = DTypeSize(spec.dtype);
   for (int peer = 0; peer < world; ++peer) {
     if (peer == rank) continue;
     const Range block = SplitRange(spec.count, element, world, peer);
     if (block.size > 0) {
-      std::memcpy(area + block.offset, input.data() + block.offset, block.size);
+      std::memcpy(segment + block.offset, input.data() + block.offset,
+                  block.size);
     }
   }
-}
-
-// The bytes of the largest block of `spec` split among `world` ranks: what
-// a segment holds after its input area.
-uint64_t LargestBlockBytes(const CollectiveSpec& spec, int world) {
-  uint64_t largest = 0;
-  for (int r = 0; r < world; ++r) {
-    largest = std::max(
-        largest, SplitRange(spec.count, DTypeSize(spec.dtype), world, r).size);
-  }
-  return largest;
 }
 
 // A's message: this rank's pid and segment (none when `own` failed).
@@ -282,7 +272,6 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   const int world = transport.world_size();
   const int rank = transport.rank();
   const uint64_t bytes = spec.count * DTypeSize(spec.dtype);
-  const uint64_t segment_bytes = bytes + LargestBlockBytes(spec, world);
   // The output is written only in step C, after every rank read what it
   // needs of this rank's input (steps A and B), so the two may be the same
   // memory.
@@ -295,7 +284,7 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   // A. Copy the blocks the peers reduce into a shared segment and expose
   // it. Without one, this rank says so, and all fall back.
   absl::StatusOr<SharedSegments::Own> own =
-      SharedSegments::Get().Acquire(segment_bytes);
+      SharedSegments::Get().Acquire(bytes);
   struct Releaser {
     const absl::StatusOr<SharedSegments::Own>& own;
     ~Releaser() {
@@ -314,13 +303,12 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   // B. Map every peer's segment and, where all are, reduce this rank's
   // block; learn whether every rank could.
   PeerSegments peers(world);
-  bool all_reduced = MapPeers(*exposed, rank, segment_bytes, peers);
+  bool all_reduced = MapPeers(*exposed, rank, bytes, peers);
   if (all_reduced) {
     const std::function<const char*(int)> input = [&](int r) -> const char* {
       return r == rank ? args.input.data() : peers[r].data;
     };
-    absl::Status reduced =
-        ReduceOwnBlock(args, world, rank, input, own->data + bytes);
+    absl::Status reduced = ReduceOwnBlock(args, world, rank, input, own->data);
     if (!reduced.ok()) return reduced;
     Advance(*own, Step::kReduced);
     absl::Status heard =
@@ -336,10 +324,10 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   }
 
   // C. Copy the reduced blocks, then wait until no rank reads any more.
-  const std::function<const char*(int)> result = [&](int r) -> const char* {
-    return (r == rank ? own->data : peers[r].data) + bytes;
+  const std::function<const char*(int)> segment = [&](int r) -> const char* {
+    return r == rank ? own->data : peers[r].data;
   };
-  CopyReducedBlocks(args, world, result, out);
+  CopyReducedBlocks(args, world, segment, out);
   Advance(*own, Step::kDone);
   return AwaitPeers(transport, *exposed, peers, Step::kDone, nullptr);
 }
