@@ -23,6 +23,13 @@ absl::Status EpochOver(const std::string& group, uint64_t epoch,
                                          latest));
 }
 
+// What a wait for `key`'s sender ends with at its deadline.
+absl::Status NoDataError(const MessageKey& key, absl::string_view from_worker) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      RankOfGroup(key.group, key.from_rank, from_worker),
+      " sent no data for collective #", key.sequence, " within the deadline"));
+}
+
 }  // namespace
 
 std::string MessageKey::ToString() const {
@@ -146,10 +153,7 @@ absl::StatusOr<std::string> Inbox::TakeLocked(
     if (auto lost = lost_.find(group_epoch); lost != lost_.end()) {
       return lost->second;
     }
-    return absl::DeadlineExceededError(
-        absl::StrCat(RankOfGroup(key.group, key.from_rank, from_worker),
-                     " sent no data for collective #", key.sequence,
-                     " within the deadline"));
+    return NoDataError(key, from_worker);
   }
   std::string data = std::move(it->second.data);
   const StreamId stream = it->second.stream;
@@ -164,7 +168,6 @@ absl::Status Inbox::AwaitWord(const MessageKey& key,
                               absl::string_view from_worker) {
   auto reached = [&] { return word.load(std::memory_order_acquire) >= target; };
   if (reached() || spin_.Spin(reached)) return absl::OkStatus();
-  const std::string group_epoch = GroupEpoch(key.group, key.epoch);
   absl::Status ended;
   {
     absl::MutexLock lock(&mu_);
@@ -177,15 +180,12 @@ absl::Status Inbox::AwaitWord(const MessageKey& key,
     if (seen >= target) break;
     {
       absl::MutexLock lock(&mu_);
-      ended = EndedLocked(key.group, key.epoch, group_epoch);
+      ended = EndedLocked(key.group, key.epoch);
     }
     if (!ended.ok()) break;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
-      ended = absl::DeadlineExceededError(
-          absl::StrCat(RankOfGroup(key.group, key.from_rank, from_worker),
-                       " sent no data for collective #", key.sequence,
-                       " within the deadline"));
+      ended = NoDataError(key, from_worker);
       break;
     }
     WaitWordChange(word, seen, std::min(left, kWordRecheck));
@@ -195,8 +195,8 @@ absl::Status Inbox::AwaitWord(const MessageKey& key,
   return ended;
 }
 
-absl::Status Inbox::EndedLocked(const std::string& group, uint64_t epoch,
-                                const std::string& group_epoch) {
+absl::Status Inbox::EndedLocked(const std::string& group, uint64_t epoch) {
+  const std::string group_epoch = GroupEpoch(group, epoch);
   auto latest = latest_epoch_.find(group);
   if (latest != latest_epoch_.end() && latest->second > epoch) {
     return EpochOver(group, epoch, latest->second);

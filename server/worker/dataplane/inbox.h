@@ -148,10 +148,9 @@ class Inbox {
   absl::Status NoteEpochLocked(const std::string& group, uint64_t epoch,
                                std::vector<std::function<void()>>* resumes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Why a wait on `group_epoch` (of `group` at `epoch`) must end: the abort
-  // status, a lost peer's, ABORTED for a newer epoch; OK when none.
-  absl::Status EndedLocked(const std::string& group, uint64_t epoch,
-                           const std::string& group_epoch)
+  // Why a wait on `group` at `epoch` must end: the abort status, a lost
+  // peer's, ABORTED for a newer epoch; OK when none.
+  absl::Status EndedLocked(const std::string& group, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes every AwaitWord() blocked now, to look at what ended.
   void WakeWordWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
