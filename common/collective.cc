@@ -17,8 +17,9 @@ constexpr absl::string_view kKindNames[] = {
 constexpr int kLastKind = static_cast<int>(CollectiveKind::kSync);
 
 constexpr absl::string_view kAlgorithmNames[] = {
-    "auto", "inline", "recursive_doubling", "tree", "ring", "same_host"};
-constexpr int kLastAlgorithm = static_cast<int>(Algorithm::kSameHost);
+    "auto",      "inline", "recursive_doubling", "tree", "ring",
+    "same_host", "nccl"};
+constexpr int kLastAlgorithm = static_cast<int>(Algorithm::kNccl);
 
 bool KnownKind(CollectiveKind kind) {
   const int v = static_cast<int>(kind);
@@ -199,6 +200,20 @@ bool InputMayBeEmpty(const CollectiveSpec& spec, int rank) {
          rank != spec.root;
 }
 
+bool NcclRunsSpec(const CollectiveSpec& spec) {
+  switch (spec.kind) {
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kAllGather:
+      return true;
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kReduceScatter:
+      return AccumulatorDType(spec.dtype, spec.op) == spec.dtype;
+    default:
+      return false;
+  }
+}
+
 absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec,
                                   Algorithm forced) {
   switch (forced) {
@@ -215,6 +230,18 @@ absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec,
       return absl::InvalidArgumentError(absl::StrCat(
           AlgorithmName(forced), " is available for all_reduce only, not ",
           CollectiveKindName(spec.kind)));
+    case Algorithm::kNccl:
+      if (NcclRunsSpec(spec) || KindCarriesNoData(spec.kind)) {
+        return absl::OkStatus();
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl runs all_reduce, broadcast, reduce, all_gather and "
+          "reduce_scatter in a type Chorus reduces in as it is (not "
+          "f16/bf16 under sum, prod or avg, nor integer avg), not ",
+          CollectiveKindName(spec.kind), " of ", DTypeName(spec.dtype),
+          spec.op == ReduceOp::kUnspecified
+              ? ""
+              : absl::StrCat(" under ", ReduceOpName(spec.op))));
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "algorithm ", AlgorithmName(forced), " is not available for ",

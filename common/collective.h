@@ -74,9 +74,15 @@ uint64_t PayloadBytes(const CollectiveSpec& spec, int world_size);
 bool CarriesInlineData(const CollectiveSpec& spec, int world_size,
                        Algorithm forced, uint64_t inline_max_bytes);
 
+// Whether NCCL runs `spec` as Chorus defines it: all_reduce, broadcast,
+// reduce, all_gather and reduce_scatter, in a type Chorus reduces in as it
+// is (AccumulatorDType: not f16/bf16 under sum, prod or avg, nor integer
+// avg, which Chorus computes wider).
+bool NcclRunsSpec(const CollectiveSpec& spec);
+
 // Checks that `forced` is an algorithm `spec`'s kind can run: auto, inline
-// and ring for every kind, recursive doubling for all_reduce only. Returns
-// OK or INVALID_ARGUMENT.
+// and ring for every kind, recursive doubling and same_host for all_reduce
+// only, nccl where NcclRunsSpec. Returns OK or INVALID_ARGUMENT.
 absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec, Algorithm forced);
 
 // Everything a rank can check about its own call before it takes a sequence

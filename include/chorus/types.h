@@ -85,6 +85,7 @@ enum class Algorithm : int {
   kTree = 3,
   kRing = 4,
   kSameHost = 5,
+  kNccl = 6,
 };
 
 // What one rank asks of one collective call; mirrors chorus.v1.CollectiveSpec

@@ -41,6 +41,7 @@ WorkerRegistration RegistrationFromProto(
   registration.data_port = request.data_port();
   registration.incarnation = request.incarnation();
   registration.cuda_support = request.cuda_support();
+  registration.nccl_version = request.nccl_version();
   for (const v1::Device& device : request.devices()) {
     registration.devices.push_back(DeviceFromProto(device));
   }

@@ -65,6 +65,14 @@ ABSL_FLAG(uint64_t, same_host_inline_max_bytes,
           "In groups planned same_host (see --same_host_plan), all-reduces "
           "ride with the call only up to this many bytes (and "
           "--inline_max_bytes); larger ones use same_host.");
+ABSL_FLAG(bool, nccl_plan, chorus::PlannerOptions().nccl,
+          "Plan collectives too large for inline as nccl (NCCL moves and "
+          "combines the data between the GPUs) when every rank is on a GPU "
+          "(Cuda(n), one rank per GPU) of a worker built with NCCL: "
+          "all_reduce, broadcast, reduce, all_gather and reduce_scatter in a "
+          "type Chorus reduces in as it is. Off by default: NCCL's own "
+          "connections are neither authenticated nor encrypted, even when "
+          "Chorus runs with TLS.");
 ABSL_FLAG(int32_t, recursive_doubling_max_ranks,
           chorus::PlannerOptions().recursive_doubling_max_ranks,
           "Largest group that uses recursive doubling (measured: with 4 ranks "
@@ -128,6 +136,7 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
   groups.planner.same_host = absl::GetFlag(FLAGS_same_host_plan);
   groups.planner.same_host_inline_max_bytes =
       absl::GetFlag(FLAGS_same_host_inline_max_bytes);
+  groups.planner.nccl = absl::GetFlag(FLAGS_nccl_plan);
   groups.first_epoch = first_epoch;
   groups.trace_entries = absl::GetFlag(FLAGS_trace_entries);
   groups.trace_groups = absl::GetFlag(FLAGS_trace_groups);

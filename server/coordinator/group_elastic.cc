@@ -322,6 +322,7 @@ std::shared_ptr<const GroupView> GroupTable::FormNextEpochLocked(
     view.members[rank].rank = rank;
   }
   view.same_host = SameHost(view.members);
+  view.nccl = AllHaveNccl(view.members);
   Group& group = groups_[view.name];
   group = Group{};
   group.view = view;

@@ -60,7 +60,7 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
   }
   const int algorithm = static_cast<int>(call.algorithm);
   if (algorithm < static_cast<int>(Algorithm::kUnspecified) ||
-      algorithm > static_cast<int>(Algorithm::kSameHost)) {
+      algorithm > static_cast<int>(Algorithm::kNccl)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", call.rank, " of group ", call.group,
                      ": unknown algorithm ", algorithm));
@@ -74,7 +74,8 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
     }
   }
   if (absl::Status forced =
-          CheckForcedPlan(call.spec, call.algorithm, group.view.same_host);
+          CheckForcedPlan(call.spec, call.algorithm, group.view.same_host,
+                          options_.planner.nccl && group.view.nccl);
       !forced.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", call.rank, " of group ", call.group, ": ", forced.message()));
@@ -338,17 +339,20 @@ absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
   const int world = group.view.world_size;
   const CollectiveCall& first = match.calls[0]->call;
   // Shared memory is host memory: a rank on a GPU reduces there, so groups
-  // with one use the data plane.
+  // with one use the data plane. NCCL needs every rank on a GPU.
   bool host_memory = true;
-  for (int rank = 0; rank < world && host_memory; ++rank) {
+  bool all_gpus = true;
+  for (int rank = 0; rank < world; ++rank) {
     const std::optional<Device>& device = match.calls[rank]->call.device;
     const DeviceKind kind = device.has_value()
                                 ? device->kind
                                 : group.view.members[rank].device.kind;
-    host_memory = kind != DeviceKind::kCuda;
+    host_memory = host_memory && kind != DeviceKind::kCuda;
+    all_gpus = all_gpus && kind == DeviceKind::kCuda;
   }
   return ChoosePlan(first.spec, world, first.algorithm, options_.planner,
-                    group.view.same_host, host_memory);
+                    group.view.same_host, host_memory,
+                    all_gpus && group.view.nccl);
 }
 
 absl::Status GroupTable::RunInlineMatch(const std::string& group,

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/rank_list.h"
@@ -190,6 +191,7 @@ GroupMember GroupTable::MemberOf(const JoinRequest& request,
   member.address = worker.registration.address;
   member.data_port = worker.registration.data_port;
   member.incarnation = worker.registration.incarnation;
+  member.nccl_version = worker.registration.nccl_version;
   member.device = request.device;
   for (const Device& d : worker.registration.devices) {
     if (SameDevice(d, request.device)) member.device = d;
@@ -197,17 +199,33 @@ GroupMember GroupTable::MemberOf(const JoinRequest& request,
   return member;
 }
 
+namespace {
+
+// One host: the same machine and network namespace where workers said (a
+// host name alone where one did not).
+std::string HostKey(const GroupMember& m) {
+  return m.machine.empty() ? absl::StrCat("name:", m.host)
+                           : absl::StrCat("machine:", m.machine);
+}
+
+}  // namespace
+
 bool GroupTable::SameHost(const std::vector<GroupMember>& members) {
-  // One host: the same machine and network namespace where workers said
-  // (a host name alone where one did not).
-  auto host_key = [](const GroupMember& m) {
-    return m.machine.empty() ? absl::StrCat("name:", m.host)
-                             : absl::StrCat("machine:", m.machine);
-  };
   return !members.empty() && !members[0].host.empty() &&
          std::all_of(members.begin(), members.end(), [&](const GroupMember& m) {
-           return host_key(m) == host_key(members[0]);
+           return HostKey(m) == HostKey(members[0]);
          });
+}
+
+bool GroupTable::AllHaveNccl(const std::vector<GroupMember>& members) {
+  absl::flat_hash_set<std::string> gpus;
+  for (const GroupMember& m : members) {
+    if (m.nccl_version == 0 || m.device.kind != DeviceKind::kCuda ||
+        !gpus.insert(absl::StrCat(HostKey(m), "/", m.device.index)).second) {
+      return false;
+    }
+  }
+  return !members.empty();
 }
 
 void GroupTable::JoinLocked(JoinRequest request, JoinCallback done,
@@ -277,6 +295,7 @@ void GroupTable::FormGroupLocked(const std::string& name, Formation formation,
     view.members.push_back(slot->member);
   }
   view.same_host = SameHost(view.members);
+  view.nccl = AllHaveNccl(view.members);
   auto old = groups_.find(name);
   if (old != groups_.end()) {
     const absl::Status reformed = absl::AbortedError(

@@ -35,6 +35,8 @@ struct GroupMember {
   uint32_t data_port = 0;
   uint64_t incarnation = 0;
   Device device;
+  // The NCCL version the member's worker was built with; 0: none.
+  uint32_t nccl_version = 0;
 };
 
 struct GroupView {
@@ -44,6 +46,9 @@ struct GroupView {
   std::vector<GroupMember> members;
   // Every member's worker reported the same (non-empty) host.
   bool same_host = false;
+  // Every member's worker was built with NCCL (the nccl plan may run where
+  // every rank's call is on a GPU).
+  bool nccl = false;
   // An elastic group (min_world_size > 0) goes on without lost members
   // while it keeps at least min_world_size, and admits newcomers up to
   // max_world_size.

@@ -44,10 +44,12 @@ uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
 
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
-                                bool same_host, bool host_memory) {
-  absl::StatusOr<Plan> plan = ChooseAlgorithm(spec, world_size, forced, options,
-                                              same_host, host_memory);
-  if (plan.ok() && plan->algorithm != Algorithm::kInline) {
+                                bool same_host, bool host_memory,
+                                bool nccl_ranks) {
+  absl::StatusOr<Plan> plan = ChooseAlgorithm(
+      spec, world_size, forced, options, same_host, host_memory, nccl_ranks);
+  if (plan.ok() && plan->algorithm != Algorithm::kInline &&
+      plan->algorithm != Algorithm::kNccl) {
     plan->chunk_bytes =
         ChunkBytes(StepBytes(spec, world_size, plan->algorithm), options);
   }
@@ -55,7 +57,7 @@ absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
 }
 
 absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
-                             bool same_host) {
+                             bool same_host, bool nccl) {
   if (KindCarriesNoData(spec.kind)) return absl::OkStatus();
   absl::Status allowed = CheckForcedAlgorithm(spec, forced);
   if (!allowed.ok()) return allowed;
@@ -64,13 +66,19 @@ absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
         "same_host needs every rank's worker on one host; this group spans "
         "several");
   }
+  if (forced == Algorithm::kNccl && !nccl) {
+    return absl::InvalidArgumentError(
+        "nccl needs every rank on a GPU (Cuda(n)) of a worker built with "
+        "NCCL, and a coordinator running with --nccl_plan");
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
                                      const PlannerOptions& options,
-                                     bool same_host, bool host_memory) {
+                                     bool same_host, bool host_memory,
+                                     bool nccl_ranks) {
   Plan plan;
   plan.chunk_bytes = options.chunk_bytes;
   const uint64_t bytes = PayloadBytes(spec, world_size);
@@ -79,7 +87,8 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
     plan.algorithm = Algorithm::kInline;
     return plan;
   }
-  if (absl::Status allowed = CheckForcedPlan(spec, forced, same_host);
+  const bool nccl = options.nccl && nccl_ranks;
+  if (absl::Status allowed = CheckForcedPlan(spec, forced, same_host, nccl);
       !allowed.ok()) {
     return allowed;
   }
@@ -89,6 +98,8 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                  spec, world_size, forced,
                  InlineMaxBytes(spec.kind, world_size, same_host, options))) {
     plan.algorithm = Algorithm::kInline;
+  } else if (nccl && NcclRunsSpec(spec)) {
+    plan.algorithm = Algorithm::kNccl;
   } else if (spec.kind == CollectiveKind::kAllReduce && same_host &&
              host_memory && options.same_host && world_size > 1) {
     plan.algorithm = Algorithm::kSameHost;

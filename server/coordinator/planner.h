@@ -41,6 +41,11 @@ struct PlannerOptions {
   // 0.9-1.0x and 2.2x (bench/README.md, "Same host: stages in shared
   // memory").
   uint64_t same_host_inline_max_bytes = 32 << 10;
+  // Calls too large for inline, in groups whose ranks are all on GPUs of
+  // workers built with NCCL, run on NCCL where it runs them as Chorus
+  // defines them (NcclRunsSpec). Off by default: NCCL's own connections
+  // are neither authenticated nor encrypted, whatever Chorus's TLS.
+  bool nccl = false;
 };
 
 struct Plan {
@@ -58,28 +63,33 @@ uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
 // Returns the plan for `spec` in a group of `world_size` ranks, whose
 // workers all run on one host when `same_host`, and whose ranks all hold
 // this call's buffers in host memory when `host_memory` (same_host needs
-// both). `forced` (kUnspecified to let the planner choose) wins where it
-// applies: inline and ring for every kind, recursive doubling for
-// all-reduce, same_host for all-reduce in a same-host group. Returns
+// both), and whose ranks are all on GPUs of workers built with NCCL when
+// `nccl_ranks` (nccl needs it and options.nccl). `forced` (kUnspecified to
+// let the planner choose) wins where it applies: inline and ring for every
+// kind, recursive doubling for all-reduce, same_host for all-reduce in a
+// same-host group, nccl where NcclRunsSpec in such a group. Returns
 // INVALID_ARGUMENT for a forced algorithm the kind or group cannot use.
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
-                                bool same_host = false,
-                                bool host_memory = true);
+                                bool same_host = false, bool host_memory = true,
+                                bool nccl_ranks = false);
 
 // Checks that a call may force `forced`: what ChoosePlan refuses, without
 // planning (every rank's call is checked on arrival; the plan is chosen
 // once, when all arrived). A barrier accepts any algorithm (the match
 // itself is the barrier). Returns OK or INVALID_ARGUMENT.
+// `nccl` says whether the group may run nccl (options.nccl, and its ranks
+// joined on GPUs of workers built with NCCL).
 absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
-                             bool same_host);
+                             bool same_host, bool nccl = false);
 
 // ChoosePlan's first half: the algorithm, with chunk_bytes at the maximum.
 absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
                                      const PlannerOptions& options,
                                      bool same_host = false,
-                                     bool host_memory = true);
+                                     bool host_memory = true,
+                                     bool nccl_ranks = false);
 
 }  // namespace chorus
 

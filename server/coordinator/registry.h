@@ -50,6 +50,8 @@ struct WorkerRegistration {
   uint64_t incarnation = 0;
   std::vector<Device> devices;
   bool cuda_support = false;
+  // RegisterWorkerRequest.nccl_version; 0: built without NCCL.
+  uint32_t nccl_version = 0;
 };
 
 struct WorkerRecord {

@@ -359,8 +359,37 @@ TEST(CollectiveNamesTest, ParseCollectiveKind_Unknown_InvalidArgument) {
               HasSubstr("\"gossip\""));
 }
 
+TEST(NcclRunsSpecTest, NcclRunsSpec_KindsAndTypesAsChorusDefinesThem) {
+  auto spec = [](CollectiveKind kind, DType dtype, ReduceOp op) {
+    CollectiveSpec s;
+    s.kind = kind;
+    s.dtype = dtype;
+    s.count = 8;
+    s.op = op;
+    return s;
+  };
+  EXPECT_TRUE(NcclRunsSpec(
+      spec(CollectiveKind::kAllReduce, DType::kF32, ReduceOp::kAvg)));
+  EXPECT_TRUE(NcclRunsSpec(
+      spec(CollectiveKind::kReduceScatter, DType::kF16, ReduceOp::kMax)));
+  EXPECT_TRUE(NcclRunsSpec(
+      spec(CollectiveKind::kBroadcast, DType::kU8, ReduceOp::kUnspecified)));
+  // Chorus sums f16 in f32 and averages integers in 64 bits.
+  EXPECT_FALSE(NcclRunsSpec(
+      spec(CollectiveKind::kAllReduce, DType::kF16, ReduceOp::kSum)));
+  EXPECT_FALSE(NcclRunsSpec(
+      spec(CollectiveKind::kReduce, DType::kI32, ReduceOp::kAvg)));
+  EXPECT_FALSE(NcclRunsSpec(
+      spec(CollectiveKind::kAllToAll, DType::kF32, ReduceOp::kUnspecified)));
+  EXPECT_EQ(CheckForcedAlgorithm(spec(CollectiveKind::kGather, DType::kF32,
+                                      ReduceOp::kUnspecified),
+                                 Algorithm::kNccl)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CollectiveNamesTest, AlgorithmName_RoundTripsThroughParse) {
-  for (int v = 0; v <= 5; ++v) {
+  for (int v = 0; v <= 6; ++v) {
     const Algorithm algorithm = static_cast<Algorithm>(v);
     absl::StatusOr<Algorithm> parsed = ParseAlgorithm(AlgorithmName(algorithm));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -369,7 +398,8 @@ TEST(CollectiveNamesTest, AlgorithmName_RoundTripsThroughParse) {
   EXPECT_EQ(AlgorithmName(Algorithm::kUnspecified), "auto");
   EXPECT_EQ(AlgorithmName(Algorithm::kRecursiveDoubling), "recursive_doubling");
   EXPECT_EQ(AlgorithmName(Algorithm::kSameHost), "same_host");
-  EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(6)), "unknown");
+  EXPECT_EQ(AlgorithmName(Algorithm::kNccl), "nccl");
+  EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(7)), "unknown");
   EXPECT_EQ(*ParseAlgorithm("RING"), Algorithm::kRing);
   EXPECT_EQ(ParseAlgorithm("butterfly").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -222,6 +222,61 @@ TEST(PlannerTest, ChoosePlan_ForcedTreeOrUnknown_InvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Plans a call of a group whose ranks are all on GPUs of workers with NCCL.
+absl::StatusOr<Plan> OnNcclGpus(const CollectiveSpec& spec,
+                                Algorithm forced = Algorithm::kUnspecified,
+                                bool nccl_plan = true) {
+  PlannerOptions options;
+  options.nccl = nccl_plan;
+  return ChoosePlan(spec, 4, forced, options, /*same_host=*/false,
+                    /*host_memory=*/false, /*nccl_ranks=*/true);
+}
+
+TEST(PlannerTest, ChoosePlan_NcclKindsOverInlineOnNcclGpus_Nccl) {
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+        CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
+        CollectiveKind::kReduceScatter}) {
+    EXPECT_EQ(OnNcclGpus(Spec(kind, 1 << 20))->algorithm, Algorithm::kNccl)
+        << CollectiveKindName(kind);
+  }
+  // Small calls still ride inline.
+  EXPECT_EQ(OnNcclGpus(AllReduceBytes(64))->algorithm, Algorithm::kInline);
+}
+
+TEST(PlannerTest, ChoosePlan_NotAsChorusDefinesItOrOff_NotNccl) {
+  // f16 sums in f32 partials, which NCCL does not: the ring.
+  EXPECT_EQ(OnNcclGpus(Spec(CollectiveKind::kAllReduce, 1 << 20, DType::kF16))
+                ->algorithm,
+            Algorithm::kRing);
+  EXPECT_EQ(OnNcclGpus(Spec(CollectiveKind::kAllToAll, 1 << 20))->algorithm,
+            Algorithm::kRing);
+  EXPECT_EQ(OnNcclGpus(AllReduceBytes(64 << 20), Algorithm::kUnspecified,
+                       /*nccl_plan=*/false)
+                ->algorithm,
+            Algorithm::kRing);
+  // Ranks not all on GPUs of workers with NCCL.
+  PlannerOptions options;
+  options.nccl = true;
+  EXPECT_EQ(ChoosePlan(AllReduceBytes(64 << 20), 4, Algorithm::kUnspecified,
+                       options, false, false, /*nccl_ranks=*/false)
+                ->algorithm,
+            Algorithm::kRing);
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedNcclWhereItCannotRun_InvalidArgument) {
+  absl::StatusOr<Plan> off = OnNcclGpus(AllReduceBytes(64 << 20),
+                                        Algorithm::kNccl, /*nccl_plan=*/false);
+  EXPECT_EQ(off.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(off.status().message().find("--nccl_plan"), std::string::npos)
+      << off.status();
+  absl::StatusOr<Plan> f16 = OnNcclGpus(
+      Spec(CollectiveKind::kAllReduce, 1 << 20, DType::kF16), Algorithm::kNccl);
+  EXPECT_EQ(f16.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(OnNcclGpus(AllReduceBytes(64), Algorithm::kNccl)->algorithm,
+            Algorithm::kNccl);
+}
+
 TEST(PlannerTest, ChoosePlan_Barrier_InlineWhateverIsForced) {
   CollectiveSpec barrier;
   barrier.kind = CollectiveKind::kBarrier;

@@ -52,6 +52,7 @@ v1::StoredGroup GroupToProto(const StoredGroup& group) {
   stored.set_min_world_size(view.min_world_size);
   stored.set_max_world_size(view.max_world_size);
   stored.set_same_host(view.same_host);
+  stored.set_nccl(view.nccl);
   for (const GroupMember& member : view.members) {
     v1::StoredMember* to = stored.add_members();
     *to->mutable_member() = MemberToProto(member);
@@ -90,6 +91,7 @@ StoredGroup GroupFromProto(const v1::StoredGroup& stored) {
   }
   view.world_size = static_cast<int>(view.members.size());
   view.same_host = stored.same_host();
+  view.nccl = stored.nccl();
   group.request_ids.assign(stored.request_ids().begin(),
                            stored.request_ids().end());
   if (stored.aborted_code() != 0) {
