@@ -4,7 +4,8 @@
 # and where the full project configures, the worker's GPU path tests and the
 # daemons they start; runs the tests labelled gpu (kernels against the CPU
 # engine, device buffers, all-reduce of 2 and 4 ranks on GPU 0, mixed
-# Cpu/Cuda groups, GPU memory by pointer, ranks through daemons), runs the
+# Cpu/Cuda groups, GPU memory by pointer, ranks through daemons, the nccl
+# plan's kinds on one rank where built with NCCL), runs the
 # kernel bandwidth benchmark, chorus-bench's all-reduce with buffers on the
 # CPU and on the GPU side by side, then the torch tests marked gpu (CUDA tensors
 # through the chorus backend, DDP on GPUs) where /usr/bin/python3 has torch

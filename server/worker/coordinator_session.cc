@@ -78,6 +78,7 @@ absl::Status CoordinatorSession::RegisterOnce(bool followed) {
   request.set_address(options_.address);
   request.set_incarnation(incarnation_);
   request.set_cuda_support(options_.cuda_support);
+  request.set_nccl_version(options_.nccl_version);
   for (const Device& device : options_.devices) {
     *request.add_devices() = DeviceToProto(device);
   }

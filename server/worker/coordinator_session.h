@@ -42,6 +42,8 @@ struct SessionOptions {
   uint32_t data_port = 0;
   std::vector<Device> devices;
   bool cuda_support = false;
+  // RegisterWorkerRequest.nccl_version (0: no NCCL).
+  uint32_t nccl_version = 0;
   // Deadline of each call to the coordinator.
   absl::Duration rpc_timeout = absl::Seconds(5);
   // How long Start() keeps trying to reach the coordinator;

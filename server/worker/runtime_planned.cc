@@ -52,7 +52,8 @@ absl::Status WorkerRuntime::RunPlanned(
   transport_options.addresses = membership.addresses;
   transport_options.self_address = address_;
   transport_options.worker_names = membership.worker_names;
-  transport_options.deadline = deadline - AnswerMargin(left);
+  const absl::Time data_deadline = deadline - AnswerMargin(left);
+  transport_options.deadline = data_deadline;
   if (!membership.members_listed) {
     transport_options.resolve = [this, &membership,
                                  until = transport_options.deadline](int rank) {
@@ -76,15 +77,11 @@ absl::Status WorkerRuntime::RunPlanned(
     args.hash = &*hash;
   }
   args.corrupt_for_testing = corrupt_results_for_testing_.load();
-  StagedInput staged;
-  absl::Status status =
-      StageInput(spec, plan->algorithm, device, buffers, host_input, &staged);
-  args.work = staged.gpu.get();
-  args.input = staged.gpu != nullptr ? absl::string_view() : staged.host_input;
-  if (status.ok()) status = RunAlgorithm(args, &plan->algorithm);
-  if (status.ok())
-    status = DeliverOutput(spec, device, buffers, staged, host_output);
-  staged.gpu.reset();
+  const absl::Status status =
+      plan->algorithm == Algorithm::kNccl
+          ? RunOnNccl(membership, sequence, device, buffers, host_input,
+                      data_deadline, args)
+          : RunOnDataPlane(device, buffers, host_input, args, &plan->algorithm);
   if (!status.ok()) {
     return ReportFailure(membership, sequence, status, deadline);
   }
@@ -104,6 +101,55 @@ absl::Status WorkerRuntime::RunPlanned(
   commit->set_sequence(sequence);
   if (result_hash.has_value()) commit->set_result_hash(*result_hash);
   return absl::OkStatus();
+}
+
+absl::Status WorkerRuntime::RunOnDataPlane(const Device& device,
+                                           const CallBuffers& buffers,
+                                           absl::string_view host_input,
+                                           AlgorithmArgs& args,
+                                           Algorithm* algorithm) {
+  StagedInput staged;
+  absl::Status status =
+      StageInput(args.spec, *algorithm, device, buffers, host_input, &staged);
+  args.work = staged.gpu.get();
+  args.input = staged.gpu != nullptr ? absl::string_view() : staged.host_input;
+  if (status.ok()) status = RunAlgorithm(args, algorithm);
+  if (status.ok()) {
+    status = DeliverOutput(args.spec, device, buffers, staged, args.output);
+  }
+  return status;
+}
+
+absl::Status WorkerRuntime::RunOnNccl(const Membership& membership,
+                                      uint64_t sequence, const Device& device,
+                                      const CallBuffers& buffers,
+                                      absl::string_view host_input,
+                                      absl::Time deadline,
+                                      const AlgorithmArgs& args) {
+  if (device.kind != DeviceKind::kCuda) {
+    return absl::InternalError(absl::StrCat(
+        "the coordinator planned nccl for a rank on ", CanonicalName(device)));
+  }
+  NcclCall call;
+  call.group = membership.group;
+  call.epoch = membership.epoch;
+  call.sequence = sequence;
+  call.rank = membership.rank;
+  call.world_size = membership.world_size;
+  call.device = device.index;
+  call.spec = args.spec;
+  call.on_device = buffers.on_device;
+  call.device_input = buffers.device_input;
+  call.device_output = buffers.device_output;
+  call.caller_stream = buffers.stream;
+  call.host_input = host_input;
+  call.host_output = args.output;
+  call.deadline = deadline;
+  call.aborted = [this, &membership] {
+    return inbox_.AbortStatus(membership.group, membership.epoch);
+  };
+  call.hash = args.hash;
+  return nccl_calls_->Run(call, *args.transport);
 }
 
 absl::Status WorkerRuntime::StageInput(const CollectiveSpec& spec,

@@ -84,9 +84,11 @@ absl::Status WorkerRuntime::StartDataPlane(const RuntimeOptions& options) {
   sender_ = std::make_unique<TcpPeerPool>([this] {
     return session_ != nullptr ? session_->lease() : absl::ZeroDuration();
   });
-  device_buffers_ = std::make_unique<DeviceBuffers>(
-      options.device_runtime != nullptr ? options.device_runtime
-                                        : BuiltInDeviceRuntime());
+  DeviceRuntime* gpus = options.device_runtime != nullptr
+                            ? options.device_runtime
+                            : BuiltInDeviceRuntime();
+  device_buffers_ = std::make_unique<DeviceBuffers>(gpus);
+  nccl_calls_ = std::make_unique<NcclCalls>(gpus);
   return absl::OkStatus();
 }
 
@@ -118,6 +120,12 @@ void WorkerRuntime::StartSession(const RuntimeOptions& options,
   name_ = session.name;
   session.devices = devices_;
   session.cuda_support = cuda_built;
+  // NCCL runs on the GPUs this worker offers.
+  const bool gpus =
+      std::any_of(devices_.begin(), devices_.end(),
+                  [](const Device& d) { return d.kind == DeviceKind::kCuda; });
+  session.nccl_version =
+      gpus ? static_cast<uint32_t>(nccl_calls_->version()) : 0;
   session.rpc_timeout = options.rpc_timeout;
   session.register_timeout = options.register_timeout;
   session.on_group_aborted = [this](const std::string& group, uint64_t epoch,

@@ -44,6 +44,7 @@
 #include "server/worker/dataplane/tcp_listener.h"
 #include "server/worker/device_discovery.h"
 #include "server/worker/gpu/device_buffers.h"
+#include "server/worker/gpu/nccl_calls.h"
 #include "server/worker/local/call_runtime.h"
 #include "server/worker/membership.h"
 #include "server/worker/task_runner.h"
@@ -401,6 +402,18 @@ class WorkerRuntime final : public CallRuntime {
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline,
                           v1::CommitRequest* commit);
+  // A planned call on the data plane's algorithms (`args` without its
+  // input, work buffer and output place, which staging sets) or on NCCL
+  // (its waits end at `deadline`). Return the algorithm's, the transport's,
+  // the GPU's and NCCL's errors; RunOnDataPlane sets *algorithm to the one
+  // that ran.
+  absl::Status RunOnDataPlane(const Device& device, const CallBuffers& buffers,
+                              absl::string_view host_input, AlgorithmArgs& args,
+                              Algorithm* algorithm);
+  absl::Status RunOnNccl(const Membership& membership, uint64_t sequence,
+                         const Device& device, const CallBuffers& buffers,
+                         absl::string_view host_input, absl::Time deadline,
+                         const AlgorithmArgs& args);
   // What a planned call works on besides the caller's buffers.
   struct StagedInput;
   // Readies the input of a planned call (`host_input` when it is on the
@@ -471,6 +484,8 @@ class WorkerRuntime final : public CallRuntime {
   std::unique_ptr<PeerSender> sender_;
   // GPU memory for calls of Cuda(n) ranks.
   std::unique_ptr<DeviceBuffers> device_buffers_;
+  // Collectives planned nccl, on the same GPUs.
+  std::unique_ptr<NcclCalls> nccl_calls_;
   std::unique_ptr<TcpListener> tcp_listener_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;

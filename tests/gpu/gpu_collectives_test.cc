@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/worker/cuda_probe.h"
+#include "server/worker/gpu/nccl_runtime.h"
 #include "tests/testing/collective_harness.h"
 
 namespace chorus::test {
@@ -280,6 +281,42 @@ TEST(GpuDaemonTest, AllReduce_ThroughDaemonsOnGpu0_MatchReference) {
     ranks.push_back(*std::move(joined[r]));
   }
   RunAllReduceMatrix(Pointers(ranks), {}, {17, uint64_t{1} << 20});
+}
+
+// One rank on GPU 0 with --nccl_plan: every kind NCCL runs goes through
+// NCCL (the id made, a communicator connected and reused) and matches the
+// reference. One GPU holds one rank of an NCCL communicator.
+TEST(GpuNcclTest, EveryNcclKind_OneRankOnGpu0_MatchReference) {
+  SKIP_WITHOUT_GPU();
+  if (BuiltInNcclRuntime()->version() == 0) {
+    GTEST_SKIP() << "built without NCCL";
+  }
+  auto cluster = EmbeddedCluster::Start(1, {"--nccl_plan"},
+                                        EmbeddedCluster::CallRoute::kCallPort,
+                                        {JoinOptions::CpuDevice(), Gpu0()});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto group = (*cluster)->JoinGroup("nccl", {0}, {Gpu0()});
+  ASSERT_TRUE(group.ok()) << group.status();
+  CheckOptions check;
+  check.same_host = false;
+  check.host_memory = false;
+  check.nccl = true;
+  uint64_t seed = 1;
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+        CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
+        CollectiveKind::kReduceScatter}) {
+    for (DType dtype : {DType::kF32, DType::kI64, DType::kBF16}) {
+      for (uint64_t count : {uint64_t{17}, uint64_t{1} << 20}) {
+        CollectiveCase c;
+        c.spec =
+            Spec(kind, dtype, count,
+                 KindReduces(kind) ? ReduceOp::kMax : ReduceOp::kUnspecified);
+        c.seed = seed++;
+        ASSERT_TRUE(RunAndCheck(Pointers(*group), c, check));
+      }
+    }
+  }
 }
 
 }  // namespace

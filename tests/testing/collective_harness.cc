@@ -57,7 +57,8 @@ EmbeddedCluster::~EmbeddedCluster() {
 
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>>
 EmbeddedCluster::JoinGroup(const std::string& group,
-                           const std::vector<int>& worker_of_rank) {
+                           const std::vector<int>& worker_of_rank,
+                           const std::vector<Device>& devices) {
   const int world = static_cast<int>(worker_of_rank.size());
   std::vector<absl::StatusOr<std::unique_ptr<Communicator>>> joined;
   for (int rank = 0; rank < world; ++rank) {
@@ -66,6 +67,7 @@ EmbeddedCluster::JoinGroup(const std::string& group,
   RunOnRanks(world, [&](int rank) {
     JoinOptions options;
     options.timeout = kCallTimeout;
+    if (rank < static_cast<int>(devices.size())) options.device = devices[rank];
     joined[rank] = Communicator::JoinEmbedded(
         workers_[worker_of_rank[rank]].get(), group, world, rank, options);
   });
@@ -98,12 +100,13 @@ std::vector<Communicator*> Pointers(
 Algorithm ExpectedPlan(const CollectiveCase& c, int world,
                        uint64_t inline_max_bytes,
                        uint64_t recursive_doubling_max_bytes, bool same_host,
-                       bool host_memory) {
+                       bool host_memory, bool nccl) {
   PlannerOptions options;
   options.inline_max_bytes = inline_max_bytes;
   options.recursive_doubling_max_bytes = recursive_doubling_max_bytes;
-  absl::StatusOr<Plan> plan = ChooseAlgorithm(c.spec, world, c.algorithm,
-                                              options, same_host, host_memory);
+  options.nccl = nccl;
+  absl::StatusOr<Plan> plan = ChooseAlgorithm(
+      c.spec, world, c.algorithm, options, same_host, host_memory, nccl);
   return plan.ok() ? plan->algorithm : Algorithm::kUnspecified;
 }
 
@@ -146,9 +149,9 @@ Algorithm ExpectedPlan(const CollectiveCase& c, int world,
   if (!failures.empty()) {
     return ::testing::AssertionFailure() << what << ": " << failures;
   }
-  const Algorithm plan = ExpectedPlan(c, world, check.inline_max_bytes,
-                                      check.recursive_doubling_max_bytes,
-                                      check.same_host, check.host_memory);
+  const Algorithm plan = ExpectedPlan(
+      c, world, check.inline_max_bytes, check.recursive_doubling_max_bytes,
+      check.same_host, check.host_memory, check.nccl);
   for (int r = 0; r < world; ++r) {
     if (results[r]->sequence != results[0]->sequence) {
       return ::testing::AssertionFailure()

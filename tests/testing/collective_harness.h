@@ -78,8 +78,10 @@ class EmbeddedCluster {
   // Joins `group` with world size worker_of_rank.size(): rank r joins from
   // its own thread through runtime(worker_of_rank[r]). Returns the
   // communicators by rank, or the first rank's error.
+  // Rank r joins on `devices`[r] where given (JoinOptions::device).
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> JoinGroup(
-      const std::string& group, const std::vector<int>& worker_of_rank);
+      const std::string& group, const std::vector<int>& worker_of_rank,
+      const std::vector<Device>& devices = {});
 
   // JoinGroup with rank r on runtime r, for ranks 0 .. world-1.
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> JoinGroup(
@@ -99,12 +101,13 @@ std::vector<Communicator*> Pointers(
 // The plan the coordinator's defaults choose for `c` under forced algorithm
 // c.algorithm in a group of `world` (whose workers all run on this host
 // unless `same_host` is false, and whose ranks all call on host memory
-// unless `host_memory` is false).
+// unless `host_memory` is false), with --nccl_plan for a group whose ranks
+// are on their own GPUs when `nccl`.
 Algorithm ExpectedPlan(
     const CollectiveCase& c, int world,
     uint64_t inline_max_bytes = kDefaultInlineMaxBytes,
     uint64_t recursive_doubling_max_bytes = kDefaultRecursiveDoublingMaxBytes,
-    bool same_host = true, bool host_memory = true);
+    bool same_host = true, bool host_memory = true, bool nccl = false);
 
 // What RunAndCheck checks besides the outputs.
 struct CheckOptions {
@@ -119,6 +122,9 @@ struct CheckOptions {
   // Every rank's call is on host memory; false when one is on a GPU (the
   // group then uses the data plane where it would use same_host).
   bool host_memory = true;
+  // The coordinator plans nccl for this group (--nccl_plan, every rank on
+  // its own GPU of a worker with NCCL).
+  bool nccl = false;
   // Order the rank threads start in (a permutation); empty: ascending.
   std::vector<int> start_order;
   // Per rank: the device its call names (CallOptions.device); ranks beyond

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@
 #include "common/dtype.h"
 
 namespace chorus {
+
+class NcclRuntime;
 
 class DeviceRuntime {
  public:
@@ -56,6 +59,10 @@ class DeviceRuntime {
   virtual std::optional<std::vector<Device>> Gpus() const {
     return std::nullopt;
   }
+
+  // NCCL between this runtime's GPUs (nccl_runtime.h): this build's for the
+  // built-in runtimes, the emulation's for an emulation. Never null.
+  virtual NcclRuntime* Nccl() = 0;
 
   // "Cuda(<device>)".
   static std::string Name(int device) {
@@ -92,6 +99,13 @@ class DeviceRuntime {
   virtual absl::Status FinalizeAvg(int device, DType dtype, void* data,
                                    size_t count, int world_size,
                                    Stream stream) = 0;
+
+  // Enqueues `fn` on `stream`: a host thread runs it once the work enqueued
+  // before it completed (or ended, e.g. aborted), and the stream's later
+  // work waits for it to return. `fn` must not block or call this runtime
+  // (CUDA's cudaLaunchHostFunc).
+  virtual absl::Status EnqueueHost(int device, Stream stream,
+                                   std::function<void()> fn) = 0;
 
   // Enqueues `event` on `stream`: it completes once the work enqueued
   // before it did.

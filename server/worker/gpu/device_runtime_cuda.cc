@@ -5,12 +5,15 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/reduce/cuda/cuda_reduce.h"
 #include "server/reduce/cuda/cuda_status.h"
 #include "server/worker/gpu/device_runtime.h"
+#include "server/worker/gpu/nccl_runtime.h"
 
 namespace chorus {
 namespace {
@@ -43,6 +46,13 @@ AddressRangeFn AddressRange() {
     return reinterpret_cast<AddressRangeFn>(fn);
   }();
   return found;
+}
+
+// cudaLaunchHostFunc's callback: runs and frees EnqueueHost's function.
+void CUDART_CB RunHostFn(void* held) {
+  auto* fn = static_cast<std::function<void()>*>(held);
+  (*fn)();
+  delete fn;
 }
 
 class CudaDeviceRuntime final : public DeviceRuntime {
@@ -144,6 +154,21 @@ class CudaDeviceRuntime final : public DeviceRuntime {
                            int world_size, Stream stream) override {
     return cuda_reduce::FinalizeAvg(device, dtype, data, count, world_size,
                                     AsCuda(stream));
+  }
+
+  NcclRuntime* Nccl() override { return BuiltInNcclRuntime(); }
+
+  absl::Status EnqueueHost(int device, Stream stream,
+                           std::function<void()> fn) override {
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    auto* held = new std::function<void()>(std::move(fn));
+    if (cudaError_t e = cudaLaunchHostFunc(AsCuda(stream), RunHostFn, held);
+        e != cudaSuccess) {
+      delete held;
+      return CudaError(device, e, "enqueueing a host function");
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Record(int device, Event event, Stream stream) override {

@@ -2,6 +2,7 @@
 // device.
 #include "common/device.h"
 #include "server/worker/gpu/device_runtime.h"
+#include "server/worker/gpu/nccl_runtime.h"
 
 namespace chorus {
 namespace {
@@ -15,6 +16,10 @@ absl::Status Refused(int device) {
 
 class NoDeviceRuntime final : public DeviceRuntime {
  public:
+  NcclRuntime* Nccl() override { return BuiltInNcclRuntime(); }
+  absl::Status EnqueueHost(int device, Stream, std::function<void()>) override {
+    return Refused(device);
+  }
   absl::StatusOr<Stream> NewStream(int device) override {
     return Refused(device);
   }

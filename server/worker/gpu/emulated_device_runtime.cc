@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "server/reduce/cpu/cpu_reduce.h"
+#include "server/worker/gpu/emulated_nccl_runtime.h"
 
 namespace chorus {
 namespace {
@@ -114,7 +115,10 @@ char* AlignedBytes(uint64_t bytes) {
 }  // namespace
 
 EmulatedDeviceRuntime::EmulatedDeviceRuntime(int devices, uint64_t memory_bytes)
-    : devices_(devices), memory_bytes_(memory_bytes), gpus_(devices) {}
+    : devices_(devices),
+      nccl_(std::make_unique<EmulatedNcclRuntime>(this)),
+      memory_bytes_(memory_bytes),
+      gpus_(devices) {}
 
 EmulatedDeviceRuntime::~EmulatedDeviceRuntime() {
   absl::MutexLock lock(&mu_);
@@ -149,6 +153,24 @@ void EmulatedDeviceRuntime::FaultAtKernel(int device, int kernels,
   if (device < 0 || device >= devices_) return;
   gpus_[device].kernels_until_fault = kernels;
   gpus_[device].planned_fault = why;
+}
+
+NcclRuntime* EmulatedDeviceRuntime::Nccl() { return nccl_.get(); }
+
+absl::Status EmulatedDeviceRuntime::EnqueueHost(int device, Stream stream,
+                                                std::function<void()> fn) {
+  if (absl::Status s = Usable(device, "enqueueing a host function"); !s.ok()) {
+    return s;
+  }
+  AsEmulated(stream)->Enqueue(std::move(fn));
+  return absl::OkStatus();
+}
+
+void EmulatedDeviceRuntime::EnqueueKernel(int device, Stream stream,
+                                          std::function<void()> kernel) {
+  AsEmulated(stream)->Enqueue([this, device, kernel = std::move(kernel)] {
+    if (KernelMayRun(device)) kernel();
+  });
 }
 
 std::function<void()> EmulatedDeviceRuntime::Hold(Stream stream) {

@@ -33,6 +33,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/device.h"
 #include "server/worker/gpu/device_runtime.h"
+#include "server/worker/gpu/nccl_runtime.h"
 
 namespace chorus {
 
@@ -66,6 +67,18 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
   int WaitsOn(Stream stream) const;
   // Bytes of device memory allocated on `device` now.
   uint64_t AllocatedBytes(int device) const;
+  // Enqueues `kernel` on `stream`: the stream's thread runs it, where it
+  // may block as a GPU kernel waiting for peers would, unless the device
+  // faulted (it counts toward a planned fault, as Reduce's kernels do).
+  void EnqueueKernel(int device, Stream stream, std::function<void()> kernel);
+  // OK when `device` exists and has not faulted; else the error, saying
+  // `doing`.
+  absl::Status Usable(int device, absl::string_view doing) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  NcclRuntime* Nccl() override;
+  absl::Status EnqueueHost(int device, Stream stream,
+                           std::function<void()> fn) override;
 
   absl::StatusOr<Stream> NewStream(int device) override;
   void DeleteStream(int device, Stream stream) override;
@@ -100,10 +113,6 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
     std::string planned_fault;
   };
 
-  // OK when `device` exists and has not faulted; else the error, saying
-  // `doing`.
-  absl::Status Usable(int device, absl::string_view doing) const
-      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UsableLocked(int device, absl::string_view doing) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a kernel of `device` may run now (counts it toward a planned
@@ -116,6 +125,7 @@ class EmulatedDeviceRuntime final : public DeviceRuntime {
   bool Pageable(const void* ptr) const ABSL_LOCKS_EXCLUDED(mu_);
 
   const int devices_;
+  const std::unique_ptr<NcclRuntime> nccl_;
   const uint64_t memory_bytes_;
   mutable absl::Mutex mu_;
   std::vector<Gpu> gpus_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,142 @@
+// Collectives planned nccl between ranks on GPUs emulated in host memory
+// (EmulatedDeviceRuntime and its EmulatedNcclRuntime): a real coordinator
+// process with --nccl_plan plans them, and embedded worker runtimes relay
+// the communicator's id over the data plane, connect, run and abort as they
+// would on GPUs with NCCL.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/worker/gpu/emulated_device_runtime.h"
+#include "server/worker/gpu/emulated_nccl_runtime.h"
+#include "tests/testing/collective_harness.h"
+
+namespace chorus::test {
+namespace {
+
+constexpr int kWorld = 4;
+
+Device Gpu(int index) {
+  Device d;
+  d.kind = DeviceKind::kCuda;
+  d.index = index;
+  return d;
+}
+
+class EmulatedNcclTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<Device> devices = {JoinOptions::CpuDevice()};
+    for (int i = 0; i < kWorld; ++i) devices.push_back(Gpu(i));
+    auto cluster = EmbeddedCluster::Start(kWorld, {"--nccl_plan"},
+                                          EmbeddedCluster::CallRoute::kCallPort,
+                                          devices, &gpus_);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  // A group of kWorld ranks, rank r on runtime r and GPU r.
+  std::vector<std::unique_ptr<Communicator>> JoinOnGpus(
+      const std::string& name) {
+    std::vector<int> workers;
+    std::vector<Device> gpus;
+    for (int r = 0; r < kWorld; ++r) {
+      workers.push_back(r);
+      gpus.push_back(Gpu(r));
+    }
+    auto group = cluster_->JoinGroup(name, workers, gpus);
+    EXPECT_TRUE(group.ok()) << group.status();
+    return group.ok() ? *std::move(group)
+                      : std::vector<std::unique_ptr<Communicator>>();
+  }
+
+  EmulatedNcclRuntime& nccl() {
+    return *static_cast<EmulatedNcclRuntime*>(gpus_.Nccl());
+  }
+
+  EmulatedDeviceRuntime gpus_{kWorld};
+  std::unique_ptr<EmbeddedCluster> cluster_;
+};
+
+CheckOptions OnOwnGpus() {
+  CheckOptions check;
+  check.host_memory = false;
+  check.nccl = true;
+  return check;
+}
+
+TEST_F(EmulatedNcclTest, EveryNcclKind_RanksOnOwnGpus_NcclPlannedAndCorrect) {
+  auto group = JoinOnGpus("nccl-kinds");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  uint64_t seed = 1;
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+        CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
+        CollectiveKind::kReduceScatter}) {
+    for (DType dtype : {DType::kF32, DType::kI64, DType::kF16}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) {
+        if (!KindReduces(kind) && op != ReduceOp::kSum) continue;
+        for (uint64_t count : {uint64_t{3}, uint64_t{1} << 16}) {
+          CollectiveCase c;
+          c.spec = Spec(kind, dtype, count,
+                        KindReduces(kind) ? op : ReduceOp::kUnspecified,
+                        /*root=*/2);
+          c.seed = seed++;
+          ASSERT_TRUE(RunAndCheck(Pointers(group), c, OnOwnGpus()));
+        }
+      }
+    }
+  }
+  // One communicator per rank for the group's epoch, used by every call.
+  EXPECT_EQ(nccl().starts(), kWorld);
+  EXPECT_EQ(nccl().aborts(), 0);
+}
+
+TEST_F(EmulatedNcclTest, ForcedNccl_SmallCall_RunsOnNccl) {
+  auto group = JoinOnGpus("nccl-forced");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  CollectiveCase c;
+  c.spec = Spec(CollectiveKind::kAllReduce, DType::kF32, 5, ReduceOp::kSum);
+  c.algorithm = Algorithm::kNccl;
+  ASSERT_TRUE(RunAndCheck(Pointers(group), c, OnOwnGpus()));
+  EXPECT_EQ(nccl().starts(), kWorld);
+}
+
+TEST_F(EmulatedNcclTest, AllReduce_OneGpuFaultsInNccl_EveryRankFailsAndAborts) {
+  auto group = JoinOnGpus("nccl-fault");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  CollectiveCase warm;
+  warm.spec =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, 1 << 16, ReduceOp::kSum);
+  ASSERT_TRUE(RunAndCheck(Pointers(group), warm, OnOwnGpus()));
+  // Rank 3's GPU faults at its next kernel: NCCL's all_reduce there never
+  // joins the others, whose kernels wait for it until the group's abort.
+  gpus_.FaultAtKernel(3, 1, "illegal memory access");
+  std::vector<absl::Status> statuses(kWorld);
+  RunOnRanks(kWorld, [&](int rank) {
+    std::vector<float> data(1 << 16, 1.0f);
+    std::vector<float> out;
+    CallOptions options;
+    options.timeout = absl::Seconds(60);
+    statuses[rank] =
+        group[rank]->AllReduce(data, &out, ReduceOp::kSum, options);
+  });
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_FALSE(statuses[rank].ok()) << "rank " << rank;
+    EXPECT_NE(statuses[rank].code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << rank << ": " << statuses[rank];
+    EXPECT_THAT(std::string(statuses[rank].message()),
+                ::testing::HasSubstr("illegal memory access"))
+        << "rank " << rank;
+  }
+  // Every rank's communicator was aborted, so no kernel waits on.
+  EXPECT_EQ(nccl().aborts(), kWorld);
+}
+
+}  // namespace
+}  // namespace chorus::test
