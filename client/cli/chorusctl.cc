@@ -143,11 +143,18 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// "cpu,cuda:0", and " (NCCL 2.28.9)" where its GPUs have NCCL.
 std::string Devices(const chorus::WorkerInfo& worker) {
-  return absl::StrJoin(worker.devices, ",",
-                       [](std::string* out, const chorus::Device& d) {
-                         out->append(chorus::CanonicalName(d));
-                       });
+  std::string devices = absl::StrJoin(
+      worker.devices, ",", [](std::string* out, const chorus::Device& d) {
+        out->append(chorus::CanonicalName(d));
+      });
+  if (worker.nccl_version > 0) {
+    const uint32_t v = worker.nccl_version;
+    absl::StrAppend(&devices, " (NCCL ", v / 10000, ".", v / 100 % 100, ".",
+                    v % 100, ")");
+  }
+  return devices;
 }
 
 // `name`, with its job when that is not the default one: "g (job blue)".

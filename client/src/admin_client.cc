@@ -26,6 +26,7 @@ WorkerInfo WorkerFromProto(const v1::WorkerInfo& proto) {
   info.address = proto.address();
   info.incarnation = proto.incarnation();
   info.cuda_support = proto.cuda_support();
+  info.nccl_version = proto.nccl_version();
   info.lease_age = absl::Milliseconds(proto.lease_age_ms());
   for (const v1::Device& device : proto.devices()) {
     info.devices.push_back(DeviceFromProto(device));

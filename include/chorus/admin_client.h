@@ -34,6 +34,9 @@ struct WorkerInfo {
   std::string address;
   uint64_t incarnation = 0;
   bool cuda_support = false;
+  // The NCCL version its GPUs run the nccl plan with (major * 10000 + minor
+  // * 100 + patch); 0: none.
+  uint32_t nccl_version = 0;
   // Time since its last heartbeat.
   absl::Duration lease_age;
   std::vector<Device> devices;

@@ -314,6 +314,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
     info->set_address(record.registration.address);
     info->set_incarnation(record.registration.incarnation);
     info->set_cuda_support(record.registration.cuda_support);
+    info->set_nccl_version(record.registration.nccl_version);
     info->set_lease_age_ms(absl::ToInt64Milliseconds(now - record.renewed_at));
     for (const Device& device : record.registration.devices) {
       *info->add_devices() = DeviceToProto(device);

@@ -177,10 +177,15 @@ void WorkerRuntime::Shutdown() {
   if (tcp_listener_ != nullptr) tcp_listener_->Shutdown();
 }
 
+void WorkerRuntime::RankEnded(const Membership& membership) {
+  nccl_calls_->Forget(membership.group, membership.epoch, membership.rank);
+}
+
 void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,
                                  const absl::Status& verdict) {
   inbox_.Abort(group, epoch, verdict);
   sender_->AbortGroup(group, epoch);
+  nccl_calls_->Forget(group, epoch);
 }
 
 }  // namespace chorus

@@ -159,6 +159,8 @@ class WorkerRuntime final : public CallRuntime {
   absl::Status ReportRankGone(const Membership& membership,
                               const absl::Status& why,
                               bool leaving = false) override;
+  // Frees the rank's NCCL communicator, if it has one.
+  void RankEnded(const Membership& membership) override;
 
   // Runs the `sequence`-th collective of `membership` (numbered from 1 in
   // the order the rank issues them) on `input`, writing this rank's output.

@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "chorus/admin_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/worker/gpu/emulated_device_runtime.h"
 #include "server/worker/gpu/emulated_nccl_runtime.h"
 #include "tests/testing/collective_harness.h"
+#include "tests/testing/wait.h"
 
 namespace chorus::test {
 namespace {
@@ -97,6 +99,19 @@ TEST_F(EmulatedNcclTest, EveryNcclKind_RanksOnOwnGpus_NcclPlannedAndCorrect) {
   EXPECT_EQ(nccl().aborts(), 0);
 }
 
+TEST_F(EmulatedNcclTest, ListWorkers_WorkersWithNcclOnGpus_VersionListed) {
+  std::unique_ptr<AdminClient> admin =
+      AdminClient::Connect(cluster_->coordinator_address(), absl::Seconds(30));
+  absl::StatusOr<std::vector<WorkerInfo>> workers = admin->ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), static_cast<size_t>(kWorld));
+  for (const WorkerInfo& worker : *workers) {
+    EXPECT_EQ(worker.nccl_version,
+              static_cast<uint32_t>(EmulatedNcclRuntime::kVersion))
+        << worker.name;
+  }
+}
+
 TEST_F(EmulatedNcclTest, ForcedNccl_SmallCall_RunsOnNccl) {
   auto group = JoinOnGpus("nccl-forced");
   ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
@@ -136,6 +151,26 @@ TEST_F(EmulatedNcclTest, AllReduce_OneGpuFaultsInNccl_EveryRankFailsAndAborts) {
   }
   // Every rank's communicator was aborted, so no kernel waits on.
   EXPECT_EQ(nccl().aborts(), kWorld);
+}
+
+TEST_F(EmulatedNcclTest, Leave_RanksLeaveAfterNcclCalls_TheirCommsFreed) {
+  auto group = JoinOnGpus("nccl-leave");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  CollectiveCase c;
+  c.spec =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, 1 << 16, ReduceOp::kSum);
+  ASSERT_TRUE(RunAndCheck(Pointers(group), c, OnOwnGpus()));
+  ASSERT_EQ(nccl().aborts(), 0);
+  // A rank that leaves frees its communicator (and its GPU memory on a
+  // GPU); the others keep theirs until they leave too.
+  group[3].reset();
+  EXPECT_TRUE(
+      WaitUntil([&] { return nccl().aborts() == 1; }, absl::Seconds(30)))
+      << nccl().aborts() << " aborted";
+  for (int rank = 0; rank < 3; ++rank) group[rank].reset();
+  EXPECT_TRUE(
+      WaitUntil([&] { return nccl().aborts() == kWorld; }, absl::Seconds(30)))
+      << nccl().aborts() << " of " << kWorld << " aborted";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/futex_word.h"
@@ -151,6 +152,23 @@ absl::Status NcclCalls::AwaitConnected(const NcclCall& call, Comm& comm) {
     }
     absl::SleepFor(kConnectPoll);
   }
+}
+
+void NcclCalls::Forget(const std::string& group, uint64_t epoch, int rank) {
+  std::vector<std::shared_ptr<Comm>> ended;  // aborted outside the lock
+  absl::ReleasableMutexLock lock(&mu_);
+  for (auto it = comms_.lower_bound({group, 0});
+       it != comms_.end() && it->first.first == group;) {
+    if (it->second->epoch <= epoch &&
+        (rank == kEveryRank || it->first.second == rank)) {
+      ended.push_back(std::move(it->second));
+      it = comms_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  lock.Release();
+  ended.clear();
 }
 
 void NcclCalls::Drop(const NcclCall& call, const std::shared_ptr<Comm>& comm) {

@@ -83,6 +83,13 @@ class NcclCalls {
   // INVALID_ARGUMENT for a malformed id from rank 0.
   absl::Status Run(const NcclCall& call, Transport& transport);
 
+  // Aborts the communicators of `group` at `epoch` and before (the group's
+  // verdict ended it), of rank `rank` alone unless it is kEveryRank (the
+  // rank left): at once where no call runs on them, else once that call,
+  // which the verdict ends too, returns.
+  static constexpr int kEveryRank = -1;
+  void Forget(const std::string& group, uint64_t epoch, int rank = kEveryRank);
+
   // How many communicators this holds (a test's view).
   int comms() const;
 

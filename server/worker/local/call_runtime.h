@@ -44,6 +44,10 @@ class CallRuntime {
                                       const absl::Status& why,
                                       bool leaving) = 0;
 
+  // Says that this process holds `membership`'s rank no more (it left, or
+  // its client went away): what the runtime keeps for it alone may go.
+  virtual void RankEnded(const Membership& membership) {}
+
   // Runs call `sequence` of `membership` on host memory and returns once it
   // ended: its plan, INVALID_ARGUMENT for a malformed call, or the
   // coordinator's verdict (mismatch, refusal, DEADLINE_EXCEEDED, ABORTED).

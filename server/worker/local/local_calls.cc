@@ -228,6 +228,12 @@ void LocalCalls::Forget(const Membership& membership) {
   }
   ledger_.Forget(membership.group, membership.rank, membership.epoch);
   regions_.Forget(membership.group, membership.rank, membership.epoch);
+  CallRuntime* bound = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) bound = runtime_;
+  }
+  if (bound != nullptr) bound->RankEnded(membership);
 }
 
 absl::StatusOr<std::shared_ptr<SharedRegion>> LocalCalls::OpenRegion(
