@@ -339,16 +339,17 @@ absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
   const int world = group.view.world_size;
   const CollectiveCall& first = match.calls[0]->call;
   // Shared memory is host memory: a rank on a GPU reduces there, so groups
-  // with one use the data plane. NCCL needs every rank on a GPU.
+  // with one use the data plane. NCCL needs every rank on the GPU it joined
+  // on (the group's GPUs were checked distinct at its forming).
   bool host_memory = true;
   bool all_gpus = true;
   for (int rank = 0; rank < world; ++rank) {
+    const Device& joined = group.view.members[rank].device;
     const std::optional<Device>& device = match.calls[rank]->call.device;
-    const DeviceKind kind = device.has_value()
-                                ? device->kind
-                                : group.view.members[rank].device.kind;
+    const DeviceKind kind = device.has_value() ? device->kind : joined.kind;
     host_memory = host_memory && kind != DeviceKind::kCuda;
-    all_gpus = all_gpus && kind == DeviceKind::kCuda;
+    all_gpus = all_gpus && kind == DeviceKind::kCuda &&
+               (!device.has_value() || device->index == joined.index);
   }
   return ChoosePlan(first.spec, world, first.algorithm, options_.planner,
                     group.view.same_host, host_memory,

@@ -220,7 +220,8 @@ bool GroupTable::SameHost(const std::vector<GroupMember>& members) {
 bool GroupTable::AllHaveNccl(const std::vector<GroupMember>& members) {
   absl::flat_hash_set<std::string> gpus;
   for (const GroupMember& m : members) {
-    if (m.nccl_version == 0 || m.device.kind != DeviceKind::kCuda ||
+    if (m.nccl_version == 0 || m.nccl_version != members[0].nccl_version ||
+        m.device.kind != DeviceKind::kCuda ||
         !gpus.insert(absl::StrCat(HostKey(m), "/", m.device.index)).second) {
       return false;
     }

@@ -449,8 +449,9 @@ class GroupTable {
                               const WorkerRecord& worker);
   // Whether `members` are on one machine and network namespace.
   static bool SameHost(const std::vector<GroupMember>& members);
-  // Whether `members`' workers all have NCCL and no two members joined on
-  // one GPU of one host (NCCL refuses a GPU twice in a communicator).
+  // Whether `members`' workers all have one NCCL version (NCCL refuses
+  // mixed ones) and no two members joined on one GPU of one host (NCCL
+  // refuses a GPU twice in a communicator).
   static bool AllHaveNccl(const std::vector<GroupMember>& members);
 
   // ---- Elastic groups (group_elastic.cc) ----

@@ -4,6 +4,7 @@
 // the communicator's id over the data plane, connect, run and abort as they
 // would on GPUs with NCCL.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -120,6 +121,86 @@ TEST_F(EmulatedNcclTest, ForcedNccl_SmallCall_RunsOnNccl) {
   c.algorithm = Algorithm::kNccl;
   ASSERT_TRUE(RunAndCheck(Pointers(group), c, OnOwnGpus()));
   EXPECT_EQ(nccl().starts(), kWorld);
+}
+
+// What rank `rank` of kWorld expects of `kind` when rank r's input is
+// element i = (r + 1) * (i % 7 + 1) (exact in f32), `count` per block.
+std::vector<float> InPlaceExpected(CollectiveKind kind, int rank,
+                                   uint64_t count) {
+  auto value = [](int r, uint64_t i) { return (r + 1) * float(i % 7 + 1); };
+  std::vector<float> out;
+  const uint64_t n =
+      kind == CollectiveKind::kAllGather ? kWorld * count : count;
+  for (uint64_t i = 0; i < n; ++i) {
+    float sum = 0;
+    for (int r = 0; r < kWorld; ++r) sum += value(r, i);
+    switch (kind) {
+      case CollectiveKind::kAllReduce:
+        out.push_back(sum);
+        break;
+      case CollectiveKind::kBroadcast:
+        out.push_back(value(0, i));
+        break;
+      case CollectiveKind::kAllGather:
+        out.push_back(value(static_cast<int>(i / count), i % count));
+        break;
+      default: {  // reduce_scatter: block `rank` of the sum
+        const uint64_t at = rank * count + i;
+        float block = 0;
+        for (int r = 0; r < kWorld; ++r) block += value(r, at);
+        out.push_back(block);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(EmulatedNcclTest, RunOnDevice_InputIsOutput_EveryKindInPlace) {
+  auto group = JoinOnGpus("nccl-in-place");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  const uint64_t count = 1 << 16;  // over what rides with the call
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kBroadcast,
+        CollectiveKind::kAllGather, CollectiveKind::kReduceScatter}) {
+    const CollectiveSpec spec =
+        Spec(kind, DType::kF32, count,
+             KindReduces(kind) ? ReduceOp::kSum : ReduceOp::kUnspecified, 0);
+    RunOnRanks(kWorld, [&](int rank) {
+      const uint64_t in = InputBytes(spec, kWorld, rank) / sizeof(float);
+      const uint64_t out = OutputBytes(spec, kWorld, rank) / sizeof(float);
+      absl::StatusOr<void*> buffer =
+          gpus_.AllocDevice(rank, std::max(in, out) * sizeof(float));
+      ASSERT_TRUE(buffer.ok()) << buffer.status();
+      auto* data = static_cast<float*>(*buffer);
+      for (uint64_t i = 0; i < in; ++i) data[i] = (rank + 1) * float(i % 7 + 1);
+      CallOptions options;
+      options.timeout = kCallTimeout;
+      absl::StatusOr<CallResult> result = group[rank]->RunOnDevice(
+          spec, DeviceTensor{Gpu(rank), data, in, DType::kF32},
+          DeviceTensor{Gpu(rank), data, out, DType::kF32}, options);
+      ASSERT_TRUE(result.ok()) << CollectiveKindName(kind) << " rank " << rank
+                               << ": " << result.status();
+      EXPECT_EQ(result->algorithm, Algorithm::kNccl);
+      EXPECT_EQ(std::vector<float>(data, data + out),
+                InPlaceExpected(kind, rank, count))
+          << CollectiveKindName(kind) << " rank " << rank;
+      gpus_.FreeDevice(rank, data);
+    });
+  }
+}
+
+TEST_F(EmulatedNcclTest, Run_CallsOnAnotherGpuThanJoined_NotNccl) {
+  auto group = JoinOnGpus("nccl-moved");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  // Every call on Cuda(0): NCCL would get one GPU four times.
+  CheckOptions check = OnOwnGpus();
+  check.nccl = false;
+  check.devices.assign(kWorld, Gpu(0));
+  CollectiveCase c;
+  c.spec =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, 1 << 18, ReduceOp::kSum);
+  ASSERT_TRUE(RunAndCheck(Pointers(group), c, check));
+  EXPECT_EQ(nccl().starts(), 0);
 }
 
 TEST_F(EmulatedNcclTest, AllReduce_OneGpuFaultsInNccl_EveryRankFailsAndAborts) {

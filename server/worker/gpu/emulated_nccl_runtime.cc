@@ -101,7 +101,8 @@ void Arrive(EmulatedNcclRuntime::Clique& clique, uint64_t number, int rank,
   if (++round.arrived == clique.world) {
     std::vector<std::string> out = Outputs(spec, clique.world, round.inputs);
     for (int r = 0; r < clique.world; ++r) {
-      if (!out[r].empty()) {
+      // An aborted rank's output may be freed already.
+      if (!out[r].empty() && !clique.aborted[r]) {
         std::memcpy(round.outputs[r], out[r].data(), out[r].size());
       }
     }
@@ -193,6 +194,13 @@ absl::Status EmulatedNcclRuntime::Enqueue(Comm comm, const CollectiveSpec& spec,
   }
   const uint64_t in_bytes = InputBytes(spec, world, c.rank);
   const uint64_t out_bytes = OutputBytes(spec, world, c.rank);
+  if (!TakesAsGiven(spec.kind, input, in_bytes, output, out_bytes)) {
+    // NCCL would read input its output already overwrote.
+    return absl::InvalidArgumentError(absl::StrCat(
+        DeviceRuntime::Name(c.device), ": NCCL's ",
+        CollectiveKindName(spec.kind),
+        " does not run on an input and output that overlap this way"));
+  }
   for (auto [ptr, bytes, what] :
        {std::make_tuple(input, in_bytes, "input pointer"),
         std::make_tuple(static_cast<const void*>(output), out_bytes,

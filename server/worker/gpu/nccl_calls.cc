@@ -23,15 +23,51 @@ std::string CallName(const NcclCall& call) {
 
 }  // namespace
 
-// A rank's communicator and the stream its collectives run on. Going, it
-// aborts the communicator (which never waits for a peer), then waits for
-// what its stream still runs.
+// A rank's communicator, the stream its collectives run on, and the memory
+// and events they use, kept for the epoch's next calls (no allocation or
+// free while NCCL's kernels of other calls may wait for peers). Going, it
+// aborts the communicator (which never waits for a peer), waits for what
+// its stream still runs, then frees the rest.
 struct NcclCalls::Comm {
+  // Memory of the GPU (or pinned host memory) that grows to the largest
+  // call's need.
+  struct Staging {
+    void* memory = nullptr;
+    uint64_t bytes = 0;
+    bool pinned = false;
+  };
+
   Comm(DeviceRuntime* gpus, NcclRuntime* nccl, uint64_t epoch, int device)
       : gpus(gpus), nccl(nccl), epoch(epoch), device(device) {}
   ~Comm() {
     if (handle != nullptr) nccl->Abort(handle);
     if (stream != nullptr) gpus->DeleteStream(device, stream);
+    for (Staging* s : {&input, &output, &aside, &host}) Free(*s);
+    for (DeviceRuntime::Event e : {caller_written, finished}) {
+      if (e != nullptr) gpus->DeleteEvent(device, e);
+    }
+  }
+
+  void Free(Staging& s) {
+    if (s.pinned) {
+      gpus->FreePinned(device, static_cast<char*>(s.memory));
+    } else {
+      gpus->FreeDevice(device, s.memory);
+    }
+    s = Staging{nullptr, 0, s.pinned};
+  }
+
+  // At least `bytes` of `s`; called between calls, when the stream is idle.
+  absl::StatusOr<void*> Reserve(Staging& s, uint64_t bytes) {
+    if (bytes <= s.bytes) return s.memory;
+    Free(s);
+    absl::StatusOr<void*> memory =
+        s.pinned ? absl::StatusOr<void*>(gpus->AllocPinned(device, bytes))
+                 : gpus->AllocDevice(device, bytes);
+    if (!memory.ok()) return memory.status();
+    s.memory = *memory;
+    s.bytes = bytes;
+    return s.memory;
   }
 
   DeviceRuntime* const gpus;
@@ -40,34 +76,14 @@ struct NcclCalls::Comm {
   const int device;
   NcclRuntime::Comm handle = nullptr;
   DeviceRuntime::Stream stream = nullptr;
-};
-
-// The memory and marks of one call, freed once its stream is done with
-// them.
-struct NcclRun {
-  NcclRun(DeviceRuntime* gpus, int device) : gpus(gpus), device(device) {}
-  ~NcclRun() {
-    gpus->FreeDevice(device, input);
-    gpus->FreeDevice(device, output);
-    gpus->FreePinned(device, host);
-    if (caller_written != nullptr) gpus->DeleteEvent(device, caller_written);
-    if (finished != nullptr) gpus->DeleteEvent(device, finished);
-  }
-
-  DeviceRuntime* const gpus;
-  const int device;
-  // Device copies of host input and output, and the output's way back.
-  void* input = nullptr;
-  void* output = nullptr;
-  char* host = nullptr;
+  // Copies of a host input and output on the GPU, an input set aside where
+  // it overlaps the output in a way NCCL does not run in place, and the
+  // output's way back to the host.
+  Staging input, output, aside, host{nullptr, 0, true};
+  // Recorded on the caller's stream, and after each call's work (waiting
+  // for it once the call is done returns the work's error at once).
   DeviceRuntime::Event caller_written = nullptr;
-  // Recorded after the call's work: waiting for it once `done` is set
-  // returns the work's error (a kernel's fault) at once.
   DeviceRuntime::Event finished = nullptr;
-  // Set to 1 (and woken) by the stream once the call's work is done; shared
-  // with the host function that sets it.
-  std::shared_ptr<std::atomic<uint64_t>> done =
-      std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 NcclCalls::NcclCalls(DeviceRuntime* gpus) : gpus_(gpus), nccl_(gpus->Nccl()) {}
@@ -91,17 +107,23 @@ absl::StatusOr<std::shared_ptr<NcclCalls::Comm>> NcclCalls::CommFor(
     absl::MutexLock lock(&mu_);
     auto it = comms_.find({call.group, call.rank});
     if (it != comms_.end()) {
-      if (it->second->epoch == call.epoch) return it->second;
+      if (it->second->epoch == call.epoch &&
+          it->second->device == call.device) {
+        return it->second;
+      }
       stale = std::move(it->second);
       comms_.erase(it);
     }
   }
   stale.reset();  // a former epoch's, aborted outside the lock
   absl::StatusOr<std::shared_ptr<Comm>> made = MakeComm(call, transport);
-  if (made.ok()) {
-    absl::MutexLock lock(&mu_);
-    comms_[{call.group, call.rank}] = *made;
+  if (!made.ok()) return made;
+  absl::MutexLock lock(&mu_);
+  // The group's verdict may have come (and Forget() gone) meanwhile.
+  if (call.aborted != nullptr) {
+    if (absl::Status aborted = call.aborted(); !aborted.ok()) return aborted;
   }
+  comms_[{call.group, call.rank}] = *made;
   return made;
 }
 
@@ -129,6 +151,11 @@ absl::StatusOr<std::shared_ptr<NcclCalls::Comm>> NcclCalls::MakeComm(
   absl::StatusOr<DeviceRuntime::Stream> stream = gpus_->NewStream(call.device);
   if (!stream.ok()) return stream.status();
   comm->stream = *stream;
+  for (DeviceRuntime::Event* event : {&comm->caller_written, &comm->finished}) {
+    absl::StatusOr<DeviceRuntime::Event> made = gpus_->NewEvent(call.device);
+    if (!made.ok()) return made.status();
+    *event = *made;
+  }
   absl::StatusOr<NcclRuntime::Comm> handle =
       nccl_->StartComm(call.device, id, call.world_size, call.rank);
   if (!handle.ok()) return handle.status();
@@ -184,11 +211,10 @@ namespace chorus {
 absl::Status NcclCalls::Run(const NcclCall& call, Transport& transport) {
   absl::StatusOr<std::shared_ptr<Comm>> comm = CommFor(call, transport);
   if (!comm.ok()) return comm.status();
-  NcclRun run(gpus_, call.device);
-  absl::Status status = Enqueue(call, **comm, run);
+  auto done = std::make_shared<std::atomic<uint64_t>>(0);
+  absl::Status status = Enqueue(call, **comm, done);
   if (status.ok()) {
-    status =
-        transport.AwaitWord((call.rank + 1) % call.world_size, *run.done, 1);
+    status = transport.AwaitWord((call.rank + 1) % call.world_size, *done, 1);
     if (absl::IsDeadlineExceeded(status)) {
       status = absl::DeadlineExceededError(absl::StrCat(
           CallName(call), ": NCCL's ", CollectiveKindName(call.spec.kind),
@@ -198,25 +224,33 @@ absl::Status NcclCalls::Run(const NcclCall& call, Transport& transport) {
   }
   if (status.ok()) {
     status = gpus_->Wait(
-        call.device, run.finished,
+        call.device, (*comm)->finished,
         absl::StrCat("NCCL's ", CollectiveKindName(call.spec.kind)));
   }
   if (!status.ok()) {
-    // Aborted before `run` goes: its stream no longer uses the memory.
+    // The last holder's release aborts it, then frees its memory.
     Drop(call, *comm);
-    comm->reset();
     return status;
   }
-  Deliver(call, run);
+  Deliver(call, **comm);
   return absl::OkStatus();
 }
 
-absl::Status NcclCalls::Enqueue(const NcclCall& call, Comm& comm,
-                                NcclRun& run) {
+absl::Status NcclCalls::Enqueue(
+    const NcclCall& call, Comm& comm,
+    const std::shared_ptr<std::atomic<uint64_t>>& done) {
   const void* input = nullptr;
   void* output = nullptr;
-  if (absl::Status s = PlaceOnGpu(call, comm, run, &input, &output); !s.ok()) {
+  if (absl::Status s = PlaceOnGpu(call, comm, &input, &output); !s.ok()) {
     return s;
+  }
+  // Everything the call needs is reserved before NCCL's kernel is queued.
+  const uint64_t out_bytes = OutputBytes(call.spec, call.world_size, call.rank);
+  const bool back_to_host =
+      out_bytes > 0 && (!call.on_device || call.hash != nullptr);
+  if (back_to_host) {
+    absl::StatusOr<void*> host = comm.Reserve(comm.host, out_bytes);
+    if (!host.ok()) return host.status();
   }
   CollectiveSpec spec = call.spec;
   const bool avg = spec.op == ReduceOp::kAvg;
@@ -226,7 +260,6 @@ absl::Status NcclCalls::Enqueue(const NcclCall& call, Comm& comm,
       !s.ok()) {
     return s;
   }
-  const uint64_t out_bytes = OutputBytes(spec, call.world_size, call.rank);
   const size_t element = DTypeSize(spec.dtype);
   if (avg && out_bytes > 0) {
     if (absl::Status s = gpus_->FinalizeAvg(call.device, spec.dtype, output,
@@ -237,80 +270,80 @@ absl::Status NcclCalls::Enqueue(const NcclCall& call, Comm& comm,
     }
   }
   // The output comes back to the host for a host caller, or for its hash.
-  if (out_bytes > 0 && (!call.on_device || call.hash != nullptr)) {
-    absl::StatusOr<char*> host = gpus_->AllocPinned(call.device, out_bytes);
-    if (!host.ok()) return host.status();
-    run.host = *host;
+  if (back_to_host) {
     if (absl::Status s =
-            gpus_->CopyAsync(call.device, run.host, output, out_bytes,
+            gpus_->CopyAsync(call.device, comm.host.memory, output, out_bytes,
                              comm.stream, "copying the output off the GPU");
         !s.ok()) {
       return s;
     }
   }
-  absl::StatusOr<DeviceRuntime::Event> finished = gpus_->NewEvent(call.device);
-  if (!finished.ok()) return finished.status();
-  run.finished = *finished;
-  if (absl::Status s = gpus_->Record(call.device, run.finished, comm.stream);
+  if (absl::Status s = gpus_->Record(call.device, comm.finished, comm.stream);
       !s.ok()) {
     return s;
   }
-  return gpus_->EnqueueHost(call.device, comm.stream, [done = run.done] {
+  return gpus_->EnqueueHost(call.device, comm.stream, [done] {
     done->store(1);
     WakeWordWaiters(*done);
   });
 }
 
 absl::Status NcclCalls::PlaceOnGpu(const NcclCall& call, Comm& comm,
-                                   NcclRun& run, const void** input,
-                                   void** output) {
+                                   const void** input, void** output) {
   const CollectiveSpec& spec = call.spec;
   const uint64_t in_bytes = InputBytes(spec, call.world_size, call.rank);
   const uint64_t out_bytes = OutputBytes(spec, call.world_size, call.rank);
   const bool needs_input = !InputMayBeEmpty(spec, call.rank);
+  const void* from = call.host_input.data();
+  uint64_t from_bytes = std::min<uint64_t>(in_bytes, call.host_input.size());
   if (call.on_device) {
     *input = call.device_input;
     *output = call.device_output;
     if (call.caller_stream != nullptr) {
       auto caller = reinterpret_cast<DeviceRuntime::Stream>(call.caller_stream);
-      absl::StatusOr<DeviceRuntime::Event> event = gpus_->NewEvent(call.device);
-      if (!event.ok()) return event.status();
-      run.caller_written = *event;
-      absl::Status s = gpus_->Record(call.device, *event, caller);
-      if (s.ok()) s = gpus_->StreamWait(call.device, comm.stream, *event);
+      absl::Status s = gpus_->Record(call.device, comm.caller_written, caller);
+      if (s.ok()) {
+        s = gpus_->StreamWait(call.device, comm.stream, comm.caller_written);
+      }
       if (!s.ok()) return s;
     }
+    if (!needs_input) *input = *output;  // NCCL reads nothing there
+    if (!needs_input || NcclRuntime::TakesAsGiven(spec.kind, *input, in_bytes,
+                                                  *output, out_bytes)) {
+      return absl::OkStatus();
+    }
+    // The input is set aside on the GPU first, so the output may overwrite
+    // it.
+    from = *input;
+    from_bytes = in_bytes;
+    absl::StatusOr<void*> aside = comm.Reserve(comm.aside, in_bytes);
+    if (!aside.ok()) return aside.status();
+    *input = *aside;
   } else {
-    for (auto [bytes, place] :
-         {std::make_pair(needs_input ? in_bytes : 0, &run.input),
-          std::make_pair(out_bytes, &run.output)}) {
-      if (bytes == 0) continue;
-      absl::StatusOr<void*> memory = gpus_->AllocDevice(call.device, bytes);
-      if (!memory.ok()) return memory.status();
-      *place = *memory;
+    absl::StatusOr<void*> out = comm.Reserve(comm.output, out_bytes);
+    if (!out.ok()) return out.status();
+    *output = *out;
+    if (!needs_input) {
+      *input = *output;  // off the root a broadcast reads nothing
+      return absl::OkStatus();
     }
-    *input = run.input;
-    *output = run.output;
-    if (needs_input) {
-      if (absl::Status s = gpus_->CopyAsync(
-              call.device, run.input, call.host_input.data(),
-              std::min<uint64_t>(in_bytes, call.host_input.size()), comm.stream,
-              "copying the input onto the GPU");
-          !s.ok()) {
-        return s;
-      }
-    }
+    absl::StatusOr<void*> in = comm.Reserve(comm.input, in_bytes);
+    if (!in.ok()) return in.status();
+    *input = *in;
   }
-  // Off the root a broadcast reads nothing: NCCL ignores that pointer.
-  if (!needs_input) *input = *output;
-  return absl::OkStatus();
+  return gpus_->CopyAsync(call.device, const_cast<void*>(*input), from,
+                          from_bytes, comm.stream,
+                          "copying the input onto the GPU");
 }
 
-void NcclCalls::Deliver(const NcclCall& call, NcclRun& run) {
+void NcclCalls::Deliver(const NcclCall& call, Comm& comm) {
   const uint64_t out_bytes = OutputBytes(call.spec, call.world_size, call.rank);
-  const absl::string_view result = run.host == nullptr
-                                       ? absl::string_view()
-                                       : absl::string_view(run.host, out_bytes);
+  const bool back_to_host =
+      out_bytes > 0 && (!call.on_device || call.hash != nullptr);
+  const absl::string_view result =
+      back_to_host ? absl::string_view(
+                         static_cast<const char*>(comm.host.memory), out_bytes)
+                   : absl::string_view();
   if (!call.on_device && call.host_output != nullptr) {
     call.host_output->assign(result.data(), result.size());
   }

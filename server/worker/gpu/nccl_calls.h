@@ -19,6 +19,7 @@
 #ifndef CHORUS_SERVER_WORKER_GPU_NCCL_CALLS_H_
 #define CHORUS_SERVER_WORKER_GPU_NCCL_CALLS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,8 +38,6 @@
 #include "server/worker/gpu/nccl_runtime.h"
 
 namespace chorus {
-
-struct NcclRun;
 
 struct NcclCall {
   std::string group;
@@ -105,14 +104,16 @@ class NcclCalls {
   absl::Status AwaitConnected(const NcclCall& call, Comm& comm);
   // Forgets `comm` (the last holder's release aborts it).
   void Drop(const NcclCall& call, const std::shared_ptr<Comm>& comm);
-  // Enqueues `call`'s work on `comm`'s stream, ending with the mark that
-  // it is done. Returns the GPU's and NCCL's errors.
-  absl::Status Enqueue(const NcclCall& call, Comm& comm, NcclRun& run);
-  // Enqueues the input's way onto the GPU; sets where NCCL reads and writes.
-  absl::Status PlaceOnGpu(const NcclCall& call, Comm& comm, NcclRun& run,
-                          const void** input, void** output);
+  // Enqueues `call`'s work on `comm`'s stream, ending with setting `done`
+  // to 1 (and waking its waiters). Returns the GPU's and NCCL's errors.
+  absl::Status Enqueue(const NcclCall& call, Comm& comm,
+                       const std::shared_ptr<std::atomic<uint64_t>>& done);
+  // Enqueues the input's way onto the GPU (a host input, or a device input
+  // NCCL cannot take where it is); sets where NCCL reads and writes.
+  absl::Status PlaceOnGpu(const NcclCall& call, Comm& comm, const void** input,
+                          void** output);
   // After the call's work: its output into host memory, and its hash.
-  void Deliver(const NcclCall& call, NcclRun& run);
+  void Deliver(const NcclCall& call, Comm& comm);
 
   DeviceRuntime* const gpus_;
   NcclRuntime* const nccl_;

@@ -28,6 +28,7 @@
 #define CHORUS_SERVER_WORKER_GPU_NCCL_RUNTIME_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -68,9 +69,26 @@ class NcclRuntime {
   // Returns the communicator's error once it failed.
   virtual absl::StatusOr<bool> CommReady(Comm comm) = 0;
 
+  // Whether NCCL runs `kind` on these buffers as given: apart, or in place
+  // as Enqueue() takes it (the same buffer, of one size, for all_reduce,
+  // reduce and broadcast). all_gather and reduce_scatter in place need
+  // NCCL's offsets, which Chorus's callers do not use: such an input is
+  // set aside first.
+  static bool TakesAsGiven(CollectiveKind kind, const void* input,
+                           uint64_t input_bytes, const void* output,
+                           uint64_t output_bytes) {
+    const auto in = reinterpret_cast<uintptr_t>(input);
+    const auto out = reinterpret_cast<uintptr_t>(output);
+    const bool overlap = input_bytes > 0 && output_bytes > 0 &&
+                         in < out + output_bytes && out < in + input_bytes;
+    return !overlap || (in == out && input_bytes == output_bytes &&
+                        kind != CollectiveKind::kAllGather &&
+                        kind != CollectiveKind::kReduceScatter);
+  }
+
   // Enqueues `spec` on `stream` (of the communicator's device): `input`
-  // (InputBytes) and `output` (OutputBytes) are memory of that device, and
-  // may be the same. `spec` is one NcclRunsSpec accepts, with avg given as
+  // (InputBytes) and `output` (OutputBytes) are memory of that device that
+  // TakesAsGiven(). `spec` is one NcclRunsSpec accepts, with avg given as
   // sum (the caller divides). Returns once enqueued; the work completes in
   // stream order, or ends unfinished when the communicator is aborted. NCCL
   // connects to a collective's peers when it first needs them; an enqueue
