@@ -28,13 +28,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Device Gpu(int index) {
-  Device d;
-  d.kind = DeviceKind::kCuda;
-  d.index = index;
-  return d;
-}
-
 class EmulatedGpuCollectivesTest : public ::testing::Test {
  protected:
   void SetUp() override {

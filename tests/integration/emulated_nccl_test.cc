@@ -24,13 +24,6 @@ namespace {
 
 constexpr int kWorld = 4;
 
-Device Gpu(int index) {
-  Device d;
-  d.kind = DeviceKind::kCuda;
-  d.index = index;
-  return d;
-}
-
 class EmulatedNcclTest : public ::testing::Test {
  protected:
   void SetUp() override {

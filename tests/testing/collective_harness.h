@@ -42,6 +42,14 @@ inline constexpr absl::Duration kCallTimeout = absl::Seconds(120);
 // planner itself (ChooseAlgorithm), so a plan the coordinator chose but the
 // workers did not run shows up.
 inline constexpr uint64_t kDefaultInlineMaxBytes = 128 << 10;
+
+// GPU `index`, Cuda(index), as a JoinOptions or CallOptions names it.
+inline Device Gpu(int index) {
+  Device d;
+  d.kind = DeviceKind::kCuda;
+  d.index = index;
+  return d;
+}
 inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 512 << 10;
 
 // A coordinator process and `workers` WorkerRuntime instances in this
