@@ -377,8 +377,8 @@ TEST(NcclRunsSpecTest, NcclRunsSpec_KindsAndTypesAsChorusDefinesThem) {
   // Chorus sums f16 in f32 and averages integers in 64 bits.
   EXPECT_FALSE(NcclRunsSpec(
       spec(CollectiveKind::kAllReduce, DType::kF16, ReduceOp::kSum)));
-  EXPECT_FALSE(NcclRunsSpec(
-      spec(CollectiveKind::kReduce, DType::kI32, ReduceOp::kAvg)));
+  EXPECT_FALSE(
+      NcclRunsSpec(spec(CollectiveKind::kReduce, DType::kI32, ReduceOp::kAvg)));
   EXPECT_FALSE(NcclRunsSpec(
       spec(CollectiveKind::kAllToAll, DType::kF32, ReduceOp::kUnspecified)));
   EXPECT_EQ(CheckForcedAlgorithm(spec(CollectiveKind::kGather, DType::kF32,
