@@ -176,6 +176,11 @@ absl::Status ConfigureSecurity() {
         "the TLS certificate names ", (*tls)->Uri(),
         "; a coordinator needs one that names chorus://coordinator"));
   }
+  if (chorus::TlsEnabled() && absl::GetFlag(FLAGS_nccl_plan)) {
+    LOG(WARNING) << "--nccl_plan with TLS: the data of collectives planned "
+                    "nccl travels over NCCL's own connections, which are "
+                    "neither authenticated nor encrypted";
+  }
   if (absl::GetFlag(FLAGS_listen).empty()) {
     absl::SetFlag(&FLAGS_listen, chorus::TlsEnabled() || chorus::InsecureFlag()
                                      ? "0.0.0.0:7000"

@@ -204,10 +204,6 @@ void NcclCalls::Drop(const NcclCall& call, const std::shared_ptr<Comm>& comm) {
   if (it != comms_.end() && it->second == comm) comms_.erase(it);
 }
 
-}  // namespace chorus
-
-namespace chorus {
-
 absl::Status NcclCalls::Run(const NcclCall& call, Transport& transport) {
   absl::StatusOr<std::shared_ptr<Comm>> comm = CommFor(call, transport);
   if (!comm.ok()) return comm.status();
