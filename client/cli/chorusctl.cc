@@ -76,7 +76,9 @@ ABSL_FLAG(int64_t, count, -1,
           "until interrupted.");
 ABSL_FLAG(std::string, algorithm, "auto",
           "Force a plan: auto, inline, recursive_doubling, ring, same_host "
-          "(all_reduce between workers on one host).");
+          "(all_reduce between workers on one host), nccl (every rank on a "
+          "GPU of a worker with NCCL, under a coordinator run with "
+          "--nccl_plan).");
 ABSL_FLAG(bool, json, false,
           "trace: print the entries as JSON (field names as PyTorch's Flight "
           "Recorder uses them) instead of lines and an analysis. watch: print "
