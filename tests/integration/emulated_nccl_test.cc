@@ -227,6 +227,41 @@ TEST_F(EmulatedNcclTest, AllReduce_OneGpuFaultsInNccl_EveryRankFailsAndAborts) {
   EXPECT_EQ(nccl().aborts(), kWorld);
 }
 
+TEST_F(EmulatedNcclTest,
+       AllReduce_GpuFaultedBeforeConnecting_OthersStopConnectingAtVerdict) {
+  auto group = JoinOnGpus("nccl-connect");
+  ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
+  // Rank 3's GPU is gone before the epoch's first nccl call: it cannot
+  // start its communicator, and the others, waiting for it to connect,
+  // stop at the group's verdict rather than at their deadline.
+  gpus_.Fault(3, "device lost");
+  const absl::Duration timeout = absl::Seconds(120);
+  std::vector<absl::Status> statuses(kWorld);
+  std::vector<absl::Duration> took(kWorld);
+  RunOnRanks(kWorld, [&](int rank) {
+    std::vector<float> data(1 << 16, 1.0f);
+    std::vector<float> out;
+    CallOptions options;
+    options.timeout = timeout;
+    const absl::Time start = absl::Now();
+    statuses[rank] =
+        group[rank]->AllReduce(data, &out, ReduceOp::kSum, options);
+    took[rank] = absl::Now() - start;
+  });
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_NE(statuses[rank].code(), absl::StatusCode::kOk) << rank;
+    EXPECT_THAT(std::string(statuses[rank].message()),
+                ::testing::HasSubstr("device lost"))
+        << "rank " << rank;
+    // Ended by the verdict: a wait for the deadline would take about the
+    // whole timeout.
+    EXPECT_LT(took[rank], timeout / 2) << "rank " << rank;
+  }
+  // Ranks 0-2 started communicators that never connected; each was aborted.
+  EXPECT_EQ(nccl().starts(), kWorld - 1);
+  EXPECT_EQ(nccl().aborts(), kWorld - 1);
+}
+
 TEST_F(EmulatedNcclTest, Leave_RanksLeaveAfterNcclCalls_TheirCommsFreed) {
   auto group = JoinOnGpus("nccl-leave");
   ASSERT_EQ(group.size(), static_cast<size_t>(kWorld));
