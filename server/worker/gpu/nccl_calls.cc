@@ -95,11 +95,6 @@ NcclCalls::~NcclCalls() {
 
 int NcclCalls::version() const { return nccl_->version(); }
 
-int NcclCalls::comms() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(comms_.size());
-}
-
 absl::StatusOr<std::shared_ptr<NcclCalls::Comm>> NcclCalls::CommFor(
     const NcclCall& call, Transport& transport) {
   std::shared_ptr<Comm> stale;

@@ -89,9 +89,6 @@ class NcclCalls {
   static constexpr int kEveryRank = -1;
   void Forget(const std::string& group, uint64_t epoch, int rank = kEveryRank);
 
-  // How many communicators this holds (a test's view).
-  int comms() const;
-
  private:
   struct Comm;
   // The communicator of `call`'s rank at its epoch, made (with the id's
