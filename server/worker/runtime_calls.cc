@@ -244,7 +244,7 @@ RunResult WorkerRuntime::PlanOf(uint64_t sequence,
 void WorkerRuntime::PlaceOutput(const CallBuffers& buffers,
                                 std::string* host_output) {
   if (buffers.host_output_place != nullptr && !host_output->empty()) {
-    // The plan wrote the string (only same_host writes the place itself).
+    // The plan wrote the string, not the place (AlgorithmArgs::output_place).
     std::memcpy(buffers.host_output_place, host_output->data(),
                 host_output->size());
     host_output->clear();

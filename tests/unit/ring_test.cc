@@ -5,6 +5,7 @@
 // in f32, f16 and bf16 (accumulated in f32), f64, integer types and every
 // op, checked against the naive reference; and what ranks get when a peer
 // is lost, misses the deadline or the group is aborted.
+#include <cstring>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -166,6 +167,74 @@ TEST(RingAllReduceTest, OutputHeldOtherBytes_Overwritten) {
       EXPECT_TRUE(MatchesExpected(c, want[r], outputs[r]))
           << "world " << world << ", rank " << r;
     }
+  }
+}
+
+// What one rank of RingAllReduceInPlace left: its place and its string.
+struct PlaceAndString {
+  std::string place;
+  std::string string;
+};
+
+// Runs a ring all-reduce of `c` on `world` ranks, each with an output place
+// (AlgorithmArgs::output_place) `offset` bytes into a buffer of its own,
+// holding its input when `in_place` (as an in-place call on a caller's
+// memory does), else 0x7f bytes.
+std::vector<PlaceAndString> RingAllReduceIntoPlace(const CollectiveCase& c,
+                                                   int world, uint64_t offset,
+                                                   bool in_place) {
+  InProcessHub hub("g", world);
+  std::vector<PlaceAndString> left(world);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  RunOnRanks(world, [&](int rank) {
+    const std::string input = MakeInput(c, world, rank);
+    std::string buffer(offset + input.size(), '\x7f');
+    char* place = buffer.data() + offset;
+    if (in_place && !input.empty()) {
+      std::memcpy(place, input.data(), input.size());
+    }
+    InProcessTransport transport(&hub, rank, 1, deadline);
+    AlgorithmArgs args;
+    args.spec = c.spec;
+    args.chunk_bytes = 64;
+    args.input = in_place ? absl::string_view(place, input.size()) : input;
+    args.output = &left[rank].string;
+    args.output_place = place;
+    args.transport = &transport;
+    EXPECT_TRUE(RunRing(args).ok()) << "rank " << rank;
+    left[rank].place = buffer.substr(offset);
+  });
+  return left;
+}
+
+TEST(RingAllReduceTest, OutputPlaceOverItsInput_WrittenThereNotInTheString) {
+  const CollectiveCase c = AllReduceCase(1001);
+  const auto fresh = [](int, const std::string&) { return std::string(); };
+  for (int world : {1, 2, 3, 4}) {
+    const std::vector<std::string> expected =
+        RingAllReduceFrom(c, world, /*in_place=*/false, fresh);
+    const std::vector<PlaceAndString> left =
+        RingAllReduceIntoPlace(c, world, /*offset=*/16, /*in_place=*/true);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(left[r].place, expected[r]) << "world " << world << ", " << r;
+      EXPECT_TRUE(left[r].string.empty()) << "world " << world << ", " << r;
+    }
+  }
+}
+
+TEST(RingAllReduceTest, OutputPlaceMisalignedForTheDtype_StringWritten) {
+  // A place for 1001 f32 at an address 2 bytes past an f32 boundary: the
+  // ring reduces in the string and leaves the place as it was.
+  const CollectiveCase c = AllReduceCase(1001);
+  const auto fresh = [](int, const std::string&) { return std::string(); };
+  const std::vector<std::string> expected =
+      RingAllReduceFrom(c, 3, /*in_place=*/false, fresh);
+  const std::vector<PlaceAndString> left =
+      RingAllReduceIntoPlace(c, 3, /*offset=*/18, /*in_place=*/false);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(left[r].string, expected[r]) << "rank " << r;
+    EXPECT_EQ(left[r].place, std::string(expected[r].size(), '\x7f'))
+        << "rank " << r;
   }
 }
 

@@ -130,7 +130,7 @@ TEST(SameHostFallbackTest, OneRankMappedAndReducedInPlace_RingOnTheInput) {
   // Rank 1 maps every segment and reduces its block (its output place is
   // its input); no other rank can map rank 1's segment, and each says so in
   // its stage. Every rank falls back to the ring (which writes the output
-  // string), rank 1 too, on its input, which the plan has not written.
+  // place too), rank 1 too, on its input, which the plan has not written.
   const AlgorithmFn fn = [](const AlgorithmArgs& args, Algorithm* ran) {
     std::string place(args.input);
     AlgorithmArgs in_place = args;
@@ -138,7 +138,13 @@ TEST(SameHostFallbackTest, OneRankMappedAndReducedInPlace_RingOnTheInput) {
     in_place.output_place = place.data();
     ForgedHelloTransport forged(args.transport);
     if (args.transport->rank() == 1) in_place.transport = &forged;
-    return SameHostFn()(in_place, ran);
+    args.output->clear();
+    absl::Status status = SameHostFn()(in_place, ran);
+    if (status.ok() && !args.output->empty()) {
+      return absl::InternalError("the ring wrote the string, not the place");
+    }
+    if (status.ok()) *args.output = place;
+    return status;
   };
   for (int world : {2, 3}) {
     CollectiveCase c;

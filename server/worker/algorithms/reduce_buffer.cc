@@ -35,7 +35,7 @@ absl::Status ConvertBytes(DType from, DType to, absl::string_view in,
 absl::StatusOr<absl::string_view> HostReduceBuffer::Read(const Range& range) {
   absl::Status valid = CheckRange(range, size());
   if (!valid.ok()) return valid;
-  return absl::string_view(bytes_->data() + range.offset, range.size);
+  return absl::string_view(bytes_.data() + range.offset, range.size);
 }
 
 absl::Status HostReduceBuffer::CombineWith(const Range& range,
@@ -45,9 +45,9 @@ absl::Status HostReduceBuffer::CombineWith(const Range& range,
   if (valid.ok()) valid = CheckRange(range, size(), base.size());
   if (!valid.ok()) return valid;
   const absl::Time start = absl::Now();
-  absl::Status reduced = cpu_reduce::Reduce(
-      op_, dtype_, bytes_->data() + range.offset, base.data(), data.data(),
-      range.size / DTypeSize(dtype_));
+  absl::Status reduced =
+      cpu_reduce::Reduce(op_, dtype_, bytes_.data() + range.offset, base.data(),
+                         data.data(), range.size / DTypeSize(dtype_));
   RecordReduce("cpu", range.size, absl::Now() - start);
   return reduced;
 }
@@ -57,7 +57,7 @@ absl::Status HostReduceBuffer::Combine(const Range& range,
                                        bool data_first) {
   absl::Status valid = CheckRange(range, size(), data.size());
   if (!valid.ok()) return valid;
-  char* dst = bytes_->data() + range.offset;
+  char* dst = bytes_.data() + range.offset;
   const uint64_t count = range.size / DTypeSize(dtype_);
   const absl::Time start = absl::Now();
   absl::Status reduced =
@@ -71,14 +71,14 @@ absl::Status HostReduceBuffer::Store(const Range& range,
                                      absl::string_view data) {
   absl::Status valid = CheckRange(range, size(), data.size());
   if (!valid.ok()) return valid;
-  std::memcpy(bytes_->data() + range.offset, data.data(), data.size());
+  std::memcpy(bytes_.data() + range.offset, data.data(), data.size());
   return absl::OkStatus();
 }
 
 absl::Status HostReduceBuffer::FinalizeAvg(const Range& range, int world_size) {
   absl::Status valid = CheckRange(range, size());
   if (!valid.ok()) return valid;
-  return cpu_reduce::FinalizeAvg(dtype_, bytes_->data() + range.offset,
+  return cpu_reduce::FinalizeAvg(dtype_, bytes_.data() + range.offset,
                                  range.size / DTypeSize(dtype_), world_size);
 }
 

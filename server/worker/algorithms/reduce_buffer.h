@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/collective.h"
 #include "server/worker/algorithms/chunked.h"
 
@@ -51,14 +52,17 @@ class ReduceBuffer {
   virtual absl::Status FinalizeAvg(const Range& range, int world_size) = 0;
 };
 
-// A ReduceBuffer over host bytes, reduced on the CPU. `bytes` is not owned
-// and must outlive the buffer; the buffer works in place.
+// A ReduceBuffer over host bytes, reduced on the CPU. The bytes are not
+// owned and must outlive the buffer; the buffer works in place. A string
+// given is taken at its size then and must not be resized while in use.
 class HostReduceBuffer : public ReduceBuffer {
  public:
-  HostReduceBuffer(const CollectiveSpec& spec, std::string* bytes)
+  HostReduceBuffer(const CollectiveSpec& spec, absl::Span<char> bytes)
       : op_(spec.op), dtype_(spec.dtype), bytes_(bytes) {}
+  HostReduceBuffer(const CollectiveSpec& spec, std::string* bytes)
+      : HostReduceBuffer(spec, absl::MakeSpan(*bytes)) {}
 
-  uint64_t size() const override { return bytes_->size(); }
+  uint64_t size() const override { return bytes_.size(); }
   absl::StatusOr<absl::string_view> Read(const Range& range) override;
   absl::Status Combine(const Range& range, absl::string_view data,
                        bool data_first) override;
@@ -75,7 +79,7 @@ class HostReduceBuffer : public ReduceBuffer {
  private:
   const ReduceOp op_;
   const DType dtype_;
-  std::string* const bytes_;  // not owned
+  const absl::Span<char> bytes_;  // not owned
 };
 
 // Sets *out to the elements of `in` (whole elements of `from`) converted to

@@ -1,7 +1,9 @@
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
 #include "server/worker/algorithms/scratch.h"
@@ -120,20 +122,33 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
   return absl::OkStatus();
 }
 
+// Where the host all-reduce writes its output: the caller's place when it
+// gave one whose address suits the dtype (no string to fill and no copy
+// into the place after), else args.output sized to the input.
+absl::Span<char> HostOutput(const AlgorithmArgs& args, uint64_t element) {
+  const uint64_t bytes = args.input.size();
+  if (args.output_place != nullptr &&
+      reinterpret_cast<uintptr_t>(args.output_place) % element == 0) {
+    return absl::MakeSpan(args.output_place, bytes);
+  }
+  if (args.output->size() != bytes) args.output->resize(bytes);
+  return absl::MakeSpan(*args.output);
+}
+
 // The host all-reduce without widening: the reduce-scatter writes each
 // block of the output for the first time as `input op received` (a rank
 // receives each block there once) and sends its first block from the
-// input, so the input is never copied into the output first.
+// input, so the input is never copied into the output first. The output
+// may be the input itself: each block of the input is read for the last
+// time by the step that writes that block of the output.
 template <typename BlockFn>
 absl::Status HostAllReduce(const Ring& ring, BlockFn block) {
   const AlgorithmArgs& args = ring.args;
-  std::string& out = *args.output;
-  if (ring.world == 1) {
-    out.assign(args.input.data(), args.input.size());
-  } else if (out.size() != args.input.size()) {
-    out.resize(args.input.size());
+  const absl::Span<char> out = HostOutput(args, ring.element);
+  if (ring.world == 1 && !out.empty() && out.data() != args.input.data()) {
+    std::memmove(out.data(), args.input.data(), out.size());
   }
-  HostReduceBuffer work(ring.work_spec, &out);
+  HostReduceBuffer work(ring.work_spec, out);
   const ChunkSource input = [&](const Range& piece) {
     return absl::StatusOr<absl::string_view>(
         args.input.substr(piece.offset, piece.size));
