@@ -176,28 +176,33 @@ struct PlaceAndString {
   std::string string;
 };
 
-// Runs a ring all-reduce of `c` on `world` ranks, each with an output place
+// Runs `c` under the ring on `world` ranks, each with an output place
 // (AlgorithmArgs::output_place) `offset` bytes into a buffer of its own,
-// holding its input when `in_place` (as an in-place call on a caller's
-// memory does), else 0x7f bytes.
-std::vector<PlaceAndString> RingAllReduceIntoPlace(const CollectiveCase& c,
-                                                   int world, uint64_t offset,
-                                                   bool in_place) {
+// first 0x7f bytes; when `in_place`, the input is copied into the place
+// and read from there (at the rank's block for all_gather, as torch's
+// all_gather_into_tensor does), as an in-place call on a caller's memory.
+std::vector<PlaceAndString> RingIntoPlace(const CollectiveCase& c, int world,
+                                          uint64_t offset, bool in_place) {
   InProcessHub hub("g", world);
   std::vector<PlaceAndString> left(world);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   RunOnRanks(world, [&](int rank) {
     const std::string input = MakeInput(c, world, rank);
-    std::string buffer(offset + input.size(), '\x7f');
+    const uint64_t bytes = OutputBytes(c.spec, world, rank);
+    std::string buffer(offset + bytes, '\x7f');
     char* place = buffer.data() + offset;
+    char* input_place = c.spec.kind == CollectiveKind::kAllGather
+                            ? place + rank * input.size()
+                            : place;
     if (in_place && !input.empty()) {
-      std::memcpy(place, input.data(), input.size());
+      std::memcpy(input_place, input.data(), input.size());
     }
     InProcessTransport transport(&hub, rank, 1, deadline);
     AlgorithmArgs args;
     args.spec = c.spec;
     args.chunk_bytes = 64;
-    args.input = in_place ? absl::string_view(place, input.size()) : input;
+    args.input =
+        in_place ? absl::string_view(input_place, input.size()) : input;
     args.output = &left[rank].string;
     args.output_place = place;
     args.transport = &transport;
@@ -207,6 +212,31 @@ std::vector<PlaceAndString> RingAllReduceIntoPlace(const CollectiveCase& c,
   return left;
 }
 
+TEST(RingIntoPlaceTest, AllGatherAndBroadcast_WrittenInThePlaceOnly) {
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+    for (bool in_place : {false, true}) {
+      for (int world : {1, 2, 3, 4}) {
+        CollectiveCase c;
+        c.spec = Spec(kind, DType::kI32, 333, ReduceOp::kSum);
+        c.spec.root = world - 1;
+        c.algorithm = Algorithm::kRing;
+        std::vector<std::string> inputs(world);
+        for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
+        const std::vector<Expected> want = Reference(c, world, inputs);
+        const std::vector<PlaceAndString> left =
+            RingIntoPlace(c, world, /*offset=*/3, in_place);
+        for (int r = 0; r < world; ++r) {
+          SCOPED_TRACE(absl::StrCat(CollectiveKindName(kind), " in place ",
+                                    in_place, ", world ", world, ", rank ", r));
+          EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
+          EXPECT_TRUE(left[r].string.empty());
+        }
+      }
+    }
+  }
+}
+
 TEST(RingAllReduceTest, OutputPlaceOverItsInput_WrittenThereNotInTheString) {
   const CollectiveCase c = AllReduceCase(1001);
   const auto fresh = [](int, const std::string&) { return std::string(); };
@@ -214,7 +244,7 @@ TEST(RingAllReduceTest, OutputPlaceOverItsInput_WrittenThereNotInTheString) {
     const std::vector<std::string> expected =
         RingAllReduceFrom(c, world, /*in_place=*/false, fresh);
     const std::vector<PlaceAndString> left =
-        RingAllReduceIntoPlace(c, world, /*offset=*/16, /*in_place=*/true);
+        RingIntoPlace(c, world, /*offset=*/16, /*in_place=*/true);
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(left[r].place, expected[r]) << "world " << world << ", " << r;
       EXPECT_TRUE(left[r].string.empty()) << "world " << world << ", " << r;
@@ -230,7 +260,7 @@ TEST(RingAllReduceTest, OutputPlaceMisalignedForTheDtype_StringWritten) {
   const std::vector<std::string> expected =
       RingAllReduceFrom(c, 3, /*in_place=*/false, fresh);
   const std::vector<PlaceAndString> left =
-      RingAllReduceIntoPlace(c, 3, /*offset=*/18, /*in_place=*/false);
+      RingIntoPlace(c, 3, /*offset=*/18, /*in_place=*/false);
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(left[r].string, expected[r]) << "rank " << r;
     EXPECT_EQ(left[r].place, std::string(expected[r].size(), '\x7f'))

@@ -122,17 +122,25 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
   return absl::OkStatus();
 }
 
-// Where the host all-reduce writes its output: the caller's place when it
-// gave one whose address suits the dtype (no string to fill and no copy
-// into the place after), else args.output sized to the input.
-absl::Span<char> HostOutput(const AlgorithmArgs& args, uint64_t element) {
-  const uint64_t bytes = args.input.size();
+// Where a host algorithm writes its output of `bytes`, every byte of it:
+// the caller's place when it gave one whose address is a multiple of
+// `alignment` (no string to fill and no copy into the place after), else
+// args.output sized to `bytes` (its old bytes left: each is overwritten).
+absl::Span<char> HostOutput(const AlgorithmArgs& args, uint64_t bytes,
+                            uint64_t alignment) {
   if (args.output_place != nullptr &&
-      reinterpret_cast<uintptr_t>(args.output_place) % element == 0) {
+      reinterpret_cast<uintptr_t>(args.output_place) % alignment == 0) {
     return absl::MakeSpan(args.output_place, bytes);
   }
   if (args.output->size() != bytes) args.output->resize(bytes);
   return absl::MakeSpan(*args.output);
+}
+
+// Copies `from` to `to` unless they are the same bytes (they may overlap).
+void MoveUnlessSame(absl::string_view from, char* to) {
+  if (!from.empty() && from.data() != to) {
+    std::memmove(to, from.data(), from.size());
+  }
 }
 
 // The host all-reduce without widening: the reduce-scatter writes each
@@ -144,10 +152,9 @@ absl::Span<char> HostOutput(const AlgorithmArgs& args, uint64_t element) {
 template <typename BlockFn>
 absl::Status HostAllReduce(const Ring& ring, BlockFn block) {
   const AlgorithmArgs& args = ring.args;
-  const absl::Span<char> out = HostOutput(args, ring.element);
-  if (ring.world == 1 && !out.empty() && out.data() != args.input.data()) {
-    std::memmove(out.data(), args.input.data(), out.size());
-  }
+  const absl::Span<char> out =
+      HostOutput(args, args.input.size(), ring.element);
+  if (ring.world == 1) MoveUnlessSame(args.input, out.data());
   HostReduceBuffer work(ring.work_spec, out);
   const ChunkSource input = [&](const Range& piece) {
     return absl::StatusOr<absl::string_view>(
@@ -263,25 +270,23 @@ absl::Status ReduceScatter(const Ring& ring) {
 
 absl::Status AllGather(const Ring& ring) {
   const uint64_t block_bytes = ring.args.spec.count * ring.element;
-  std::string& out = *ring.args.output;
-  out.assign(block_bytes * ring.world, '\0');
-  std::memcpy(out.data() + ring.rank * block_bytes, ring.args.input.data(),
-              block_bytes);
+  // The input is read only here: it may lie anywhere in the output.
+  const absl::Span<char> out =
+      HostOutput(ring.args, block_bytes * ring.world, /*alignment=*/1);
+  MoveUnlessSame(ring.args.input.substr(0, block_bytes),
+                 out.data() + ring.rank * block_bytes);
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
-  HostReduceBuffer buffer(ring.args.spec, &out);
+  HostReduceBuffer buffer(ring.args.spec, out);
   return AllGatherRing(ring, buffer, block);
 }
 
 absl::Status Broadcast(const Ring& ring) {
   const int root = ring.args.spec.root;
   const uint64_t bytes = ring.args.spec.count * ring.element;
-  std::string& out = *ring.args.output;
+  const absl::Span<char> out = HostOutput(ring.args, bytes, /*alignment=*/1);
   const int position = Mod(ring.rank - root, ring.world);
-  if (position == 0) {
-    out.assign(ring.args.input.data(), bytes);
-  } else {
-    out.assign(bytes, '\0');
-  }
+  if (position == 0)
+    MoveUnlessSame(ring.args.input.substr(0, bytes), out.data());
   // A chain root -> root+1 -> ... : receive a chunk, pass it on.
   const Range all{0, bytes};
   const int from = position == 0 ? -1 : ring.prev;
