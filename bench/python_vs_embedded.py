@@ -37,6 +37,8 @@ build/python (client/python/README.md):
     /usr/bin/python3 bench/python_vs_embedded.py --ranks=2
     /usr/bin/python3 bench/python_vs_embedded.py --ranks=4 --sizes=8,64M \
         --time_per_size=1s
+    /usr/bin/python3 bench/python_vs_embedded.py --worker=embedded \
+        --same_host_plan=off --sizes=64M
 
 Every RPC has a deadline (--timeout), the whole run is bounded by --max_time,
 and every process it starts is stopped on success, error or Ctrl-C.
@@ -317,8 +319,10 @@ class PythonSide:
 
     def __init__(self, build_dir: Path, ranks: int, timeout: float,
                  deadline: Deadline, folder: Path, buffers: str,
-                 call_socket: bool, embedded: bool = False) -> None:
+                 call_socket: bool, embedded: bool = False,
+                 coordinator_flags: Sequence[str] = ()) -> None:
         self.build_dir = build_dir
+        self.coordinator_flags = list(coordinator_flags)
         self.embedded = embedded
         self.call_socket_wanted = call_socket
         self.buffers = buffers
@@ -370,7 +374,8 @@ class PythonSide:
     def _start(self) -> None:
         coordinator = self._daemon(
             "coordinator",
-            self.build_dir / "server/coordinator/chorus-coordinator", [])
+            self.build_dir / "server/coordinator/chorus-coordinator",
+            self.coordinator_flags)
         workers = [
             self._daemon(f"worker-{r}",
                          self.build_dir / "server/worker/chorus-worker",
@@ -501,8 +506,10 @@ class PythonSide:
 
 def run_embedded(bench: Path, ranks: int, nbytes: int, warmup: int,
                  time_per_size: float, min_iters: int, max_iters: int,
-                 timeout: float, deadline: Deadline) -> Row:
-    """Runs chorus-bench for one size and returns its csv row."""
+                 timeout: float, deadline: Deadline,
+                 coordinator_flags: Sequence[str] = ()) -> Row:
+    """Runs chorus-bench for one size and returns its csv row; its
+    coordinator gets `coordinator_flags`."""
     if not os.access(bench, os.X_OK):
         raise BenchError(f"{bench} is missing; build Chorus first")
     command = [str(bench), "--collective=all_reduce", "--dtype=f32",
@@ -512,6 +519,8 @@ def run_embedded(bench: Path, ranks: int, nbytes: int, warmup: int,
                f"--time_per_size={max(1, round(time_per_size * 1e3))}ms",
                f"--min_iters={min_iters}", f"--max_iters={max_iters}",
                f"--timeout={max(1, round(timeout))}s"]
+    if coordinator_flags:
+        command.append(f"--coordinator_args={' '.join(coordinator_flags)}")
     # Warm-up, the timed calls (each within --timeout, but usually the time
     # budget) and the start of the coordinator and the ranks.
     limit = min(deadline.left("starting chorus-bench"),
@@ -575,6 +584,9 @@ def print_table(ranks: int, args: argparse.Namespace, started: str,
            "through its own chorus-worker daemon")
     print(f"# python: chorus package, each rank {how}; embedded: "
           "chorus-bench ranks (WorkerRuntime in process)")
+    if args.same_host_plan == "off":
+        print("# both coordinators: --same_host_plan=false (planned as for "
+              "ranks on different hosts)")
     print(f"# rules (both): warm-up "
           f"{args.warmup if args.warmup >= 0 else 'auto (1..5)'}, iterations "
           f"clamp({args.time_per_size:g}s / warm-up estimate, "
@@ -663,6 +675,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "with a worker runtime in its process "
                         "(chorus.join(coordinator=...); the package must "
                         "have chorus._embedded) (default daemon)")
+    parser.add_argument("--same_host_plan", choices=["on", "off"],
+                        default="on",
+                        help="off: both coordinators plan as for ranks on "
+                        "different hosts (the ring above inline sizes) "
+                        "instead of same_host (default on)")
     parser.add_argument("--build_dir", default="build",
                         help="the build tree, relative to the repository "
                         "(default build)")
@@ -696,13 +713,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows: List[Tuple[int, Row, Row]] = []
+    coordinator_flags = (["--same_host_plan=false"]
+                         if args.same_host_plan == "off" else [])
     with tempfile.TemporaryDirectory(prefix="chorus-pyvsemb-") as folder:
         side: Optional[PythonSide] = None
         try:
             side = PythonSide(build_dir, args.ranks, args.timeout, deadline,
                               Path(folder), args.buffers,
                               args.call_socket == "on",
-                              embedded=args.worker == "embedded")
+                              embedded=args.worker == "embedded",
+                              coordinator_flags=coordinator_flags)
             with side:
                 for nbytes in args.sizes:
                     py = side.measure(nbytes, args.warmup,
@@ -711,7 +731,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     emb = run_embedded(
                         build_dir / "bench/chorus-bench", args.ranks, nbytes,
                         args.warmup, args.time_per_size, args.min_iters,
-                        args.max_iters, args.timeout, deadline)
+                        args.max_iters, args.timeout, deadline,
+                        coordinator_flags)
                     rows.append((nbytes, py, emb))
                     args.shared_memory = side.shared_memory
                     args.calls_used = side.call_socket
