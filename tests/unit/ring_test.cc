@@ -206,7 +206,8 @@ std::vector<PlaceAndString> RingIntoPlace(const CollectiveCase& c, int world,
     args.output = &left[rank].string;
     args.output_place = place;
     args.transport = &transport;
-    EXPECT_TRUE(RunRing(args).ok()) << "rank " << rank;
+    const absl::Status status = RunRing(args);
+    EXPECT_TRUE(status.ok()) << "rank " << rank << ": " << status;
     left[rank].place = buffer.substr(offset);
   });
   return left;
@@ -265,6 +266,32 @@ TEST(RingAllReduceTest, OutputPlaceMisalignedForTheDtype_StringWritten) {
     EXPECT_EQ(left[r].string, expected[r]) << "rank " << r;
     EXPECT_EQ(left[r].place, std::string(expected[r].size(), '\x7f'))
         << "rank " << r;
+  }
+}
+
+TEST(RingIntoPlaceTest, WidenedAllReduce_WrittenInThePlaceOnly) {
+  // f16 and bf16 reduce in f32: the input is widened before the place,
+  // which may be the input itself, is written (at any address; an input
+  // is read at an address its dtype suits).
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    for (bool in_place : {false, true}) {
+      for (int world : {1, 2, 3}) {
+        CollectiveCase c;
+        c.spec = Spec(CollectiveKind::kAllReduce, dtype, 333, ReduceOp::kSum);
+        c.algorithm = Algorithm::kRing;
+        std::vector<std::string> inputs(world);
+        for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
+        const std::vector<Expected> want = Reference(c, world, inputs);
+        const std::vector<PlaceAndString> left =
+            RingIntoPlace(c, world, /*offset=*/in_place ? 2 : 3, in_place);
+        for (int r = 0; r < world; ++r) {
+          SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " in place ", in_place,
+                                    ", world ", world, ", rank ", r));
+          EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
+          EXPECT_TRUE(left[r].string.empty());
+        }
+      }
+    }
   }
 }
 

@@ -31,10 +31,10 @@ struct AlgorithmArgs {
   // Receives this rank's output, OutputBytes() long.
   std::string* output = nullptr;
   // When set (not owned, OutputBytes() long; it may be the input's memory),
-  // the same_host plan and the ring's all_reduce (on host memory, without
-  // widening, where the address suits the dtype), all_gather and broadcast
-  // write the output here instead and leave `output` alone; the others
-  // ignore it.
+  // the same_host plan and the ring's all_reduce (on host memory; without
+  // widening only where the address suits the dtype), all_gather and
+  // broadcast write the output here instead and leave `output` alone; the
+  // others ignore it.
   char* output_place = nullptr;
   // Not owned.
   Transport* transport = nullptr;

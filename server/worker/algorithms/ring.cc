@@ -228,8 +228,9 @@ absl::Status AllReduce(const Ring& ring) {
   auto result_block = [&](int i) {
     return SplitRange(spec.count, result_ring.element, ring.world, i);
   };
-  std::string& out = *ring.args.output;
-  out.assign(spec.count * result_ring.element, '\0');
+  // The input is read only to widen it, before the output is written.
+  const absl::Span<char> out =
+      HostOutput(ring.args, spec.count * result_ring.element, /*alignment=*/1);
   Scratch wide;
   return WithWorkBuffer(ring, wide.bytes(), [&](ReduceBuffer& work) {
     absl::Status status = ReduceScatterRing(ring, work, block);
@@ -246,7 +247,7 @@ absl::Status AllReduce(const Ring& ring) {
       std::memcpy(out.data() + result_block(ring.rank).offset, rounded.data(),
                   rounded.size());
     }
-    HostReduceBuffer result(spec, &out);
+    HostReduceBuffer result(spec, out);
     return AllGatherRing(result_ring, result, result_block);
   });
 }
