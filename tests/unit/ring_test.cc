@@ -269,6 +269,34 @@ TEST(RingAllReduceTest, OutputPlaceMisalignedForTheDtype_StringWritten) {
   }
 }
 
+TEST(RingAllReduceTest, OutputPlaceOverlapsPartOfItsInput_StringWritten) {
+  // The place starts one f32 into the input: the ring reduces in the
+  // string, reading the input as given, and leaves the place alone.
+  const CollectiveCase c = AllReduceCase(1001);
+  const auto fresh = [](int, const std::string&) { return std::string(); };
+  const std::vector<std::string> expected =
+      RingAllReduceFrom(c, 3, /*in_place=*/false, fresh);
+  InProcessHub hub("g", 3);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  RunOnRanks(3, [&](int rank) {
+    std::string buffer = MakeInput(c, 3, rank) + std::string(4, '\0');
+    const std::string before = buffer;
+    InProcessTransport transport(&hub, rank, 1, deadline);
+    AlgorithmArgs args;
+    args.spec = c.spec;
+    args.chunk_bytes = 64;
+    args.input = absl::string_view(buffer.data(), buffer.size() - 4);
+    std::string output;
+    args.output = &output;
+    args.output_place = buffer.data() + 4;
+    args.transport = &transport;
+    const absl::Status status = RunRing(args);
+    EXPECT_TRUE(status.ok()) << "rank " << rank << ": " << status;
+    EXPECT_EQ(output, expected[rank]) << "rank " << rank;
+    EXPECT_EQ(buffer, before) << "rank " << rank;
+  });
+}
+
 TEST(RingIntoPlaceTest, WidenedAllReduce_WrittenInThePlaceOnly) {
   // f16 and bf16 reduce in f32: the input is widened before the place,
   // which may be the input itself, is written (at any address; an input

@@ -122,14 +122,25 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
   return absl::OkStatus();
 }
 
+// Whether `a` and `b` share some bytes without being the same bytes.
+bool OverlapPartly(absl::string_view a, absl::string_view b) {
+  if (a.empty() || b.empty()) return false;
+  if (a.data() == b.data() && a.size() == b.size()) return false;
+  return a.data() < b.data() + b.size() && b.data() < a.data() + a.size();
+}
+
 // Where a host algorithm writes its output of `bytes`, every byte of it:
 // the caller's place when it gave one whose address is a multiple of
-// `alignment` (no string to fill and no copy into the place after), else
-// args.output sized to `bytes` (its old bytes left: each is overwritten).
+// `alignment` and which is `read_later` (bytes the algorithm reads after it
+// started writing) exactly or shares none of its bytes (no string to fill
+// and no copy into the place after); else args.output sized to `bytes`
+// (its old bytes left: each is overwritten).
 absl::Span<char> HostOutput(const AlgorithmArgs& args, uint64_t bytes,
-                            uint64_t alignment) {
+                            uint64_t alignment,
+                            absl::string_view read_later = {}) {
   if (args.output_place != nullptr &&
-      reinterpret_cast<uintptr_t>(args.output_place) % alignment == 0) {
+      reinterpret_cast<uintptr_t>(args.output_place) % alignment == 0 &&
+      !OverlapPartly(read_later, absl::string_view(args.output_place, bytes))) {
     return absl::MakeSpan(args.output_place, bytes);
   }
   if (args.output->size() != bytes) args.output->resize(bytes);
@@ -147,13 +158,14 @@ void MoveUnlessSame(absl::string_view from, char* to) {
 // block of the output for the first time as `input op received` (a rank
 // receives each block there once) and sends its first block from the
 // input, so the input is never copied into the output first. The output
-// may be the input itself: each block of the input is read for the last
-// time by the step that writes that block of the output.
+// may be the input itself (each block of the input is read for the last
+// time by the step that writes that block of the output), but not a part
+// of it elsewhere.
 template <typename BlockFn>
 absl::Status HostAllReduce(const Ring& ring, BlockFn block) {
   const AlgorithmArgs& args = ring.args;
   const absl::Span<char> out =
-      HostOutput(args, args.input.size(), ring.element);
+      HostOutput(args, args.input.size(), ring.element, args.input);
   if (ring.world == 1) MoveUnlessSame(args.input, out.data());
   HostReduceBuffer work(ring.work_spec, out);
   const ChunkSource input = [&](const Range& piece) {
