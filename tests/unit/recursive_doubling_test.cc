@@ -50,6 +50,47 @@ INSTANTIATE_TEST_SUITE_P(Worlds, RecursiveDoublingTest, ::testing::Range(1, 9),
                            return absl::StrCat("world", info.param);
                          });
 
+// Recursive doubling with its output place (AlgorithmArgs::output_place)
+// `shift` elements into a buffer that holds its input (0: the input
+// itself), as an in-place call on a caller's memory: the result lands in
+// the place and not in the string.
+AlgorithmFn IntoPlaceFn(uint64_t shift) {
+  return [shift](const AlgorithmArgs& args, Algorithm* ran) -> absl::Status {
+    const uint64_t offset = shift * DTypeSize(args.spec.dtype);
+    std::string buffer(args.input);
+    buffer.append(offset, '\0');
+    AlgorithmArgs into_place = args;
+    into_place.input = absl::string_view(buffer.data(), args.input.size());
+    into_place.output_place = buffer.data() + offset;
+    args.output->clear();
+    absl::Status status = RecursiveDoublingFn()(into_place, ran);
+    if (status.ok() && !args.output->empty()) {
+      return absl::InternalError("wrote the string, not the place");
+    }
+    if (status.ok()) *args.output = buffer.substr(offset);
+    return status;
+  };
+}
+
+TEST(RecursiveDoublingPlaceTest, PlaceIsOrOverlapsTheInput_ResultThere) {
+  for (uint64_t shift : {0, 1}) {
+    for (int world : {1, 2, 3, 5}) {
+      for (uint64_t count : {0, 1, 7, 300}) {
+        for (DType dtype : {DType::kF32, DType::kI64}) {
+          CollectiveCase c;
+          c.spec =
+              Spec(CollectiveKind::kAllReduce, dtype, count, ReduceOp::kSum);
+          c.algorithm = Algorithm::kRecursiveDoubling;
+          c.seed = count + 1;
+          SCOPED_TRACE(absl::StrCat("shift ", shift));
+          ASSERT_TRUE(RunAndCheckInProcess(IntoPlaceFn(shift), c, world,
+                                           Algorithm::kRecursiveDoubling, 48));
+        }
+      }
+    }
+  }
+}
+
 TEST(RecursiveDoublingFailureTest, PeerLost_EveryOtherRankUnavailable) {
   // Rank 4 of 6 folds into rank 0 first; rank 0 then waits for it.
   InProcessHub hub("g", 6);

@@ -31,9 +31,11 @@ struct AlgorithmArgs {
   // Receives this rank's output, OutputBytes() long.
   std::string* output = nullptr;
   // When set (not owned, OutputBytes() long; it may be the input's memory),
-  // the same_host plan and the ring's all_reduce (on host memory; without
-  // widening only where the address suits the dtype), all_gather and
-  // broadcast write the output here instead and leave `output` alone; the
+  // the same_host plan, the ring's all_reduce (on host memory; without
+  // widening only where the address suits the dtype and the place is the
+  // input or apart from it), all_gather and broadcast, and recursive
+  // doubling without widening (where the address suits the dtype) write the
+  // output here instead and leave `output` alone (output_place.h); the
   // others ignore it.
   char* output_place = nullptr;
   // Not owned.

@@ -1,7 +1,10 @@
 #include <string>
 
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
+#include "server/worker/algorithms/output_place.h"
 #include "server/worker/algorithms/scratch.h"
 
 namespace chorus {
@@ -63,21 +66,34 @@ absl::Status RunRecursiveDoubling(const AlgorithmArgs& args) {
     return status;
   }
   Scratch wide;
-  std::string& host = widens ? wide.bytes() : *args.output;
-  absl::Status status =
-      ConvertBytes(args.spec.dtype, work_spec.dtype, args.input, &host);
-  HostReduceBuffer buffer(work_spec, &host);
-  if (status.ok()) status = RunOn(args, buffer);
-  if (status.ok() && widens) {
-    status = ConvertBytes(work_spec.dtype, args.spec.dtype, wide.bytes(),
-                          args.output);
+  absl::Status status;
+  absl::Span<char> result;
+  if (widens) {
+    status = ConvertBytes(args.spec.dtype, work_spec.dtype, args.input,
+                          &wide.bytes());
+    HostReduceBuffer buffer(work_spec, &wide.bytes());
+    if (status.ok()) status = RunOn(args, buffer);
+    if (status.ok()) {
+      status = ConvertBytes(work_spec.dtype, args.spec.dtype, wide.bytes(),
+                            args.output);
+    }
+    result = absl::MakeSpan(*args.output);
+  } else {
+    // The input is copied into the output first and not read again: the
+    // output may be any memory, the input's included.
+    result = HostOutput(args, args.input.size(), DTypeSize(args.spec.dtype));
+    MoveUnlessSame(args.input, result.data());
+    HostReduceBuffer buffer(work_spec, result);
+    status = RunOn(args, buffer);
   }
   // Every element was combined up to the last step: the result is hashed
   // once it is whole.
-  if (status.ok() && args.corrupt_for_testing && !args.output->empty()) {
-    (*args.output)[0] ^= 1;
+  if (status.ok() && args.corrupt_for_testing && !result.empty()) {
+    result[0] ^= 1;
   }
-  if (status.ok() && args.hash != nullptr) args.hash->Add(0, *args.output);
+  if (status.ok() && args.hash != nullptr) {
+    args.hash->Add(0, absl::string_view(result.data(), result.size()));
+  }
   return status;
 }
 

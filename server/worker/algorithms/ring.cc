@@ -6,6 +6,7 @@
 #include "absl/types/span.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
+#include "server/worker/algorithms/output_place.h"
 #include "server/worker/algorithms/scratch.h"
 
 namespace chorus {
@@ -120,38 +121,6 @@ absl::Status AllGatherRing(const Ring& ring, ReduceBuffer& buffer,
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
-}
-
-// Whether `a` and `b` share some bytes without being the same bytes.
-bool OverlapPartly(absl::string_view a, absl::string_view b) {
-  if (a.empty() || b.empty()) return false;
-  if (a.data() == b.data() && a.size() == b.size()) return false;
-  return a.data() < b.data() + b.size() && b.data() < a.data() + a.size();
-}
-
-// Where a host algorithm writes its output of `bytes`, every byte of it:
-// the caller's place when it gave one whose address is a multiple of
-// `alignment` and which is `read_later` (bytes the algorithm reads after it
-// started writing) exactly or shares none of its bytes (no string to fill
-// and no copy into the place after); else args.output sized to `bytes`
-// (its old bytes left: each is overwritten).
-absl::Span<char> HostOutput(const AlgorithmArgs& args, uint64_t bytes,
-                            uint64_t alignment,
-                            absl::string_view read_later = {}) {
-  if (args.output_place != nullptr &&
-      reinterpret_cast<uintptr_t>(args.output_place) % alignment == 0 &&
-      !OverlapPartly(read_later, absl::string_view(args.output_place, bytes))) {
-    return absl::MakeSpan(args.output_place, bytes);
-  }
-  if (args.output->size() != bytes) args.output->resize(bytes);
-  return absl::MakeSpan(*args.output);
-}
-
-// Copies `from` to `to` unless they are the same bytes (they may overlap).
-void MoveUnlessSame(absl::string_view from, char* to) {
-  if (!from.empty() && from.data() != to) {
-    std::memmove(to, from.data(), from.size());
-  }
 }
 
 // The host all-reduce without widening: the reduce-scatter writes each
