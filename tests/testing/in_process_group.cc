@@ -31,6 +31,18 @@ AlgorithmFn SameHostFn() {
   };
 }
 
+absl::Status RunWritingPlace(const AlgorithmFn& fn, const AlgorithmArgs& args,
+                             absl::string_view place, Algorithm* ran) {
+  args.output->clear();
+  absl::Status status = fn(args, ran);
+  if (status.ok() && !args.output->empty()) {
+    return absl::InternalError(absl::StrCat(
+        AlgorithmName(*ran), " wrote the output string, not the place"));
+  }
+  if (status.ok()) args.output->assign(place.data(), place.size());
+  return status;
+}
+
 std::vector<RankOutcome> RunOnHub(InProcessHub& hub, const AlgorithmFn& fn,
                                   const CollectiveCase& c,
                                   const GroupRunOptions& options) {

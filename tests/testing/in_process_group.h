@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/collective.h"
 #include "gtest/gtest.h"
@@ -31,6 +32,12 @@ using AlgorithmFn =
 AlgorithmFn RingFn();
 AlgorithmFn RecursiveDoublingFn();
 AlgorithmFn SameHostFn();
+
+// Runs `fn` on `args`, whose output_place points into `place`, and, when it
+// succeeded, copies `place` into *args.output. Returns INTERNAL when `fn`
+// wrote the string instead of the place, else what `fn` returned.
+absl::Status RunWritingPlace(const AlgorithmFn& fn, const AlgorithmArgs& args,
+                             absl::string_view place, Algorithm* ran);
 
 // What one rank's call gave.
 struct RankOutcome {

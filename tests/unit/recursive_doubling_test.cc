@@ -62,13 +62,8 @@ AlgorithmFn IntoPlaceFn(uint64_t shift) {
     AlgorithmArgs into_place = args;
     into_place.input = absl::string_view(buffer.data(), args.input.size());
     into_place.output_place = buffer.data() + offset;
-    args.output->clear();
-    absl::Status status = RecursiveDoublingFn()(into_place, ran);
-    if (status.ok() && !args.output->empty()) {
-      return absl::InternalError("wrote the string, not the place");
-    }
-    if (status.ok()) *args.output = buffer.substr(offset);
-    return status;
+    return RunWritingPlace(RecursiveDoublingFn(), into_place,
+                           absl::string_view(buffer).substr(offset), ran);
   };
 }
 
