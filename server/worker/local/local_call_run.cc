@@ -194,8 +194,9 @@ void LocalCalls::Launch(LocalCall call, absl::Time deadline,
     return;
   }
   // A call on shared memory or on its caller's memory lands in place (its
-  // input may be the very bytes it writes): the same_host plan writes there
-  // directly, the others through a scratch string (a region's is reused).
+  // input may be the very bytes it writes): most host plans write there
+  // directly (AlgorithmArgs::output_place), the others through a scratch
+  // string (a region's is reused).
   std::string* run_output = output;
   if (c.output_region != nullptr || c.in_place) {
     if (c.output_region != nullptr) {
