@@ -267,8 +267,9 @@ absl::Status Broadcast(const Ring& ring) {
   const uint64_t bytes = ring.args.spec.count * ring.element;
   const absl::Span<char> out = HostOutput(ring.args, bytes, /*alignment=*/1);
   const int position = Mod(ring.rank - root, ring.world);
-  if (position == 0)
+  if (position == 0) {
     MoveUnlessSame(ring.args.input.substr(0, bytes), out.data());
+  }
   // A chain root -> root+1 -> ... : receive a chunk, pass it on.
   const Range all{0, bytes};
   const int from = position == 0 ? -1 : ring.prev;
