@@ -5,6 +5,7 @@
 // in f32, f16 and bf16 (accumulated in f32), f64, integer types and every
 // op, checked against the naive reference; and what ranks get when a peer
 // is lost, misses the deadline or the group is aborted.
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -178,9 +179,10 @@ struct PlaceAndString {
 
 // Runs `c` under the ring on `world` ranks, each with an output place
 // (AlgorithmArgs::output_place) `offset` bytes into a buffer of its own,
-// first 0x7f bytes; when `in_place`, the input is copied into the place
-// and read from there (at the rank's block for all_gather, as torch's
-// all_gather_into_tensor does), as an in-place call on a caller's memory.
+// first 0x7f bytes; when `in_place`, the input is copied into the buffer
+// and read from there, from the place's start (at the rank's block for
+// all_gather and gather, as torch's all_gather_into_tensor does), as an
+// in-place call on a caller's memory.
 std::vector<PlaceAndString> RingIntoPlace(const CollectiveCase& c, int world,
                                           uint64_t offset, bool in_place) {
   InProcessHub hub("g", world);
@@ -189,11 +191,13 @@ std::vector<PlaceAndString> RingIntoPlace(const CollectiveCase& c, int world,
   RunOnRanks(world, [&](int rank) {
     const std::string input = MakeInput(c, world, rank);
     const uint64_t bytes = OutputBytes(c.spec, world, rank);
-    std::string buffer(offset + bytes, '\x7f');
+    const bool at_block = c.spec.kind == CollectiveKind::kAllGather ||
+                          c.spec.kind == CollectiveKind::kGather;
+    const uint64_t input_at = at_block ? rank * input.size() : 0;
+    std::string buffer(offset + std::max(bytes, input_at + input.size()),
+                       '\x7f');
     char* place = buffer.data() + offset;
-    char* input_place = c.spec.kind == CollectiveKind::kAllGather
-                            ? place + rank * input.size()
-                            : place;
+    char* input_place = place + input_at;
     if (in_place && !input.empty()) {
       std::memcpy(input_place, input.data(), input.size());
     }
@@ -208,14 +212,16 @@ std::vector<PlaceAndString> RingIntoPlace(const CollectiveCase& c, int world,
     args.transport = &transport;
     const absl::Status status = RunRing(args);
     EXPECT_TRUE(status.ok()) << "rank " << rank << ": " << status;
-    left[rank].place = buffer.substr(offset);
+    left[rank].place = buffer.substr(offset, bytes);
   });
   return left;
 }
 
-TEST(RingIntoPlaceTest, AllGatherAndBroadcast_WrittenInThePlaceOnly) {
+TEST(RingIntoPlaceTest, EveryKindWithAPlace_WrittenInThePlaceOnly) {
   for (CollectiveKind kind :
-       {CollectiveKind::kAllGather, CollectiveKind::kBroadcast}) {
+       {CollectiveKind::kAllGather, CollectiveKind::kBroadcast,
+        CollectiveKind::kReduceScatter, CollectiveKind::kReduce,
+        CollectiveKind::kGather}) {
     for (bool in_place : {false, true}) {
       for (int world : {1, 2, 3, 4}) {
         CollectiveCase c;
@@ -297,26 +303,32 @@ TEST(RingAllReduceTest, OutputPlaceOverlapsPartOfItsInput_StringWritten) {
   });
 }
 
-TEST(RingIntoPlaceTest, WidenedAllReduce_WrittenInThePlaceOnly) {
+TEST(RingIntoPlaceTest, WidenedReductions_WrittenInThePlaceOnly) {
   // f16 and bf16 reduce in f32: the input is widened before the place,
-  // which may be the input itself, is written (at any address; an input
-  // is read at an address its dtype suits).
-  for (DType dtype : {DType::kF16, DType::kBF16}) {
-    for (bool in_place : {false, true}) {
-      for (int world : {1, 2, 3}) {
-        CollectiveCase c;
-        c.spec = Spec(CollectiveKind::kAllReduce, dtype, 333, ReduceOp::kSum);
-        c.algorithm = Algorithm::kRing;
-        std::vector<std::string> inputs(world);
-        for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
-        const std::vector<Expected> want = Reference(c, world, inputs);
-        const std::vector<PlaceAndString> left =
-            RingIntoPlace(c, world, /*offset=*/in_place ? 2 : 3, in_place);
-        for (int r = 0; r < world; ++r) {
-          SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " in place ", in_place,
-                                    ", world ", world, ", rank ", r));
-          EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
-          EXPECT_TRUE(left[r].string.empty());
+  // which may be the input itself, is written (an input is read at an
+  // address its dtype suits).
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+        CollectiveKind::kReduce}) {
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      for (bool in_place : {false, true}) {
+        for (int world : {1, 2, 3}) {
+          CollectiveCase c;
+          c.spec = Spec(kind, dtype, 333, ReduceOp::kSum);
+          c.spec.root = world - 1;
+          c.algorithm = Algorithm::kRing;
+          std::vector<std::string> inputs(world);
+          for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
+          const std::vector<Expected> want = Reference(c, world, inputs);
+          const std::vector<PlaceAndString> left =
+              RingIntoPlace(c, world, /*offset=*/2, in_place);
+          for (int r = 0; r < world; ++r) {
+            SCOPED_TRACE(absl::StrCat(CollectiveKindName(kind), " ",
+                                      DTypeName(dtype), " in place ", in_place,
+                                      ", world ", world, ", rank ", r));
+            EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
+            EXPECT_TRUE(left[r].string.empty());
+          }
         }
       }
     }

@@ -31,12 +31,10 @@ struct AlgorithmArgs {
   // Receives this rank's output, OutputBytes() long.
   std::string* output = nullptr;
   // When set (not owned, OutputBytes() long; it may be the input's memory),
-  // the same_host plan, the ring's all_reduce (on host memory; without
-  // widening only where the address suits the dtype and the place is the
-  // input or apart from it), all_gather and broadcast, and recursive
-  // doubling without widening (where the address suits the dtype) write the
-  // output here instead and leave `output` alone (output_place.h); the
-  // others ignore it.
+  // same_host, recursive doubling and the ring (but for scatter and
+  // all_to_all) write the output here instead, where HostOutput()
+  // (output_place.h) allows, and then leave `output` alone; the others
+  // ignore it.
   char* output_place = nullptr;
   // Not owned.
   Transport* transport = nullptr;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
 #include "server/worker/algorithms/output_place.h"
@@ -182,6 +183,22 @@ absl::Status Narrow(const Ring& ring, absl::string_view work_bytes,
                       out);
 }
 
+// Writes `work_bytes` (elements of the work type, read after the input
+// was) in the spec's type as the output: into the caller's place where it
+// can (HostOutput), else into args.output.
+absl::Status NarrowIntoOutput(const Ring& ring, absl::string_view work_bytes) {
+  const DType from = ring.work_spec.dtype;
+  const DType to = ring.args.spec.dtype;
+  const uint64_t count = work_bytes.size() / DTypeSize(from);
+  const absl::Span<char> out = HostOutput(ring.args, count * DTypeSize(to),
+                                          from == to ? 1 : DTypeSize(to));
+  if (from == to) {
+    MoveUnlessSame(work_bytes, out.data());
+    return absl::OkStatus();
+  }
+  return cpu_reduce::Convert(from, to, out.data(), work_bytes.data(), count);
+}
+
 absl::Status AllReduce(const Ring& ring) {
   const CollectiveSpec& spec = ring.args.spec;
   auto block = [&](int i) {
@@ -246,7 +263,7 @@ absl::Status ReduceScatter(const Ring& ring) {
     if (!status.ok()) return status;
     absl::StatusOr<absl::string_view> own = work.Read(block(ring.rank));
     if (!own.ok()) return own.status();
-    return Narrow(ring, *own, ring.args.output);
+    return NarrowIntoOutput(ring, *own);
   });
 }
 
@@ -307,7 +324,7 @@ absl::Status Broadcast(const Ring& ring) {
 // Gathers block i of every rank's `buffer` (rank i's own block) at the root.
 template <typename BlockFn>
 absl::Status GatherBlocks(const Ring& ring, ReduceBuffer& buffer,
-                          std::string& out, BlockFn block) {
+                          absl::Span<char> out, BlockFn block) {
   const int root = ring.args.spec.root;
   if (ring.rank != root) {
     return Exchange(*ring.args.transport, root, SourceOf(buffer),
@@ -344,12 +361,14 @@ absl::Status Reduce(const Ring& ring) {
           status = Finalize(spec, work, block(ring.rank), ring.world);
         }
         if (ring.rank == spec.root) gathered.assign(work.size(), '\0');
-        if (status.ok()) status = GatherBlocks(ring, work, gathered, block);
+        if (status.ok()) {
+          status = GatherBlocks(ring, work, absl::MakeSpan(gathered), block);
+        }
         return status;
       });
   ring.args.output->clear();
   if (status.ok() && ring.rank == spec.root) {
-    status = Narrow(ring, gathered, ring.args.output);
+    status = NarrowIntoOutput(ring, gathered);
   }
   return status;
 }
@@ -361,11 +380,12 @@ absl::Status Gather(const Ring& ring) {
   std::string staged(block_bytes * ring.world, '\0');
   std::memcpy(staged.data() + ring.rank * block_bytes, ring.args.input.data(),
               block_bytes);
-  std::string& out = *ring.args.output;
+  // The input was copied: the root's output may be any memory.
+  absl::Span<char> out;
   if (ring.rank == ring.args.spec.root) {
-    out.assign(block_bytes * ring.world, '\0');
+    out = HostOutput(ring.args, block_bytes * ring.world, /*alignment=*/1);
   } else {
-    out.clear();
+    ring.args.output->clear();
   }
   auto block = [&](int i) { return Range{i * block_bytes, block_bytes}; };
   HostReduceBuffer buffer(ring.args.spec, &staged);
