@@ -217,6 +217,29 @@ std::vector<PlaceAndString> RingIntoPlace(const CollectiveCase& c, int world,
   return left;
 }
 
+// Runs `kind` of `dtype` (sum, root the last rank) under the ring into
+// places (RingIntoPlace) and expects each rank's result in its place and
+// its string untouched.
+void ExpectResultsInPlaces(CollectiveKind kind, DType dtype, int world,
+                           uint64_t offset, bool in_place) {
+  CollectiveCase c;
+  c.spec = Spec(kind, dtype, 333, ReduceOp::kSum);
+  c.spec.root = world - 1;
+  c.algorithm = Algorithm::kRing;
+  std::vector<std::string> inputs(world);
+  for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
+  const std::vector<Expected> want = Reference(c, world, inputs);
+  const std::vector<PlaceAndString> left =
+      RingIntoPlace(c, world, offset, in_place);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE(absl::StrCat(CollectiveKindName(kind), " ", DTypeName(dtype),
+                              " in place ", in_place, ", world ", world,
+                              ", rank ", r));
+    EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
+    EXPECT_TRUE(left[r].string.empty());
+  }
+}
+
 TEST(RingIntoPlaceTest, EveryKindWithAPlace_WrittenInThePlaceOnly) {
   for (CollectiveKind kind :
        {CollectiveKind::kAllGather, CollectiveKind::kBroadcast,
@@ -224,21 +247,7 @@ TEST(RingIntoPlaceTest, EveryKindWithAPlace_WrittenInThePlaceOnly) {
         CollectiveKind::kGather}) {
     for (bool in_place : {false, true}) {
       for (int world : {1, 2, 3, 4}) {
-        CollectiveCase c;
-        c.spec = Spec(kind, DType::kI32, 333, ReduceOp::kSum);
-        c.spec.root = world - 1;
-        c.algorithm = Algorithm::kRing;
-        std::vector<std::string> inputs(world);
-        for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
-        const std::vector<Expected> want = Reference(c, world, inputs);
-        const std::vector<PlaceAndString> left =
-            RingIntoPlace(c, world, /*offset=*/3, in_place);
-        for (int r = 0; r < world; ++r) {
-          SCOPED_TRACE(absl::StrCat(CollectiveKindName(kind), " in place ",
-                                    in_place, ", world ", world, ", rank ", r));
-          EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
-          EXPECT_TRUE(left[r].string.empty());
-        }
+        ExpectResultsInPlaces(kind, DType::kI32, world, /*offset=*/3, in_place);
       }
     }
   }
@@ -313,22 +322,7 @@ TEST(RingIntoPlaceTest, WidenedReductions_WrittenInThePlaceOnly) {
     for (DType dtype : {DType::kF16, DType::kBF16}) {
       for (bool in_place : {false, true}) {
         for (int world : {1, 2, 3}) {
-          CollectiveCase c;
-          c.spec = Spec(kind, dtype, 333, ReduceOp::kSum);
-          c.spec.root = world - 1;
-          c.algorithm = Algorithm::kRing;
-          std::vector<std::string> inputs(world);
-          for (int r = 0; r < world; ++r) inputs[r] = MakeInput(c, world, r);
-          const std::vector<Expected> want = Reference(c, world, inputs);
-          const std::vector<PlaceAndString> left =
-              RingIntoPlace(c, world, /*offset=*/2, in_place);
-          for (int r = 0; r < world; ++r) {
-            SCOPED_TRACE(absl::StrCat(CollectiveKindName(kind), " ",
-                                      DTypeName(dtype), " in place ", in_place,
-                                      ", world ", world, ", rank ", r));
-            EXPECT_TRUE(MatchesExpected(c, want[r], left[r].place));
-            EXPECT_TRUE(left[r].string.empty());
-          }
+          ExpectResultsInPlaces(kind, dtype, world, /*offset=*/2, in_place);
         }
       }
     }
