@@ -678,7 +678,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--same_host_plan", choices=["on", "off"],
                         default="on",
                         help="off: both coordinators plan as for ranks on "
-                        "different hosts (the ring above inline sizes) "
+                        "different hosts (recursive doubling or the ring "
+                        "above inline sizes) "
                         "instead of same_host (default on)")
     parser.add_argument("--build_dir", default="build",
                         help="the build tree, relative to the repository "
