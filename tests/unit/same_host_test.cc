@@ -110,6 +110,9 @@ class ForgedHelloTransport final : public Transport {
   absl::StatusOr<std::string> Recv(int from) override {
     return inner_->Recv(from);
   }
+  absl::StatusOr<std::string> RecvBy(int from, absl::Time deadline) override {
+    return inner_->RecvBy(from, deadline);
+  }
   absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,
                          uint64_t target) override {
     return inner_->AwaitWord(from, word, target);

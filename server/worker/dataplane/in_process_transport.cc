@@ -1,5 +1,6 @@
 #include "server/worker/dataplane/in_process_transport.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -68,8 +69,16 @@ absl::Status InProcessTransport::Send(int to, absl::string_view data) {
 }
 
 absl::StatusOr<std::string> InProcessTransport::Recv(int from) {
-  const uint32_t tag = received_[from]++;
-  return hub_->inbox_.Take(Key(from, rank_, tag), deadline_);
+  return RecvBy(from, deadline_);
+}
+
+absl::StatusOr<std::string> InProcessTransport::RecvBy(int from,
+                                                       absl::Time deadline) {
+  const uint32_t tag = received_[from];
+  absl::StatusOr<std::string> message =
+      hub_->inbox_.Take(Key(from, rank_, tag), std::min(deadline, deadline_));
+  if (message.ok()) ++received_[from];
+  return message;
 }
 
 absl::Status InProcessTransport::AwaitWord(int from,

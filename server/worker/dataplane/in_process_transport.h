@@ -91,6 +91,7 @@ class InProcessTransport final : public Transport {
   // As Transport::Recv: DEADLINE_EXCEEDED, UNAVAILABLE (PeerGoneError) once
   // a rank was lost, the status given to InProcessHub::Abort.
   absl::StatusOr<std::string> Recv(int from) override;
+  absl::StatusOr<std::string> RecvBy(int from, absl::Time deadline) override;
 
   // As Transport::AwaitWord: the hub's inbox waits (Inbox::AwaitWord).
   absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,

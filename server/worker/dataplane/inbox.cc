@@ -126,7 +126,8 @@ absl::StatusOr<std::string> Inbox::TakeLocked(
     return messages_.contains(id) || aborted_.contains(group_epoch) ||
            lost_.contains(group_epoch) || latest_epoch_[key.group] != key.epoch;
   };
-  if (!ready()) {
+  const bool waits = deadline > absl::Now();
+  if (!ready() && waits) {
     // The message often comes within microseconds (the peer is in the same
     // step): polling first saves a wake-up (AdaptiveSpin).
     uint64_t seen = changes_.load(std::memory_order_acquire);
@@ -140,7 +141,7 @@ absl::StatusOr<std::string> Inbox::TakeLocked(
     });
     mu_.Lock();
   }
-  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (waits) mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   if (latest_epoch_[key.group] != key.epoch) {
     // A newer epoch arrived while this one waited.
     return NoteEpochLocked(key.group, key.epoch, resumes);

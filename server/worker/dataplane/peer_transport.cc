@@ -1,5 +1,6 @@
 #include "server/worker/dataplane/peer_transport.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,11 +102,18 @@ void PeerTransport::Recycle(std::string message) {
 }
 
 absl::StatusOr<std::string> PeerTransport::Recv(int from) {
+  return RecvBy(from, options_.deadline);
+}
+
+absl::StatusOr<std::string> PeerTransport::RecvBy(int from,
+                                                  absl::Time deadline) {
   Peer& peer = peers_[from];
-  const uint32_t tag = peer.received++;
-  absl::StatusOr<std::string> message = inbox_->Take(
-      Key(from, options_.rank, tag), options_.deadline, WorkerName(from));
-  if (message.ok() && options_.addresses[from] != options_.self_address &&
+  absl::StatusOr<std::string> message =
+      inbox_->Take(Key(from, options_.rank, peer.received),
+                   std::min(deadline, options_.deadline), WorkerName(from));
+  if (!message.ok()) return message;
+  ++peer.received;
+  if (options_.addresses[from] != options_.self_address &&
       DefaultMetrics().enabled()) {
     PeerBytes(&peer.received_bytes, ReceivedBytes(), from)
         ->Add(message->size());

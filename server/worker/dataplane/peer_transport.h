@@ -79,6 +79,7 @@ class PeerTransport final : public Transport {
 
   // As Transport::Recv.
   absl::StatusOr<std::string> Recv(int from) override;
+  absl::StatusOr<std::string> RecvBy(int from, absl::Time deadline) override;
 
   // As Transport::AwaitWord, through the inbox (its aborts and lost peers).
   absl::Status AwaitWord(int from, const std::atomic<uint64_t>& word,

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace chorus {
 
@@ -49,6 +50,10 @@ class Transport {
   // ...", see PeerGoneError) when a peer of the call was lost, or the
   // group's abort status (usually ABORTED) once the coordinator aborted it.
   virtual absl::StatusOr<std::string> Recv(int from) = 0;
+
+  // Recv() whose wait also ends at `deadline` (DEADLINE_EXCEEDED then, the
+  // message staying next from `from`); a deadline past returns at once.
+  virtual absl::StatusOr<std::string> RecvBy(int from, absl::Time deadline) = 0;
 
   // Waits until `word`, which rank `from` (on this host) advances in memory
   // shared with this process, holds at least `target` (Inbox::AwaitWord).
