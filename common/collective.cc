@@ -17,9 +17,9 @@ constexpr absl::string_view kKindNames[] = {
 constexpr int kLastKind = static_cast<int>(CollectiveKind::kSync);
 
 constexpr absl::string_view kAlgorithmNames[] = {
-    "auto",      "inline", "recursive_doubling", "tree", "ring",
-    "same_host", "nccl"};
-constexpr int kLastAlgorithm = static_cast<int>(Algorithm::kNccl);
+    "auto", "inline", "recursive_doubling", "tree", "ring", "same_host",
+    "nccl", "leader"};
+constexpr int kLastAlgorithm = static_cast<int>(Algorithm::kLeader);
 
 bool KnownKind(CollectiveKind kind) {
   const int v = static_cast<int>(kind);
@@ -242,6 +242,10 @@ absl::Status CheckForcedAlgorithm(const CollectiveSpec& spec,
           spec.op == ReduceOp::kUnspecified
               ? ""
               : absl::StrCat(" under ", ReduceOpName(spec.op))));
+    case Algorithm::kLeader:
+      return absl::InvalidArgumentError(
+          "leader is the plan of small calls in groups the coordinator forms "
+          "with leader calls (--leader_calls); it cannot be forced");
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "algorithm ", AlgorithmName(forced), " is not available for ",

@@ -14,7 +14,7 @@ namespace {
 // Every series a call can land in, by enum value, so that counting a call
 // costs two atomic loads and adds instead of label lookups.
 constexpr int kKinds = 10;  // CollectiveKind 0..9
-constexpr int kPlans = 6;   // Algorithm 0..5
+constexpr int kPlans = 8;   // Algorithm 0..7
 constexpr int kCodes = 17;  // absl::StatusCode 0..16
 
 struct CollectiveSeries {

@@ -86,6 +86,7 @@ enum class Algorithm : int {
   kRing = 4,
   kSameHost = 5,
   kNccl = 6,
+  kLeader = 7,
 };
 
 // What one rank asks of one collective call; mirrors chorus.v1.CollectiveSpec

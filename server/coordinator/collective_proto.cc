@@ -79,6 +79,10 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   call.data = request.inline_data();
   call.deadline = client_deadline;
   call.running = request.running();
+  for (const v1::SequenceRange& range : request.leader_ran()) {
+    if (call.leader_ran.size() == kMaxLeaderRanRanges) break;
+    call.leader_ran.emplace_back(range.first(), range.last());
+  }
   for (const v1::CollectiveRequest& replay : request.replays()) {
     if (call.replays.size() == kMaxReplays) break;
     // A replay's own replays mean nothing.
@@ -166,6 +170,8 @@ v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
   if (view.rank >= 0) response.set_rank(view.rank);
   response.set_min_world_size(view.min_world_size);
   response.set_max_world_size(view.max_world_size);
+  response.set_leader_calls(planner.leader_calls && list_members &&
+                            view.min_world_size == 0);
   return response;
 }
 

@@ -36,6 +36,8 @@ StoreOp StoreOpFromProto(const v1::StoreRequest& request,
 
 // The most replays (CollectiveRequest.replays) a call's conversion keeps.
 inline constexpr size_t kMaxReplays = 16;
+// At most this many of a call's leader_ran ranges are read.
+inline constexpr size_t kMaxLeaderRanRanges = 64;
 
 // Returns the core's call for `request`, from a client whose deadline is
 // `client_deadline`, with at most kMaxReplays of its replays (theirs

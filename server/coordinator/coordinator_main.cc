@@ -65,6 +65,14 @@ ABSL_FLAG(uint64_t, same_host_inline_max_bytes,
           "In groups planned same_host (see --same_host_plan), all-reduces "
           "ride with the call only up to this many bytes (and "
           "--inline_max_bytes); larger ones use same_host.");
+ABSL_FLAG(bool, leader_calls, chorus::PlannerOptions().leader_calls,
+          "Groups that are not elastic (and have at most --member_list_max "
+          "ranks) run the calls that would be inline at the worker of their "
+          "rank 0 instead (plan `leader`): it checks that the calls agree, "
+          "reduces and replies, with the statuses the coordinator gives; "
+          "the coordinator is not asked per call. Off by default: a call "
+          "under it does not appear in the flight recorder (chorusctl trace) "
+          "or the coordinator's metrics unless it failed at the leader.");
 ABSL_FLAG(bool, nccl_plan, chorus::PlannerOptions().nccl,
           "Plan collectives too large for inline as nccl (NCCL moves and "
           "combines the data between the GPUs) when every rank is on a GPU "
@@ -137,6 +145,7 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
   groups.planner.same_host_inline_max_bytes =
       absl::GetFlag(FLAGS_same_host_inline_max_bytes);
   groups.planner.nccl = absl::GetFlag(FLAGS_nccl_plan);
+  groups.planner.leader_calls = absl::GetFlag(FLAGS_leader_calls);
   groups.first_epoch = first_epoch;
   groups.trace_entries = absl::GetFlag(FLAGS_trace_entries);
   groups.trace_groups = absl::GetFlag(FLAGS_trace_groups);

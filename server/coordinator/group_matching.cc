@@ -7,10 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/call_verdicts.h"
 #include "common/rank_list.h"
 #include "common/status_detail.h"
 #include "server/coordinator/group_table.h"
-#include "server/coordinator/inline_executor.h"
+#include "server/reduce/cpu/inline_executor.h"
 
 namespace chorus {
 namespace {
@@ -60,7 +61,7 @@ absl::Status GroupTable::ValidateCallLocked(const CollectiveCall& call,
   }
   const int algorithm = static_cast<int>(call.algorithm);
   if (algorithm < static_cast<int>(Algorithm::kUnspecified) ||
-      algorithm > static_cast<int>(Algorithm::kNccl)) {
+      algorithm > static_cast<int>(Algorithm::kLeader)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", call.rank, " of group ", call.group,
                      ": unknown algorithm ", algorithm));
@@ -129,6 +130,7 @@ void GroupTable::Collective(CollectiveCall call, CollectiveCallback done) {
   Completions completions;
   {
     absl::MutexLock lock(&mu_);
+    NoteLeaderRanLocked(call);
     if (!call.running || TakeRunningLocked(call, done, &completions)) {
       TakeReplaysLocked(call, &completions);
       if (!AnswerRetriedCallLocked(call, done, &completions)) {
@@ -314,22 +316,9 @@ absl::Status GroupTable::CheckAgreement(const Group& group, uint64_t sequence,
     std::vector<std::string> asked(world);
     for (int rank = 0; rank < world; ++rank) {
       const CollectiveCall& call = match.calls[rank]->call;
-      asked[rank] = DescribeSpec(call.spec);
-      if (call.algorithm != Algorithm::kUnspecified) {
-        absl::StrAppend(&asked[rank], " algorithm ",
-                        AlgorithmName(call.algorithm));
-      }
+      asked[rank] = DescribeAsked(call.spec, call.algorithm);
     }
-    v1::ErrorDetail detail = MakeErrorDetail("MISMATCH", group.view.name,
-                                             group.view.epoch, sequence);
-    for (int rank = 0; rank < world; ++rank) {
-      (*detail.mutable_ranks())[rank] = asked[rank];
-    }
-    return WithErrorDetail(
-        absl::InvalidArgumentError(absl::StrCat(
-            "collective #", sequence, " of group ", group.view.name,
-            " does not match across ranks: ", DescribeByRank(asked))),
-        detail);
+    return MismatchError(group.view.name, group.view.epoch, sequence, asked);
   }
   return absl::OkStatus();
 }
@@ -397,6 +386,34 @@ void GroupTable::FailMatchLocked(Group& group, uint64_t sequence, Match& match,
   PruneFailedLocked(group);
 }
 
+void GroupTable::NoteLeaderRanLocked(const CollectiveCall& call) {
+  if (call.leader_ran.empty()) return;
+  auto it = groups_.find(call.group);
+  if (it == groups_.end()) return;
+  Group& group = it->second;
+  if (call.epoch != group.view.epoch || call.rank < 0 ||
+      call.rank >= group.view.world_size) {
+    return;
+  }
+  uint64_t& next = group.next_sequence[call.rank];
+  absl::flat_hash_set<uint64_t>& ahead = group.called_ahead[call.rank];
+  for (const auto& [first, last] : call.leader_ran) {
+    // Only ranges before this call.
+    if (first == 0 || first > last || last >= call.sequence) continue;
+    if (first <= next) {
+      next = std::max(next, last + 1);
+      while (ahead.erase(next) > 0) ++next;
+      continue;
+    }
+    // A call of the rank's before the range has not arrived yet: the range
+    // is kept call by call, within the window.
+    if (last - first >= options_.sequence_window) continue;
+    for (uint64_t sequence = first; sequence <= last; ++sequence) {
+      ahead.insert(sequence);
+    }
+  }
+}
+
 bool GroupTable::CalledLocked(const Group& group, int rank, uint64_t sequence) {
   return sequence < group.next_sequence[rank] ||
          group.called_ahead[rank].contains(sequence);
@@ -442,15 +459,8 @@ void GroupTable::ExpireMatchesLocked(Group& group, absl::Time now,
       ++it;
       continue;
     }
-    v1::ErrorDetail detail =
-        MakeErrorDetail("RANKS_MISSING", name, group.view.epoch, it->first);
-    for (int rank : missing) detail.add_missing_ranks(rank);
-    const absl::Status status =
-        WithErrorDetail(absl::DeadlineExceededError(absl::StrCat(
-                            FormatRanks(missing), " of group ", name,
-                            " did not reach ", CollectiveKindName(spec->kind),
-                            " #", it->first, " within the deadline")),
-                        detail);
+    const absl::Status status = RanksMissingError(
+        name, group.view.epoch, it->first, spec->kind, missing);
     const uint64_t sequence = it->first;
     Event event = GroupEvent(Event::Kind::kDeadline, group.view, sequence,
                              std::string(status.message()));

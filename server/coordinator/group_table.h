@@ -404,6 +404,10 @@ class GroupTable {
                        const absl::Status& status, Completions* completions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneFailedLocked(Group& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts the calls `call` reports it ran under the leader plan as called
+  // by its rank (ranges before `call` and within the sequence window only).
+  void NoteLeaderRanLocked(const CollectiveCall& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool CalledLocked(const Group& group, int rank, uint64_t sequence);
   static void MarkCalledLocked(Group& group, int rank, uint64_t sequence);
   // Aborts the group epoch with `status` (kept if it was already aborted):

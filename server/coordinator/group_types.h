@@ -108,6 +108,10 @@ struct CollectiveCall {
   // After a failover: the rank runs this call under the old leader's plan
   // (CollectiveRequest.running); matched, answered at once with nothing.
   bool running = false;
+  // This rank's calls of the same group epoch that ran under the leader
+  // plan since its previous call here (CollectiveRequest.leader_ran), as
+  // (first, last) ranges: counted as called.
+  std::vector<std::pair<uint64_t, uint64_t>> leader_ran;
 };
 
 struct CollectiveOutcome {

@@ -58,6 +58,7 @@ absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
 
 absl::Status CheckForcedPlan(const CollectiveSpec& spec, Algorithm forced,
                              bool same_host, bool nccl) {
+  if (forced == Algorithm::kLeader) return CheckForcedAlgorithm(spec, forced);
   if (KindCarriesNoData(spec.kind)) return absl::OkStatus();
   absl::Status allowed = CheckForcedAlgorithm(spec, forced);
   if (!allowed.ok()) return allowed;

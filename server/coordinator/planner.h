@@ -46,6 +46,10 @@ struct PlannerOptions {
   // defines them (NcclRunsSpec). Off by default: NCCL's own connections
   // are neither authenticated nor encrypted, whatever Chorus's TLS.
   bool nccl = false;
+  // Groups that are not elastic, and whose members the join lists, run
+  // calls that would be inline at the worker of their rank 0 (the leader
+  // plan, JoinGroupResponse.leader_calls): the coordinator is not asked.
+  bool leader_calls = false;
 };
 
 struct Plan {

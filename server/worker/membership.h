@@ -36,6 +36,9 @@ struct Membership {
   uint64_t inline_max_bytes = 0;
   // The same for all-reduces (JoinGroupResponse.all_reduce_inline_max_bytes).
   uint64_t all_reduce_inline_max_bytes = 0;
+  // Calls that would be inline run under the leader plan instead
+  // (JoinGroupResponse.leader_calls).
+  bool leader_calls = false;
   // An elastic group's bounds (0 and 0: not elastic).
   int min_world_size = 0;
   int max_world_size = 0;

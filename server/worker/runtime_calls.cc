@@ -172,6 +172,7 @@ absl::Status WorkerRuntime::PrepareCall(
   if (options.device.has_value()) {
     *request.mutable_device() = DeviceToProto(*options.device);
   }
+  AttachLeaderRan(membership, &request);
   if (carries) {
     request.set_has_inline_data(true);
     request.set_inline_data(call->host_input.data(), call->host_input.size());
@@ -184,6 +185,15 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
                                                  const CollectiveSpec& spec,
                                                  const CallBuffers& buffers,
                                                  const RunOptions& options) {
+  if (RunsAtLeader(membership, spec, buffers, options)) {
+    return RunAtLeader(membership, sequence, spec, buffers, options);
+  }
+  return AskAndFinish(membership, sequence, spec, buffers, options);
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::AskAndFinish(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const RunOptions& options) {
   PreparedCall call;
   absl::Status prepared =
       PrepareCall(membership, sequence, spec, buffers, options, &call);
@@ -287,6 +297,10 @@ void WorkerRuntime::RunAsync(
   run->buffers = HostBuffers(input, output, options);
   run->done = std::move(done);
   const absl::Time start = absl::Now();
+  if (RunsAtLeader(membership, spec, run->buffers, options)) {
+    RunAtLeaderAsync(std::move(run), options, start);
+    return;
+  }
   absl::Status prepared = PrepareCall(run->membership, sequence, spec,
                                       run->buffers, options, &run->call);
   if (!prepared.ok()) {
@@ -312,6 +326,32 @@ void WorkerRuntime::RunAsync(
     return;
   }
   SendRun(run.release(), call_port);
+}
+
+void WorkerRuntime::RunAtLeaderAsync(std::unique_ptr<PendingRun> run,
+                                     const RunOptions& options,
+                                     absl::Time start) {
+  bool open = false;
+  {
+    absl::MutexLock lock(&runs_mu_);
+    open = !runs_closed_;
+    if (open) runs_.insert(run.get());
+  }
+  if (!open) {
+    run->done(Counted(run->spec, start,
+                      absl::UnavailableError("this worker is shutting down")));
+    return;
+  }
+  planned_runs_.Spawn([this, run = run.release(), options, start] {
+    absl::StatusOr<RunResult> result = RunAtLeader(
+        run->membership, run->sequence, run->spec, run->buffers, options);
+    {
+      absl::MutexLock lock(&runs_mu_);
+      runs_.erase(run);
+    }
+    run->done(Counted(run->spec, start, std::move(result)));
+    delete run;
+  });
 }
 
 void WorkerRuntime::SendRun(PendingRun* run, bool call_port) {

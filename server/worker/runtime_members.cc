@@ -52,6 +52,8 @@ absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
       response.has_all_reduce_inline_max_bytes()
           ? response.all_reduce_inline_max_bytes()
           : response.inline_max_bytes();
+  membership.leader_calls =
+      response.leader_calls() && membership.members_listed;
   membership.min_world_size = response.min_world_size();
   membership.max_world_size = response.max_world_size();
   for (const v1::GroupMember& member : response.members()) {

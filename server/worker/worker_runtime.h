@@ -20,9 +20,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -325,6 +327,13 @@ class WorkerRuntime final : public CallRuntime {
                                     const CollectiveSpec& spec,
                                     const CallBuffers& buffers,
                                     const RunOptions& options);
+  // RunCall() at the coordinator: prepares the call, asks the coordinator
+  // and finishes it.
+  absl::StatusOr<RunResult> AskAndFinish(const Membership& membership,
+                                         uint64_t sequence,
+                                         const CollectiveSpec& spec,
+                                         const CallBuffers& buffers,
+                                         const RunOptions& options);
   // Checks the call and builds its request into `*call` (which must not
   // move afterwards). Returns INVALID_ARGUMENT before anything is sent, or
   // the verdict of a device input that could not be staged.
@@ -351,6 +360,30 @@ class WorkerRuntime final : public CallRuntime {
   // thread.
   void OnRunAnswered(PendingRun* run, absl::Status answer,
                      uint64_t registrations);
+  // ---- The leader plan (runtime_leader.cc) ----
+  // Whether the call runs under the leader plan: its group has leader
+  // calls, and the call is unforced, on host memory, and would be inline (or
+  // is a barrier).
+  static bool RunsAtLeader(const Membership& membership,
+                           const CollectiveSpec& spec,
+                           const CallBuffers& buffers,
+                           const RunOptions& options);
+  // Runs a call under the leader plan, or at the coordinator when the
+  // leader sends it there. Returns Run()'s codes: the leader's verdict (calls
+  // that differ), the coordinator's, or a failure's (ReportFailure()).
+  absl::StatusOr<RunResult> RunAtLeader(const Membership& membership,
+                                        uint64_t sequence,
+                                        const CollectiveSpec& spec,
+                                        const CallBuffers& buffers,
+                                        const RunOptions& options);
+  // RunAtLeader() for RunAsync(), on a task thread; `run` was not sent.
+  void RunAtLeaderAsync(std::unique_ptr<PendingRun> run,
+                        const RunOptions& options, absl::Time start);
+  // Keeps `sequence` for the rank's next call to the coordinator.
+  void NoteLeaderRan(const Membership& membership, uint64_t sequence);
+  // Moves the sequences kept for `membership`'s rank into `request`.
+  void AttachLeaderRan(const Membership& membership,
+                       v1::CollectiveRequest* request);
   // ---- Failover (runtime_failover.cc) ----
   // Sends `call` to the coordinator and returns its answer; with several
   // coordinators, sends it again (with its replays) after a failover until
@@ -504,6 +537,11 @@ class WorkerRuntime final : public CallRuntime {
   bool shut_down_ = false;
   // Set when Shutdown() starts: calls no longer wait for a failover.
   std::atomic<bool> closing_{false};
+  // Per "group/epoch/rank": sequences that ran under the leader plan since
+  // the rank's last call to the coordinator, as (first, last) ranges.
+  absl::Mutex leader_ran_mu_;
+  absl::flat_hash_map<std::string, std::vector<std::pair<uint64_t, uint64_t>>>
+      leader_ran_ ABSL_GUARDED_BY(leader_ran_mu_);
   // Calls answered lately, for replays after a failover.
   AnsweredCalls answered_calls_;
   std::atomic<bool> corrupt_results_for_testing_{false};

@@ -43,11 +43,16 @@ CollectiveSpec BarrierSpec() {
   return spec;
 }
 
-class DeadlineTest : public ::testing::Test {
+// Each test runs twice: with the coordinator judging every call, and with
+// small calls at the group's rank-0 worker (--leader_calls), whose callers
+// take a call a rank is missing from to the coordinator.
+class DeadlineTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
+    std::vector<std::string> flags = {"--lease_timeout=2s"};
+    if (GetParam()) flags.push_back("--leader_calls");
     absl::StatusOr<std::unique_ptr<FailureCluster>> cluster =
-        FailureCluster::Start({"--lease_timeout=2s"},
+        FailureCluster::Start(flags,
                               {"worker-0", "worker-1", "worker-2", "worker-3"});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
@@ -94,7 +99,7 @@ class DeadlineTest : public ::testing::Test {
   std::unique_ptr<FailureCluster> cluster_;
 };
 
-TEST_F(DeadlineTest, Collective_RankNeverCalls_DeadlineExceededNamingIt) {
+TEST_P(DeadlineTest, Collective_RankNeverCalls_DeadlineExceededNamingIt) {
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string group = absl::StrCat("deadline-", round);
@@ -118,7 +123,7 @@ TEST_F(DeadlineTest, Collective_RankNeverCalls_DeadlineExceededNamingIt) {
   }
 }
 
-TEST_F(DeadlineTest, Collective_TwoRanksNeverCall_DeadlineNamesBoth) {
+TEST_P(DeadlineTest, Collective_TwoRanksNeverCall_DeadlineNamesBoth) {
   const std::string group = "deadline-two";
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> ranks =
       cluster_->Join(group, {0, 1, 2, 3});
@@ -130,7 +135,7 @@ TEST_F(DeadlineTest, Collective_TwoRanksNeverCall_DeadlineNamesBoth) {
                           " did not reach all_reduce #1 within the deadline"));
 }
 
-TEST_F(DeadlineTest, Collective_RankSkipsSecondCall_DeadlineNamesSequence) {
+TEST_P(DeadlineTest, Collective_RankSkipsSecondCall_DeadlineNamesSequence) {
   const std::string group = "deadline-second";
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> ranks =
       cluster_->Join(group, {0, 1, 2});
@@ -142,7 +147,7 @@ TEST_F(DeadlineTest, Collective_RankSkipsSecondCall_DeadlineNamesSequence) {
                                              " did not reach barrier #2"));
 }
 
-TEST_F(DeadlineTest, Collective_RingPlanRankNeverCalls_DeadlineExceeded) {
+TEST_P(DeadlineTest, Collective_RingPlanRankNeverCalls_DeadlineExceeded) {
   const std::string group = "deadline-ring";
   absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> ranks =
       cluster_->Join(group, {0, 1, 2});
@@ -158,6 +163,11 @@ TEST_F(DeadlineTest, Collective_RingPlanRankNeverCalls_DeadlineExceeded) {
   ExpectDeadlineVerdicts(calls, absl::StrCat("rank 2 of group ", group,
                                              " did not reach all_reduce #1"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Judges, DeadlineTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "leader" : "coordinator";
+                         });
 
 }  // namespace
 }  // namespace chorus::test

@@ -86,9 +86,12 @@ void ExpectAllEndBy(const std::vector<std::unique_ptr<BackgroundCall>>& calls,
 
 class LostWorkerTest : public ::testing::Test {
  protected:
+  // The coordinator's flags.
+  virtual std::vector<std::string> Flags() { return ShortLeaseFlags(); }
+
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<FailureCluster>> cluster =
-        FailureCluster::Start(ShortLeaseFlags(), {"survivor-0", "survivor-1"});
+        FailureCluster::Start(Flags(), {"survivor-0", "survivor-1"});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
   }
@@ -120,7 +123,25 @@ class LostWorkerTest : public ::testing::Test {
   std::unique_ptr<FailureCluster> cluster_;
 };
 
-TEST_F(LostWorkerTest, Kill_BeforeRankCalls_OthersAbortedNamingIt) {
+// The small-call tests run twice: with the coordinator judging every call,
+// and with small calls at the group's rank-0 worker (--leader_calls), where
+// the callers take a call the leader cannot end to the coordinator.
+class LostWorkerSmallCallTest : public LostWorkerTest,
+                                public ::testing::WithParamInterface<bool> {
+ protected:
+  std::vector<std::string> Flags() override {
+    std::vector<std::string> flags = ShortLeaseFlags();
+    if (GetParam()) flags.push_back("--leader_calls");
+    return flags;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Judges, LostWorkerSmallCallTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "leader" : "coordinator";
+                         });
+
+TEST_P(LostWorkerSmallCallTest, Kill_BeforeRankCalls_OthersAbortedNamingIt) {
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string group = absl::StrCat("before-call-", round);
@@ -161,7 +182,8 @@ TEST_F(LostWorkerTest, Kill_BeforeRankCalls_OthersAbortedNamingIt) {
   }
 }
 
-TEST_F(LostWorkerTest, Kill_WhilePeersWaitInMatching_OthersAbortedNamingIt) {
+TEST_P(LostWorkerSmallCallTest,
+       Kill_WhilePeersWaitInMatching_OthersAbortedNamingIt) {
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::string group = absl::StrCat("matching-", round);

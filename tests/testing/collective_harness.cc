@@ -149,9 +149,16 @@ Algorithm ExpectedPlan(const CollectiveCase& c, int world,
   if (!failures.empty()) {
     return ::testing::AssertionFailure() << what << ": " << failures;
   }
-  const Algorithm plan = ExpectedPlan(
-      c, world, check.inline_max_bytes, check.recursive_doubling_max_bytes,
-      check.same_host, check.host_memory, check.nccl);
+  Algorithm plan = ExpectedPlan(c, world, check.inline_max_bytes,
+                                check.recursive_doubling_max_bytes,
+                                check.same_host, check.host_memory, check.nccl);
+  // Under leader calls, what the coordinator would run inline (and every
+  // barrier) runs at the leader unless forced.
+  if (check.leader_calls && c.algorithm == Algorithm::kUnspecified &&
+      (plan == Algorithm::kInline || c.spec.kind == CollectiveKind::kBarrier) &&
+      check.host_memory) {
+    plan = Algorithm::kLeader;
+  }
   for (int r = 0; r < world; ++r) {
     if (results[r]->sequence != results[0]->sequence) {
       return ::testing::AssertionFailure()

@@ -133,6 +133,8 @@ struct CheckOptions {
   // The coordinator plans nccl for this group (--nccl_plan, every rank on
   // its own GPU of a worker with NCCL).
   bool nccl = false;
+  // The coordinator runs with --leader_calls (a group that is not elastic).
+  bool leader_calls = false;
   // Order the rank threads start in (a permutation); empty: ascending.
   std::vector<int> start_order;
   // Per rank: the device its call names (CallOptions.device); ranks beyond

@@ -389,7 +389,7 @@ TEST(NcclRunsSpecTest, NcclRunsSpec_KindsAndTypesAsChorusDefinesThem) {
 }
 
 TEST(CollectiveNamesTest, AlgorithmName_RoundTripsThroughParse) {
-  for (int v = 0; v <= 6; ++v) {
+  for (int v = 0; v <= 7; ++v) {
     const Algorithm algorithm = static_cast<Algorithm>(v);
     absl::StatusOr<Algorithm> parsed = ParseAlgorithm(AlgorithmName(algorithm));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -399,7 +399,8 @@ TEST(CollectiveNamesTest, AlgorithmName_RoundTripsThroughParse) {
   EXPECT_EQ(AlgorithmName(Algorithm::kRecursiveDoubling), "recursive_doubling");
   EXPECT_EQ(AlgorithmName(Algorithm::kSameHost), "same_host");
   EXPECT_EQ(AlgorithmName(Algorithm::kNccl), "nccl");
-  EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(7)), "unknown");
+  EXPECT_EQ(AlgorithmName(Algorithm::kLeader), "leader");
+  EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(8)), "unknown");
   EXPECT_EQ(*ParseAlgorithm("RING"), Algorithm::kRing);
   EXPECT_EQ(ParseAlgorithm("butterfly").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -1,4 +1,4 @@
-#include "server/coordinator/inline_executor.h"
+#include "server/reduce/cpu/inline_executor.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -2,10 +2,13 @@
 
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace chorus {
 namespace {
+
+using ::testing::HasSubstr;
 
 CollectiveSpec Spec(CollectiveKind kind, uint64_t count,
                     DType dtype = DType::kF32) {
@@ -220,6 +223,21 @@ TEST(PlannerTest, ChoosePlan_ForcedTreeOrUnknown_InvalidArgument) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PlannerTest, ChoosePlan_ForcedLeader_InvalidArgumentEvenForBarrier) {
+  absl::StatusOr<Plan> leader = ChoosePlan(AllReduceBytes(64), 4,
+                                           Algorithm::kLeader, PlannerOptions());
+  EXPECT_EQ(leader.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(leader.status().message()),
+              HasSubstr("cannot be forced"));
+  // The coordinator checks a call's forced plan before it matches it.
+  CollectiveSpec barrier;
+  barrier.kind = CollectiveKind::kBarrier;
+  const absl::Status forced =
+      CheckForcedPlan(barrier, Algorithm::kLeader, true, false);
+  EXPECT_EQ(forced.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(forced.message()), HasSubstr("cannot be forced"));
 }
 
 // Plans a call of a group whose ranks are all on GPUs of workers with NCCL.

@@ -50,8 +50,9 @@ ALGORITHM_NAMES: Dict[int, str] = {
 ALGORITHM_NAMES[types_pb2.ALGORITHM_UNSPECIFIED] = "auto"
 
 # The protos name a tree plan that no worker runs (server/worker/algorithms
-# has none, and no planner picks it): a call cannot force it.
-_NOT_FORCEABLE = ("tree",)
+# has none, and no planner picks it), and the leader plan, which a group
+# formed with leader calls takes for its small calls: a call forces neither.
+_NOT_FORCEABLE = ("tree", "leader")
 
 ALGORITHMS: Dict[str, int] = {"auto": types_pb2.ALGORITHM_UNSPECIFIED}
 """Algorithm name a call may force ("auto", "ring", ...) ->

@@ -1,9 +1,10 @@
 // RunInline: computes every rank's output of a collective whose inputs rode
-// with the calls (the inline plan), on the CPU reduce engine.
+// with the calls (the inline plan at the coordinator, the leader plan at a
+// group's rank-0 worker), on the CPU reduce engine.
 //
 // Pure function; thread-safe.
-#ifndef CHORUS_SERVER_COORDINATOR_INLINE_EXECUTOR_H_
-#define CHORUS_SERVER_COORDINATOR_INLINE_EXECUTOR_H_
+#ifndef CHORUS_SERVER_REDUCE_CPU_INLINE_EXECUTOR_H_
+#define CHORUS_SERVER_REDUCE_CPU_INLINE_EXECUTOR_H_
 
 #include <string>
 #include <vector>
@@ -23,4 +24,4 @@ absl::StatusOr<std::vector<std::string>> RunInline(
 
 }  // namespace chorus
 
-#endif  // CHORUS_SERVER_COORDINATOR_INLINE_EXECUTOR_H_
+#endif  // CHORUS_SERVER_REDUCE_CPU_INLINE_EXECUTOR_H_

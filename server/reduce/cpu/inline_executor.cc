@@ -1,4 +1,4 @@
-#include "server/coordinator/inline_executor.h"
+#include "server/reduce/cpu/inline_executor.h"
 
 #include "absl/strings/str_cat.h"
 #include "server/reduce/cpu/cpu_reduce.h"

@@ -1,0 +1,138 @@
+// WorkerRuntime: calls under the leader plan (algorithms/leader_call.h),
+// which never reach the coordinator, and the account of them it gets with
+// the rank's next call there (CollectiveRequest.leader_ran).
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/answer_margin.h"
+#include "common/status_detail.h"
+#include "server/worker/algorithms/leader_call.h"
+#include "server/worker/dataplane/peer_transport.h"
+#include "server/worker/worker_runtime.h"
+
+namespace chorus {
+namespace {
+
+// How long ranks wait at the leader for each other before they take the
+// call to the coordinator (at most a quarter of the call's timeout): calls
+// of a training step arrive within microseconds of each other; a rank later
+// than this, missing, or on another plan is the coordinator's to judge.
+constexpr absl::Duration kLeaderPatience = absl::Milliseconds(100);
+
+// The key of a rank's leader-plan account.
+std::string RankKey(const Membership& membership) {
+  return absl::StrCat(membership.group, "/", membership.epoch, "/",
+                      membership.rank);
+}
+
+}  // namespace
+
+bool WorkerRuntime::RunsAtLeader(const Membership& membership,
+                                 const CollectiveSpec& spec,
+                                 const CallBuffers& buffers,
+                                 const RunOptions& options) {
+  if (!membership.leader_calls || buffers.on_device ||
+      options.algorithm != Algorithm::kUnspecified ||
+      options.device.has_value() || spec.kind == CollectiveKind::kSync) {
+    return false;
+  }
+  return spec.kind == CollectiveKind::kBarrier ||
+         CarriesInlineData(spec, membership.world_size, options.algorithm,
+                           spec.kind == CollectiveKind::kAllReduce
+                               ? membership.all_reduce_inline_max_bytes
+                               : membership.inline_max_bytes);
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunAtLeader(
+    const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const RunOptions& options) {
+  absl::Status valid =
+      ValidateCall(spec, membership.world_size, membership.rank,
+                   buffers.host_input.size(), options.algorithm);
+  if (!valid.ok()) return valid;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.timeout;
+  const absl::Duration patience =
+      std::min(kLeaderPatience, options.timeout / 4);
+  PeerTransportOptions transport_options;
+  transport_options.group = membership.group;
+  transport_options.epoch = membership.epoch;
+  transport_options.sequence = sequence;
+  transport_options.rank = membership.rank;
+  transport_options.addresses = membership.addresses;
+  transport_options.self_address = address_;
+  transport_options.worker_names = membership.worker_names;
+  transport_options.deadline = start + 2 * patience;
+  PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
+  LeaderCallArgs args;
+  args.group = membership.group;
+  args.epoch = membership.epoch;
+  args.sequence = sequence;
+  args.spec = spec;
+  args.input = buffers.host_input;
+  args.output = buffers.host_output;
+  args.transport = &transport;
+  args.patience_by = start + patience;
+  args.grace_until = start + 2 * patience;
+  absl::StatusOr<LeaderEnd> ended = RunLeaderCall(args);
+  if (ended.ok() && *ended == LeaderEnd::kAskCoordinator) {
+    RunOptions rest = options;
+    rest.timeout = deadline - absl::Now();
+    absl::StatusOr<RunResult> asked =
+        AskAndFinish(membership, sequence, spec, buffers, rest);
+    // The group epoch ended: later calls end at once instead of waiting
+    // for the leader's patience first.
+    if (std::optional<v1::ErrorDetail> detail = ErrorDetailOf(asked.status());
+        absl::IsAborted(asked.status()) && detail.has_value() &&
+        detail->group() == membership.group &&
+        detail->epoch() == membership.epoch) {
+      AbortLocally(membership.group, membership.epoch, asked.status());
+    }
+    return asked;
+  }
+  // Called at the leader, whatever came of it: the coordinator counts it
+  // with the next call it gets from this rank.
+  NoteLeaderRan(membership, sequence);
+  absl::Status status = ended.status();
+  if (!status.ok() && !IsLeaderVerdict(status)) {
+    status = ReportFailure(membership, sequence, status, deadline);
+  }
+  RunResult result;
+  result.sequence = sequence;
+  result.algorithm = Algorithm::kLeader;
+  return EndCall(status, buffers, buffers.host_output, result);
+}
+
+void WorkerRuntime::NoteLeaderRan(const Membership& membership,
+                                  uint64_t sequence) {
+  absl::MutexLock lock(&leader_ran_mu_);
+  std::vector<std::pair<uint64_t, uint64_t>>& ranges =
+      leader_ran_[RankKey(membership)];
+  if (!ranges.empty() && ranges.back().second + 1 == sequence) {
+    ranges.back().second = sequence;
+  } else {
+    ranges.emplace_back(sequence, sequence);
+  }
+}
+
+void WorkerRuntime::AttachLeaderRan(const Membership& membership,
+                                    v1::CollectiveRequest* request) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  {
+    absl::MutexLock lock(&leader_ran_mu_);
+    if (leader_ran_.empty()) return;
+    auto it = leader_ran_.find(RankKey(membership));
+    if (it == leader_ran_.end()) return;
+    ranges = std::move(it->second);
+    leader_ran_.erase(it);
+  }
+  for (const auto& [first, last] : ranges) {
+    v1::SequenceRange* range = request->add_leader_ran();
+    range->set_first(first);
+    range->set_last(last);
+  }
+}
+
+}  // namespace chorus
