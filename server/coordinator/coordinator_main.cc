@@ -70,9 +70,11 @@ ABSL_FLAG(bool, leader_calls, chorus::PlannerOptions().leader_calls,
           "ranks) run the calls that would be inline at the worker of their "
           "rank 0 instead (plan `leader`): it checks that the calls agree, "
           "reduces and replies, with the statuses the coordinator gives; "
-          "the coordinator is not asked per call. Off by default: a call "
-          "under it does not appear in the flight recorder (chorusctl trace) "
-          "or the coordinator's metrics unless it failed at the leader.");
+          "the coordinator is not asked per call. A call with a rank missing "
+          "or late (100 ms), or on another plan, goes to the coordinator from "
+          "every rank. Off by default: a call the leader ends (its results, "
+          "or calls that differ) does not appear in the flight recorder "
+          "(chorusctl trace) or the coordinator's metrics.");
 ABSL_FLAG(bool, nccl_plan, chorus::PlannerOptions().nccl,
           "Plan collectives too large for inline as nccl (NCCL moves and "
           "combines the data between the GPUs) when every rank is on a GPU "

@@ -56,16 +56,9 @@ absl::StatusOr<RunResult> WorkerRuntime::RunAtLeader(
   const absl::Time deadline = start + options.timeout;
   const absl::Duration patience =
       std::min(kLeaderPatience, options.timeout / 4);
-  PeerTransportOptions transport_options;
-  transport_options.group = membership.group;
-  transport_options.epoch = membership.epoch;
-  transport_options.sequence = sequence;
-  transport_options.rank = membership.rank;
-  transport_options.addresses = membership.addresses;
-  transport_options.self_address = address_;
-  transport_options.worker_names = membership.worker_names;
-  transport_options.deadline = start + 2 * patience;
-  PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
+  PeerTransport transport(
+      TransportOptions(membership, sequence, start + 2 * patience), &inbox_,
+      sender_.get());
   LeaderCallArgs args;
   args.group = membership.group;
   args.epoch = membership.epoch;

@@ -44,23 +44,9 @@ absl::Status WorkerRuntime::RunPlanned(
   // Waits on peers end a margin before the rank must answer: time to
   // report the failure and hear the group's verdict (answer_margin.h).
   const absl::Duration left = deadline - absl::Now();
-  PeerTransportOptions transport_options;
-  transport_options.group = membership.group;
-  transport_options.epoch = membership.epoch;
-  transport_options.sequence = sequence;
-  transport_options.rank = membership.rank;
-  transport_options.addresses = membership.addresses;
-  transport_options.self_address = address_;
-  transport_options.worker_names = membership.worker_names;
   const absl::Time data_deadline = deadline - AnswerMargin(left);
-  transport_options.deadline = data_deadline;
-  if (!membership.members_listed) {
-    transport_options.resolve = [this, &membership,
-                                 until = transport_options.deadline](int rank) {
-      return ResolvePeer(membership, rank, until);
-    };
-  }
-  PeerTransport transport(std::move(transport_options), &inbox_, sender_.get());
+  PeerTransport transport(TransportOptions(membership, sequence, data_deadline),
+                          &inbox_, sender_.get());
   AlgorithmArgs args;
   args.spec = spec;
   args.chunk_bytes = std::max<uint64_t>(1, plan->chunk_bytes);
@@ -101,6 +87,25 @@ absl::Status WorkerRuntime::RunPlanned(
   commit->set_sequence(sequence);
   if (result_hash.has_value()) commit->set_result_hash(*result_hash);
   return absl::OkStatus();
+}
+
+PeerTransportOptions WorkerRuntime::TransportOptions(
+    const Membership& membership, uint64_t sequence, absl::Time deadline) {
+  PeerTransportOptions options;
+  options.group = membership.group;
+  options.epoch = membership.epoch;
+  options.sequence = sequence;
+  options.rank = membership.rank;
+  options.addresses = membership.addresses;
+  options.self_address = address_;
+  options.worker_names = membership.worker_names;
+  options.deadline = deadline;
+  if (!membership.members_listed) {
+    options.resolve = [this, &membership, deadline](int rank) {
+      return ResolvePeer(membership, rank, deadline);
+    };
+  }
+  return options;
 }
 
 absl::Status WorkerRuntime::RunOnDataPlane(const Device& device,

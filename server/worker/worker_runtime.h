@@ -58,6 +58,7 @@ class Service;
 namespace chorus {
 
 struct AlgorithmArgs;
+struct PeerTransportOptions;
 
 struct RuntimeOptions {
   // Coordinator address, "host:port".
@@ -437,6 +438,11 @@ class WorkerRuntime final : public CallRuntime {
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline,
                           v1::CommitRequest* commit);
+  // The transport options of `membership`'s rank in call `sequence`, whose
+  // waits end at `deadline` (peers of a large group resolved as needed;
+  // `membership` must outlive the transport).
+  PeerTransportOptions TransportOptions(const Membership& membership,
+                                        uint64_t sequence, absl::Time deadline);
   // A planned call on the data plane's algorithms (`args` without its
   // input, work buffer and output place, which staging sets) or on NCCL
   // (its waits end at `deadline`). Return the algorithm's, the transport's,

@@ -226,8 +226,8 @@ TEST(PlannerTest, ChoosePlan_ForcedTreeOrUnknown_InvalidArgument) {
 }
 
 TEST(PlannerTest, ChoosePlan_ForcedLeader_InvalidArgumentEvenForBarrier) {
-  absl::StatusOr<Plan> leader = ChoosePlan(AllReduceBytes(64), 4,
-                                           Algorithm::kLeader, PlannerOptions());
+  absl::StatusOr<Plan> leader =
+      ChoosePlan(AllReduceBytes(64), 4, Algorithm::kLeader, PlannerOptions());
   EXPECT_EQ(leader.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(leader.status().message()),
               HasSubstr("cannot be forced"));
