@@ -68,13 +68,19 @@ ABSL_FLAG(uint64_t, same_host_inline_max_bytes,
 ABSL_FLAG(bool, leader_calls, chorus::PlannerOptions().leader_calls,
           "Groups that are not elastic (and have at most --member_list_max "
           "ranks) run the calls that would be inline at the worker of their "
-          "rank 0 instead (plan `leader`): it checks that the calls agree, "
-          "reduces and replies, with the statuses the coordinator gives; "
-          "the coordinator is not asked per call. A call with a rank missing "
-          "or late (100 ms), or on another plan, goes to the coordinator from "
-          "every rank. Off by default: a call the leader ends (its results, "
-          "or calls that differ) does not appear in the flight recorder "
-          "(chorusctl trace) or the coordinator's metrics.");
+          "rank 0 instead (plan `leader`), which computes them when every "
+          "rank is there within --leader_patience with the same call; the "
+          "coordinator "
+          "is not asked per call. Any other call (a rank missing, late or on "
+          "another plan, calls that differ) goes to the coordinator from "
+          "every rank, which judges it as usual. Off by default: a call the "
+          "leader ends is not in the flight recorder (chorusctl trace) or the "
+          "coordinator's metrics.");
+ABSL_FLAG(absl::Duration, leader_patience,
+          chorus::PlannerOptions().leader_patience,
+          "Under --leader_calls: how long the ranks of a call wait for each "
+          "other at rank 0's worker before they take it to the coordinator "
+          "(at most a quarter of the call's timeout; 1 ms to 1 h).");
 ABSL_FLAG(bool, nccl_plan, chorus::PlannerOptions().nccl,
           "Plan collectives too large for inline as nccl (NCCL moves and "
           "combines the data between the GPUs) when every rank is on a GPU "
@@ -148,6 +154,7 @@ chorus::CoordinatorOptions CoreOptionsFromFlags(uint64_t first_epoch) {
       absl::GetFlag(FLAGS_same_host_inline_max_bytes);
   groups.planner.nccl = absl::GetFlag(FLAGS_nccl_plan);
   groups.planner.leader_calls = absl::GetFlag(FLAGS_leader_calls);
+  groups.planner.leader_patience = absl::GetFlag(FLAGS_leader_patience);
   groups.first_epoch = first_epoch;
   groups.trace_entries = absl::GetFlag(FLAGS_trace_entries);
   groups.trace_groups = absl::GetFlag(FLAGS_trace_groups);

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/call_verdicts.h"
 #include "common/rank_list.h"
 #include "common/status_detail.h"
 #include "server/coordinator/group_table.h"
@@ -316,9 +315,22 @@ absl::Status GroupTable::CheckAgreement(const Group& group, uint64_t sequence,
     std::vector<std::string> asked(world);
     for (int rank = 0; rank < world; ++rank) {
       const CollectiveCall& call = match.calls[rank]->call;
-      asked[rank] = DescribeAsked(call.spec, call.algorithm);
+      asked[rank] = DescribeSpec(call.spec);
+      if (call.algorithm != Algorithm::kUnspecified) {
+        absl::StrAppend(&asked[rank], " algorithm ",
+                        AlgorithmName(call.algorithm));
+      }
     }
-    return MismatchError(group.view.name, group.view.epoch, sequence, asked);
+    v1::ErrorDetail detail = MakeErrorDetail("MISMATCH", group.view.name,
+                                             group.view.epoch, sequence);
+    for (int rank = 0; rank < world; ++rank) {
+      (*detail.mutable_ranks())[rank] = asked[rank];
+    }
+    return WithErrorDetail(
+        absl::InvalidArgumentError(absl::StrCat(
+            "collective #", sequence, " of group ", group.view.name,
+            " does not match across ranks: ", DescribeByRank(asked))),
+        detail);
   }
   return absl::OkStatus();
 }
@@ -459,8 +471,15 @@ void GroupTable::ExpireMatchesLocked(Group& group, absl::Time now,
       ++it;
       continue;
     }
-    const absl::Status status = RanksMissingError(
-        name, group.view.epoch, it->first, spec->kind, missing);
+    v1::ErrorDetail detail =
+        MakeErrorDetail("RANKS_MISSING", name, group.view.epoch, it->first);
+    for (int rank : missing) detail.add_missing_ranks(rank);
+    const absl::Status status =
+        WithErrorDetail(absl::DeadlineExceededError(absl::StrCat(
+                            FormatRanks(missing), " of group ", name,
+                            " did not reach ", CollectiveKindName(spec->kind),
+                            " #", it->first, " within the deadline")),
+                        detail);
     const uint64_t sequence = it->first;
     Event event = GroupEvent(Event::Kind::kDeadline, group.view, sequence,
                              std::string(status.message()));

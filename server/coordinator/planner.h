@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/collective.h"
 
 namespace chorus {
@@ -50,6 +51,10 @@ struct PlannerOptions {
   // calls that would be inline at the worker of their rank 0 (the leader
   // plan, JoinGroupResponse.leader_calls): the coordinator is not asked.
   bool leader_calls = false;
+  // How long the ranks of a leader call wait for each other at rank 0's
+  // worker before they take the call to the coordinator: calls of a
+  // training step come within microseconds of each other.
+  absl::Duration leader_patience = absl::Milliseconds(100);
 };
 
 struct Plan {

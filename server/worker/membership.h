@@ -39,6 +39,9 @@ struct Membership {
   // Calls that would be inline run under the leader plan instead
   // (JoinGroupResponse.leader_calls).
   bool leader_calls = false;
+  // How long its ranks wait for each other there
+  // (JoinGroupResponse.leader_patience_ms).
+  absl::Duration leader_patience = absl::Milliseconds(100);
   // An elastic group's bounds (0 and 0: not elastic).
   int min_world_size = 0;
   int max_world_size = 0;

@@ -15,12 +15,6 @@
 namespace chorus {
 namespace {
 
-// How long ranks wait at the leader for each other before they take the
-// call to the coordinator (at most a quarter of the call's timeout): calls
-// of a training step arrive within microseconds of each other; a rank later
-// than this, missing, or on another plan is the coordinator's to judge.
-constexpr absl::Duration kLeaderPatience = absl::Milliseconds(100);
-
 // The key of a rank's leader-plan account.
 std::string RankKey(const Membership& membership) {
   return absl::StrCat(membership.group, "/", membership.epoch, "/",
@@ -55,7 +49,7 @@ absl::StatusOr<RunResult> WorkerRuntime::RunAtLeader(
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options.timeout;
   const absl::Duration patience =
-      std::min(kLeaderPatience, options.timeout / 4);
+      std::min(membership.leader_patience, options.timeout / 4);
   PeerTransport transport(
       TransportOptions(membership, sequence, start + 2 * patience), &inbox_,
       sender_.get());
@@ -85,11 +79,12 @@ absl::StatusOr<RunResult> WorkerRuntime::RunAtLeader(
     }
     return asked;
   }
-  // Called at the leader, whatever came of it: the coordinator counts it
-  // with the next call it gets from this rank.
-  NoteLeaderRan(membership, sequence);
   absl::Status status = ended.status();
-  if (!status.ok() && !IsLeaderVerdict(status)) {
+  if (status.ok()) {
+    // Done at the leader: the coordinator counts it with the next call it
+    // gets from this rank.
+    NoteLeaderRan(membership, sequence);
+  } else {
     status = ReportFailure(membership, sequence, status, deadline);
   }
   RunResult result;

@@ -54,6 +54,10 @@ absl::StatusOr<Membership> WorkerRuntime::LearnMembership(
           : response.inline_max_bytes();
   membership.leader_calls =
       response.leader_calls() && membership.members_listed;
+  if (response.leader_patience_ms() > 0) {
+    membership.leader_patience =
+        absl::Milliseconds(response.leader_patience_ms());
+  }
   membership.min_world_size = response.min_world_size();
   membership.max_world_size = response.max_world_size();
   for (const v1::GroupMember& member : response.members()) {

@@ -370,8 +370,8 @@ class WorkerRuntime final : public CallRuntime {
                            const CallBuffers& buffers,
                            const RunOptions& options);
   // Runs a call under the leader plan, or at the coordinator when the
-  // leader sends it there. Returns Run()'s codes: the leader's verdict (calls
-  // that differ), the coordinator's, or a failure's (ReportFailure()).
+  // leader sends it there. Returns Run()'s codes: the coordinator's verdict,
+  // or a failure's (ReportFailure()).
   absl::StatusOr<RunResult> RunAtLeader(const Membership& membership,
                                         uint64_t sequence,
                                         const CollectiveSpec& spec,

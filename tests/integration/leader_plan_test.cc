@@ -22,8 +22,13 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kShortTimeout = absl::Seconds(2);
 
+// Ranks wait for each other at the leader as long as a loaded machine may
+// need before a call goes to the coordinator instead.
+const std::vector<std::string> kLeaderFlags = {"--leader_calls",
+                                               "--leader_patience=10s"};
+
 std::unique_ptr<EmbeddedCluster> StartLeaderCluster(
-    int world, std::vector<std::string> flags = {"--leader_calls"}) {
+    int world, std::vector<std::string> flags = kLeaderFlags) {
   absl::StatusOr<std::unique_ptr<EmbeddedCluster>> cluster =
       EmbeddedCluster::Start(world, flags);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -148,7 +153,8 @@ TEST(LeaderPlanTest, Run_OneRankForcesAPlan_CoordinatorGivesTheAccount) {
   // Rank 0 (the leader) forces the ring and asks the coordinator; rank 1's
   // call goes to the leader, which never answers it, so rank 1 asks the
   // coordinator too, which matches the two.
-  std::unique_ptr<EmbeddedCluster> cluster = StartLeaderCluster(2);
+  std::unique_ptr<EmbeddedCluster> cluster =
+      StartLeaderCluster(2, {"--leader_calls"});
   ASSERT_NE(cluster, nullptr);
   auto group = cluster->JoinGroup("forced", 2);
   ASSERT_TRUE(group.ok()) << group.status();
@@ -205,8 +211,7 @@ TEST(LeaderPlanTest, JoinGroup_ElasticOrWithoutTheFlag_CoordinatorPlansInline) {
   for (bool flag : {false, true}) {
     SCOPED_TRACE(flag ? "--leader_calls, elastic group" : "no flag");
     std::unique_ptr<EmbeddedCluster> cluster =
-        StartLeaderCluster(2, flag ? std::vector<std::string>{"--leader_calls"}
-                                   : std::vector<std::string>{});
+        StartLeaderCluster(2, flag ? kLeaderFlags : std::vector<std::string>{});
     ASSERT_NE(cluster, nullptr);
     std::vector<std::unique_ptr<Communicator>> group;
     if (flag) {

@@ -1,7 +1,8 @@
 // The coordinator's flight recorder through `chorusctl trace`, against a
 // real coordinator: a rank that never calls is named after the others'
 // deadline, mismatched calls show what each rank asked for, and --json
-// carries the Flight Recorder field names. (The analysis of calls still
+// carries the Flight Recorder field names; under --leader_calls the failed
+// calls are traced the same way. (The analysis of calls still
 // waiting is tested on entries in tests/unit/trace_report_test.cc.)
 #include <memory>
 #include <string>
@@ -103,6 +104,57 @@ TEST(TraceTest, Trace_RanksDisagree_EachRanksCallShown) {
   EXPECT_TRUE(absl::IsInvalidArgument(a.Wait().status()));
   EXPECT_TRUE(absl::IsInvalidArgument(b.Wait().status()));
   const std::string out = Trace(**cluster, "split");
+  EXPECT_THAT(out, HasSubstr("ranks disagree: rank 0 all_reduce f32[8] sum; "
+                             "rank 1 all_reduce f32[4] sum"));
+}
+
+// Under --leader_calls the calls rank 0's worker ended are not recorded,
+// and every failed call went to the coordinator: traced as without it.
+TEST(TraceTest, Trace_LeaderCalls_MissingRankAndDisagreementTraced) {
+  absl::StatusOr<std::unique_ptr<EmbeddedCluster>> cluster =
+      EmbeddedCluster::Start(kWorld,
+                             {"--leader_calls", "--leader_patience=10s"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto group = (*cluster)->JoinGroup("led", kWorld);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::vector<Communicator*> ranks = Pointers(*group);
+  const std::string input(8 * sizeof(float), '\0');
+  std::vector<std::string> outputs(kWorld);
+  std::vector<CollectiveHandle> handles;
+  for (int r = 0; r < kWorld; ++r) {
+    handles.push_back(ranks[r]->RunAsync(SumOf(8), input, &outputs[r]));
+  }
+  for (CollectiveHandle& h : handles) {
+    absl::StatusOr<CallResult> result = h.Wait();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->algorithm, Algorithm::kLeader);
+  }
+  // Call #2: rank 2 never calls.
+  CallOptions options;
+  options.timeout = absl::Seconds(2);
+  std::vector<CollectiveHandle> waiting;
+  for (int r = 0; r < 2; ++r) {
+    waiting.push_back(
+        ranks[r]->RunAsync(SumOf(8), input, &outputs[r], options));
+  }
+  for (CollectiveHandle& h : waiting) {
+    EXPECT_TRUE(absl::IsDeadlineExceeded(h.Wait().status()));
+  }
+  // Rank 2's #2 ends with that verdict; then #3 disagrees on rank 1.
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      ranks[2]->Run(SumOf(8), input, &outputs[2], options).status()));
+  handles.clear();
+  for (int r = 0; r < kWorld; ++r) {
+    const uint64_t count = r == 1 ? 4 : 8;
+    handles.push_back(ranks[r]->RunAsync(
+        SumOf(count), std::string(count * sizeof(float), '\0'), &outputs[r]));
+  }
+  for (CollectiveHandle& h : handles) {
+    EXPECT_TRUE(absl::IsInvalidArgument(h.Wait().status()));
+  }
+  const std::string out = Trace(**cluster, "led");
+  EXPECT_THAT(out, HasSubstr("DEADLINE_EXCEEDED: rank 2 of group led did not "
+                             "reach all_reduce #2 within the deadline"));
   EXPECT_THAT(out, HasSubstr("ranks disagree: rank 0 all_reduce f32[8] sum; "
                              "rank 1 all_reduce f32[4] sum"));
 }

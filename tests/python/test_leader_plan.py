@@ -20,9 +20,11 @@ SHORT = 3.0
 @pytest.fixture(scope="module")
 def leader_cluster(tmp_path_factory: pytest.TempPathFactory
                    ) -> Iterator[Cluster]:
-    """A coordinator with --leader_calls and workers w0 and w1."""
+    """A coordinator with --leader_calls and workers w0 and w1; ranks wait
+    for each other at the leader as long as a loaded machine may need."""
     cluster = Cluster(tmp_path_factory.mktemp("leader"),
-                      coordinator_flags=["--leader_calls"])
+                      coordinator_flags=["--leader_calls",
+                                         "--leader_patience=10s"])
     yield cluster
     cluster.stop()
 

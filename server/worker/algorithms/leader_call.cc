@@ -7,8 +7,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/call_verdicts.h"
-#include "common/status_detail.h"
 #include "server/reduce/cpu/inline_executor.h"
 
 namespace chorus {
@@ -19,15 +17,12 @@ enum class MessageType : uint8_t {
   kCall = 1,      // member -> leader: spec, time left, input
   kWithdraw = 2,  // member -> leader: its answer time passed
   kResult = 3,    // leader -> member: its output
-  kVerdict = 4,   // leader -> member: calls that differ
-  kRedirect = 5,  // leader -> member: ask the coordinator
+  kRedirect = 4,  // leader -> member: ask the coordinator
 };
 
 // A call: type, kind, dtype, op (1 byte each), root (4), count (8), the
 // microseconds of patience the member has left (8), then the input.
 constexpr size_t kCallHeaderBytes = 24;
-// A verdict: type, code (4), message length (4), message, ErrorDetail.
-constexpr size_t kVerdictHeaderBytes = 9;
 
 void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) {
@@ -61,40 +56,9 @@ std::string EncodeCall(const CollectiveSpec& spec, absl::Duration left,
   return out;
 }
 
-std::string EncodeVerdict(const absl::Status& verdict) {
-  std::string out(1, static_cast<char>(MessageType::kVerdict));
-  PutLittleEndian(static_cast<uint32_t>(verdict.code()), 4, &out);
-  PutLittleEndian(verdict.message().size(), 4, &out);
-  out.append(verdict.message().data(), verdict.message().size());
-  if (std::optional<v1::ErrorDetail> detail = ErrorDetailOf(verdict)) {
-    out.append(detail->SerializeAsString());
-  }
-  return out;
-}
-
 absl::Status Malformed(int from, absl::string_view what) {
   return absl::InternalError(absl::StrCat(
       "rank ", from, " sent a malformed leader-plan message: ", what));
-}
-
-absl::Status DecodeVerdict(absl::string_view message) {
-  if (message.size() < kVerdictHeaderBytes) {
-    return Malformed(kLeaderRank, "short verdict");
-  }
-  const auto code =
-      static_cast<absl::StatusCode>(GetLittleEndian(message, 1, 4));
-  const uint64_t length = GetLittleEndian(message, 5, 4);
-  if (length > message.size() - kVerdictHeaderBytes ||
-      code == absl::StatusCode::kOk) {
-    return Malformed(kLeaderRank, "bad verdict");
-  }
-  v1::ErrorDetail detail;
-  const absl::string_view rest = message.substr(kVerdictHeaderBytes + length);
-  if (!rest.empty() && !detail.ParseFromArray(rest.data(), rest.size())) {
-    return Malformed(kLeaderRank, "bad verdict detail");
-  }
-  return StatusWithDetail(code, message.substr(kVerdictHeaderBytes, length),
-                          detail);
 }
 
 // What the leader took from one member.
@@ -228,17 +192,10 @@ absl::StatusOr<LeaderEnd> RunAsLeader(const LeaderCallArgs& args) {
   absl::StatusOr<bool> withdrew = AnyWithdrew(args);
   if (!withdrew.ok()) return withdrew.status();
   if (*withdrew) return Redirect(args, calls);
-  std::vector<std::string> asked(world);
-  bool agree = true;
+  // Calls that differ are the coordinator's to judge (its account of what
+  // each rank asked, its flight recorder): every rank takes it there.
   for (int rank = 0; rank < world; ++rank) {
-    asked[rank] = DescribeAsked(calls[rank].spec, Algorithm::kUnspecified);
-    agree = agree && SpecsAgree(calls[rank].spec, args.spec);
-  }
-  if (!agree) {
-    const absl::Status verdict =
-        MismatchError(args.group, args.epoch, args.sequence, asked);
-    TellMembers(args, calls, EncodeVerdict(verdict));
-    return verdict;
+    if (!SpecsAgree(calls[rank].spec, args.spec)) return Redirect(args, calls);
   }
   absl::StatusOr<std::vector<const std::string*>> inputs =
       InputsOf(args.spec, calls);
@@ -300,21 +257,14 @@ absl::StatusOr<LeaderEnd> RunAsMember(const LeaderCallArgs& args) {
       }
       args.output->assign(message.data() + 1, message.size() - 1);
       return LeaderEnd::kDone;
-    case MessageType::kVerdict:
-      return DecodeVerdict(message);
     case MessageType::kRedirect:
       return LeaderEnd::kAskCoordinator;
     default:
-      return Malformed(kLeaderRank, "expected a result or a verdict");
+      return Malformed(kLeaderRank, "expected a result or a redirect");
   }
 }
 
 }  // namespace
-
-bool IsLeaderVerdict(const absl::Status& status) {
-  std::optional<v1::ErrorDetail> detail = ErrorDetailOf(status);
-  return detail.has_value() && detail->reason() == "MISMATCH";
-}
 
 absl::StatusOr<LeaderEnd> RunLeaderCall(const LeaderCallArgs& args) {
   return args.transport->rank() == kLeaderRank ? RunAsLeader(args)

@@ -1,30 +1,29 @@
 // The leader plan: a small call of a group the coordinator formed with
-// leader calls (JoinGroupResponse.leader_calls) is judged and computed by
-// the worker of the group's rank 0 (the leader) when every rank is there in
-// time, and by the coordinator otherwise. Each other rank (a member) sends
-// the leader its call (spec, its patience, its input) and waits for the
-// answer. The leader waits for every member's call until its patience, or a
-// member's, runs out, then gives every member the same answer:
+// leader calls (JoinGroupResponse.leader_calls) is computed by the worker of
+// the group's rank 0 (the leader) when every rank is there in time with the
+// same call, and judged by the coordinator otherwise. Each other rank (a
+// member) sends the leader its call (spec, its patience, its input) and
+// waits for the answer. The leader waits for every member's call until its
+// patience, or a member's, runs out, then gives every member one answer:
 // - its output, computed as the inline plan does (RunInline), when every
-//   call is there and they agree;
-// - INVALID_ARGUMENT with the per-rank account when they differ, worded as
-//   the coordinator's (common/call_verdicts.h);
-// - "ask the coordinator" when a rank is missing or gave up: then every
-//   rank sends the same call to the coordinator, which matches it as any
-//   other and is the judge (deadlines naming missing ranks, a rank on a
-//   plan of its own, lost workers). The answer goes to ranks that have not
-//   called yet too, so a late call goes there at once.
+//   call is there, none withdrew and they agree;
+// - "ask the coordinator" otherwise: every rank then sends the same call to
+//   the coordinator, which matches it as any other and is the judge
+//   (calls that differ, deadlines naming missing ranks, a rank on a plan of
+//   its own, lost workers), with its flight recorder and metrics. The answer
+//   goes to ranks that have not called yet too, so a late call goes there
+//   at once.
 //
 // A member whose answer did not come within its patience withdraws (a frame
 // after its call), waits a little longer (its grace), and asks the
 // coordinator if the leader still did not answer. The leader decides after
 // checking that no member withdrew, so a member that went to the
 // coordinator never leaves the others succeeding at the leader: messages of
-// an ordered pair arrive in order, and a decision sent before the
-// withdrawal was read reaches the member within its grace unless the
-// network delays it longer than that. The transport's errors (the group
-// aborted, a peer lost) end the call as they are; the runtime reports them
-// for the group's verdict as for any plan.
+// an ordered pair arrive in order, and a result sent before the withdrawal
+// was read reaches the member within its grace unless the network delays
+// it longer than that. The transport's errors (the group aborted, a peer
+// lost) end the call as they are; the runtime reports them for the group's
+// verdict as for any plan.
 //
 // Stateless functions over a Transport; thread-compatible (one thread per
 // call and rank).
@@ -46,7 +45,7 @@ namespace chorus {
 inline constexpr int kLeaderRank = 0;
 
 struct LeaderCallArgs {
-  // The call, for verdicts.
+  // The call.
   std::string group;
   uint64_t epoch = 0;
   uint64_t sequence = 0;
@@ -72,13 +71,9 @@ enum class LeaderEnd {
 
 // Runs this rank's half of the call (the leader's when the transport's rank
 // is kLeaderRank). Returns kDone with *args.output set, or kAskCoordinator;
-// INVALID_ARGUMENT (calls that differ; every rank has it); INTERNAL for a
-// malformed message; or the transport's errors, for the runtime to report.
+// INTERNAL for a malformed message; or the transport's errors, for the
+// runtime to report.
 absl::StatusOr<LeaderEnd> RunLeaderCall(const LeaderCallArgs& args);
-
-// Whether a status RunLeaderCall() returned is the leader's verdict (calls
-// that differ), which every rank has, rather than a failure to report.
-bool IsLeaderVerdict(const absl::Status& status);
 
 }  // namespace chorus
 
