@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/answer_margin.h"
 #include "common/status_detail.h"
 #include "server/worker/algorithms/leader_call.h"
 #include "server/worker/dataplane/peer_transport.h"

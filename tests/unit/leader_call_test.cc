@@ -19,7 +19,6 @@
 namespace chorus::test {
 namespace {
 
-
 // RunLeaderCall as an AlgorithmFn, answering within a minute.
 AlgorithmFn LeaderFn() {
   return [](const AlgorithmArgs& args, Algorithm* ran) {
