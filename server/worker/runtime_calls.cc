@@ -172,7 +172,8 @@ absl::Status WorkerRuntime::PrepareCall(
   if (options.device.has_value()) {
     *request.mutable_device() = DeviceToProto(*options.device);
   }
-  AttachLeaderRan(membership, &request);
+  // Only a group with leader calls has sequences the coordinator missed.
+  if (membership.leader_calls) AttachLeaderRan(membership, &request);
   if (carries) {
     request.set_has_inline_data(true);
     request.set_inline_data(call->host_input.data(), call->host_input.size());
