@@ -190,6 +190,50 @@ TEST(TcpDataPlaneTest, MalformedFrameOrHello_Dropped_ListenerKeepsServing) {
   EXPECT_EQ(*data, "good");
 }
 
+// Sends `count` messages (tags 0..count-1) of `size(tag)` bytes from
+// another thread while this one takes them in order, polling long before it
+// blocks, so that it reads small frames off the socket itself; returns how
+// many arrived intact.
+template <typename Size>
+int SendWhileTaking(Receiver& receiver, int count, Size size) {
+  receiver.inbox().SetSpin(absl::Seconds(1));
+  TcpPeerPool pool;
+  std::thread sender([&] {
+    for (int tag = 0; tag < count; ++tag) {
+      ASSERT_TRUE(pool.Send(receiver.address(), Key(tag),
+                            Pattern(size(tag), tag), absl::Now() + kWait)
+                      .ok());
+    }
+  });
+  int intact = 0;
+  for (int tag = 0; tag < count; ++tag) {
+    absl::StatusOr<std::string> data =
+        receiver.inbox().Take(Key(tag), absl::Now() + kWait);
+    if (!data.ok()) {
+      ADD_FAILURE() << "tag " << tag << ": " << data.status();
+      break;
+    }
+    if (*data == Pattern(size(tag), tag)) ++intact;
+  }
+  sender.join();
+  return intact;
+}
+
+TEST(TcpDataPlaneTest, WaitingRank_SmallAndLargeFramesMixed_AllArriveIntact) {
+  Receiver receiver;
+  auto size = [](int tag) -> size_t {
+    return tag % 10 == 9 ? (200 << 10) : (tag % 3) * 700;
+  };
+  EXPECT_EQ(SendWhileTaking(receiver, 300, size), 300);
+}
+
+TEST(TcpDataPlaneTest, WaitingRank_ReadsPastItsShare_StreamResumesOnTake) {
+  // Every message takes the stream over its share of the inbox.
+  Receiver receiver(/*stream_limit=*/64);
+  EXPECT_EQ(SendWhileTaking(receiver, 200, [](int) -> size_t { return 100; }),
+            200);
+}
+
 TEST(TcpDataPlaneTest, ReceiverHoldsBack_SenderWaitsThenMeetsItsDeadline) {
   // Untaken data over 1 MiB stops the connection's reader.
   Receiver receiver(/*stream_limit=*/1 << 20);

@@ -1,8 +1,10 @@
 // Inbox: group epochs. A newer epoch of a group makes the inbox forget the
 // older one: its stored messages go (and their flow-control bytes with
 // them), its late data is dropped, and waits on it end ABORTED naming the
-// newer epoch. Waits on a shared word (AwaitWord) end the same ways. No
-// sockets, no clocks: deadlines are in the past or far away.
+// newer epoch. Waits on a shared word (AwaitWord) end the same ways. A
+// waiting rank polls the stream its sender's messages came by. No sockets,
+// no clocks: deadlines are in the past, far away, or short where the wait
+// must end at them.
 
 #include "server/worker/dataplane/inbox.h"
 
@@ -128,6 +130,71 @@ TEST(InboxTest, Take_PollingWhenDeliveredOrAborted_EndsWithIt) {
   inbox.Abort("g", 3, absl::AbortedError("gone"));
   aborted.join();
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kAborted);
+}
+
+TEST(InboxTest, Take_StreamPollHasTheMessage_WaiterDeliversItItself) {
+  // Nobody else delivers: only the waiter's own poll of the sender's stream
+  // can end the wait before its deadline.
+  Inbox inbox;
+  inbox.SetSpin(absl::Seconds(10));
+  const Inbox::StreamId stream = inbox.NewStream();
+  ASSERT_TRUE(inbox.Deliver(stream, Key(3, 1), "first", nullptr));
+  ASSERT_TRUE(inbox.Take(Key(3, 1), kNow).ok());
+  // A spin polls at least once, however busy the machine.
+  int polls = 0;
+  inbox.SetStreamPoll(stream, [&] {
+    ++polls;
+    inbox.Deliver(stream, Key(3, 2), "second", nullptr);
+    return Inbox::PollResult::kDelivered;
+  });
+  absl::StatusOr<std::string> taken =
+      inbox.Take(Key(3, 2), absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, "second");
+  EXPECT_EQ(polls, 1);
+}
+
+TEST(InboxTest, Take_StreamPollLeavesItToStream_PolledOnceThenWaits) {
+  Inbox inbox;
+  inbox.SetSpin(absl::Milliseconds(50));
+  const Inbox::StreamId stream = inbox.NewStream();
+  ASSERT_TRUE(inbox.Deliver(stream, Key(3, 1), "first", nullptr));
+  std::atomic<int> polls{0};
+  inbox.SetStreamPoll(stream, [&] {
+    ++polls;
+    return Inbox::PollResult::kLeftToStream;
+  });
+  absl::StatusOr<std::string> taken = absl::UnknownError("not run");
+  std::thread waiter(
+      [&] { taken = inbox.Take(Key(3, 2), absl::Now() + absl::Hours(1)); });
+  // The stream's own thread delivers it, whenever that is.
+  EXPECT_TRUE(inbox.Deliver(stream, Key(3, 2), "second", nullptr));
+  waiter.join();
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_LE(polls.load(), 1);
+}
+
+TEST(InboxTest, Take_SpinOffOrStreamClosed_StreamNotPolled) {
+  Inbox inbox;
+  const Inbox::StreamId stream = inbox.NewStream();
+  ASSERT_TRUE(inbox.Deliver(stream, Key(3, 1), "first", nullptr));
+  int polls = 0;
+  inbox.SetStreamPoll(stream, [&] {
+    ++polls;
+    return Inbox::PollResult::kNothingYet;
+  });
+  inbox.SetSpin(absl::ZeroDuration());
+  EXPECT_EQ(inbox.Take(Key(3, 2), absl::Now() + absl::Milliseconds(20))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  inbox.SetSpin(absl::Milliseconds(5));
+  inbox.CloseStream(stream);
+  EXPECT_EQ(inbox.Take(Key(3, 2), absl::Now() + absl::Milliseconds(20))
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(polls, 0);
 }
 
 TEST(InboxTest, Deliver_OtherGroups_Independent) {

@@ -30,36 +30,54 @@ bool ReadPayload(ByteSource& source, uint64_t size, PayloadBuffers* buffers,
 
 }  // namespace
 
-StreamEnd ReadFrameStream(ByteSource& source, const FrameCallback& on_message,
-                          std::string* why, PayloadBuffers* buffers) {
-  auto malformed = [why](std::string reason) {
-    if (why != nullptr) *why = std::move(reason);
-    return StreamEnd::kMalformed;
-  };
+std::optional<StreamEnd> ReadHello(ByteSource& source, std::string* why) {
   std::string hello(kWireHello.size(), '\0');
   if (!source.Read(hello.data(), hello.size())) return StreamEnd::kClosed;
-  if (hello != kWireHello) {
-    return malformed("the connection did not open with the data-plane hello");
+  if (hello == kWireHello) return std::nullopt;
+  if (why != nullptr) {
+    *why = "the connection did not open with the data-plane hello";
   }
-  std::string header(kFrameHeaderBytes, '\0');
-  while (source.Read(header.data(), header.size())) {
-    absl::StatusOr<FrameHeader> frame = DecodeFrameHeader(header);
-    if (!frame.ok()) return malformed(std::string(frame.status().message()));
-    if (frame->goodbye) return StreamEnd::kGoodbye;
-    MessageKey& key = frame->key;
-    key.group.resize(frame->group_bytes);
-    if (!source.Read(key.group.data(), key.group.size())) {
-      return StreamEnd::kClosed;
-    }
+  return StreamEnd::kMalformed;
+}
+
+std::optional<StreamEnd> ReadFrame(ByteSource& source, MessageKey* key,
+                                   std::string* data, std::string* why,
+                                   PayloadBuffers* buffers) {
+  char header[kFrameHeaderBytes];
+  if (!source.Read(header, sizeof(header))) return StreamEnd::kClosed;
+  absl::StatusOr<FrameHeader> frame =
+      DecodeFrameHeader(absl::string_view(header, sizeof(header)));
+  if (!frame.ok()) {
+    if (why != nullptr) *why = std::string(frame.status().message());
+    return StreamEnd::kMalformed;
+  }
+  if (frame->goodbye) return StreamEnd::kGoodbye;
+  *key = std::move(frame->key);
+  key->group.resize(frame->group_bytes);
+  if (!source.Read(key->group.data(), key->group.size())) {
+    return StreamEnd::kClosed;
+  }
+  data->clear();
+  if (!ReadPayload(source, frame->payload_bytes, buffers, data)) {
+    return StreamEnd::kClosed;
+  }
+  return std::nullopt;
+}
+
+StreamEnd ReadFrameStream(ByteSource& source, const FrameCallback& on_message,
+                          std::string* why, PayloadBuffers* buffers) {
+  if (std::optional<StreamEnd> end = ReadHello(source, why)) return *end;
+  while (true) {
+    MessageKey key;
     std::string data;
-    if (!ReadPayload(source, frame->payload_bytes, buffers, &data)) {
-      return StreamEnd::kClosed;
+    if (std::optional<StreamEnd> end =
+            ReadFrame(source, &key, &data, why, buffers)) {
+      return *end;
     }
     if (!on_message(std::move(key), std::move(data))) {
       return StreamEnd::kStopped;
     }
   }
-  return StreamEnd::kClosed;
 }
 
 }  // namespace chorus

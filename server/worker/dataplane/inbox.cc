@@ -50,6 +50,24 @@ Inbox::StreamId Inbox::NewStream() {
 void Inbox::CloseStream(StreamId stream) {
   absl::MutexLock lock(&mu_);
   streams_.erase(stream);
+  polls_.erase(stream);
+  absl::erase_if(sender_streams_, [stream](const auto& sender) {
+    return sender.second == stream;
+  });
+}
+
+void Inbox::SetStreamPoll(StreamId stream, StreamPoll poll) {
+  auto shared = std::make_shared<const StreamPoll>(std::move(poll));
+  absl::MutexLock lock(&mu_);
+  if (streams_.contains(stream)) polls_[stream] = std::move(shared);
+}
+
+std::shared_ptr<const Inbox::StreamPoll> Inbox::PollForLocked(
+    const MessageKey& key) {
+  auto sender = sender_streams_.find(std::make_pair(key.group, key.from_rank));
+  if (sender == sender_streams_.end()) return nullptr;
+  auto poll = polls_.find(sender->second);
+  return poll == polls_.end() ? nullptr : poll->second;
 }
 
 bool Inbox::Deliver(StreamId stream, const MessageKey& key, std::string data,
@@ -71,6 +89,7 @@ bool Inbox::Deliver(StreamId stream, const MessageKey& key, std::string data,
                       &resumes);
       }
       stored->second = Stored{std::move(data), stream, std::move(group_epoch)};
+      sender_streams_[std::make_pair(key.group, key.from_rank)] = stream;
       changes_.fetch_add(1, std::memory_order_release);
       auto it = streams_.find(stream);
       if (it != streams_.end()) {
@@ -130,10 +149,20 @@ absl::StatusOr<std::string> Inbox::TakeLocked(
   if (!ready() && waits) {
     // The message often comes within microseconds (the peer is in the same
     // step): polling first saves a wake-up (AdaptiveSpin).
+    // While it polls, this thread reads the sender's stream itself when it
+    // can (SetStreamPoll): that spares waking the stream's thread.
+    std::shared_ptr<const StreamPoll> poll = PollForLocked(key);
     uint64_t seen = changes_.load(std::memory_order_acquire);
     mu_.Unlock();
     spin_.Spin([&] {
-      const uint64_t now = changes_.load(std::memory_order_acquire);
+      uint64_t now = changes_.load(std::memory_order_acquire);
+      if (now == seen && poll != nullptr) {
+        const PollResult polled = (*poll)();
+        if (polled == PollResult::kLeftToStream) poll = nullptr;
+        if (polled == PollResult::kDelivered) {
+          now = changes_.load(std::memory_order_acquire);
+        }
+      }
       if (now == seen) return false;
       seen = now;
       absl::MutexLock lock(&mu_);

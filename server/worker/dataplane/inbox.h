@@ -23,7 +23,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -59,8 +61,25 @@ class Inbox {
   // Identifies one sending stream for flow control.
   using StreamId = uint64_t;
   StreamId NewStream();
-  // Forgets a closed stream; its untaken messages stay deliverable.
+  // Forgets a closed stream (and its SetStreamPoll()); its untaken messages
+  // stay deliverable.
   void CloseStream(StreamId stream);
+
+  // What a stream's poll (SetStreamPoll) did.
+  enum class PollResult {
+    kDelivered,     // it delivered a message
+    kNothingYet,    // the stream has nothing whole yet
+    kLeftToStream,  // what the stream has is for its own thread to read
+  };
+  using StreamPoll = std::function<PollResult()>;
+
+  // Lets a rank's thread that waits in Take() for a message from a rank
+  // whose last message came by `stream` read the stream itself while it
+  // polls (AdaptiveSpin), instead of waiting for the stream's own thread to
+  // wake: `poll` must not block; it delivers what the stream has ready (by
+  // Deliver()). After kLeftToStream the wait polls it no more. It may be
+  // called after CloseStream() by a Take() already polling.
+  void SetStreamPoll(StreamId stream, StreamPoll poll);
 
   // Stores a message; one delivered again under a key not yet taken
   // replaces the first. Returns true when the stream may keep reading; false
@@ -152,6 +171,10 @@ class Inbox {
   // peer's, ABORTED for a newer epoch; OK when none.
   absl::Status EndedLocked(const std::string& group, uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The poll of the stream that last delivered a message from `key`'s
+  // sending rank; null when none.
+  std::shared_ptr<const StreamPoll> PollForLocked(const MessageKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes every AwaitWord() blocked now, to look at what ended.
   void WakeWordWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the messages of `group_epoch` and releases their bytes.
@@ -169,6 +192,12 @@ class Inbox {
   StreamId next_stream_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<std::string, Stored> messages_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<StreamId, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  // SetStreamPoll()'s polls.
+  absl::flat_hash_map<StreamId, std::shared_ptr<const StreamPoll>> polls_
+      ABSL_GUARDED_BY(mu_);
+  // (group, sending rank) -> the stream its last message came by.
+  absl::flat_hash_map<std::pair<std::string, int>, StreamId> sender_streams_
+      ABSL_GUARDED_BY(mu_);
   // group -> the newest epoch seen.
   absl::flat_hash_map<std::string, uint64_t> latest_epoch_ ABSL_GUARDED_BY(mu_);
   // Every "group/epoch" seen by Deliver() or Take().

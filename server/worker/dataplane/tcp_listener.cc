@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <glog/logging.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "common/transport_security.h"
 #include "server/worker/dataplane/frame_reader.h"
 #include "server/worker/dataplane/recent_groups.h"
+#include "server/worker/dataplane/socket_source.h"
 
 namespace chorus {
 namespace {
@@ -72,6 +74,16 @@ struct TcpListener::Connection {
   bool paused ABSL_GUARDED_BY(mu) = false;
   // The directory's verdict on a frame waiting for its epoch.
   std::optional<PeerDirectory::Verdict> admitted ABSL_GUARDED_BY(mu);
+
+  // Held by whoever reads the socket: the connection's thread, or a rank's
+  // thread that reads the frame it waits for (ReadForWaiter). Taken before
+  // `mu` when both are.
+  absl::Mutex read_mu ABSL_ACQUIRED_BEFORE(mu);
+  // Set when the connection's thread stopped reading.
+  bool reads_over ABSL_GUARDED_BY(read_mu) = false;
+  std::unique_ptr<SocketSource> source ABSL_GUARDED_BY(read_mu);
+  RecentGroups recent ABSL_GUARDED_BY(read_mu);
+  Inbox::StreamId stream = 0;
 };
 
 absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(
@@ -199,50 +211,6 @@ void TcpListener::AcceptLoop() {
   }
 }
 
-namespace {
-
-// Reads a connection's bytes, through TLS when `tls` is set.
-class SocketSource final : public ByteSource {
- public:
-  SocketSource(int fd, TlsStream* tls) : fd_(fd), tls_(tls) {}
-  bool Read(char* out, size_t size) override {
-    if (tls_ != nullptr) return tls_->ReadFull(out, size);  // buffers itself
-    // A frame's header, group and small payload usually came in one
-    // segment: one receive into the buffer serves all three.
-    const size_t buffered = std::min(size, end_ - begin_);
-    std::memcpy(out, buffer_.data() + begin_, buffered);
-    begin_ += buffered;
-    out += buffered;
-    size -= buffered;
-    if (size == 0) return true;
-    // A large payload goes straight to where it belongs.
-    if (size >= kBufferBytes / 2) return ReadFull(fd_, out, size);
-    begin_ = 0;
-    end_ = 0;
-    while (end_ < size) {
-      const ssize_t n =
-          recv(fd_, buffer_.data() + end_, kBufferBytes - end_, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      end_ += static_cast<size_t>(n);
-    }
-    std::memcpy(out, buffer_.data(), size);
-    begin_ = size;
-    return true;
-  }
-
- private:
-  static constexpr size_t kBufferBytes = 64 << 10;
-  const int fd_;
-  TlsStream* const tls_;
-  // Bytes received and not yet read: buffer_[begin_, end_).
-  std::vector<char> buffer_ = std::vector<char>(kBufferBytes);
-  size_t begin_ = 0;
-  size_t end_ = 0;
-};
-
-}  // namespace
-
 bool TcpListener::Admit(const std::shared_ptr<Connection>& connection,
                         const std::string& caller, const MessageKey& key) {
   PeerDirectory::Verdict verdict;
@@ -327,9 +295,7 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     }
     tls = *std::move(accepted);
   }
-  const Inbox::StreamId stream = inbox_->NewStream();
-  RecentGroups recent;
-  SocketSource source(connection->fd, tls.get());
+  connection->stream = inbox_->NewStream();
   PeerDirectory::Admitted admitted;
   // The revocation list this connection was last checked against.
   uint64_t checked = RevocationGeneration();
@@ -342,18 +308,8 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
       if (!Admit(connection, tls->peer().name, key)) return false;
       admitted.Set(key.group, key.epoch, key.from_rank);
     }
-    recent.Remember(key);
-    {
-      absl::MutexLock lock(&connection->mu);
-      connection->paused = true;
-    }
-    auto resume = [connection] {
-      absl::MutexLock lock(&connection->mu);
-      connection->paused = false;
-    };
-    const bool more = inbox_->Deliver(stream, key, std::move(data), resume);
+    if (Deliver(connection, *inbox_, key, std::move(data))) return true;
     absl::MutexLock lock(&connection->mu);
-    if (more) connection->paused = false;
     connection->mu.Await(absl::Condition(
         +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
           return !c->paused || c->stopping;
@@ -362,8 +318,7 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     return !connection->stopping;
   };
   std::string why;
-  const StreamEnd end =
-      ReadFrameStream(source, on_message, &why, &inbox_->payloads());
+  const StreamEnd end = ReadFrames(connection, tls.get(), on_message, &why);
   if (end == StreamEnd::kMalformed) {
     LOG(WARNING) << "data plane: closing the connection from "
                  << connection->peer << ": " << why;
@@ -373,11 +328,116 @@ void TcpListener::Serve(const std::shared_ptr<Connection>& connection) {
     absl::MutexLock lock(&connection->mu);
     stopping = connection->stopping;
   }
-  if (end != StreamEnd::kGoodbye && !stopping) {
-    recent.MarkLost(*inbox_, directory_, connection->peer);
+  {
+    absl::MutexLock lock(&connection->read_mu);
+    connection->reads_over = true;
+    if (end != StreamEnd::kGoodbye && !stopping) {
+      connection->recent.MarkLost(*inbox_, directory_, connection->peer);
+    }
   }
-  inbox_->CloseStream(stream);
+  inbox_->CloseStream(connection->stream);
   EndConnection(*connection);
+}
+
+StreamEnd TcpListener::ReadFrames(const std::shared_ptr<Connection>& connection,
+                                  TlsStream* tls,
+                                  const FrameCallback& on_message,
+                                  std::string* why) {
+  Connection& c = *connection;
+  {
+    absl::MutexLock lock(&c.read_mu);
+    c.source = std::make_unique<SocketSource>(c.fd, tls);
+    if (std::optional<StreamEnd> end = ReadHello(*c.source, why)) return *end;
+  }
+  if (tls == nullptr) {
+    inbox_->SetStreamPoll(c.stream, [connection, inbox = inbox_] {
+      return ReadForWaiter(connection, *inbox);
+    });
+  }
+  while (true) {
+    {
+      // A frame a waiting rank read may have filled the stream's share.
+      absl::MutexLock lock(&c.mu);
+      c.mu.Await(absl::Condition(
+          +[](Connection* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
+            return !c->paused || c->stopping;
+          },
+          &c));
+      if (c.stopping) return StreamEnd::kStopped;
+    }
+    {
+      absl::MutexLock lock(&c.read_mu);
+      if (c.source->HasBuffered() || ReadableNow(c.fd)) {
+        MessageKey key;
+        std::string data;
+        if (std::optional<StreamEnd> end =
+                ReadFrame(*c.source, &key, &data, why, &inbox_->payloads())) {
+          return *end;
+        }
+        // Delivered under the read lock: frames reach the inbox in order.
+        if (!on_message(key, std::move(data))) return StreamEnd::kStopped;
+        c.recent.Remember(key);
+        continue;
+      }
+    }
+    // Nothing to read: wait for the socket (a waiting rank may read first).
+    (void)WaitForSocket(c.fd, POLLIN, absl::InfiniteFuture());
+  }
+}
+
+bool TcpListener::Deliver(const std::shared_ptr<Connection>& connection,
+                          Inbox& inbox, const MessageKey& key,
+                          std::string data) {
+  {
+    absl::MutexLock lock(&connection->mu);
+    connection->paused = true;
+  }
+  auto resume = [connection] {
+    absl::MutexLock lock(&connection->mu);
+    connection->paused = false;
+  };
+  if (!inbox.Deliver(connection->stream, key, std::move(data), resume)) {
+    return false;
+  }
+  absl::MutexLock lock(&connection->mu);
+  connection->paused = false;
+  return true;
+}
+
+Inbox::PollResult TcpListener::ReadForWaiter(
+    const std::shared_ptr<Connection>& connection, Inbox& inbox) {
+  using PollResult = Inbox::PollResult;
+  Connection& c = *connection;
+  // Its thread is reading it.
+  if (!c.read_mu.TryLock()) return PollResult::kLeftToStream;
+  bool paused;
+  {
+    absl::MutexLock lock(&c.mu);
+    paused = c.paused || c.stopping;
+  }
+  PollResult result = PollResult::kLeftToStream;
+  if (!c.reads_over && !paused) {
+    switch (c.source->ReceiveWholeFrame()) {
+      case SocketSource::Intake::kWholeFrame: {
+        MessageKey key;
+        std::string data;
+        // The whole frame is buffered: this neither blocks nor fails.
+        if (!ReadFrame(*c.source, &key, &data, nullptr, nullptr)) {
+          c.recent.Remember(key);
+          Deliver(connection, inbox, key, std::move(data));
+          result = PollResult::kDelivered;
+        }
+        break;
+      }
+      case SocketSource::Intake::kNothingYet:
+        result = PollResult::kNothingYet;
+        break;
+      case SocketSource::Intake::kLeftToReader:
+        break;
+    }
+  }
+  c.read_mu.Unlock();
+  return result;
 }
 
 void TcpListener::EndConnection(Connection& connection) {
