@@ -7,9 +7,9 @@
 // the connection's thread to wake; both take the connection's read lock, so
 // frames still reach the inbox whole and in order.
 // Exists because: 8-byte all_reduce under the leader plan, 2 ranks on one
-// 2-core host, whole runs of 30,000 calls took 0.64-0.66x the time
-// (median of ten alternated pairs; bench/README.md, "A waiting rank reads
-// its own frames"). While the inbox holds too much
+// 2-core host, whole runs of 30,000 calls took 0.61-0.66x the time (medians
+// of three sets of ten alternated pairs; bench/README.md, "A waiting rank
+// reads its own frames"). While the inbox holds too much
 // of a connection's data the thread stops reading, so TCP flow control holds
 // the sender back. A connection that ends without a goodbye frame, or sends
 // a malformed frame, marks the group epochs it carried lost (RecentGroups).
