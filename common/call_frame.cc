@@ -2,15 +2,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/little_endian.h"
 
 namespace chorus {
 
 void AppendCallFrame(absl::string_view payload, std::string* out) {
   const uint32_t size = static_cast<uint32_t>(payload.size());
   char header[kCallFrameHeaderBytes];
-  for (size_t i = 0; i < kCallFrameHeaderBytes; ++i) {
-    header[i] = static_cast<char>((size >> (8 * i)) & 0xff);
-  }
+  StoreLittleEndian(size, kCallFrameHeaderBytes, header);
   out->append(header, kCallFrameHeaderBytes);
   out->append(payload.data(), payload.size());
 }
@@ -18,12 +17,8 @@ void AppendCallFrame(absl::string_view payload, std::string* out) {
 absl::StatusOr<bool> CallFrameParser::Next(std::string* payload) {
   if (!failed_.ok()) return failed_;
   if (buffered() < kCallFrameHeaderBytes) return false;
-  const unsigned char* header =
-      reinterpret_cast<const unsigned char*>(buffer_.data() + consumed_);
-  uint64_t size = 0;
-  for (size_t i = 0; i < kCallFrameHeaderBytes; ++i) {
-    size |= static_cast<uint64_t>(header[i]) << (8 * i);
-  }
+  const uint64_t size =
+      LoadLittleEndian(buffer_.data() + consumed_, kCallFrameHeaderBytes);
   if (size > max_payload_bytes_) {
     failed_ = absl::ResourceExhaustedError(
         absl::StrCat("a call frame of ", size, " bytes is over the limit of ",

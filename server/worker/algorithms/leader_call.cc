@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/little_endian.h"
 #include "server/reduce/cpu/inline_executor.h"
 
 namespace chorus {
@@ -25,18 +26,13 @@ enum class MessageType : uint8_t {
 constexpr size_t kCallHeaderBytes = 24;
 
 void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) {
-    out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-  }
+  const size_t at = out->size();
+  out->resize(at + bytes);
+  StoreLittleEndian(value, bytes, out->data() + at);
 }
 
 uint64_t GetLittleEndian(absl::string_view in, size_t offset, int bytes) {
-  uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) {
-    value |= static_cast<uint64_t>(static_cast<uint8_t>(in[offset + i]))
-             << (8 * i);
-  }
-  return value;
+  return LoadLittleEndian(in.data() + offset, bytes);
 }
 
 std::string EncodeCall(const CollectiveSpec& spec, absl::Duration left,
