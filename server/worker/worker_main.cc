@@ -114,9 +114,11 @@ ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(5),
 ABSL_FLAG(absl::Duration, spin, chorus::kDefaultSpin,
           "How long a thread waiting for a peer's data, the coordinator's "
           "reply or a client's next call polls before it blocks, yielding "
-          "its core to any other runnable thread between polls; shortened "
-          "where waits keep running past it. Measured: 8-byte all_reduce "
-          "latency 0.2x at 2 ranks on one host. 0: block at once.");
+          "its core to any other runnable thread between polls (a peer's "
+          "small data-plane frames it reads off the connection itself, "
+          "without TLS); shortened where waits keep running past it. "
+          "Measured: 8-byte all_reduce latency 0.2x at 2 ranks on one "
+          "host. 0: block at once.");
 ABSL_FLAG(absl::Duration, register_timeout, absl::InfiniteDuration(),
           "Give up (exit non-zero) if the coordinator cannot be reached for "
           "this long at start; 'inf' keeps trying.");
