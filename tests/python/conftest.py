@@ -18,8 +18,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
-from typing import Sequence
+from typing import Sequence, Tuple
 
+import numpy as np
 import pytest
 
 try:
@@ -315,6 +316,25 @@ def join_all(addresses: Sequence[str], group: Optional[str] = None,
         (lambda r=r: chorus.join(group, world, r, worker=addresses[r],
                                  timeout=timeout, **kwargs))
         for r in range(world)])
+
+
+def call_with_a_rank_missing(cluster: Cluster, timeout: float
+                             ) -> Tuple[List[Any], str]:
+    """Joins three ranks (w0, w1, w0) of a fresh group; ranks 0 and 1 call
+    all_reduce with `timeout`, rank 2 never calls. Returns what each of the
+    two calls raised, and the group's name.
+    """
+    w0, w1 = cluster.address("w0"), cluster.address("w1")
+    comms = join_all([w0, w1, w0])
+    try:
+        errors = run_ranks([
+            (lambda c=c: c.all_reduce(np.ones(8, np.float32),
+                                      timeout=timeout))
+            for c in comms[:2]], capture=True)
+        return errors, comms[0].group
+    finally:
+        for c in comms:
+            c.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import chorus
-from conftest import (CALL_TIMEOUT, Cluster, join_all, run_ranks,
-                      unique_group)
+from conftest import (CALL_TIMEOUT, Cluster, call_with_a_rank_missing,
+                      join_all, run_ranks, unique_group)
 
 REFUSAL = "Distributed operations are not supported for device Vulkan(0)"
 # Short enough to keep the suite quick, long enough that the coordinator's
@@ -57,26 +57,18 @@ def test_mismatched_kinds_and_roots(pair: Any) -> None:
 
 
 def test_deadline_names_the_missing_rank(cluster: Cluster) -> None:
-    w0, w1 = cluster.address("w0"), cluster.address("w1")
-    comms = join_all([w0, w1, w0])
-    try:
-        errors = run_ranks([
-            (lambda c=c: c.all_reduce(np.ones(8, np.float32), timeout=SHORT))
-            for c in comms[:2]], capture=True)
-        for error in errors:
-            assert isinstance(error, chorus.DeadlineExceeded), error
-            assert isinstance(error, TimeoutError)
-            assert error.missing_ranks == [2]
-            assert error.reason == "RANKS_MISSING"
-            assert error.sequence == 1
-            assert error.number_used is True
-            assert error.group == comms[0].group
-            assert error.message == (
-                f"rank 2 of group {comms[0].group} did not reach all_reduce "
-                "#1 within the deadline")
-    finally:
-        for c in comms:
-            c.close()
+    errors, group = call_with_a_rank_missing(cluster, SHORT)
+    for error in errors:
+        assert isinstance(error, chorus.DeadlineExceeded), error
+        assert isinstance(error, TimeoutError)
+        assert error.missing_ranks == [2]
+        assert error.reason == "RANKS_MISSING"
+        assert error.sequence == 1
+        assert error.number_used is True
+        assert error.group == group
+        assert error.message == (
+            f"rank 2 of group {group} did not reach all_reduce "
+            "#1 within the deadline")
 
 
 def test_join_deadline_names_the_missing_ranks(cluster: Cluster) -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import chorus
-from conftest import CALL_TIMEOUT, Cluster, join_all, run_ranks
+from conftest import (CALL_TIMEOUT, Cluster, call_with_a_rank_missing,
+                      join_all, run_ranks)
 
 # Short enough to keep the suite quick, long enough for the coordinator's
 # verdict to arrive before it.
@@ -80,19 +81,11 @@ def test_mismatch_at_the_leader_gives_every_rank_the_account(
 
 def test_missing_rank_is_named_at_the_deadline(
         leader_cluster: Cluster) -> None:
-    w0, w1 = leader_cluster.address("w0"), leader_cluster.address("w1")
-    comms = join_all([w0, w1, w0])
-    try:
-        errors = run_ranks([
-            (lambda c=c: c.all_reduce(np.ones(8, np.float32), timeout=SHORT))
-            for c in comms[:2]], capture=True)
-        for error in errors:
-            assert isinstance(error, chorus.DeadlineExceeded), error
-            assert error.missing_ranks == [2]
-            assert error.reason == "RANKS_MISSING"
-    finally:
-        for c in comms:
-            c.close()
+    errors, _ = call_with_a_rank_missing(leader_cluster, SHORT)
+    for error in errors:
+        assert isinstance(error, chorus.DeadlineExceeded), error
+        assert error.missing_ranks == [2]
+        assert error.reason == "RANKS_MISSING"
 
 
 def test_forcing_the_leader_plan_is_refused(leader_pair: List[Any]) -> None:
