@@ -173,10 +173,9 @@ v1::JoinGroupResponse JoinResponseOf(const GroupView& view,
   response.set_max_world_size(view.max_world_size);
   response.set_leader_calls(planner.leader_calls && list_members &&
                             view.min_world_size == 0);
-  if (response.leader_calls()) {
-    response.set_leader_patience_ms(static_cast<uint32_t>(std::clamp<int64_t>(
-        absl::ToInt64Milliseconds(planner.leader_patience), 1, 3600000)));
-  }
+  // Also how long ranks repeating same-host calls wait for each other.
+  response.set_leader_patience_ms(static_cast<uint32_t>(std::clamp<int64_t>(
+      absl::ToInt64Milliseconds(planner.leader_patience), 1, 3600000)));
   return response;
 }
 

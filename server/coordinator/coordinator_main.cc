@@ -78,9 +78,11 @@ ABSL_FLAG(bool, leader_calls, chorus::PlannerOptions().leader_calls,
           "coordinator's metrics.");
 ABSL_FLAG(absl::Duration, leader_patience,
           chorus::PlannerOptions().leader_patience,
-          "Under --leader_calls: how long the ranks of a call wait for each "
-          "other at rank 0's worker before they take it to the coordinator "
-          "(at most a quarter of the call's timeout; 1 ms to 1 h).");
+          "How long the ranks of a call that agree among themselves wait "
+          "for each other before they take it to the coordinator: at rank "
+          "0's worker under --leader_calls, and in shared memory when they "
+          "repeat a same-host all_reduce (chorus-worker --bound_same_host). "
+          "At most a quarter of the call's timeout; 1 ms to 1 h.");
 ABSL_FLAG(bool, nccl_plan, chorus::PlannerOptions().nccl,
           "Plan collectives too large for inline as nccl (NCCL moves and "
           "combines the data between the GPUs) when every rank is on a GPU "

@@ -138,6 +138,8 @@ absl::Status WorkerRuntime::PrepareCall(
       ValidateCall(spec, world, membership.rank, buffers.host_input.size(),
                    options.algorithm);
   if (!valid.ok()) return valid;
+  // Bound peers waiting for this call in shared memory go on at once.
+  WithdrawFromBinding(membership, sequence);
   // The rank answers by `deadline`; the coordinator ends its waits a margin
   // before that (CoreDeadline), and so do the rank's waits on its peers.
   call->start = absl::Now();
@@ -172,8 +174,8 @@ absl::Status WorkerRuntime::PrepareCall(
   if (options.device.has_value()) {
     *request.mutable_device() = DeviceToProto(*options.device);
   }
-  // Only a group with leader calls has sequences the coordinator missed.
-  if (membership.leader_calls) AttachLeaderRan(membership, &request);
+  // Sequences that ran at the leader or on a same_host binding.
+  AttachLeaderRan(membership, &request);
   if (carries) {
     request.set_has_inline_data(true);
     request.set_inline_data(call->host_input.data(), call->host_input.size());
@@ -188,6 +190,11 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
                                                  const RunOptions& options) {
   if (RunsAtLeader(membership, spec, buffers, options)) {
     return RunAtLeader(membership, sequence, spec, buffers, options);
+  }
+  if (std::shared_ptr<SameHostBinding> bound =
+          BoundFor(membership, spec, buffers, options)) {
+    return RunBound(std::move(bound), membership, sequence, spec, buffers,
+                    options);
   }
   return AskAndFinish(membership, sequence, spec, buffers, options);
 }
@@ -299,7 +306,20 @@ void WorkerRuntime::RunAsync(
   run->done = std::move(done);
   const absl::Time start = absl::Now();
   if (RunsAtLeader(membership, spec, run->buffers, options)) {
-    RunAtLeaderAsync(std::move(run), options, start);
+    RunOffCoordinatorAsync(std::move(run), start,
+                           [this, options](PendingRun& r) {
+                             return RunAtLeader(r.membership, r.sequence,
+                                                r.spec, r.buffers, options);
+                           });
+    return;
+  }
+  if (std::shared_ptr<SameHostBinding> bound =
+          BoundFor(membership, spec, run->buffers, options)) {
+    RunOffCoordinatorAsync(std::move(run), start,
+                           [this, bound, options](PendingRun& r) {
+                             return RunBound(bound, r.membership, r.sequence,
+                                             r.spec, r.buffers, options);
+                           });
     return;
   }
   absl::Status prepared = PrepareCall(run->membership, sequence, spec,
@@ -329,9 +349,9 @@ void WorkerRuntime::RunAsync(
   SendRun(run.release(), call_port);
 }
 
-void WorkerRuntime::RunAtLeaderAsync(std::unique_ptr<PendingRun> run,
-                                     const RunOptions& options,
-                                     absl::Time start) {
+void WorkerRuntime::RunOffCoordinatorAsync(
+    std::unique_ptr<PendingRun> run, absl::Time start,
+    std::function<absl::StatusOr<RunResult>(PendingRun&)> body) {
   bool open = false;
   {
     absl::MutexLock lock(&runs_mu_);
@@ -343,16 +363,16 @@ void WorkerRuntime::RunAtLeaderAsync(std::unique_ptr<PendingRun> run,
                       absl::UnavailableError("this worker is shutting down")));
     return;
   }
-  planned_runs_.Spawn([this, run = run.release(), options, start] {
-    absl::StatusOr<RunResult> result = RunAtLeader(
-        run->membership, run->sequence, run->spec, run->buffers, options);
-    {
-      absl::MutexLock lock(&runs_mu_);
-      runs_.erase(run);
-    }
-    run->done(Counted(run->spec, start, std::move(result)));
-    delete run;
-  });
+  planned_runs_.Spawn(
+      [this, run = run.release(), body = std::move(body), start] {
+        absl::StatusOr<RunResult> result = body(*run);
+        {
+          absl::MutexLock lock(&runs_mu_);
+          runs_.erase(run);
+        }
+        run->done(Counted(run->spec, start, std::move(result)));
+        delete run;
+      });
 }
 
 void WorkerRuntime::SendRun(PendingRun* run, bool call_port) {

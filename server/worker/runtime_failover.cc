@@ -79,8 +79,11 @@ absl::Status WorkerRuntime::RunPlannedKept(
     std::string* host_output, v1::CommitRequest* commit) {
   const bool kept = session_->coordinators() > 1;
   if (kept) answered_calls_.Running(call.request, call.deadline);
+  const bool forced = call.request.algorithm() != v1::ALGORITHM_UNSPECIFIED ||
+                      call.request.has_device();
   return RunPlanned(membership, sequence, spec, result, call.device, buffers,
-                    call.host_input, host_output, call.deadline, commit);
+                    call.host_input, host_output, call.deadline,
+                    MayBindSameHost(spec, buffers, forced), commit);
 }
 
 void WorkerRuntime::RunEnded(const std::string& group, uint64_t sequence) {

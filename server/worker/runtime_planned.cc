@@ -40,7 +40,7 @@ absl::Status WorkerRuntime::RunPlanned(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     RunResult* plan, const Device& device, const CallBuffers& buffers,
     absl::string_view host_input, std::string* host_output, absl::Time deadline,
-    v1::CommitRequest* commit) {
+    bool may_bind, v1::CommitRequest* commit) {
   // Waits on peers end a margin before the rank must answer: time to
   // report the failure and hear the group's verdict (answer_margin.h).
   const absl::Duration left = deadline - absl::Now();
@@ -63,6 +63,10 @@ absl::Status WorkerRuntime::RunPlanned(
     args.hash = &*hash;
   }
   args.corrupt_for_testing = corrupt_results_for_testing_.load();
+  std::shared_ptr<SameHostBinding> binding;
+  if (may_bind && plan->algorithm == Algorithm::kSameHost) {
+    args.bind_same_host = &binding;
+  }
   const absl::Status status =
       plan->algorithm == Algorithm::kNccl
           ? RunOnNccl(membership, sequence, device, buffers, host_input,
@@ -71,6 +75,7 @@ absl::Status WorkerRuntime::RunPlanned(
   if (!status.ok()) {
     return ReportFailure(membership, sequence, status, deadline);
   }
+  if (binding != nullptr) KeepBinding(membership, spec, std::move(binding));
   // A hash that missed part of the output (recursive doubling on a GPU
   // buffer hashes nothing) is not sent: the call is then not checked.
   std::optional<uint64_t> result_hash;

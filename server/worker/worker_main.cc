@@ -81,6 +81,15 @@ ABSL_FLAG(bool, check_results, false,
           "pass over each output; measured at 64 MiB f32 with 4 ranks on a "
           "2-core machine, +25% under same_host (57-59 ms -> 72-74 ms) and "
           "within run-to-run noise on the TCP ring (bench/README.md).");
+ABSL_FLAG(bool, bound_same_host, true,
+          "Run an all_reduce between ranks on this host again through the "
+          "shared memory of an earlier one without asking the coordinator, "
+          "once the coordinator planned same_host for its shape (dtype, "
+          "count, op) in the group epoch: the ranks compare their calls in "
+          "shared memory and take any call that differs, comes late or "
+          "fails to the coordinator, which judges it as any other. Not with "
+          "--check_results. MEASURED. false: every call asks the "
+          "coordinator.");
 ABSL_FLAG(std::string, name, "",
           "Stable name of this worker; a restarted worker with the same name "
           "replaces its old entry. Default: the name its TLS certificate "
@@ -188,6 +197,7 @@ absl::StatusOr<chorus::LocalWorkerOptions> OptionsFromFlags() {
   options.data_port = absl::GetFlag(FLAGS_data_port);
   options.call_port = absl::GetFlag(FLAGS_use_call_port);
   options.check_results = absl::GetFlag(FLAGS_check_results);
+  options.bound_same_host = absl::GetFlag(FLAGS_bound_same_host);
   options.rpc_timeout = absl::GetFlag(FLAGS_rpc_timeout);
   options.spin = std::max(absl::GetFlag(FLAGS_spin), absl::ZeroDuration());
   options.unix_socket_path = absl::GetFlag(FLAGS_local_socket);

@@ -179,6 +179,7 @@ void WorkerRuntime::Shutdown() {
 
 void WorkerRuntime::RankEnded(const Membership& membership) {
   nccl_calls_->Forget(membership.group, membership.epoch, membership.rank);
+  same_host_bindings_.Drop(membership.group, membership.epoch, membership.rank);
 }
 
 void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,
@@ -186,6 +187,7 @@ void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,
   inbox_.Abort(group, epoch, verdict);
   sender_->AbortGroup(group, epoch);
   nccl_calls_->Forget(group, epoch);
+  same_host_bindings_.Drop(group, epoch);
 }
 
 }  // namespace chorus

@@ -37,6 +37,7 @@
 #include "common/collective.h"
 #include "common/device.h"
 #include "common/net.h"
+#include "server/worker/algorithms/same_host_binding.h"
 #include "server/worker/answered_calls.h"
 #include "server/worker/call_port_client.h"
 #include "server/worker/coordinator_session.h"
@@ -105,6 +106,11 @@ struct RuntimeOptions {
   // How long a thread waiting for a peer's data, or for the coordinator's
   // reply, polls before it blocks (AdaptiveSpin; zero: never).
   absl::Duration spin = kDefaultSpin;
+  // A same-host all-reduce of a shape the coordinator already planned
+  // same_host in the group epoch runs again on the segments kept from that
+  // call, the ranks agreeing through shared memory without asking the
+  // coordinator (algorithms/same_host_binding.h). Not with check_results.
+  bool bound_same_host = true;
 };
 
 class WorkerRuntime final : public CallRuntime {
@@ -377,14 +383,41 @@ class WorkerRuntime final : public CallRuntime {
                                         const CollectiveSpec& spec,
                                         const CallBuffers& buffers,
                                         const RunOptions& options);
-  // RunAtLeader() for RunAsync(), on a task thread; `run` was not sent.
-  void RunAtLeaderAsync(std::unique_ptr<PendingRun> run,
-                        const RunOptions& options, absl::Time start);
   // Keeps `sequence` for the rank's next call to the coordinator.
   void NoteLeaderRan(const Membership& membership, uint64_t sequence);
   // Moves the sequences kept for `membership`'s rank into `request`.
   void AttachLeaderRan(const Membership& membership,
                        v1::CollectiveRequest* request);
+  // RunAtLeader() or RunBound() (`body`) for RunAsync(), on a task thread;
+  // `run` was not sent.
+  void RunOffCoordinatorAsync(
+      std::unique_ptr<PendingRun> run, absl::Time start,
+      std::function<absl::StatusOr<RunResult>(PendingRun&)> body);
+  // ---- Same-host calls on kept segments (runtime_bound.cc) ----
+  // Whether a call like this may run on, or make, a same_host binding: an
+  // unforced all-reduce on host memory, without checked results.
+  bool MayBindSameHost(const CollectiveSpec& spec, const CallBuffers& buffers,
+                       bool forced) const;
+  // The rank's binding the call runs on, or null.
+  std::shared_ptr<SameHostBinding> BoundFor(const Membership& membership,
+                                            const CollectiveSpec& spec,
+                                            const CallBuffers& buffers,
+                                            const RunOptions& options) const;
+  // Tells the rank's bound peers that call `sequence` goes to the
+  // coordinator.
+  void WithdrawFromBinding(const Membership& membership, uint64_t sequence);
+  // Keeps `binding`, made by a same_host call of `spec`, for the rank.
+  void KeepBinding(const Membership& membership, const CollectiveSpec& spec,
+                   std::shared_ptr<SameHostBinding> binding);
+  // Runs a call on `binding`, or at the coordinator when a rank withdrew.
+  // Returns Run()'s codes: the coordinator's verdict, or a failure's
+  // (ReportFailure()).
+  absl::StatusOr<RunResult> RunBound(std::shared_ptr<SameHostBinding> binding,
+                                     const Membership& membership,
+                                     uint64_t sequence,
+                                     const CollectiveSpec& spec,
+                                     const CallBuffers& buffers,
+                                     const RunOptions& options);
   // ---- Failover (runtime_failover.cc) ----
   // Sends `call` to the coordinator and returns its answer; with several
   // coordinators, sends it again (with its replays) after a failover until
@@ -431,13 +464,14 @@ class WorkerRuntime final : public CallRuntime {
   // it is on the host (or was copied there). Sets plan->algorithm to the
   // algorithm that ran. Returns OK with the output in place and `commit`
   // filled in, for Commit() to end the call; or the failure's verdict
-  // (ReportFailure()).
+  // (ReportFailure()). With `may_bind`, a same_host run keeps its segments
+  // for the rank's later calls of the shape (KeepBinding()).
   absl::Status RunPlanned(const Membership& membership, uint64_t sequence,
                           const CollectiveSpec& spec, RunResult* plan,
                           const Device& device, const CallBuffers& buffers,
                           absl::string_view host_input,
                           std::string* host_output, absl::Time deadline,
-                          v1::CommitRequest* commit);
+                          bool may_bind, v1::CommitRequest* commit);
   // The transport options of `membership`'s rank in call `sequence`, whose
   // waits end at `deadline` (peers of a large group resolved as needed;
   // `membership` must outlive the transport).
@@ -548,6 +582,8 @@ class WorkerRuntime final : public CallRuntime {
   absl::Mutex leader_ran_mu_;
   absl::flat_hash_map<std::string, std::vector<std::pair<uint64_t, uint64_t>>>
       leader_ran_ ABSL_GUARDED_BY(leader_ran_mu_);
+  // Segments kept from same_host calls, per group epoch and rank.
+  SameHostBindings same_host_bindings_;
   // Calls answered lately, for replays after a failover.
   AnsweredCalls answered_calls_;
   std::atomic<bool> corrupt_results_for_testing_{false};

@@ -262,6 +262,56 @@ TEST_F(LostWorkerTest, Kill_MidRing_NoSurvivorSucceedsOrHangs) {
   }
 }
 
+TEST_F(LostWorkerTest,
+       Kill_BetweenBoundSameHostCalls_SurvivorsAbortedNamingIt) {
+  // 80,000 bytes: planned same_host; the calls after the first run on its
+  // kept segments without the coordinator, so the survivors learn of the
+  // loss from their own waits.
+  constexpr uint64_t kBoundCount = 20000;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::string group = absl::StrCat("bound-", round);
+    std::vector<std::unique_ptr<Communicator>> ranks;
+    const int victim =
+        JoinWithVictim(group, absl::StrCat("victim-", round), &ranks);
+    ASSERT_GE(victim, 0);
+    for (int call = 0; call < 3; ++call) {
+      std::vector<std::unique_ptr<BackgroundCall>> calls;
+      for (int rank = 0; rank < 3; ++rank) {
+        calls.push_back(std::make_unique<BackgroundCall>(
+            ranks[rank].get(), AllReduceU32(kBoundCount),
+            RankInputU32(rank, kBoundCount), FailureCallOptions()));
+      }
+      for (int rank = 0; rank < 3; ++rank) {
+        ASSERT_TRUE(calls[rank]->WaitFor(kFailureCallTimeout));
+        ASSERT_TRUE(calls[rank]->result().ok()) << calls[rank]->status();
+        EXPECT_EQ(calls[rank]->result()->algorithm, Algorithm::kSameHost);
+        EXPECT_EQ(calls[rank]->output(), SumOfInputsU32(3, kBoundCount));
+      }
+    }
+    const absl::Time killed_at = absl::Now();
+    ASSERT_TRUE(cluster_->worker(victim).process->Kill().ok());
+    std::vector<std::unique_ptr<BackgroundCall>> survivors;
+    for (int rank = 0; rank < 2; ++rank) {
+      survivors.push_back(std::make_unique<BackgroundCall>(
+          ranks[rank].get(), AllReduceU32(kBoundCount),
+          RankInputU32(rank, kBoundCount), FailureCallOptions()));
+    }
+    ExpectAllEndBy(survivors, killed_at + kLostWorkerBound, killed_at,
+                   "SIGKILL between bound same_host calls");
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(survivors[rank]->done());
+      EXPECT_THAT(survivors[rank]->status(),
+                  AnyOf(StatusIs(absl::StatusCode::kAborted,
+                                 AllOf(HasSubstr(group), HasSubstr("rank 2"))),
+                        StatusIs(absl::StatusCode::kUnavailable,
+                                 AllOf(HasSubstr(group), HasSubstr("rank 2")))))
+          << "rank " << rank;
+      EXPECT_TRUE(survivors[rank]->output().empty()) << "rank " << rank;
+    }
+  }
+}
+
 TEST_F(LostWorkerTest, Stop_WhilePeersWaitInMatching_OthersAbortedNamingIt) {
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));

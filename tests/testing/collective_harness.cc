@@ -15,7 +15,7 @@ namespace chorus::test {
 absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     int workers, const std::vector<std::string>& coordinator_flags,
     CallRoute calls, const std::vector<Device>& devices,
-    DeviceRuntime* device_runtime) {
+    DeviceRuntime* device_runtime, bool check_results) {
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   absl::StatusOr<Daemon> coordinator = StartCoordinator(coordinator_flags);
   if (!coordinator.ok()) return coordinator.status();
@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
                         (calls == CallRoute::kMixed && i % 2 == 0);
     // Every collective's result is checked at its commit, so the matrix
     // also shows that ranks with equal results always agree on the hash.
-    options.check_results = true;
+    options.check_results = check_results;
     options.register_timeout = kStartTimeout;
     LocalWorkerOptions worker;
     worker.runtime = std::move(options);
@@ -45,6 +45,10 @@ absl::StatusOr<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Start(
     cluster->workers_.push_back(*std::move(started));
   }
   return cluster;
+}
+
+absl::Status EmbeddedCluster::SignalCoordinator(int sig) {
+  return coordinator_.process->Signal(sig);
 }
 
 EmbeddedCluster::~EmbeddedCluster() {

@@ -54,7 +54,8 @@ inline constexpr uint64_t kDefaultRecursiveDoublingMaxBytes = 512 << 10;
 
 // A coordinator process and `workers` WorkerRuntime instances in this
 // process, each registered under the name "embedded-<i>", serving its
-// data plane on 127.0.0.1:0, with RuntimeOptions::check_results on.
+// data plane on 127.0.0.1:0, with RuntimeOptions::check_results on unless
+// told otherwise.
 class EmbeddedCluster {
  public:
   // How each runtime sends its collective calls, commits and failure
@@ -72,9 +73,13 @@ class EmbeddedCluster {
       int workers, const std::vector<std::string>& coordinator_flags = {},
       CallRoute calls = CallRoute::kCallPort,
       const std::vector<Device>& devices = {JoinOptions::CpuDevice()},
-      DeviceRuntime* device_runtime = nullptr);
+      DeviceRuntime* device_runtime = nullptr, bool check_results = true);
 
   ~EmbeddedCluster();
+
+  // Sends the coordinator process `sig` (e.g. SIGSTOP, SIGCONT). Returns
+  // Subprocess::Signal's errors.
+  absl::Status SignalCoordinator(int sig);
 
   const std::string& coordinator_address() const {
     return coordinator_.address;

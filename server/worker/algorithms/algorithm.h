@@ -9,6 +9,7 @@
 #define CHORUS_SERVER_WORKER_ALGORITHMS_ALGORITHM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -19,6 +20,8 @@
 #include "server/worker/dataplane/transport.h"
 
 namespace chorus {
+
+class SameHostBinding;  // same_host_binding.h
 
 struct AlgorithmArgs {
   CollectiveSpec spec;
@@ -55,6 +58,9 @@ struct AlgorithmArgs {
   // Test only: flips one bit of the first piece of the result this rank
   // takes from a peer, as a corrupted transfer would, before hashing it.
   bool corrupt_for_testing = false;
+  // When set (not owned) and the same_host plan ran to its end, receives
+  // the segments it used, bound for later calls (same_host_binding.h).
+  std::shared_ptr<SameHostBinding>* bind_same_host = nullptr;
 };
 
 // Runs any collective kind except barrier with ring-style schedules:

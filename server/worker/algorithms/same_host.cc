@@ -32,21 +32,23 @@
 //
 // Each block is combined once, in rank order (in the accumulator type, e.g.
 // f32 for f16/bf16, and rounded once), and copied: every rank gets
-// bit-identical results.
+// bit-identical results. A call that ran to its end may keep its segments,
+// mapped, for the rank's later calls of its shape (AlgorithmArgs::
+// bind_same_host, same_host_binding.h).
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/collective_metrics.h"
 #include "common/futex_word.h"
-#include "server/reduce/cpu/cpu_reduce.h"
 #include "server/worker/algorithms/algorithm.h"
 #include "server/worker/algorithms/chunked.h"
+#include "server/worker/algorithms/same_host_binding.h"
+#include "server/worker/algorithms/same_host_steps.h"
 #include "server/worker/algorithms/shared_segments.h"
 
 namespace chorus {
@@ -73,10 +75,6 @@ void Advance(const SharedSegments::Own& own, Step step) {
   own.stage->store(StageOf(own.ticket, step), std::memory_order_release);
   WakeWordWaiters(*own.stage);
 }
-
-// Reduced in pieces of this size, so that the accumulator stays in cache
-// while every source is combined into it.
-constexpr uint64_t kPieceBytes = 256 << 10;
 
 // Sends `message` to every other rank, then receives one from each.
 absl::StatusOr<std::vector<std::string>> AllToAll(Transport& transport,
@@ -107,6 +105,9 @@ class PeerSegments {
     }
   }
   SharedSegments::Peer& operator[](int rank) { return peers_[rank]; }
+  // Hands the mappings over (to a binding); they are no longer unmapped
+  // here.
+  std::vector<SharedSegments::Peer> Release() { return std::move(peers_); }
 
  private:
   std::vector<SharedSegments::Peer> peers_;
@@ -166,71 +167,6 @@ absl::Status AwaitPeers(Transport& transport,
   return absl::OkStatus();
 }
 
-// B. Reduces block `rank` of every source, in rank order, into `segment`
-// (this rank's, at the block's offset), combined in the accumulator type and
-// rounded once (ReduceSources).
-absl::Status ReduceOwnBlock(const AlgorithmArgs& args, int world, int rank,
-                            const std::function<const char*(int)>& source,
-                            char* segment) {
-  const CollectiveSpec& spec = args.spec;
-  const uint64_t element = DTypeSize(spec.dtype);
-  const Range mine = SplitRange(spec.count, element, world, rank);
-  const uint64_t piece_bytes = ElementChunkBytes(kPieceBytes, element);
-  std::vector<const void*> sources(world);
-  std::string accumulators;
-  for (uint64_t c = 0; c < ChunkCount(mine.size, piece_bytes); ++c) {
-    const Range piece = ChunkOf(mine, piece_bytes, c);
-    for (int r = 0; r < world; ++r) sources[r] = source(r) + piece.offset;
-    const absl::Time start = absl::Now();
-    absl::Status reduced = cpu_reduce::ReduceSources(
-        spec.op, spec.dtype, segment + piece.offset, sources.data(), world,
-        piece.size / element, &accumulators);
-    if (!reduced.ok()) return reduced;
-    RecordReduce("cpu", piece.size * world, absl::Now() - start);
-  }
-  return absl::OkStatus();
-}
-
-// C. Copies every block from the segment of the rank that reduced it
-// (`segment(p)`, block p at its offset there) and hashes the output.
-// `corrupt_for_testing` flips a bit of the first block another rank reduced.
-void CopyReducedBlocks(const AlgorithmArgs& args, int world,
-                       const std::function<const char*(int)>& segment,
-                       char* out) {
-  const CollectiveSpec& spec = args.spec;
-  const uint64_t element = DTypeSize(spec.dtype);
-  bool corrupted = false;
-  for (int peer = 0; peer < world; ++peer) {
-    const Range block = SplitRange(spec.count, element, world, peer);
-    char* dst = out + block.offset;
-    std::memcpy(dst, segment(peer) + block.offset, block.size);
-    // A block another rank reduced, as a corrupted copy would be.
-    if (args.corrupt_for_testing && peer != args.transport->rank() &&
-        block.size > 0 && !corrupted) {
-      dst[0] ^= 1;
-      corrupted = true;
-    }
-    if (args.hash != nullptr) {
-      args.hash->Add(block.offset, absl::string_view(dst, block.size));
-    }
-  }
-}
-
-// A. Copies every block of `input` but this rank's own into `segment`, each
-// at its offset.
-void CopyPeersBlocks(const CollectiveSpec& spec, int world, int rank,
-                     absl::string_view input, char* segment) {
-  const uint64_t element = DTypeSize(spec.dtype);
-  for (int peer = 0; peer < world; ++peer) {
-    if (peer == rank) continue;
-    const Range block = SplitRange(spec.count, element, world, peer);
-    if (block.size > 0) {
-      std::memcpy(segment + block.offset, input.data() + block.offset,
-                  block.size);
-    }
-  }
-}
-
 // A's message: this rank's pid and segment (none when `own` failed).
 std::string HelloOf(const absl::StatusOr<SharedSegments::Own>& own) {
   Exposed self;
@@ -287,8 +223,9 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
       SharedSegments::Get().Acquire(bytes);
   struct Releaser {
     const absl::StatusOr<SharedSegments::Own>& own;
+    bool kept = false;  // by a binding
     ~Releaser() {
-      if (own.ok()) SharedSegments::Get().Release(*own);
+      if (own.ok() && !kept) SharedSegments::Get().Release(*own);
     }
   } releaser{own};
   if (own.ok()) CopyPeersBlocks(spec, world, rank, args.input, own->data);
@@ -329,7 +266,18 @@ absl::Status RunSameHost(const AlgorithmArgs& args, Algorithm* ran) {
   };
   CopyReducedBlocks(args, world, segment, out);
   Advance(*own, Step::kDone);
-  return AwaitPeers(transport, *exposed, peers, Step::kDone, nullptr);
+  absl::Status done =
+      AwaitPeers(transport, *exposed, peers, Step::kDone, nullptr);
+  if (done.ok() && args.bind_same_host != nullptr) {
+    std::vector<uint64_t> tickets(world);
+    for (int r = 0; r < world; ++r) {
+      tickets[r] = r == rank ? own->ticket : (*exposed)[r].ticket;
+    }
+    *args.bind_same_host = std::make_shared<SameHostBinding>(
+        world, rank, *own, peers.Release(), std::move(tickets));
+    releaser.kept = true;
+  }
+  return done;
 }
 
 }  // namespace chorus

@@ -18,6 +18,7 @@ namespace {
 // The header: the segment's id, then its stage.
 constexpr uint64_t kHeaderBytes = 64;
 constexpr uint64_t kStageOffset = 8;
+constexpr uint64_t kFingerprintOffset = 16;
 // Segment sizes are rounded up to this, so slightly different sizes share.
 constexpr uint64_t kGranule = 2 << 20;
 // Free segments and unused peer mappings kept for reuse.
@@ -29,6 +30,11 @@ std::string Errno() { return std::strerror(errno); }
 // The stage word in the header of a segment mapped at `base`.
 const std::atomic<uint64_t>* StageOf(const char* base) {
   return reinterpret_cast<const std::atomic<uint64_t>*>(base + kStageOffset);
+}
+
+// The fingerprint words of a segment mapped at `base`.
+std::atomic<uint64_t>* FingerprintOf(char* base) {
+  return reinterpret_cast<std::atomic<uint64_t>*>(base + kFingerprintOffset);
 }
 
 }  // namespace
@@ -45,7 +51,8 @@ SharedSegments::Own SharedSegments::LeaseOf(Segment& segment) {
              segment.memory->bytes() - kHeaderBytes,
              ++segment.tickets,
              reinterpret_cast<std::atomic<uint64_t>*>(segment.memory->data() +
-                                                      kStageOffset)};
+                                                      kStageOffset),
+             FingerprintOf(segment.memory->data())};
 }
 
 void SharedSegments::UnmapMapping(const Mapping& mapping) {
@@ -96,6 +103,16 @@ void SharedSegments::Release(const Own& own) {
   free_.pop_back();
 }
 
+void SharedSegments::Discard(const Own& own) {
+  Segment dropped;  // unmapped and closed outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = std::find_if(leased_.begin(), leased_.end(),
+                         [&](const Segment& s) { return s.id == own.id; });
+  if (it == leased_.end()) return;
+  dropped = std::move(*it);
+  leased_.erase(it);
+}
+
 absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,
                                                              int fd,
                                                              uint64_t id,
@@ -107,7 +124,8 @@ absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,
       ++it->users;
       mappings_.splice(mappings_.begin(), mappings_, it);
       return Peer{it->base + kHeaderBytes, it->capacity, &*it,
-                  StageOf(it->base)};
+                  StageOf(it->base),
+                  FingerprintOf(const_cast<char*>(it->base))};
     }
   }
   const std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
@@ -143,7 +161,8 @@ absl::StatusOr<SharedSegments::Peer> SharedSegments::MapPeer(uint64_t pid,
     absl::MutexLock lock(&mu_);
     mappings_.push_front(mapping);
     peer = Peer{mapping.base + kHeaderBytes, mapping.capacity,
-                &mappings_.front(), StageOf(mapping.base)};
+                &mappings_.front(), StageOf(mapping.base),
+                FingerprintOf(const_cast<char*>(mapping.base))};
     size_t idle = 0;
     for (auto it = mappings_.begin(); it != mappings_.end();) {
       if (it->users == 0 && ++idle > kIdleMappings) {

@@ -10,7 +10,9 @@
 // stage: a word only the owner writes, which grows with every step of every
 // call that leases the segment, and which peers wait on (futex_word.h). Each
 // lease has a ticket, larger than every earlier lease's, for the call to
-// derive its stages from.
+// derive its stages from. After the stage the header holds three words of
+// the owner's call (its fingerprint), which only the bound same_host path
+// writes (same_host_binding.h).
 //
 // Segments and peer mappings are kept for reuse across calls: the first
 // call of a size pays for the pages, later ones only copy.
@@ -45,6 +47,7 @@ class SharedSegments {
     uint64_t capacity = 0;
     uint64_t ticket = 0;  // this lease's
     std::atomic<uint64_t>* stage = nullptr;
+    std::atomic<uint64_t>* fingerprint = nullptr;  // kFingerprintWords
   };
   // A peer's segment mapped here, leased to one call.
   struct Peer {
@@ -52,7 +55,11 @@ class SharedSegments {
     uint64_t capacity = 0;
     void* handle = nullptr;
     const std::atomic<uint64_t>* stage = nullptr;
+    const std::atomic<uint64_t>* fingerprint = nullptr;  // kFingerprintWords
   };
+
+  // Words of a segment's fingerprint.
+  static constexpr int kFingerprintWords = 3;
 
   static SharedSegments& Get();
 
@@ -60,6 +67,10 @@ class SharedSegments {
   // when memory cannot be had.
   absl::StatusOr<Own> Acquire(uint64_t bytes);
   void Release(const Own& segment);
+  // Ends a lease for good: the segment is never leased again (its stage and
+  // fingerprint stay as they are for peers that still map it), and its
+  // memory goes once no peer maps it.
+  void Discard(const Own& segment);
 
   // Maps peer `pid`'s segment `fd` whose header holds `id` and which has
   // at least `bytes` after it. Returns UNAVAILABLE when it cannot be opened

@@ -1,0 +1,103 @@
+// WorkerRuntime: same-host all-reduces repeated on the segments kept from
+// a same_host call (algorithms/same_host_binding.h), which never reach the
+// coordinator, and the bindings kept per group epoch and rank.
+#include <algorithm>
+#include <utility>
+
+#include "common/answer_margin.h"
+#include "server/worker/algorithms/same_host_binding.h"
+#include "server/worker/dataplane/peer_transport.h"
+#include "server/worker/worker_runtime.h"
+
+namespace chorus {
+
+bool WorkerRuntime::MayBindSameHost(const CollectiveSpec& spec,
+                                    const CallBuffers& buffers,
+                                    bool forced) const {
+  // Checked results need the commit, where the coordinator compares them.
+  return options_.bound_same_host && !options_.check_results &&
+         spec.kind == CollectiveKind::kAllReduce && !buffers.on_device &&
+         !forced;
+}
+
+std::shared_ptr<SameHostBinding> WorkerRuntime::BoundFor(
+    const Membership& membership, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const RunOptions& options) const {
+  const bool forced = options.algorithm != Algorithm::kUnspecified ||
+                      options.device.has_value();
+  if (!MayBindSameHost(spec, buffers, forced)) return nullptr;
+  std::shared_ptr<SameHostBinding> binding = same_host_bindings_.Find(
+      membership.group, membership.epoch, membership.rank);
+  if (binding == nullptr || !binding->Fits(spec)) return nullptr;
+  return binding;
+}
+
+void WorkerRuntime::WithdrawFromBinding(const Membership& membership,
+                                        uint64_t sequence) {
+  std::shared_ptr<SameHostBinding> binding = same_host_bindings_.Find(
+      membership.group, membership.epoch, membership.rank);
+  if (binding != nullptr) WithdrawBound(*binding, sequence);
+}
+
+void WorkerRuntime::KeepBinding(const Membership& membership,
+                                const CollectiveSpec& spec,
+                                std::shared_ptr<SameHostBinding> binding) {
+  binding->AddShape(spec);
+  same_host_bindings_.Keep(membership.group, membership.epoch, membership.rank,
+                           std::move(binding));
+}
+
+absl::StatusOr<RunResult> WorkerRuntime::RunBound(
+    std::shared_ptr<SameHostBinding> binding, const Membership& membership,
+    uint64_t sequence, const CollectiveSpec& spec, const CallBuffers& buffers,
+    const RunOptions& options) {
+  absl::Status valid =
+      ValidateCall(spec, membership.world_size, membership.rank,
+                   buffers.host_input.size(), options.algorithm);
+  if (!valid.ok()) return valid;
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.timeout;
+  const absl::Duration patience =
+      std::min(membership.leader_patience, options.timeout / 4);
+  PeerTransport patient(
+      TransportOptions(membership, sequence, start + patience), &inbox_,
+      sender_.get());
+  PeerTransport transport(
+      TransportOptions(membership, sequence,
+                       deadline - AnswerMargin(options.timeout)),
+      &inbox_, sender_.get());
+  BoundCallArgs args;
+  args.sequence = sequence;
+  args.spec = spec;
+  args.input = buffers.host_input;
+  args.output = buffers.host_output;
+  args.output_place = buffers.host_output_place;
+  args.patience = &patient;
+  args.transport = &transport;
+  args.grace = patience;
+  // A group aborted here goes to the coordinator for its verdict.
+  absl::StatusOr<BoundEnd> ended = BoundEnd::kAskCoordinator;
+  if (inbox_.AbortStatus(membership.group, membership.epoch).ok()) {
+    ended = RunBoundSameHost(*binding, args);
+  }
+  if (ended.ok() && *ended == BoundEnd::kAskCoordinator) {
+    RunOptions rest = options;
+    rest.timeout = deadline - absl::Now();
+    return AskAndFinish(membership, sequence, spec, buffers, rest);
+  }
+  absl::Status status = ended.status();
+  if (status.ok()) {
+    // The coordinator counts it with the rank's next call there.
+    NoteLeaderRan(membership, sequence);
+  } else {
+    same_host_bindings_.Drop(membership.group, membership.epoch,
+                             membership.rank);
+    status = ReportFailure(membership, sequence, status, deadline);
+  }
+  RunResult result;
+  result.sequence = sequence;
+  result.algorithm = Algorithm::kSameHost;
+  return EndCall(status, buffers, buffers.host_output, result);
+}
+
+}  // namespace chorus
