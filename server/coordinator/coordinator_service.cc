@@ -175,11 +175,21 @@ class EventStream final : public grpc::ServerWriteReactor<v1::Event> {
 absl::Status CoordinatorService::AuthorizeWorkerId(
     const grpc::CallbackServerContext& context, absl::string_view action,
     uint64_t id) const {
+  return AuthorizeWorkerJob(context, action, id).status();
+}
+
+absl::StatusOr<std::string> CoordinatorService::AuthorizeWorkerJob(
+    const grpc::CallbackServerContext& context, absl::string_view action,
+    uint64_t id) const {
   absl::StatusOr<std::optional<Identity>> caller =
       CallingWorker(context, action);
   if (!caller.ok()) return caller.status();
-  if (!caller->has_value()) return absl::OkStatus();
-  return core_->AuthorizeWorker(**caller, id);
+  if (!caller->has_value()) return std::string();
+  if (absl::Status allowed = core_->AuthorizeWorker(**caller, id);
+      !allowed.ok()) {
+    return allowed;
+  }
+  return (*caller)->job;
 }
 
 absl::StatusOr<std::string> CoordinatorService::AuthorizeRank(
@@ -323,14 +333,16 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(
   return Finish(context, absl::OkStatus());
 }
 
-grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view,
+grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const std::string& job,
+                                                       const GroupView& view,
                                                        bool list_members) {
   // A view answering one newcomer or follower names its rank: its own. A
   // reply without members is small enough to make each time.
   const bool shared = view.rank < 0 && list_members;
   absl::MutexLock lock(&join_response_mu_);
+  // Each job numbers its groups' epochs alike: the job is part of the key.
   if (!shared || join_response_.epoch != view.epoch ||
-      join_response_.group != view.name) {
+      join_response_.group != view.name || join_response_.job != job) {
     const v1::JoinGroupResponse response =
         JoinResponseOf(view, core_->group_options().planner, list_members);
     bool own_buffer = false;
@@ -341,7 +353,7 @@ grpc::ByteBuffer CoordinatorService::JoinResponseBytes(const GroupView& view,
       return grpc::ByteBuffer();
     }
     if (!shared) return bytes;
-    join_response_ = CachedJoinResponse{view.name, view.epoch, bytes};
+    join_response_ = CachedJoinResponse{job, view.name, view.epoch, bytes};
   }
   // Copying a ByteBuffer shares its slices.
   return join_response_.bytes;
@@ -362,11 +374,9 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     return Finish(context, absl::InvalidArgumentError(
                                "malformed JoinGroupRequest message"));
   }
-  if (absl::Status allowed = AuthorizeWorkerId(
-          *context, "chorus.v1.Coordinator/JoinGroup", request.worker_id());
-      !allowed.ok()) {
-    return Finish(context, allowed);
-  }
+  absl::StatusOr<std::string> job = AuthorizeWorkerJob(
+      *context, "chorus.v1.Coordinator/JoinGroup", request.worker_id());
+  if (!job.ok()) return Finish(context, job.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   JoinRequest join = JoinFromProto(request, ClientDeadline(*context));
   // The worker cancels a newcomer's join whose caller went away. The
@@ -374,11 +384,12 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
   join.withdrawn = [context] { return context->IsCancelled(); };
   const int list_max =
       ListMembersMax(request.members_on_request(), core_->group_options());
-  core_->Join(std::move(join), [this, reactor, response, list_max](
+  core_->Join(std::move(join), [this, reactor, response, list_max,
+                                job = *std::move(job)](
                                    const absl::StatusOr<GroupView>& view) {
     absl::Status status = view.status();
     if (status.ok()) {
-      *response = JoinResponseBytes(*view, view->world_size <= list_max);
+      *response = JoinResponseBytes(job, *view, view->world_size <= list_max);
       if (response->Length() == 0) {
         status = absl::InternalError("cannot serialize the group");
       }

@@ -111,6 +111,11 @@ class CoordinatorService final
   // `action` was; OK with TLS off.
   absl::Status AuthorizeWorkerId(const grpc::CallbackServerContext& context,
                                  absl::string_view action, uint64_t id) const;
+  // As AuthorizeWorkerId; returns the caller's job (empty: the default job,
+  // and with TLS off).
+  absl::StatusOr<std::string> AuthorizeWorkerJob(
+      const grpc::CallbackServerContext& context, absl::string_view action,
+      uint64_t id) const;
   // As AuthorizeWorkerId, for a call as `rank` of `group` at `epoch` of the
   // caller's job. Returns that job (empty: the default job, and with TLS
   // off).
@@ -118,12 +123,14 @@ class CoordinatorService final
       const grpc::CallbackServerContext& context, absl::string_view action,
       const std::string& group, uint64_t epoch, int rank) const;
 
-  // The serialized JoinGroupResponse for `view`, made once per group epoch
-  // where it lists the members (`list_members`).
-  grpc::ByteBuffer JoinResponseBytes(const GroupView& view, bool list_members);
+  // The serialized JoinGroupResponse for `view` of `job`, made once per
+  // group epoch where it lists the members (`list_members`).
+  grpc::ByteBuffer JoinResponseBytes(const std::string& job,
+                                     const GroupView& view, bool list_members);
 
   // The last response JoinResponseBytes made, and for which group epoch.
   struct CachedJoinResponse {
+    std::string job;
     std::string group;
     uint64_t epoch = 0;
     grpc::ByteBuffer bytes;
