@@ -40,7 +40,13 @@ struct PlannerOptions {
   // (and inline_max_bytes); larger ones use same_host: at 64 KiB same_host
   // took 0.4-0.6x (2 ranks) and 0.7x (4 ranks) of inline's time, at 32 KiB
   // 0.9-1.0x and 2.2x (bench/README.md, "Same host: stages in shared
-  // memory").
+  // memory"). 0 plans every all-reduce with data same_host, so that its
+  // repetitions run without the coordinator (same_host_binding.h): 8 bytes
+  // then took 7 us at 2 ranks against 91 us inline, but the first call of
+  // each shape, every call of workers with --check_results, and each of
+  // thousands of calls pending at once (a task thread each as they are
+  // matched) pay a planned same_host call (bench/README.md, "Same host:
+  // repeated calls without the coordinator").
   uint64_t same_host_inline_max_bytes = 32 << 10;
   // Calls too large for inline, in groups whose ranks are all on GPUs of
   // workers built with NCCL, run on NCCL where it runs them as Chorus

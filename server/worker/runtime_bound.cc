@@ -2,6 +2,7 @@
 // a same_host call (algorithms/same_host_binding.h), which never reach the
 // coordinator, and the bindings kept per group epoch and rank.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "common/answer_margin.h"
@@ -20,7 +21,7 @@ bool WorkerRuntime::MayBindSameHost(const CollectiveSpec& spec,
          !forced;
 }
 
-std::shared_ptr<SameHostBinding> WorkerRuntime::BoundFor(
+std::shared_ptr<SameHostBinding> WorkerRuntime::ClaimBinding(
     const Membership& membership, const CollectiveSpec& spec,
     const CallBuffers& buffers, const RunOptions& options) const {
   const bool forced = options.algorithm != Algorithm::kUnspecified ||
@@ -28,7 +29,9 @@ std::shared_ptr<SameHostBinding> WorkerRuntime::BoundFor(
   if (!MayBindSameHost(spec, buffers, forced)) return nullptr;
   std::shared_ptr<SameHostBinding> binding = same_host_bindings_.Find(
       membership.group, membership.epoch, membership.rank);
-  if (binding == nullptr || !binding->Fits(spec)) return nullptr;
+  if (binding == nullptr || !binding->Fits(spec) || !binding->TryClaim()) {
+    return nullptr;
+  }
   return binding;
 }
 
@@ -47,10 +50,30 @@ void WorkerRuntime::KeepBinding(const Membership& membership,
                            std::move(binding));
 }
 
-absl::StatusOr<RunResult> WorkerRuntime::RunBound(
-    std::shared_ptr<SameHostBinding> binding, const Membership& membership,
-    uint64_t sequence, const CollectiveSpec& spec, const CallBuffers& buffers,
+absl::StatusOr<RunResult> WorkerRuntime::RunBound(SameHostBinding& binding,
+                                                  const Membership& membership,
+                                                  uint64_t sequence,
+                                                  const CollectiveSpec& spec,
+                                                  const CallBuffers& buffers,
+                                                  const RunOptions& options) {
+  const absl::Time start = absl::Now();
+  std::optional<absl::StatusOr<RunResult>> ran =
+      RunOnBinding(binding, membership, sequence, spec, buffers, options);
+  if (ran.has_value()) return *std::move(ran);
+  RunOptions rest = options;
+  rest.timeout = start + options.timeout - absl::Now();
+  return AskAndFinish(membership, sequence, spec, buffers, rest);
+}
+
+std::optional<absl::StatusOr<RunResult>> WorkerRuntime::RunOnBinding(
+    SameHostBinding& binding, const Membership& membership, uint64_t sequence,
+    const CollectiveSpec& spec, const CallBuffers& buffers,
     const RunOptions& options) {
+  // The binding is free again once the call is off it.
+  struct Unclaimer {
+    SameHostBinding& binding;
+    ~Unclaimer() { binding.Unclaim(); }
+  } unclaimer{binding};
   absl::Status valid =
       ValidateCall(spec, membership.world_size, membership.rank,
                    buffers.host_input.size(), options.algorithm);
@@ -78,13 +101,9 @@ absl::StatusOr<RunResult> WorkerRuntime::RunBound(
   // A group aborted here goes to the coordinator for its verdict.
   absl::StatusOr<BoundEnd> ended = BoundEnd::kAskCoordinator;
   if (inbox_.AbortStatus(membership.group, membership.epoch).ok()) {
-    ended = RunBoundSameHost(*binding, args);
+    ended = RunBoundSameHost(binding, args);
   }
-  if (ended.ok() && *ended == BoundEnd::kAskCoordinator) {
-    RunOptions rest = options;
-    rest.timeout = deadline - absl::Now();
-    return AskAndFinish(membership, sequence, spec, buffers, rest);
-  }
+  if (ended.ok() && *ended == BoundEnd::kAskCoordinator) return std::nullopt;
   absl::Status status = ended.status();
   if (status.ok()) {
     // The coordinator counts it with the rank's next call there.

@@ -192,9 +192,8 @@ absl::StatusOr<RunResult> WorkerRuntime::RunCall(const Membership& membership,
     return RunAtLeader(membership, sequence, spec, buffers, options);
   }
   if (std::shared_ptr<SameHostBinding> bound =
-          BoundFor(membership, spec, buffers, options)) {
-    return RunBound(std::move(bound), membership, sequence, spec, buffers,
-                    options);
+          ClaimBinding(membership, spec, buffers, options)) {
+    return RunBound(*bound, membership, sequence, spec, buffers, options);
   }
   return AskAndFinish(membership, sequence, spec, buffers, options);
 }
@@ -306,23 +305,32 @@ void WorkerRuntime::RunAsync(
   run->done = std::move(done);
   const absl::Time start = absl::Now();
   if (RunsAtLeader(membership, spec, run->buffers, options)) {
-    RunOffCoordinatorAsync(std::move(run), start,
-                           [this, options](PendingRun& r) {
-                             return RunAtLeader(r.membership, r.sequence,
-                                                r.spec, r.buffers, options);
-                           });
+    RunOffCoordinatorAsync(
+        std::move(run), options, start, [this, options](PendingRun& r) {
+          return std::make_optional(RunAtLeader(r.membership, r.sequence,
+                                                r.spec, r.buffers, options));
+        });
     return;
   }
+  // While an earlier call of the rank holds its binding, this one waits at
+  // the coordinator, holding no thread.
   if (std::shared_ptr<SameHostBinding> bound =
-          BoundFor(membership, spec, run->buffers, options)) {
-    RunOffCoordinatorAsync(std::move(run), start,
-                           [this, bound, options](PendingRun& r) {
-                             return RunBound(bound, r.membership, r.sequence,
-                                             r.spec, r.buffers, options);
-                           });
+          ClaimBinding(membership, spec, run->buffers, options)) {
+    RunOffCoordinatorAsync(
+        std::move(run), options, start, [this, bound, options](PendingRun& r) {
+          return RunOnBinding(*bound, r.membership, r.sequence, r.spec,
+                              r.buffers, options);
+        });
     return;
   }
-  absl::Status prepared = PrepareCall(run->membership, sequence, spec,
+  SendToCoordinatorAsync(std::move(run), options, start);
+}
+
+void WorkerRuntime::SendToCoordinatorAsync(std::unique_ptr<PendingRun> run,
+                                           const RunOptions& options,
+                                           absl::Time start) {
+  const CollectiveSpec& spec = run->spec;
+  absl::Status prepared = PrepareCall(run->membership, run->sequence, spec,
                                       run->buffers, options, &run->call);
   if (!prepared.ok()) {
     run->done(Counted(spec, start, prepared));
@@ -350,8 +358,9 @@ void WorkerRuntime::RunAsync(
 }
 
 void WorkerRuntime::RunOffCoordinatorAsync(
-    std::unique_ptr<PendingRun> run, absl::Time start,
-    std::function<absl::StatusOr<RunResult>(PendingRun&)> body) {
+    std::unique_ptr<PendingRun> run, const RunOptions& options,
+    absl::Time start,
+    std::function<std::optional<absl::StatusOr<RunResult>>(PendingRun&)> body) {
   bool open = false;
   {
     absl::MutexLock lock(&runs_mu_);
@@ -364,13 +373,20 @@ void WorkerRuntime::RunOffCoordinatorAsync(
     return;
   }
   planned_runs_.Spawn(
-      [this, run = run.release(), body = std::move(body), start] {
-        absl::StatusOr<RunResult> result = body(*run);
+      [this, run = run.release(), body = std::move(body), options, start] {
+        std::optional<absl::StatusOr<RunResult>> result = body(*run);
         {
           absl::MutexLock lock(&runs_mu_);
           runs_.erase(run);
         }
-        run->done(Counted(run->spec, start, std::move(result)));
+        if (!result.has_value()) {
+          // The rest of the call's time, at the coordinator.
+          RunOptions rest = options;
+          rest.timeout = start + options.timeout - absl::Now();
+          SendToCoordinatorAsync(std::unique_ptr<PendingRun>(run), rest, start);
+          return;
+        }
+        run->done(Counted(run->spec, start, *std::move(result)));
         delete run;
       });
 }

@@ -388,36 +388,52 @@ class WorkerRuntime final : public CallRuntime {
   // Moves the sequences kept for `membership`'s rank into `request`.
   void AttachLeaderRan(const Membership& membership,
                        v1::CollectiveRequest* request);
-  // RunAtLeader() or RunBound() (`body`) for RunAsync(), on a task thread;
-  // `run` was not sent.
+  // RunAtLeader() or RunOnBinding() (`body`) for RunAsync(), on a task
+  // thread; `run` was not sent. When `body` gives no result the call goes
+  // on at the coordinator (SendToCoordinatorAsync()) with the rest of its
+  // time.
   void RunOffCoordinatorAsync(
-      std::unique_ptr<PendingRun> run, absl::Time start,
-      std::function<absl::StatusOr<RunResult>(PendingRun&)> body);
+      std::unique_ptr<PendingRun> run, const RunOptions& options,
+      absl::Time start,
+      std::function<std::optional<absl::StatusOr<RunResult>>(PendingRun&)>
+          body);
+  // RunAsync()'s call to the coordinator: sends it and returns; the answer
+  // ends it, or runs its plan on a task thread.
+  void SendToCoordinatorAsync(std::unique_ptr<PendingRun> run,
+                              const RunOptions& options, absl::Time start);
   // ---- Same-host calls on kept segments (runtime_bound.cc) ----
   // Whether a call like this may run on, or make, a same_host binding: an
   // unforced all-reduce on host memory, without checked results.
   bool MayBindSameHost(const CollectiveSpec& spec, const CallBuffers& buffers,
                        bool forced) const;
-  // The rank's binding the call runs on, or null.
-  std::shared_ptr<SameHostBinding> BoundFor(const Membership& membership,
-                                            const CollectiveSpec& spec,
-                                            const CallBuffers& buffers,
-                                            const RunOptions& options) const;
+  // The rank's binding the call runs on, claimed for it (RunOnBinding()
+  // unclaims it), or null.
+  std::shared_ptr<SameHostBinding> ClaimBinding(
+      const Membership& membership, const CollectiveSpec& spec,
+      const CallBuffers& buffers, const RunOptions& options) const;
   // Tells the rank's bound peers that call `sequence` goes to the
   // coordinator.
   void WithdrawFromBinding(const Membership& membership, uint64_t sequence);
   // Keeps `binding`, made by a same_host call of `spec`, for the rank.
   void KeepBinding(const Membership& membership, const CollectiveSpec& spec,
                    std::shared_ptr<SameHostBinding> binding);
-  // Runs a call on `binding`, or at the coordinator when a rank withdrew.
+  // Runs a call on `binding` (claimed), or at the coordinator when a rank
+  // withdrew.
   // Returns Run()'s codes: the coordinator's verdict, or a failure's
   // (ReportFailure()).
-  absl::StatusOr<RunResult> RunBound(std::shared_ptr<SameHostBinding> binding,
+  absl::StatusOr<RunResult> RunBound(SameHostBinding& binding,
                                      const Membership& membership,
                                      uint64_t sequence,
                                      const CollectiveSpec& spec,
                                      const CallBuffers& buffers,
                                      const RunOptions& options);
+  // RunBound()'s part on the binding, which it unclaims: the call's
+  // result, or nullopt when the call goes to the coordinator (nothing
+  // written).
+  std::optional<absl::StatusOr<RunResult>> RunOnBinding(
+      SameHostBinding& binding, const Membership& membership, uint64_t sequence,
+      const CollectiveSpec& spec, const CallBuffers& buffers,
+      const RunOptions& options);
   // ---- Failover (runtime_failover.cc) ----
   // Sends `call` to the coordinator and returns its answer; with several
   // coordinators, sends it again (with its replays) after a failover until

@@ -66,6 +66,14 @@ SameHostBinding::~SameHostBinding() {
   SharedSegments::Get().Discard(own_);
 }
 
+bool SameHostBinding::TryClaim() {
+  return !claimed_.exchange(true, std::memory_order_acquire);
+}
+
+void SameHostBinding::Unclaim() {
+  claimed_.store(false, std::memory_order_release);
+}
+
 uint64_t SameHostBinding::capacity() const {
   uint64_t bytes = own_.capacity;
   for (int r = 0; r < world_; ++r) {
@@ -79,9 +87,9 @@ void SameHostBinding::AddShape(const CollectiveSpec& spec) {
   for (const CollectiveSpec& shape : shapes_) {
     if (SameShape(shape, spec)) return;
   }
-  // A handful of shapes per epoch is the common case; more are forgotten
-  // oldest first (their calls then ask the coordinator).
-  constexpr size_t kMaxShapes = 32;
+  // Tens of shapes per epoch (a model's buckets) is the common case; more
+  // are forgotten oldest first (their calls then ask the coordinator).
+  constexpr size_t kMaxShapes = 128;
   if (shapes_.size() == kMaxShapes) shapes_.erase(shapes_.begin());
   shapes_.push_back(spec);
 }
@@ -252,16 +260,13 @@ class BoundCall {
 
 absl::StatusOr<BoundEnd> RunBoundSameHost(SameHostBinding& binding,
                                           const BoundCallArgs& args) {
-  if (!binding.run_mu_.TryLock()) return BoundEnd::kAskCoordinator;
-  absl::StatusOr<BoundEnd> ended = BoundEnd::kAskCoordinator;
   // A call behind one that ran already (calls overtaking each other) cannot
   // lower the stage: it asks the coordinator.
-  if (binding.own_.stage->load(std::memory_order_relaxed) <
+  if (binding.own_.stage->load(std::memory_order_relaxed) >=
       binding.StageOf(binding.rank_, args.sequence, Step::kArrived)) {
-    ended = BoundCall(binding, args).Run();
+    return BoundEnd::kAskCoordinator;
   }
-  binding.run_mu_.Unlock();
-  return ended;
+  return BoundCall(binding, args).Run();
 }
 
 std::shared_ptr<SameHostBinding> SameHostBindings::Find(
@@ -314,10 +319,10 @@ void SameHostBindings::Drop(const std::string& group, uint64_t epoch,
 }
 
 void WithdrawBound(SameHostBinding& binding, uint64_t sequence) {
-  if (!binding.run_mu_.TryLock()) return;
+  if (!binding.TryClaim()) return;
   RaiseStage(*binding.own_.stage,
              binding.StageOf(binding.rank_, sequence, Step::kWithdrawn));
-  binding.run_mu_.Unlock();
+  binding.Unclaim();
 }
 
 }  // namespace chorus

@@ -31,11 +31,12 @@
 // the runtime until its epoch ends, a call on it fails, or a newer same_host
 // call replaces it; its own segment is then discarded, never reused (peers
 // may still read its last stage).
-// Thread safety: thread-safe; one call runs on a binding at a time (a
-// second one at once goes to the coordinator).
+// Thread safety: thread-safe; one call runs on a binding at a time, the one
+// that claimed it (a second one at once goes to the coordinator).
 #ifndef CHORUS_SERVER_WORKER_ALGORITHMS_SAME_HOST_BINDING_H_
 #define CHORUS_SERVER_WORKER_ALGORITHMS_SAME_HOST_BINDING_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -92,6 +93,12 @@ class SameHostBinding {
   int rank() const { return rank_; }
   // Bytes every segment of the binding holds at least.
   uint64_t capacity() const;
+  // Claims the binding for one call: returns false when another call holds
+  // it (that call then goes to the coordinator). The call's
+  // RunBoundSameHost() (or WithdrawBound()) and Unclaim() may run on
+  // another thread than the claim.
+  bool TryClaim();
+  void Unclaim();
 
   // Notes that the coordinator planned `spec` same_host in this epoch.
   void AddShape(const CollectiveSpec& spec);
@@ -121,13 +128,14 @@ class SameHostBinding {
   const SharedSegments::Own own_;
   const std::vector<SharedSegments::Peer> peers_;
   const std::vector<uint64_t> tickets_;
-  // Held by the call running on the binding.
-  absl::Mutex run_mu_;
+  // Set while a call holds the binding (TryClaim()).
+  std::atomic<bool> claimed_{false};
   mutable absl::Mutex shapes_mu_;
   std::vector<CollectiveSpec> shapes_ ABSL_GUARDED_BY(shapes_mu_);
 };
 
-// Runs this rank's half of call args.sequence on `binding`. Returns kDone
+// Runs this rank's half of call args.sequence on `binding`, which the
+// caller claimed (SameHostBinding::TryClaim()). Returns kDone
 // (the output written) or kAskCoordinator (nothing written; every rank of
 // the call asks the coordinator too); or the transport's errors while
 // reducing, for the runtime to report (no rank then succeeds, within the
@@ -166,7 +174,7 @@ class SameHostBindings {
 };
 
 // Tells the peers that call `sequence` of this rank goes to the coordinator,
-// so they do not wait for it; does nothing while another call runs on the
+// so they do not wait for it; does nothing while another call holds the
 // binding.
 void WithdrawBound(SameHostBinding& binding, uint64_t sequence);
 
