@@ -74,14 +74,11 @@ std::optional<absl::StatusOr<RunResult>> WorkerRuntime::RunOnBinding(
     SameHostBinding& binding;
     ~Unclaimer() { binding.Unclaim(); }
   } unclaimer{binding};
-  absl::Status valid =
-      ValidateCall(spec, membership.world_size, membership.rank,
-                   buffers.host_input.size(), options.algorithm);
+  absl::Status valid = ValidateRankCall(membership, spec, buffers, options);
   if (!valid.ok()) return valid;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options.timeout;
-  const absl::Duration patience =
-      std::min(membership.leader_patience, options.timeout / 4);
+  const absl::Duration patience = Patience(membership, options);
   PeerTransport patient(
       TransportOptions(membership, sequence, start + patience), &inbox_,
       sender_.get());

@@ -41,14 +41,11 @@ bool WorkerRuntime::RunsAtLeader(const Membership& membership,
 absl::StatusOr<RunResult> WorkerRuntime::RunAtLeader(
     const Membership& membership, uint64_t sequence, const CollectiveSpec& spec,
     const CallBuffers& buffers, const RunOptions& options) {
-  absl::Status valid =
-      ValidateCall(spec, membership.world_size, membership.rank,
-                   buffers.host_input.size(), options.algorithm);
+  absl::Status valid = ValidateRankCall(membership, spec, buffers, options);
   if (!valid.ok()) return valid;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options.timeout;
-  const absl::Duration patience =
-      std::min(membership.leader_patience, options.timeout / 4);
+  const absl::Duration patience = Patience(membership, options);
   PeerTransport transport(
       TransportOptions(membership, sequence, start + 2 * patience), &inbox_,
       sender_.get());
@@ -90,6 +87,19 @@ absl::StatusOr<RunResult> WorkerRuntime::RunAtLeader(
   result.sequence = sequence;
   result.algorithm = Algorithm::kLeader;
   return EndCall(status, buffers, buffers.host_output, result);
+}
+
+absl::Status WorkerRuntime::ValidateRankCall(const Membership& membership,
+                                             const CollectiveSpec& spec,
+                                             const CallBuffers& buffers,
+                                             const RunOptions& options) {
+  return ValidateCall(spec, membership.world_size, membership.rank,
+                      buffers.host_input.size(), options.algorithm);
+}
+
+absl::Duration WorkerRuntime::Patience(const Membership& membership,
+                                       const RunOptions& options) {
+  return std::min(membership.leader_patience, options.timeout / 4);
 }
 
 void WorkerRuntime::NoteLeaderRan(const Membership& membership,

@@ -383,6 +383,17 @@ class WorkerRuntime final : public CallRuntime {
                                         const CollectiveSpec& spec,
                                         const CallBuffers& buffers,
                                         const RunOptions& options);
+  // ValidateCall() for a call of `membership`'s rank: INVALID_ARGUMENT for
+  // bad input, else OK.
+  static absl::Status ValidateRankCall(const Membership& membership,
+                                       const CollectiveSpec& spec,
+                                       const CallBuffers& buffers,
+                                       const RunOptions& options);
+  // How long the ranks of a call that agree among themselves (the leader
+  // plan, a same_host binding) wait for each other before they ask the
+  // coordinator: the group's patience, at most a quarter of the timeout.
+  static absl::Duration Patience(const Membership& membership,
+                                 const RunOptions& options);
   // Keeps `sequence` for the rank's next call to the coordinator.
   void NoteLeaderRan(const Membership& membership, uint64_t sequence);
   // Moves the sequences kept for `membership`'s rank into `request`.

@@ -111,6 +111,19 @@ class LostWorkerTest : public ::testing::Test {
     return *victim;
   }
 
+  // Starts AllReduceU32(count) on ranks 0 .. `callers`-1 (planned freely).
+  static std::vector<std::unique_ptr<BackgroundCall>> StartCalls(
+      const std::vector<std::unique_ptr<Communicator>>& ranks, int callers,
+      uint64_t count) {
+    std::vector<std::unique_ptr<BackgroundCall>> calls;
+    for (int rank = 0; rank < callers; ++rank) {
+      calls.push_back(std::make_unique<BackgroundCall>(
+          ranks[rank].get(), AllReduceU32(count), RankInputU32(rank, count),
+          FailureCallOptions()));
+    }
+    return calls;
+  }
+
   // Waits until the victim process `victim_pid` (rank 2) delivered
   // kMidRingBytes to its ring successor, rank 0's worker.
   absl::Status WaitForRingProgress(
@@ -152,12 +165,8 @@ TEST_P(LostWorkerSmallCallTest, Kill_BeforeRankCalls_OthersAbortedNamingIt) {
 
     const absl::Time killed_at = absl::Now();
     ASSERT_TRUE(cluster_->worker(victim).process->Kill().ok());
-    std::vector<std::unique_ptr<BackgroundCall>> calls;
-    for (int rank = 0; rank < 2; ++rank) {
-      calls.push_back(std::make_unique<BackgroundCall>(
-          ranks[rank].get(), AllReduceU32(kSmallCount),
-          RankInputU32(rank, kSmallCount), FailureCallOptions()));
-    }
+    std::vector<std::unique_ptr<BackgroundCall>> calls =
+        StartCalls(ranks, 2, kSmallCount);
     ExpectAllEndBy(calls, killed_at + kLostWorkerBound, killed_at,
                    "SIGKILL before rank 2 called");
     for (int rank = 0; rank < 2; ++rank) {
@@ -276,12 +285,8 @@ TEST_F(LostWorkerTest,
         JoinWithVictim(group, absl::StrCat("victim-", round), &ranks);
     ASSERT_GE(victim, 0);
     for (int call = 0; call < 3; ++call) {
-      std::vector<std::unique_ptr<BackgroundCall>> calls;
-      for (int rank = 0; rank < 3; ++rank) {
-        calls.push_back(std::make_unique<BackgroundCall>(
-            ranks[rank].get(), AllReduceU32(kBoundCount),
-            RankInputU32(rank, kBoundCount), FailureCallOptions()));
-      }
+      std::vector<std::unique_ptr<BackgroundCall>> calls =
+          StartCalls(ranks, 3, kBoundCount);
       for (int rank = 0; rank < 3; ++rank) {
         ASSERT_TRUE(calls[rank]->WaitFor(kFailureCallTimeout));
         ASSERT_TRUE(calls[rank]->result().ok()) << calls[rank]->status();
@@ -291,12 +296,8 @@ TEST_F(LostWorkerTest,
     }
     const absl::Time killed_at = absl::Now();
     ASSERT_TRUE(cluster_->worker(victim).process->Kill().ok());
-    std::vector<std::unique_ptr<BackgroundCall>> survivors;
-    for (int rank = 0; rank < 2; ++rank) {
-      survivors.push_back(std::make_unique<BackgroundCall>(
-          ranks[rank].get(), AllReduceU32(kBoundCount),
-          RankInputU32(rank, kBoundCount), FailureCallOptions()));
-    }
+    std::vector<std::unique_ptr<BackgroundCall>> survivors =
+        StartCalls(ranks, 2, kBoundCount);
     ExpectAllEndBy(survivors, killed_at + kLostWorkerBound, killed_at,
                    "SIGKILL between bound same_host calls");
     for (int rank = 0; rank < 2; ++rank) {
