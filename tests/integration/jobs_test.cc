@@ -96,10 +96,9 @@ class JobsTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(socket_dir_.data()), nullptr);
     // Every all-reduce with data through the data plane (same_host), so
     // that each job's ranks must reach their own job's workers.
-    absl::StatusOr<Daemon> coordinator =
-        StartCoordinator({absl::StrCat("--tls_dir=", TlsDir("coordinator")),
-                          "--lease_timeout=60s",
-                          "--same_host_inline_max_bytes=0"});
+    absl::StatusOr<Daemon> coordinator = StartCoordinator(
+        {absl::StrCat("--tls_dir=", TlsDir("coordinator")),
+         "--lease_timeout=60s", "--same_host_inline_max_bytes=0"});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     for (const std::string job : {"blue", "red"}) {
