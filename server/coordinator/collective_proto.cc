@@ -80,6 +80,7 @@ CollectiveCall CollectiveCallFromProto(const v1::CollectiveRequest& request,
   call.data = request.inline_data();
   call.deadline = client_deadline;
   call.running = request.running();
+  call.repeats_same_host = request.repeats_same_host();
   for (const v1::SequenceRange& range : request.leader_ran()) {
     if (call.leader_ran.size() == kMaxLeaderRanRanges) break;
     call.leader_ran.emplace_back(range.first(), range.last());

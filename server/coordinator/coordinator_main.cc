@@ -64,14 +64,12 @@ ABSL_FLAG(uint64_t, same_host_inline_max_bytes,
           chorus::PlannerOptions().same_host_inline_max_bytes,
           "In groups planned same_host (see --same_host_plan), all-reduces "
           "ride with the call only up to this many bytes (and "
-          "--inline_max_bytes); larger ones use same_host. 0 plans every "
-          "all-reduce with data same_host, so that small ones too repeat "
-          "without the coordinator (chorus-worker --bound_same_host): 8 "
-          "bytes then took 7 us at 2 ranks against 91 us inline on a 2-core "
-          "machine (bench/README.md); but the first call of each shape, "
-          "every call of workers with --check_results, and each of many "
-          "calls pending at once pay a planned same_host call (about 1.5-3x "
-          "an inline one).");
+          "--inline_max_bytes); larger ones use same_host. A smaller "
+          "all-reduce is planned same_host too when every rank asks for it "
+          "(CollectiveRequest.repeats_same_host: workers with "
+          "--bound_same_host ask from a shape's second call, one call at a "
+          "time), so that its repetitions run without the coordinator. 0 "
+          "plans every all-reduce with data same_host.");
 ABSL_FLAG(bool, leader_calls, chorus::PlannerOptions().leader_calls,
           "Groups that are not elastic (and have at most --member_list_max "
           "ranks) run the calls that would be inline at the worker of their "

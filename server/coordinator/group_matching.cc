@@ -344,9 +344,11 @@ absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
   // on (the group's GPUs were checked distinct at its forming).
   bool host_memory = true;
   bool all_gpus = true;
+  bool ranks_repeat = true;
   for (int rank = 0; rank < world; ++rank) {
     const Device& joined = group.view.members[rank].device;
     const std::optional<Device>& device = match.calls[rank]->call.device;
+    ranks_repeat = ranks_repeat && match.calls[rank]->call.repeats_same_host;
     const DeviceKind kind = device.has_value() ? device->kind : joined.kind;
     host_memory = host_memory && kind != DeviceKind::kCuda;
     all_gpus = all_gpus && kind == DeviceKind::kCuda &&
@@ -354,7 +356,7 @@ absl::StatusOr<Plan> GroupTable::AgreedPlanLocked(const Group& group,
   }
   return ChoosePlan(first.spec, world, first.algorithm, options_.planner,
                     group.view.same_host, host_memory,
-                    all_gpus && group.view.nccl);
+                    all_gpus && group.view.nccl, ranks_repeat);
 }
 
 absl::Status GroupTable::RunInlineMatch(const std::string& group,

@@ -112,6 +112,9 @@ struct CollectiveCall {
   // plan since its previous call here (CollectiveRequest.leader_ran), as
   // (first, last) ranges: counted as called.
   std::vector<std::pair<uint64_t, uint64_t>> leader_ran;
+  // The rank would repeat this all-reduce on a same_host plan's segments
+  // (CollectiveRequest.repeats_same_host).
+  bool repeats_same_host = false;
 };
 
 struct CollectiveOutcome {

@@ -45,9 +45,10 @@ uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
                                 bool same_host, bool host_memory,
-                                bool nccl_ranks) {
-  absl::StatusOr<Plan> plan = ChooseAlgorithm(
-      spec, world_size, forced, options, same_host, host_memory, nccl_ranks);
+                                bool nccl_ranks, bool ranks_repeat) {
+  absl::StatusOr<Plan> plan =
+      ChooseAlgorithm(spec, world_size, forced, options, same_host, host_memory,
+                      nccl_ranks, ranks_repeat);
   if (plan.ok() && plan->algorithm != Algorithm::kInline &&
       plan->algorithm != Algorithm::kNccl) {
     plan->chunk_bytes =
@@ -79,7 +80,7 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      Algorithm forced,
                                      const PlannerOptions& options,
                                      bool same_host, bool host_memory,
-                                     bool nccl_ranks) {
+                                     bool nccl_ranks, bool ranks_repeat) {
   Plan plan;
   plan.chunk_bytes = options.chunk_bytes;
   const uint64_t bytes = PayloadBytes(spec, world_size);
@@ -93,16 +94,19 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
       !allowed.ok()) {
     return allowed;
   }
+  const bool shares_memory = spec.kind == CollectiveKind::kAllReduce &&
+                             same_host && host_memory && options.same_host &&
+                             world_size > 1;
   if (forced != Algorithm::kUnspecified) {
     plan.algorithm = forced;
   } else if (CarriesInlineData(
                  spec, world_size, forced,
-                 InlineMaxBytes(spec.kind, world_size, same_host, options))) {
+                 InlineMaxBytes(spec.kind, world_size, same_host, options)) &&
+             !(shares_memory && ranks_repeat)) {
     plan.algorithm = Algorithm::kInline;
   } else if (nccl && NcclRunsSpec(spec)) {
     plan.algorithm = Algorithm::kNccl;
-  } else if (spec.kind == CollectiveKind::kAllReduce && same_host &&
-             host_memory && options.same_host && world_size > 1) {
+  } else if (shares_memory) {
     plan.algorithm = Algorithm::kSameHost;
   } else if (spec.kind == CollectiveKind::kAllReduce &&
              bytes <= options.recursive_doubling_max_bytes &&

@@ -40,13 +40,10 @@ struct PlannerOptions {
   // (and inline_max_bytes); larger ones use same_host: at 64 KiB same_host
   // took 0.4-0.6x (2 ranks) and 0.7x (4 ranks) of inline's time, at 32 KiB
   // 0.9-1.0x and 2.2x (bench/README.md, "Same host: stages in shared
-  // memory"). 0 plans every all-reduce with data same_host, so that its
-  // repetitions run without the coordinator (same_host_binding.h): 8 bytes
-  // then took 7 us at 2 ranks against 91 us inline, but the first call of
-  // each shape, every call of workers with --check_results, and each of
-  // thousands of calls pending at once (a task thread each as they are
-  // matched) pay a planned same_host call (bench/README.md, "Same host:
-  // repeated calls without the coordinator").
+  // memory"). Smaller all-reduces are planned same_host only when every
+  // rank asks to repeat them (ChoosePlan's ranks_repeat), so that their
+  // repetitions run without the coordinator (same_host_binding.h); 0 plans
+  // every all-reduce with data same_host.
   uint64_t same_host_inline_max_bytes = 32 << 10;
   // Calls too large for inline, in groups whose ranks are all on GPUs of
   // workers built with NCCL, run on NCCL where it runs them as Chorus
@@ -79,7 +76,10 @@ uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
 // workers all run on one host when `same_host`, and whose ranks all hold
 // this call's buffers in host memory when `host_memory` (same_host needs
 // both), and whose ranks are all on GPUs of workers built with NCCL when
-// `nccl_ranks` (nccl needs it and options.nccl). `forced` (kUnspecified to
+// `nccl_ranks` (nccl needs it and options.nccl). An all-reduce that would
+// be inline is planned same_host instead where same_host applies and
+// `ranks_repeat` (every rank would repeat it on the plan's segments,
+// CollectiveRequest.repeats_same_host). `forced` (kUnspecified to
 // let the planner choose) wins where it applies: inline and ring for every
 // kind, recursive doubling for all-reduce, same_host for all-reduce in a
 // same-host group, nccl where NcclRunsSpec in such a group. Returns
@@ -87,7 +87,8 @@ uint64_t InlineMaxBytes(CollectiveKind kind, int world_size, bool same_host,
 absl::StatusOr<Plan> ChoosePlan(const CollectiveSpec& spec, int world_size,
                                 Algorithm forced, const PlannerOptions& options,
                                 bool same_host = false, bool host_memory = true,
-                                bool nccl_ranks = false);
+                                bool nccl_ranks = false,
+                                bool ranks_repeat = false);
 
 // Checks that a call may force `forced`: what ChoosePlan refuses, without
 // planning (every rank's call is checked on arrival; the plan is chosen
@@ -104,7 +105,8 @@ absl::StatusOr<Plan> ChooseAlgorithm(const CollectiveSpec& spec, int world_size,
                                      const PlannerOptions& options,
                                      bool same_host = false,
                                      bool host_memory = true,
-                                     bool nccl_ranks = false);
+                                     bool nccl_ranks = false,
+                                     bool ranks_repeat = false);
 
 }  // namespace chorus
 

@@ -35,6 +35,21 @@ std::shared_ptr<SameHostBinding> WorkerRuntime::ClaimBinding(
   return binding;
 }
 
+std::shared_ptr<const void> WorkerRuntime::AskToRepeat(
+    const Membership& membership, const CollectiveSpec& spec,
+    const CallBuffers& buffers, const RunOptions& options) {
+  const bool forced = options.algorithm != Algorithm::kUnspecified ||
+                      options.device.has_value();
+  if (!MayBindSameHost(spec, buffers, forced) || membership.world_size < 2) {
+    return nullptr;
+  }
+  std::shared_ptr<SameHostBinding> binding = same_host_bindings_.Find(
+      membership.group, membership.epoch, membership.rank);
+  if (binding != nullptr && binding->Fits(spec)) return nullptr;
+  return repeat_asks_.TryAsk(membership.group, membership.epoch,
+                             membership.rank, spec);
+}
+
 void WorkerRuntime::WithdrawFromBinding(const Membership& membership,
                                         uint64_t sequence) {
   std::shared_ptr<SameHostBinding> binding = same_host_bindings_.Find(

@@ -179,6 +179,8 @@ absl::Status WorkerRuntime::PrepareCall(
   if (carries) {
     request.set_has_inline_data(true);
     request.set_inline_data(call->host_input.data(), call->host_input.size());
+    call->repeat_ask = AskToRepeat(membership, spec, buffers, options);
+    request.set_repeats_same_host(call->repeat_ask != nullptr);
   }
   return absl::OkStatus();
 }

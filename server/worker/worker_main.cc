@@ -88,11 +88,13 @@ ABSL_FLAG(bool, bound_same_host, true,
           "count, op) in the group epoch: the ranks compare their calls in "
           "shared memory and take any call that differs, comes late or "
           "fails to the coordinator, which judges it as any other. Not with "
-          "--check_results. Measured on a 2-core machine (chorus-bench, "
-          "median time per call): 1 MiB f32 at 2 ranks 298-1168 us -> "
-          "148-158 us, at 4 ranks 979-1408 -> 276-400 us; 64 KiB at 2 ranks "
-          "150-362 -> 23-24 us (bench/README.md). false: every call asks "
-          "the coordinator.");
+          "--check_results. An all_reduce small enough to ride with the call "
+          "asks the coordinator for such a plan from its shape's second "
+          "call. Measured on a 2-core machine (chorus-bench, median time "
+          "per call): 1 MiB f32 at 2 ranks 298-1168 us -> 148-158 us, at 4 "
+          "ranks 979-1408 -> 276-400 us; 64 KiB at 2 ranks 150-362 -> 23-24 "
+          "us; 8 bytes at 2 ranks 33-158 -> about 7 us (bench/README.md). "
+          "false: every call asks the coordinator.");
 ABSL_FLAG(std::string, name, "",
           "Stable name of this worker; a restarted worker with the same name "
           "replaces its old entry. Default: the name its TLS certificate "

@@ -180,6 +180,7 @@ void WorkerRuntime::Shutdown() {
 void WorkerRuntime::RankEnded(const Membership& membership) {
   nccl_calls_->Forget(membership.group, membership.epoch, membership.rank);
   same_host_bindings_.Drop(membership.group, membership.epoch, membership.rank);
+  repeat_asks_.Drop(membership.group, membership.epoch, membership.rank);
 }
 
 void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,
@@ -188,6 +189,7 @@ void WorkerRuntime::AbortLocally(const std::string& group, uint64_t epoch,
   sender_->AbortGroup(group, epoch);
   nccl_calls_->Forget(group, epoch);
   same_host_bindings_.Drop(group, epoch);
+  repeat_asks_.Drop(group, epoch);
 }
 
 }  // namespace chorus

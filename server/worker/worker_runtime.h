@@ -50,6 +50,7 @@
 #include "server/worker/gpu/nccl_calls.h"
 #include "server/worker/local/call_runtime.h"
 #include "server/worker/membership.h"
+#include "server/worker/repeat_asks.h"
 #include "server/worker/task_runner.h"
 
 namespace grpc {
@@ -274,6 +275,9 @@ class WorkerRuntime final : public CallRuntime {
     absl::string_view host_input;
     std::string staged_input;
     v1::CollectiveRequest request;
+    // Held while the request asks for a same_host plan to repeat
+    // (AskToRepeat()).
+    std::shared_ptr<const void> repeat_ask;
   };
   // A JoinAsync() waiting for the coordinator's answer.
   struct PendingJoin;
@@ -422,6 +426,12 @@ class WorkerRuntime final : public CallRuntime {
   std::shared_ptr<SameHostBinding> ClaimBinding(
       const Membership& membership, const CollectiveSpec& spec,
       const CallBuffers& buffers, const RunOptions& options) const;
+  // A token held while `spec`, which rides with the call, asks the
+  // coordinator for a same_host plan to repeat (repeat_asks.h), or null.
+  std::shared_ptr<const void> AskToRepeat(const Membership& membership,
+                                          const CollectiveSpec& spec,
+                                          const CallBuffers& buffers,
+                                          const RunOptions& options);
   // Tells the rank's bound peers that call `sequence` goes to the
   // coordinator.
   void WithdrawFromBinding(const Membership& membership, uint64_t sequence);
@@ -611,6 +621,8 @@ class WorkerRuntime final : public CallRuntime {
       leader_ran_ ABSL_GUARDED_BY(leader_ran_mu_);
   // Segments kept from same_host calls, per group epoch and rank.
   SameHostBindings same_host_bindings_;
+  // Small all-reduces that ask for a same_host plan to repeat.
+  RepeatAsks repeat_asks_;
   // Calls answered lately, for replays after a failover.
   AnsweredCalls answered_calls_;
   std::atomic<bool> corrupt_results_for_testing_{false};

@@ -102,6 +102,47 @@ TEST(BoundSameHostTest, Run_CoordinatorStopped_RepeatedCallsStillComplete) {
   }
 }
 
+// Each rank's plan of `spec` run once on every rank (which must succeed).
+std::vector<Algorithm> PlansOf(const std::vector<Communicator*>& ranks,
+                               const CollectiveSpec& spec, uint64_t seed) {
+  const int world = static_cast<int>(ranks.size());
+  const std::vector<absl::StatusOr<CallResult>> results = RunEach(
+      ranks, std::vector<std::optional<CollectiveSpec>>(world, spec), seed);
+  std::vector<Algorithm> plans;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+    plans.push_back(results[r].ok() ? results[r]->algorithm
+                                    : Algorithm::kUnspecified);
+  }
+  return plans;
+}
+
+TEST(BoundSameHostTest,
+     Run_SmallCallRepeated_InlineOnceThenWithoutCoordinator) {
+  std::unique_ptr<EmbeddedCluster> cluster = StartUnchecked(2);
+  ASSERT_NE(cluster, nullptr);
+  auto group = cluster->JoinGroup("small", 2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::vector<Communicator*> ranks = Pointers(*group);
+  const CollectiveSpec small =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, 2, ReduceOp::kSum);
+  const std::vector<Algorithm> inline_twice(2, Algorithm::kInline);
+  const std::vector<Algorithm> same_host_twice(2, Algorithm::kSameHost);
+  // A shape called once rides inline; its second call asks for same_host.
+  EXPECT_EQ(PlansOf(ranks, small, 1), inline_twice);
+  EXPECT_EQ(PlansOf(ranks, small, 2), same_host_twice);
+  ASSERT_TRUE(cluster->SignalCoordinator(SIGSTOP).ok());
+  for (uint64_t call = 3; call < 13; ++call) {
+    EXPECT_EQ(PlansOf(ranks, small, call), same_host_twice);
+  }
+  ASSERT_TRUE(cluster->SignalCoordinator(SIGCONT).ok());
+  // Other kinds keep riding inline.
+  const CollectiveSpec gather =
+      Spec(CollectiveKind::kAllGather, DType::kF32, 2, ReduceOp::kSum);
+  EXPECT_EQ(PlansOf(ranks, gather, 13), inline_twice);
+  EXPECT_EQ(PlansOf(ranks, gather, 14), inline_twice);
+}
+
 TEST(BoundSameHostTest, Run_ThousandsOfCallsThenAPlannedOne_CoordinatorCounts) {
   // More calls than the coordinator's window of outstanding sequences
   // (1,024): the planned call after them is not "from the future".
@@ -174,12 +215,19 @@ TEST(BoundSameHostTest, Run_ResultsChecked_EveryCallAsksTheCoordinator) {
   auto group = (*cluster)->JoinGroup("checked", 2);
   ASSERT_TRUE(group.ok()) << group.status();
   const std::vector<Communicator*> ranks = Pointers(*group);
-  ExpectSameHostEverywhere(ranks, 1);
+  // Small calls ride inline however often they repeat.
+  const CollectiveSpec small =
+      Spec(CollectiveKind::kAllReduce, DType::kF32, 2, ReduceOp::kSum);
+  for (uint64_t call = 1; call < 4; ++call) {
+    EXPECT_EQ(PlansOf(ranks, small, call),
+              std::vector<Algorithm>(2, Algorithm::kInline));
+  }
+  ExpectSameHostEverywhere(ranks, 4);
   ASSERT_TRUE((*cluster)->SignalCoordinator(SIGSTOP).ok());
   // Without the coordinator the call cannot complete: it fails at its
   // deadline instead of skipping the check.
   const std::vector<absl::StatusOr<CallResult>> results =
-      RunEach(ranks, {kF32Sum, kF32Sum}, 2, absl::Seconds(2));
+      RunEach(ranks, {kF32Sum, kF32Sum}, 5, absl::Seconds(2));
   ASSERT_TRUE((*cluster)->SignalCoordinator(SIGCONT).ok());
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(results[r].ok()) << "rank " << r;

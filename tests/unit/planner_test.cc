@@ -106,6 +106,36 @@ TEST(PlannerTest, ChoosePlan_AllReduceOverSameHostInlineLimit_SameHost) {
       128u << 10);
 }
 
+TEST(PlannerTest, ChoosePlan_SmallAllReduceEveryRankRepeats_SameHost) {
+  const CollectiveSpec small = AllReduceBytes(8);
+  auto plan = [&](bool same_host, bool host_memory, Algorithm forced,
+                  const CollectiveSpec& spec, bool same_host_on = true) {
+    PlannerOptions options;
+    options.same_host = same_host_on;
+    return ChoosePlan(spec, 2, forced, options, same_host, host_memory,
+                      /*nccl_ranks=*/false, /*ranks_repeat=*/true)
+        ->algorithm;
+  };
+  EXPECT_EQ(plan(true, true, Algorithm::kUnspecified, small),
+            Algorithm::kSameHost);
+  // Where same_host does not apply, or is forced otherwise, inline stays.
+  EXPECT_EQ(plan(false, true, Algorithm::kUnspecified, small),
+            Algorithm::kInline);
+  EXPECT_EQ(plan(true, false, Algorithm::kUnspecified, small),
+            Algorithm::kInline);
+  EXPECT_EQ(plan(true, true, Algorithm::kInline, small), Algorithm::kInline);
+  EXPECT_EQ(plan(true, true, Algorithm::kUnspecified, small, false),
+            Algorithm::kInline);
+  EXPECT_EQ(plan(true, true, Algorithm::kUnspecified,
+                 Spec(CollectiveKind::kAllGather, 2)),
+            Algorithm::kInline);
+  // Without every rank repeating it, the small call rides inline.
+  EXPECT_EQ(ChoosePlan(small, 2, Algorithm::kUnspecified, PlannerOptions(),
+                       true, true, false, /*ranks_repeat=*/false)
+                ->algorithm,
+            Algorithm::kInline);
+}
+
 TEST(PlannerTest, ChoosePlan_OneHostOnGpus_DataPlaneOverSameHostLimit) {
   // The ranks were told 32 KiB: a GPU call over it does not ride inline.
   EXPECT_EQ(ChoosePlan(AllReduceBytes(64 << 10), 2, Algorithm::kUnspecified,
