@@ -6,18 +6,14 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testing/collective_reference.h"
 
 namespace chorus {
 namespace {
 
 CollectiveSpec AllReduce(uint64_t count, DType dtype = DType::kF32,
                          ReduceOp op = ReduceOp::kSum) {
-  CollectiveSpec spec;
-  spec.kind = CollectiveKind::kAllReduce;
-  spec.dtype = dtype;
-  spec.count = count;
-  spec.op = op;
-  return spec;
+  return test::Spec(CollectiveKind::kAllReduce, dtype, count, op);
 }
 
 TEST(RepeatAsksTest, TryAsk_ShapeCalledBefore_AsksOnceAtATime) {
