@@ -27,9 +27,10 @@ struct PlannerOptions {
   int recursive_doubling_max_ranks = 3;
   // Largest data-plane chunk. Plans use smaller chunks when a step would
   // otherwise move fewer than four of them, so sending overlaps receiving.
-  // 4 MiB: a 64 MiB ring over TCP took 0.83 (4 ranks) and 0.91 (2 ranks)
-  // of its time with 1 MiB (bench/README.md, "Chunks of up to 4 MiB").
-  uint64_t chunk_bytes = 4 << 20;
+  // 512 KiB: a 64 MiB ring over TCP took 0.64-0.74 (4 ranks) and 0.65-0.69
+  // (2 ranks) of its time with 4 MiB chunks (bench/README.md, "Chunks of up
+  // to 512 KiB").
+  uint64_t chunk_bytes = 512 << 10;
   // Smallest chunk a plan picks on its own.
   uint64_t min_chunk_bytes = 64 << 10;
   // All-reduces too large for inline, in groups whose workers all run on
